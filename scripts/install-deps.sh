@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages roifs needs to build, run its demo and run its tests, if missing.
+set -euo pipefail
+pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-dev
+      libjansson-dev libzstd-dev zlib1g-dev
+      python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
+      python3-scipy)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "roifs: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

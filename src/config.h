@@ -1,0 +1,95 @@
+/* config.h: the task configuration file (SPEC §3), parsed with inih.
+ * config_load() checks syntax, known sections/keys and value forms; checks that need the
+ * input array (dimensions, dtype compatibility) happen in task.c, which uses config_line()
+ * to name the offending line. */
+#ifndef ROIFS_CONFIG_H
+#define ROIFS_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util.h"
+
+enum rois_kind { ROIS_NONE, ROIS_FILE, ROIS_GRID, ROIS_TABLE };
+enum proc_kind { PROC_NONE, PROC_BUILTIN, PROC_COMMAND, PROC_WORKER, PROC_PLUGIN };
+enum outside_mode { OUTSIDE_FILL, OUTSIDE_INPUT };
+
+struct config_param {
+    char *name;  /* as written after "param." */
+    char *value;
+    int line;
+};
+
+struct config {
+    char *path; /* absolute path of the configuration file */
+    char *dir;  /* its directory: base of relative paths, cwd of commands */
+
+    /* [input] */
+    char *input_path; /* absolute */
+    int level;
+
+    /* [rois] */
+    enum rois_kind rois_kind;
+    char *rois_file; /* absolute (file) */
+    char *rois_table; /* absolute (table) */
+    uint64_t grid[ROIFS_MAX_DIM];
+    int grid_ndim;
+    uint64_t halo[ROIFS_MAX_DIM];
+    int halo_ndim; /* 0: no halo given (0 in every dimension) */
+    char *rounding; /* "fractal" (default) or "ngio" */
+
+    /* [process] */
+    enum proc_kind proc_kind;
+    char *proc_value; /* builtin name, command line, worker command line or plugin path */
+    int threads;      /* resolved: 0 in the file becomes the number of online CPUs */
+    int readahead;    /* resolved: -1 in the file becomes threads */
+    double timeout;   /* seconds, 0 = none */
+    int retries;
+    char *executor; /* "local" or "slurm" */
+    struct config_param *params;
+    int nparams;
+
+    /* [output] */
+    int format;            /* 2 or 3 */
+    char *dtype;           /* NULL: the input's */
+    uint64_t chunks[ROIFS_MAX_DIM];
+    int chunks_ndim;       /* 0: the input's */
+    char *fill_value;      /* text, "0" by default */
+    enum outside_mode outside;
+    char *compressor;      /* none | blosc | zstd | gzip | zlib */
+    int clevel;
+    char *cname;           /* lz4 | zstd | blosclz | zlib */
+    int shuffle;           /* 0 noshuffle, 1 shuffle, 2 bitshuffle */
+    char dimension_separator; /* '.' or '/' */
+    uint64_t shard[ROIFS_MAX_DIM];
+    int shard_ndim;
+    bool ome;
+    int levels;
+    char *downsample; /* mean | nearest */
+
+    /* [slurm] */
+    char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;
+    int slurm_cpus_per_task;
+
+    /* [mount] */
+    char *log_path; /* absolute, or NULL */
+
+    /* [cache] */
+    char *cache_dir; /* absolute, or NULL for the default location */
+    uint64_t max_size;
+
+    /* Where each key was set: "section.key" -> line (private to config.c). */
+    struct config_lines *lines;
+};
+
+/* Loads and checks path. On error returns -EINVAL (or -errno when the file cannot be
+ * read) with err->msg = "FILE:LINE: ..." naming the key (no "roifs: " prefix). */
+int config_load(const char *path, struct config *cfg, struct errbuf *err);
+/* Line on which section.key was set, or 0 when it was not set (then use 0 in messages:
+ * the caller prints "FILE: ..." without a line). */
+int config_line(const struct config *cfg, const char *section, const char *key);
+/* Looks up param.NAME; NULL when absent. */
+const struct config_param *config_param(const struct config *cfg, const char *name);
+void config_free(struct config *cfg);
+
+#endif

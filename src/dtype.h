@@ -1,0 +1,53 @@
+/* dtype.h: numeric element types (numpy typestr / Zarr v3 names), byte order and casting.
+ * In memory roifs always keeps elements in native (little-endian) byte order; big-endian
+ * storage is converted when a chunk is decoded or encoded. */
+#ifndef ROIFS_DTYPE_H
+#define ROIFS_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+enum dtype_kind { DT_BOOL, DT_INT, DT_UINT, DT_FLOAT };
+
+struct dtype {
+    enum dtype_kind kind;
+    unsigned size;   /* bytes per element: 1, 2, 4 or 8 (float: 2, 4, 8) */
+    bool big_endian; /* byte order in storage; always false for size 1 */
+};
+
+/* Parses a numpy typestr ("<u2", "|b1", ">f8", "<i8", "|u1", "<f2") or a Zarr v3 core name
+ * ("uint16", "bool", "float32"). Endianness is required for multi-byte typestrs; v3 names
+ * are little-endian. Returns 0 or -EINVAL (message in err). */
+int dtype_parse(const char *text, struct dtype *out, struct errbuf *err);
+
+/* numpy typestr of dt ("<u2", "|u1", ">f8"); buf must hold 8 bytes. */
+const char *dtype_typestr(const struct dtype *dt, char buf[8]);
+/* The same with little-endian byte order (what processors receive). */
+const char *dtype_typestr_le(const struct dtype *dt, char buf[8]);
+/* Zarr v3 data_type name ("uint16"). */
+const char *dtype_v3_name(const struct dtype *dt);
+bool dtype_equal_ignoring_order(const struct dtype *a, const struct dtype *b);
+
+/* Reverses the bytes of each of n elements of the given size in place (size 1: no-op). */
+void dtype_byteswap(void *buf, size_t n, unsigned size);
+
+/* Bulk conversions between native-order elements of dt and double / long double.
+ * from_*: numpy-style cast: integers get round-half-to-even, then clipping to the type's
+ * range (NaN becomes 0); bool becomes value != 0; float16 via IEEE rounding. */
+void dtype_to_double(const struct dtype *dt, const void *src, double *dst, size_t n);
+void dtype_from_double(const struct dtype *dt, const double *src, void *dst, size_t n);
+void dtype_to_ldouble(const struct dtype *dt, const void *src, long double *dst, size_t n);
+void dtype_from_ldouble(const struct dtype *dt, const long double *src, void *dst, size_t n);
+
+/* Parses a fill value given as text in a config file ("0", "-3", "1.5", "nan", "inf",
+ * "-inf", "true", "false") into one native-order element. 0 or -EINVAL / -ERANGE. */
+int dtype_parse_value(const struct dtype *dt, const char *text, void *out, struct errbuf *err);
+
+/* float16 <-> float helpers (IEEE 754 binary16, round to nearest even). */
+float dtype_half_to_float(uint16_t h);
+uint16_t dtype_float_to_half(float f);
+
+#endif

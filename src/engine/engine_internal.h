@@ -1,0 +1,71 @@
+/* engine_internal.h: the engine's state, shared by engine.c (scheduling, compute, assembly)
+ * and status.c (the status document). Everything here is guarded by engine.lock. */
+#ifndef ROIFS_ENGINE_INTERNAL_H
+#define ROIFS_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "engine.h"
+
+enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
+enum roi_prio { PRIO_NONE, PRIO_AHEAD, PRIO_DEMAND };
+
+struct roi_slot {
+    uint8_t state;     /* enum roi_state */
+    uint8_t prio;      /* enum roi_prio, while RS_QUEUED */
+    bool on_disk;      /* result stored in the cache's rois/ */
+    uint64_t remaining; /* chunks this ROI touches that are not cached yet */
+    void *result;      /* ROI-box result in memory (single-chunk ROIs), or NULL */
+};
+
+struct waiter {
+    engine_chunk_cb cb;
+    void *ctx;
+    struct waiter *next;
+};
+
+struct chunk_job {
+    uint64_t id;
+    int64_t k;      /* index among touched chunks, -1 for a chunk no ROI touches */
+    size_t pending; /* ROIs of the chunk not done yet */
+    bool demanded;
+    struct waiter *waiters;
+    struct chunk_job *hnext; /* hash chain */
+    struct chunk_job *qnext; /* assembly queue */
+};
+
+struct roi_queue {
+    uint32_t *buf;
+    size_t cap, head, len;
+};
+
+#define ENGINE_JOB_BUCKETS 4096
+#define ENGINE_MAX_ERRORS  100
+
+struct engine_error {
+    size_t roi;
+    char *message;
+};
+
+struct engine {
+    struct task *t;
+    struct cache *c;
+    pthread_mutex_t lock;
+    pthread_cond_t work_cv;  /* work queued, or stopping */
+    pthread_cond_t done_cv;  /* a chunk job finished (engine_compute_all) */
+    struct roi_slot *rois;
+    struct roi_queue demand, ahead;
+    struct chunk_job *asm_head, *asm_tail;
+    struct chunk_job *jobs[ENGINE_JOB_BUCKETS];
+    size_t njobs;
+    pthread_t *threads;
+    int nthreads;
+    bool stopping;
+    size_t n_running, n_done, n_failed;
+    uint64_t n_cached;
+    struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
+    size_t nerrors, err_head;
+};
+
+#endif

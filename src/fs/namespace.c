@@ -1,0 +1,262 @@
+/* namespace.c: inode numbers and names of the mounted tree (see namespace.h). A chunk path
+ * is accepted only in canonical form: decimal indices without sign or leading zeros, inside
+ * the chunk grid, with exactly the array's number of dimensions. */
+#include "namespace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+void ns_init(struct ns *ns, const struct task *t)
+{
+    memset(ns, 0, sizeof *ns);
+    ns->t = t;
+    ns->ndim = t->out.ndim;
+    ns->nested = t->out.separator == '/' && ns->ndim > 1;
+    uint64_t n = 1, base = 0;
+    for (int d = 1; d <= ns->ndim; d++) {
+        n *= t->grid[d - 1];
+        ns->count[d] = n;
+        if (ns->nested || d == ns->ndim) {
+            ns->base[d] = base;
+            base += n;
+        }
+    }
+}
+
+/* True when some present chunk lies under the depth-d prefix p. */
+static bool prefix_present(const struct ns *ns, int depth, uint64_t p)
+{
+    const struct task *t = ns->t;
+    if (p >= ns->count[depth])
+        return false;
+    if (t->cfg.outside == OUTSIDE_INPUT)
+        return true;
+    uint64_t span = 1;
+    for (int d = depth; d < ns->ndim; d++)
+        span *= t->grid[d];
+    size_t k = roi_index_lower_bound(t->index, p * span);
+    return k < roi_index_nchunks(t->index) && roi_index_chunk_id(t->index, k) < (p + 1) * span;
+}
+
+static void make_chunk_node(const struct ns *ns, int depth, uint64_t p, struct ns_node *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = depth == ns->ndim ? NS_CHUNK : NS_DIR;
+    out->ino = NS_INO_CHUNKS + ns->base[depth] + p;
+    out->depth = depth;
+    out->prefix = p;
+}
+
+static void make_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ino = ino;
+    switch (ino) {
+    case NS_INO_ZARRAY:
+        out->kind = NS_META;
+        out->text = ns->t->zarray_json;
+        break;
+    case NS_INO_ZATTRS:
+        out->kind = NS_META;
+        out->text = ns->t->zattrs_json;
+        break;
+    case NS_INO_STATUS:
+        out->kind = NS_STATUS;
+        break;
+    default:
+        out->kind = NS_DIR;
+        break;
+    }
+    if (out->text)
+        out->len = strlen(out->text);
+}
+
+int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    if (ino >= NS_INO_ROOT && ino <= NS_INO_STATUS) {
+        make_fixed(ns, ino, out);
+        return 0;
+    }
+    if (ino < NS_INO_CHUNKS)
+        return -ENOENT;
+    uint64_t rel = ino - NS_INO_CHUNKS;
+    for (int d = 1; d <= ns->ndim; d++) {
+        if (!ns->nested && d != ns->ndim)
+            continue;
+        if (rel >= ns->base[d] && rel - ns->base[d] < ns->count[d]) {
+            make_chunk_node(ns, d, rel - ns->base[d], out);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+/* Parses a canonical decimal index below limit from s[0..len). */
+static bool parse_index(const char *s, size_t len, uint64_t limit, uint64_t *out)
+{
+    if (len == 0 || len > 20 || (len > 1 && s[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v >= limit)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Name "i.j.k" of a flat layout: the linear chunk id, or false. */
+static bool parse_flat_key(const struct ns *ns, const char *name, uint64_t *id)
+{
+    const struct task *t = ns->t;
+    uint64_t lin = 0;
+    const char *p = name;
+    for (int d = 0; d < ns->ndim; d++) {
+        const char *end = d + 1 < ns->ndim ? strchr(p, t->out.separator) : p + strlen(p);
+        uint64_t v;
+        if (!end || !parse_index(p, (size_t)(end - p), t->grid[d], &v))
+            return false;
+        lin = lin * t->grid[d] + v;
+        p = end + (d + 1 < ns->ndim ? 1 : 0);
+    }
+    if (*p)
+        return false;
+    *id = lin;
+    return true;
+}
+
+static int lookup_root(const struct ns *ns, const char *name, struct ns_node *out)
+{
+    if (strcmp(name, ".zarray") == 0)
+        make_fixed(ns, NS_INO_ZARRAY, out);
+    else if (strcmp(name, ".zattrs") == 0)
+        make_fixed(ns, NS_INO_ZATTRS, out);
+    else if (strcmp(name, ".roifs") == 0)
+        make_fixed(ns, NS_INO_ROIFS, out);
+    else if (ns->nested) {
+        uint64_t v;
+        if (!parse_index(name, strlen(name), ns->t->grid[0], &v) || !prefix_present(ns, 1, v))
+            return -ENOENT;
+        make_chunk_node(ns, 1, v, out);
+    } else {
+        uint64_t id;
+        if (!parse_flat_key(ns, name, &id) || !task_chunk_present(ns->t, id))
+            return -ENOENT;
+        make_chunk_node(ns, ns->ndim, id, out);
+    }
+    return 0;
+}
+
+int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+{
+    struct ns_node dir;
+    if (ns_get(ns, parent, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    if (parent == NS_INO_ROOT)
+        return lookup_root(ns, name, out);
+    if (parent == NS_INO_ROIFS) {
+        if (strcmp(name, "status") != 0)
+            return -ENOENT;
+        make_fixed(ns, NS_INO_STATUS, out);
+        return 0;
+    }
+    int d = dir.depth;
+    uint64_t v;
+    if (!parse_index(name, strlen(name), ns->t->grid[d], &v))
+        return -ENOENT;
+    uint64_t p = dir.prefix * ns->t->grid[d] + v;
+    if (!prefix_present(ns, d + 1, p))
+        return -ENOENT;
+    make_chunk_node(ns, d + 1, p, out);
+    return 0;
+}
+
+/* Formats the name of the child at depth d with prefix p (flat: the whole key). */
+static void child_name(const struct ns *ns, int d, uint64_t p, char *buf, size_t len)
+{
+    if (ns->nested) {
+        snprintf(buf, len, "%llu", (unsigned long long)(p % ns->t->grid[d - 1]));
+        return;
+    }
+    uint64_t idx[ROIFS_MAX_DIM];
+    for (int i = ns->ndim - 1; i >= 0; i--) {
+        idx[i] = p % ns->t->grid[i];
+        p /= ns->t->grid[i];
+    }
+    zarr_meta_chunk_key(&ns->t->out, idx, buf, len);
+}
+
+/* Lists the chunk children of a directory at depth d (root: 0) with prefix p. Offsets of
+ * children start at 16. */
+static int list_children(const struct ns *ns, int d, uint64_t p, uint64_t off, ns_emit emit,
+                         void *ctx)
+{
+    const struct task *t = ns->t;
+    char name[32 * ROIFS_MAX_DIM];
+    struct ns_node n;
+    uint64_t first = off > 16 ? off - 16 : 0;
+    if (!ns->nested && t->cfg.outside != OUTSIDE_INPUT) {
+        size_t nk = roi_index_nchunks(t->index);
+        for (uint64_t k = first; k < nk; k++) {
+            uint64_t id = roi_index_chunk_id(t->index, k);
+            child_name(ns, ns->ndim, id, name, sizeof name);
+            make_chunk_node(ns, ns->ndim, id, &n);
+            if (emit(ctx, name, n.ino, false, 16 + k + 1))
+                return 0;
+        }
+        return 0;
+    }
+    uint64_t nchild = ns->nested ? t->grid[d] : t->nchunks;
+    int cd = ns->nested ? d + 1 : ns->ndim;
+    for (uint64_t j = first; j < nchild; j++) {
+        uint64_t cp = ns->nested ? p * t->grid[d] + j : j;
+        if (!prefix_present(ns, cd, cp))
+            continue;
+        child_name(ns, cd, cp, name, sizeof name);
+        make_chunk_node(ns, cd, cp, &n);
+        if (emit(ctx, name, n.ino, cd < ns->ndim, 16 + j + 1))
+            return 0;
+    }
+    return 0;
+}
+
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
+{
+    struct ns_node dir;
+    if (ns_get(ns, ino, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    static const char *const root_names[] = {".", "..", ".zarray", ".zattrs", ".roifs"};
+    static const uint64_t root_inos[] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ZATTRS,
+                                         NS_INO_ROIFS};
+    if (ino == NS_INO_ROIFS) {
+        static const char *const names[] = {".", "..", "status"};
+        static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
+        for (uint64_t i = off; i < 3; i++)
+            if (emit(ctx, names[i], inos[i], i < 2, i + 1))
+                return 0;
+        return 0;
+    }
+    if (ino == NS_INO_ROOT) {
+        for (uint64_t i = off; i < 5; i++)
+            if (emit(ctx, root_names[i], root_inos[i], i != 2 && i != 3, i + 1))
+                return 0;
+        return list_children(ns, 0, 0, off < 16 ? 16 : off, emit, ctx);
+    }
+    if (off < 2) {
+        if (off == 0 && emit(ctx, ".", ino, true, 1))
+            return 0;
+        if (emit(ctx, "..", NS_INO_ROOT, true, 2))
+            return 0;
+    }
+    return list_children(ns, dir.depth, dir.prefix, off < 16 ? 16 : off, emit, ctx);
+}

@@ -1,0 +1,61 @@
+/* proc.h: processors, the f in out[roi] = f(in[roi]). Each kind (builtin, command, and later
+ * worker and plugin) implements proc_ops; the engine calls run() from its compute threads,
+ * several at once. */
+#ifndef ROIFS_PROC_H
+#define ROIFS_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config.h"
+#include "../dtype.h"
+#include "../util.h"
+
+/* One ROI handed to a processor (SPEC §8): the ROI box and its read region. */
+struct proc_request {
+    size_t roi;
+    int ndim;
+    const uint64_t *start, *stop;      /* ROI box, stop exclusive */
+    const uint64_t *in_start, *in_shape; /* read region (ROI grown by halo, clipped) */
+    struct dtype in_dtype;  /* little-endian: the bytes of `in` are native order */
+    struct dtype out_dtype; /* little-endian: fill `out` in native order */
+    const void *in;
+    size_t in_nbytes; /* prod(in_shape) * in_dtype.size */
+    void *out;
+    size_t out_nbytes; /* prod(in_shape) * out_dtype.size */
+};
+
+struct proc;
+
+struct proc_ops {
+    /* Computes one ROI into rq->out. Thread-safe. 0, or a negative errno with a message
+     * (for a command: "exit status 2: <last line of stderr>"). */
+    int (*run)(struct proc *p, const struct proc_request *rq, struct errbuf *err);
+    /* Stops everything in flight (kills running commands) and makes later run() calls fail
+     * fast with -ECANCELED. Called once, at unmount, from another thread. May be NULL. */
+    void (*shutdown)(struct proc *p);
+    void (*destroy)(struct proc *p);
+};
+
+struct proc {
+    const struct proc_ops *ops;
+    _Atomic unsigned long calls; /* processor invocations, failed ones too (status "calls") */
+};
+
+/* Creates the processor the configuration names. Checks builtin names and their params
+ * (errors "FILE:LINE: ..." as config_load does). 0 or -EINVAL. */
+int proc_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+static inline int proc_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
+{
+    p->calls++;
+    return p->ops->run(p, rq, err);
+}
+void proc_shutdown(struct proc *p);
+void proc_destroy(struct proc *p);
+
+/* Per kind (proc.c dispatches): */
+int proc_builtin_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+int proc_command_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+
+#endif

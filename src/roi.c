@@ -1,0 +1,623 @@
+/* roi.c: the ROI list (SPEC §4 text or a regular grid) and the index from output chunks to the
+ * ROIs touching them: (chunk, ROI) contacts sorted by a radix sort and compacted into CSR. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "roi.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the ROI list ---- */
+
+struct roi_parser {
+    const char *name;
+    int ndim;
+    const uint64_t *shape;
+    struct roi_set *out;
+    size_t cap;
+    int line;
+    struct errbuf *err;
+};
+
+static int parse_fail(struct roi_parser *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* "NAME:LINE: message". */
+static int parse_fail(struct roi_parser *p, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return err_set(p->err, -EINVAL, "%s:%d: %s", p->name, p->line, msg);
+}
+
+static bool is_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Trims blanks from both ends of [*s, *e). */
+static void trim(const char **s, const char **e)
+{
+    while (*s < *e && is_blank(**s))
+        (*s)++;
+    while (*e > *s && is_blank((*e)[-1]))
+        (*e)--;
+}
+
+/* Parses the number [s, e) (already trimmed) of range k into *v. */
+static int parse_index(struct roi_parser *p, int k, const char *s, const char *e, uint64_t *v)
+{
+    uint64_t x = 0;
+    const char *c = s;
+    for (; c < e && *c >= '0' && *c <= '9'; c++) {
+        unsigned digit = (unsigned)(*c - '0');
+        if (x > (UINT64_MAX - digit) / 10)
+            return parse_fail(p, "range %d: '%.*s' is too large", k + 1, (int)(e - s), s);
+        x = x * 10 + digit;
+    }
+    if (c == e) {
+        *v = x;
+        return 0;
+    }
+    if (*s == '-' && e - s > 1 && s[1] >= '0' && s[1] <= '9') {
+        bool digits = true;
+        for (c = s + 1; c < e; c++)
+            digits = digits && *c >= '0' && *c <= '9';
+        if (digits)
+            return parse_fail(p, "range %d: '%.*s' is negative (indices start at 0)", k + 1,
+                              (int)(e - s), s);
+    }
+    return parse_fail(p, "range %d: '%.*s' is not an integer", k + 1, (int)(e - s), s);
+}
+
+/* Parses range k, the text [s, e) between commas, into box[0..1]. An empty start means 0 and
+ * an empty stop the extent of the dimension: besides SPEC §4's ':' this accepts the
+ * compatible 'start:' and ':stop'. Dimensions beyond the array's are checked for syntax only. */
+static int parse_range(struct roi_parser *p, int k, const char *s, const char *e, uint64_t box[2],
+                       bool open[2])
+{
+    trim(&s, &e);
+    if (s == e)
+        return parse_fail(p, "range %d is empty (expected start:stop)", k + 1);
+    const char *colon = memchr(s, ':', (size_t)(e - s));
+    if (!colon)
+        return parse_fail(p, "range %d: expected start:stop, got '%.*s'", k + 1, (int)(e - s), s);
+    const char *a0 = s, *a1 = colon, *b0 = colon + 1, *b1 = e;
+    trim(&a0, &a1);
+    trim(&b0, &b1);
+    open[0] = a0 == a1;
+    open[1] = b0 == b1;
+    box[0] = box[1] = 0;
+    if (!open[0] && parse_index(p, k, a0, a1, &box[0]) < 0)
+        return -EINVAL;
+    if (!open[1] && parse_index(p, k, b0, b1, &box[1]) < 0)
+        return -EINVAL;
+    return 0;
+}
+
+/* Checks range k against dimension k of the array, filling in open ends. */
+static int check_range(struct roi_parser *p, int k, const char *s, const char *e, uint64_t box[2],
+                       const bool open[2])
+{
+    uint64_t extent = p->shape[k];
+    trim(&s, &e);
+    if (open[0])
+        box[0] = 0;
+    if (open[1])
+        box[1] = extent;
+    if (!open[0] && !open[1] && box[0] >= box[1])
+        return parse_fail(p, "range %d (%.*s): start %llu is not less than stop %llu", k + 1,
+                          (int)(e - s), s, (unsigned long long)box[0], (unsigned long long)box[1]);
+    if (box[1] > extent || (box[0] >= extent && extent > 0))
+        return parse_fail(p, "range %d (%.*s) exceeds the extent %llu of dimension %d", k + 1,
+                          (int)(e - s), s, (unsigned long long)extent, k + 1);
+    if (box[0] >= box[1])
+        return parse_fail(p, "range %d (%.*s) is empty", k + 1, (int)(e - s), s);
+    return 0;
+}
+
+static void roi_set_push(struct roi_parser *p, const uint64_t *start, const uint64_t *stop)
+{
+    struct roi_set *rs = p->out;
+    size_t nd = (size_t)p->ndim;
+    if (rs->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 256;
+        rs->start = xrealloc(rs->start, p->cap * nd * sizeof(uint64_t));
+        rs->stop = xrealloc(rs->stop, p->cap * nd * sizeof(uint64_t));
+    }
+    memcpy(rs->start + rs->n * nd, start, nd * sizeof(uint64_t));
+    memcpy(rs->stop + rs->n * nd, stop, nd * sizeof(uint64_t));
+    rs->n++;
+}
+
+/* Parses one line [s, e) (comment already removed, not blank) into a ROI. */
+static int parse_line(struct roi_parser *p, const char *s, const char *e)
+{
+    uint64_t start[ROIFS_MAX_DIM], stop[ROIFS_MAX_DIM], box[2];
+    const char *rs[ROIFS_MAX_DIM], *re[ROIFS_MAX_DIM];
+    bool open[ROIFS_MAX_DIM][2], ignored[2];
+    int k = 0;
+    for (const char *r = s;; k++) {
+        const char *comma = memchr(r, ',', (size_t)(e - r));
+        const char *end = comma ? comma : e;
+        bool kept = k < p->ndim;
+        if (parse_range(p, k, r, end, box, kept ? open[k] : ignored) < 0)
+            return -EINVAL;
+        if (kept) {
+            start[k] = box[0];
+            stop[k] = box[1];
+            rs[k] = r;
+            re[k] = end;
+        }
+        if (!comma)
+            break;
+        r = comma + 1;
+    }
+    if (k + 1 != p->ndim)
+        return parse_fail(p, "%d range%s, the array has %d dimension%s", k + 1, k ? "s" : "",
+                          p->ndim, p->ndim == 1 ? "" : "s");
+    for (k = 0; k < p->ndim; k++) {
+        box[0] = start[k];
+        box[1] = stop[k];
+        if (check_range(p, k, rs[k], re[k], box, open[k]) < 0)
+            return -EINVAL;
+        start[k] = box[0];
+        stop[k] = box[1];
+    }
+    roi_set_push(p, start, stop);
+    return 0;
+}
+
+static bool is_digit(char c)
+{
+    return (unsigned)(c - '0') < 10;
+}
+
+/* The common case in one pass: a valid line of plain ranges ending in a newline, a comment or
+ * the end of the text. Returns the start of the next line, or NULL when the line needs the
+ * careful parser (blank or comment-only, unusual blanks, long numbers, or any error). */
+static const char *parse_line_fast(struct roi_parser *p, const char *s, const char *end)
+{
+    uint64_t start[ROIFS_MAX_DIM], stop[ROIFS_MAX_DIM], v[2];
+    for (int k = 0; k < p->ndim; k++) {
+        for (int h = 0; h < 2; h++) {
+            char sep = h ? ':' : ',';
+            if (h || k) {
+                if (s == end || *s != sep)
+                    return NULL;
+                s++;
+            }
+            while (s < end && (*s == ' ' || *s == '\t'))
+                s++;
+            const char *d0 = s;
+            uint64_t x = 0;
+            while (s < end && is_digit(*s) && s - d0 < 19) /* 19 digits cannot overflow */
+                x = x * 10 + (uint64_t)(*s++ - '0');
+            if (s < end && is_digit(*s))
+                return NULL;
+            v[h] = s > d0 ? x : h ? p->shape[k] : 0;
+            while (s < end && (*s == ' ' || *s == '\t'))
+                s++;
+        }
+        if (v[0] >= v[1] || v[1] > p->shape[k])
+            return NULL;
+        start[k] = v[0];
+        stop[k] = v[1];
+    }
+    while (s < end && *s == '\r')
+        s++;
+    if (s < end && *s == '#')
+        s = memchr(s, '\n', (size_t)(end - s));
+    if (!s || s == end) {
+        s = end;
+    } else if (*s == '\n') {
+        s++;
+    } else {
+        return NULL;
+    }
+    roi_set_push(p, start, stop);
+    return s;
+}
+
+static int parse_buffer(const char *name, const char *text, size_t len, int ndim,
+                        const uint64_t *shape, struct roi_set *out, struct errbuf *err)
+{
+    memset(out, 0, sizeof *out);
+    if (ndim < 1 || ndim > ROIFS_MAX_DIM)
+        return err_set(err, -EINVAL, "%s: cannot hold ROIs of an array with %d dimensions", name,
+                       ndim);
+    out->ndim = ndim;
+    struct roi_parser p = {.name = name, .ndim = ndim, .shape = shape, .out = out, .err = err};
+    const char *end = text + len;
+    /* room for one ROI per line up front: no copying while the list grows */
+    p.cap = 1;
+    for (const char *c = text; (c = memchr(c, '\n', (size_t)(end - c))) != NULL; c++)
+        p.cap++;
+    out->start = xmalloc(p.cap * (size_t)ndim * sizeof(uint64_t));
+    out->stop = xmalloc(p.cap * (size_t)ndim * sizeof(uint64_t));
+    for (const char *s = text; s < end;) {
+        p.line++;
+        const char *next = parse_line_fast(&p, s, end);
+        if (next) {
+            s = next;
+            continue;
+        }
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *e = nl ? nl : end;
+        const char *hash = memchr(s, '#', (size_t)(e - s));
+        const char *c = s, *ce = hash ? hash : e;
+        trim(&c, &ce);
+        if (c < ce && parse_line(&p, c, ce) < 0) {
+            roi_set_free(out);
+            return -EINVAL;
+        }
+        s = nl ? nl + 1 : end;
+    }
+    if (out->n == 0) {
+        roi_set_free(out);
+        return err_set(err, -EINVAL, "%s: no ROIs (only blank lines and comments)", name);
+    }
+    if (out->n < p.cap) {
+        out->start = xrealloc(out->start, out->n * (size_t)ndim * sizeof(uint64_t));
+        out->stop = xrealloc(out->stop, out->n * (size_t)ndim * sizeof(uint64_t));
+    }
+    return 0;
+}
+
+int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
+                   struct roi_set *out, struct errbuf *err)
+{
+    return parse_buffer(name, text, strlen(text), ndim, shape, out, err);
+}
+
+int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi_set *out,
+                   struct errbuf *err)
+{
+    char *text;
+    size_t len;
+    memset(out, 0, sizeof *out);
+    int r = file_read_all(path, &text, &len);
+    if (r < 0)
+        return err_set(err, r, "%s: cannot read: %s", path, strerror(-r));
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        int line = 1;
+        for (const char *c = text; c < nul; c++)
+            line += *c == '\n';
+        free(text);
+        return err_set(err, -EINVAL, "%s:%d: NUL byte (not a text file?)", path, line);
+    }
+    r = parse_buffer(path, text, len, ndim, shape, out, err);
+    free(text);
+    return r;
+}
+
+void roi_set_free(struct roi_set *rs)
+{
+    free(rs->start);
+    free(rs->stop);
+    rs->start = rs->stop = NULL;
+    rs->n = 0;
+}
+
+/* ---- grids and boxes ---- */
+
+int roi_grid(const uint64_t *tile, int ndim, const uint64_t *shape, struct roi_set *out,
+             struct errbuf *err)
+{
+    memset(out, 0, sizeof *out);
+    if (ndim < 1 || ndim > ROIFS_MAX_DIM)
+        return err_set(err, -EINVAL, "cannot tile an array with %d dimensions", ndim);
+    uint64_t ntiles[ROIFS_MAX_DIM], total = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (tile[d] < 1)
+            return err_set(err, -EINVAL, "grid entry %d is 0 (every entry must be at least 1)",
+                           d + 1);
+        ntiles[d] = shape[d] / tile[d] + (shape[d] % tile[d] != 0);
+        if (__builtin_mul_overflow(total, ntiles[d], &total) || total > UINT32_MAX)
+            return err_set(err, -E2BIG, "the grid makes more than %u ROIs", UINT32_MAX);
+    }
+    if (total == 0)
+        return err_set(err, -EINVAL, "no ROIs: the array is empty");
+    size_t bytes = (size_t)total * (size_t)ndim * sizeof(uint64_t);
+    out->start = malloc(bytes);
+    out->stop = malloc(bytes);
+    if (!out->start || !out->stop) {
+        roi_set_free(out);
+        return err_set(err, -ENOMEM, "no memory for %llu grid ROIs", (unsigned long long)total);
+    }
+    out->ndim = ndim;
+    out->n = (size_t)total;
+    uint64_t idx[ROIFS_MAX_DIM] = {0};
+    for (size_t i = 0; i < out->n; i++) {
+        uint64_t *a = out->start + i * (size_t)ndim, *b = out->stop + i * (size_t)ndim;
+        for (int d = 0; d < ndim; d++) {
+            a[d] = idx[d] * tile[d];
+            b[d] = shape[d] - a[d] < tile[d] ? shape[d] : a[d] + tile[d];
+        }
+        for (int d = ndim - 1; d >= 0 && ++idx[d] == ntiles[d]; d--)
+            idx[d] = 0;
+    }
+    return 0;
+}
+
+void roi_read_region(const struct roi_set *rs, size_t i, const uint64_t *halo,
+                     const uint64_t *shape, uint64_t *rstart, uint64_t *rshape)
+{
+    const uint64_t *a = rs->start + i * (size_t)rs->ndim, *b = rs->stop + i * (size_t)rs->ndim;
+    for (int d = 0; d < rs->ndim; d++) {
+        uint64_t h = halo ? halo[d] : 0;
+        uint64_t lo = a[d] > h ? a[d] - h : 0;
+        uint64_t hi = shape[d] - b[d] > h ? b[d] + h : shape[d];
+        rstart[d] = lo;
+        rshape[d] = hi - lo;
+    }
+}
+
+void roi_chunk_range(const struct roi_set *rs, size_t i, const uint64_t *chunks, uint64_t *c0,
+                     uint64_t *c1)
+{
+    const uint64_t *a = rs->start + i * (size_t)rs->ndim, *b = rs->stop + i * (size_t)rs->ndim;
+    for (int d = 0; d < rs->ndim; d++) {
+        c0[d] = a[d] / chunks[d];
+        c1[d] = b[d] / chunks[d] + (b[d] % chunks[d] != 0);
+    }
+}
+
+/* ---- the chunk -> ROIs index ---- */
+
+struct roi_index {
+    size_t nchunks, ncontacts, nrois;
+    uint64_t *chunk_ids;   /* nchunks, ascending */
+    size_t *offsets;       /* nchunks + 1: chunk k's ROIs are rois[offsets[k], offsets[k+1]) */
+    uint32_t *rois;        /* ncontacts */
+    uint64_t *roi_nchunks; /* nrois */
+};
+
+struct roi_contact {
+    uint64_t chunk;
+    uint32_t roi;
+};
+
+/* Chunk grid shape and C-order strides; the grid must have at most 2^63 chunks so that every
+ * linear id fits. */
+static int chunk_grid(int ndim, const uint64_t *shape, const uint64_t *chunks, uint64_t *stride,
+                      struct errbuf *err)
+{
+    uint64_t grid[ROIFS_MAX_DIM], total = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (chunks[d] < 1)
+            return err_set(err, -EINVAL, "chunk entry %d is 0", d + 1);
+        grid[d] = shape[d] / chunks[d] + (shape[d] % chunks[d] != 0);
+        if (__builtin_mul_overflow(total, grid[d], &total) || total > (UINT64_C(1) << 63))
+            return err_set(err, -E2BIG, "the chunk grid has more than 2^63 chunks");
+    }
+    uint64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= grid[d];
+    }
+    return 0;
+}
+
+/* Number of chunks each ROI touches, and their sum; checks every ROI lies inside the array. */
+static int count_contacts(const struct roi_set *rs, const uint64_t *shape, const uint64_t *chunks,
+                          uint64_t *counts, size_t *total, struct errbuf *err)
+{
+    uint64_t sum = 0, c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM];
+    for (size_t i = 0; i < rs->n; i++) {
+        const uint64_t *b = rs->stop + i * (size_t)rs->ndim;
+        uint64_t n = 1;
+        for (int d = 0; d < rs->ndim; d++)
+            if (b[d] > shape[d])
+                return err_set(err, -EINVAL, "ROI %zu exceeds the extent of dimension %d", i,
+                               d + 1);
+        roi_chunk_range(rs, i, chunks, c0, c1);
+        for (int d = 0; d < rs->ndim; d++)
+            if (__builtin_mul_overflow(n, c1[d] > c0[d] ? c1[d] - c0[d] : 0, &n))
+                return err_set(err, -ENOMEM, "ROI %zu touches more than 2^64 chunks", i);
+        counts[i] = n;
+        if (__builtin_add_overflow(sum, n, &sum) ||
+            sum > SIZE_MAX / (2 * sizeof(struct roi_contact)))
+            return err_set(err, -ENOMEM, "the ROIs touch too many chunks to index");
+    }
+    *total = (size_t)sum;
+    return 0;
+}
+
+/* Lists (chunk, roi) for every ROI, ROI by ROI; returns the largest chunk id. */
+static uint64_t list_contacts(const struct roi_set *rs, const uint64_t *chunks,
+                              const uint64_t *stride, struct roi_contact *out)
+{
+    int nd = rs->ndim, last = nd - 1;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM], max_id = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        roi_chunk_range(rs, i, chunks, c0, c1);
+        bool empty = false;
+        for (int d = 0; d < nd; d++) {
+            idx[d] = c0[d];
+            empty = empty || c0[d] >= c1[d];
+        }
+        while (!empty) {
+            uint64_t base = 0;
+            for (int d = 0; d < last; d++)
+                base += idx[d] * stride[d];
+            for (uint64_t c = c0[last]; c < c1[last]; c++)
+                out[n++] = (struct roi_contact){base + c, (uint32_t)i};
+            if (base + c1[last] - 1 > max_id)
+                max_id = base + c1[last] - 1;
+            int d = last - 1;
+            for (; d >= 0 && ++idx[d] == c1[d]; d--)
+                idx[d] = c0[d];
+            empty = d < 0;
+        }
+    }
+    return max_id;
+}
+
+/* Stable LSD radix sort by chunk id, one byte per pass; ROIs were listed in ascending order,
+ * so stability keeps each chunk's ROIs in list order. Returns the buffer holding the result. */
+static struct roi_contact *sort_contacts(struct roi_contact *a, struct roi_contact *tmp, size_t n,
+                                         uint64_t max_id)
+{
+    static const int nbytes = (int)sizeof(uint64_t);
+    if (n == 0)
+        return a;
+    size_t(*count)[256] = xcalloc((size_t)nbytes, sizeof *count);
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < nbytes; b++)
+            count[b][(a[i].chunk >> (8 * b)) & 0xff]++;
+    for (int b = 0; b < nbytes && (max_id >> (8 * b)) != 0; b++) {
+        if (count[b][(a[0].chunk >> (8 * b)) & 0xff] == n)
+            continue; /* every id has the same byte here */
+        size_t pos = 0;
+        for (int v = 0; v < 256; v++) {
+            size_t c = count[b][v];
+            count[b][v] = pos;
+            pos += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            tmp[count[b][(a[i].chunk >> (8 * b)) & 0xff]++] = a[i];
+        struct roi_contact *t = a;
+        a = tmp;
+        tmp = t;
+    }
+    free(count);
+    return a;
+}
+
+/* Turns the sorted contacts into unique chunk ids, offsets and ROI lists. */
+static int compact(struct roi_index *ix, const struct roi_contact *c, size_t n)
+{
+    size_t nchunks = 0;
+    for (size_t i = 0; i < n; i++)
+        nchunks += i == 0 || c[i].chunk != c[i - 1].chunk;
+    ix->chunk_ids = malloc(nchunks * sizeof *ix->chunk_ids + 1);
+    ix->offsets = malloc((nchunks + 1) * sizeof *ix->offsets);
+    ix->rois = malloc(n * sizeof *ix->rois + 1);
+    if (!ix->chunk_ids || !ix->offsets || !ix->rois)
+        return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || c[i].chunk != c[i - 1].chunk) {
+            ix->chunk_ids[k] = c[i].chunk;
+            ix->offsets[k++] = i;
+        }
+        ix->rois[i] = c[i].roi;
+    }
+    ix->offsets[nchunks] = n;
+    ix->nchunks = nchunks;
+    ix->ncontacts = n;
+    return 0;
+}
+
+int roi_index_build(const struct roi_set *rs, const uint64_t *shape, const uint64_t *chunks,
+                    struct roi_index **out, struct errbuf *err)
+{
+    *out = NULL;
+    if (rs->n > UINT32_MAX)
+        return err_set(err, -E2BIG, "%zu ROIs: the index holds at most %u", rs->n, UINT32_MAX);
+    if (rs->ndim < 1 || rs->ndim > ROIFS_MAX_DIM)
+        return err_set(err, -EINVAL, "ROIs with %d dimensions", rs->ndim);
+    uint64_t stride[ROIFS_MAX_DIM];
+    int r = chunk_grid(rs->ndim, shape, chunks, stride, err);
+    if (r < 0)
+        return r;
+    struct roi_index *ix = xcalloc(1, sizeof *ix);
+    ix->nrois = rs->n;
+    ix->roi_nchunks = malloc(rs->n * sizeof(uint64_t) + 1);
+    size_t total = 0;
+    struct roi_contact *a = NULL, *tmp = NULL;
+    if (!ix->roi_nchunks) {
+        r = err_set(err, -ENOMEM, "no memory to index %zu ROIs", rs->n);
+        goto out;
+    }
+    r = count_contacts(rs, shape, chunks, ix->roi_nchunks, &total, err);
+    if (r < 0)
+        goto out;
+    a = malloc(total * sizeof *a + 1);
+    tmp = malloc(total * sizeof *tmp + 1);
+    if (!a || !tmp) {
+        r = err_set(err, -ENOMEM, "no memory to index %zu ROI-chunk contacts", total);
+        goto out;
+    }
+    uint64_t max_id = list_contacts(rs, chunks, stride, a);
+    struct roi_contact *sorted = sort_contacts(a, tmp, total, max_id);
+    r = compact(ix, sorted, total);
+    if (r < 0)
+        err_set(err, r, "no memory to index %zu ROI-chunk contacts", total);
+out:
+    free(a);
+    free(tmp);
+    if (r < 0) {
+        roi_index_free(ix);
+        return r;
+    }
+    *out = ix;
+    return 0;
+}
+
+void roi_index_free(struct roi_index *ix)
+{
+    if (!ix)
+        return;
+    free(ix->chunk_ids);
+    free(ix->offsets);
+    free(ix->rois);
+    free(ix->roi_nchunks);
+    free(ix);
+}
+
+size_t roi_index_nchunks(const struct roi_index *ix)
+{
+    return ix->nchunks;
+}
+
+uint64_t roi_index_chunk_id(const struct roi_index *ix, size_t k)
+{
+    return ix->chunk_ids[k];
+}
+
+size_t roi_index_lower_bound(const struct roi_index *ix, uint64_t chunk_id)
+{
+    size_t lo = 0, hi = ix->nchunks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ix->chunk_ids[mid] < chunk_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int64_t roi_index_find(const struct roi_index *ix, uint64_t chunk_id)
+{
+    size_t k = roi_index_lower_bound(ix, chunk_id);
+    return k < ix->nchunks && ix->chunk_ids[k] == chunk_id ? (int64_t)k : -1;
+}
+
+const uint32_t *roi_index_rois(const struct roi_index *ix, size_t k, size_t *count)
+{
+    *count = ix->offsets[k + 1] - ix->offsets[k];
+    return ix->rois + ix->offsets[k];
+}
+
+uint64_t roi_index_roi_nchunks(const struct roi_index *ix, size_t i)
+{
+    return ix->roi_nchunks[i];
+}
+
+size_t roi_index_ncontacts(const struct roi_index *ix)
+{
+    return ix->ncontacts;
+}

@@ -1,0 +1,63 @@
+/* roi.h: the ROI list (SPEC §4 file or a grid) and the index from output chunks to the ROIs
+ * that touch them, in list order. The index is a sorted array of (chunk, roi) pairs, so its
+ * memory grows with the number of ROI-chunk contacts, never with the size of the array. */
+#ifndef ROIFS_ROI_H
+#define ROIFS_ROI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+struct roi_set {
+    int ndim;
+    size_t n;
+    uint64_t *start; /* n * ndim, ROI i at start[i * ndim] */
+    uint64_t *stop;  /* exclusive */
+};
+
+/* Parses a ROI list file (SPEC §4) for an array of the given shape. Errors: -EINVAL with
+ * err->msg = "PATH:LINE: ..." (wrong number of dimensions, start >= stop, outside the array,
+ * not an integer); -errno with "PATH: ..." when the file cannot be read. An empty list is
+ * an error ("no ROIs"). */
+int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi_set *out,
+                   struct errbuf *err);
+/* Parses ROI list text held in memory; `name` is used in messages. */
+int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
+                   struct roi_set *out, struct errbuf *err);
+/* Tiles the array with boxes of shape tile (C order of tiles; edge boxes clipped). */
+int roi_grid(const uint64_t *tile, int ndim, const uint64_t *shape, struct roi_set *out,
+             struct errbuf *err);
+void roi_set_free(struct roi_set *rs);
+
+/* Read region of ROI i: its box grown by halo (NULL = no halo) and clipped to shape. */
+void roi_read_region(const struct roi_set *rs, size_t i, const uint64_t *halo,
+                     const uint64_t *shape, uint64_t *rstart, uint64_t *rshape);
+
+/* Range of chunk grid indices [c0, c1) per dimension touched by ROI i's box. */
+void roi_chunk_range(const struct roi_set *rs, size_t i, const uint64_t *chunks, uint64_t *c0,
+                     uint64_t *c1);
+
+struct roi_index;
+
+/* Builds the index for output chunks of shape `chunks` over an array of shape `shape`.
+ * 0 or -ENOMEM / -E2BIG (more than 2^32 ROIs). */
+int roi_index_build(const struct roi_set *rs, const uint64_t *shape, const uint64_t *chunks,
+                    struct roi_index **out, struct errbuf *err);
+void roi_index_free(struct roi_index *ix);
+/* Number of distinct chunks touched by at least one ROI. */
+size_t roi_index_nchunks(const struct roi_index *ix);
+/* Linear (C order over the chunk grid) id of the k-th touched chunk; ids ascend with k. */
+uint64_t roi_index_chunk_id(const struct roi_index *ix, size_t k);
+/* k of the chunk with this linear id, or -1 when no ROI touches it. */
+int64_t roi_index_find(const struct roi_index *ix, uint64_t chunk_id);
+/* Smallest k whose chunk id is >= chunk_id (nchunks when none). */
+size_t roi_index_lower_bound(const struct roi_index *ix, uint64_t chunk_id);
+/* The ROIs touching the k-th touched chunk, ascending (list order). */
+const uint32_t *roi_index_rois(const struct roi_index *ix, size_t k, size_t *count);
+/* Number of chunks ROI i touches. */
+uint64_t roi_index_roi_nchunks(const struct roi_index *ix, size_t i);
+/* Total (chunk, roi) contacts. */
+size_t roi_index_ncontacts(const struct roi_index *ix);
+
+#endif

@@ -1,0 +1,279 @@
+/* task.c: resolves a configuration against its input array and ROI list into everything a
+ * mount, warm or export needs, checking each cross-cutting rule with file:line messages. */
+#include "task.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nd.h"
+
+/* Sets err to "FILE:LINE: message" (just "FILE: " when section.key was not set); -EINVAL. */
+static int task_err(const struct task *t, struct errbuf *err, const char *section,
+                    const char *key, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int task_err(const struct task *t, struct errbuf *err, const char *section,
+                    const char *key, const char *fmt, ...)
+{
+    char *what;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&what, fmt, ap) < 0)
+        what = NULL;
+    va_end(ap);
+    int line = config_line(&t->cfg, section, key);
+    if (line > 0)
+        err_set(err, -EINVAL, "%s:%d: %s", t->cfg.path, line, what ? what : "error");
+    else
+        err_set(err, -EINVAL, "%s: %s", t->cfg.path, what ? what : "error");
+    free(what);
+    return -EINVAL;
+}
+
+#define TASK_ERR(t, err, section, key, ...) return task_err(t, err, section, key, __VA_ARGS__)
+
+static int open_input(struct task *t, struct errbuf *err)
+{
+    struct errbuf e;
+    int r = zarr_input_open(t->cfg.input_path, 256u << 20, &t->input, &e);
+    if (r < 0)
+        TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
+    t->in = zarr_input_meta(t->input);
+    return 0;
+}
+
+static int check_dims(struct task *t, const char *key, const char *section, int n,
+                      struct errbuf *err)
+{
+    if (n != 0 && n != t->in->ndim)
+        TASK_ERR(t, err, section, key, "[%s] %s has %d entries, the input has %d dimensions",
+                 section, key, n, t->in->ndim);
+    return 0;
+}
+
+static int resolve_compressor(struct task *t, struct zarr_codec *c, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    memset(c, 0, sizeof *c);
+    const char *name = cfg->compressor ? cfg->compressor : "none";
+    c->level = cfg->clevel;
+    if (strcmp(name, "none") == 0) {
+        c->id = ZC_NONE;
+    } else if (strcmp(name, "blosc") == 0) {
+        c->id = ZC_BLOSC;
+        snprintf(c->cname, sizeof c->cname, "%s", cfg->cname ? cfg->cname : "lz4");
+        c->shuffle = cfg->shuffle;
+    } else if (strcmp(name, "zstd") == 0) {
+        c->id = ZC_ZSTD;
+    } else if (strcmp(name, "gzip") == 0) {
+        c->id = ZC_GZIP;
+    } else if (strcmp(name, "zlib") == 0) {
+        c->id = ZC_ZLIB;
+    } else {
+        TASK_ERR(t, err, "output", "compressor", "[output] compressor: unknown value '%s'", name);
+    }
+    return 0;
+}
+
+static int resolve_output(struct task *t, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    struct zarr_meta *o = &t->out;
+    memset(o, 0, sizeof *o);
+    o->format = 2;
+    if (cfg->format != 2)
+        TASK_ERR(t, err, "output", "format", "[output] format %d is not supported yet (use 2)",
+                 cfg->format);
+    if (cfg->shard_ndim)
+        TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
+    if (cfg->ome)
+        TASK_ERR(t, err, "output", "ome", "[output] ome = true is not supported yet");
+    o->ndim = t->in->ndim;
+    memcpy(o->shape, t->in->shape, sizeof o->shape);
+    int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
+    if (r < 0)
+        return r;
+    memcpy(o->chunks, cfg->chunks_ndim ? cfg->chunks : t->in->chunks, sizeof o->chunks);
+    if (cfg->dtype) {
+        struct errbuf e;
+        if (dtype_parse(cfg->dtype, &o->dtype, &e) < 0)
+            TASK_ERR(t, err, "output", "dtype", "[output] dtype: %s", e.msg);
+    } else {
+        o->dtype = t->in->dtype;
+        o->dtype.big_endian = false;
+    }
+    if (cfg->outside == OUTSIDE_INPUT && !dtype_equal_ignoring_order(&o->dtype, &t->in->dtype))
+        TASK_ERR(t, err, "output", "outside",
+                 "[output] outside = input needs the output dtype to equal the input's");
+    struct errbuf e;
+    if (dtype_parse_value(&o->dtype, cfg->fill_value ? cfg->fill_value : "0", o->fill, &e) < 0)
+        TASK_ERR(t, err, "output", "fill_value", "[output] fill_value: %s", e.msg);
+    o->separator = cfg->dimension_separator ? cfg->dimension_separator : '.';
+    r = resolve_compressor(t, &o->compressor, err);
+    if (r < 0)
+        return r;
+    zarr_meta_grid(o, t->grid);
+    t->nchunks = 1;
+    for (int d = 0; d < o->ndim; d++) {
+        if (t->grid[d] && t->nchunks > UINT64_MAX / 2 / t->grid[d])
+            TASK_ERR(t, err, "output", "chunks", "[output] chunks: too many chunks");
+        t->nchunks *= t->grid[d];
+    }
+    t->chunk_nbytes = zarr_meta_chunk_nbytes(o);
+    t->chunk_fixed_size = zarr_codec_fixed_size(&o->compressor, t->chunk_nbytes);
+    return 0;
+}
+
+static int load_rois(struct task *t, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    int r;
+    int nd = t->in->ndim;
+    if (cfg->rois_kind == ROIS_FILE) {
+        r = roi_parse_file(cfg->rois_file, nd, t->in->shape, &t->rois, err);
+    } else if (cfg->rois_kind == ROIS_GRID) {
+        if ((r = check_dims(t, "grid", "rois", cfg->grid_ndim, err)) < 0)
+            return r;
+        struct errbuf e;
+        r = roi_grid(cfg->grid, nd, t->in->shape, &t->rois, &e);
+        if (r < 0)
+            TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
+    } else {
+        TASK_ERR(t, err, "rois", "table", "[rois] table is not supported yet");
+    }
+    if (r < 0)
+        return r;
+    if ((r = check_dims(t, "halo", "rois", cfg->halo_ndim, err)) < 0)
+        return r;
+    if (cfg->halo_ndim)
+        memcpy(t->halo, cfg->halo, sizeof t->halo);
+    return roi_index_build(&t->rois, t->out.shape, t->out.chunks, &t->index, err);
+}
+
+/* The canonical text of everything that defines the output bytes. */
+static void build_manifest(struct task *t)
+{
+    const struct config *cfg = &t->cfg;
+    struct strbuf sb = {0};
+    char dt[8];
+    sb_printf(&sb, "roifs-cache 1\ninput %s\n", cfg->input_path);
+    sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->input));
+    sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
+    for (int i = 0; i < cfg->nparams; i++)
+        sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
+    sb_printf(&sb, "halo");
+    for (int d = 0; d < t->in->ndim; d++)
+        sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
+    sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt),
+              (int)cfg->outside);
+    sb_printf(&sb, "output.zarray %s\n", t->zarray_json);
+    sb_printf(&sb, "rois %zu\n", t->rois.n);
+    for (size_t i = 0; i < t->rois.n; i++) {
+        for (int d = 0; d < t->rois.ndim; d++)
+            sb_printf(&sb, "%s%llu:%llu", d ? "," : "",
+                      (unsigned long long)t->rois.start[i * t->rois.ndim + d],
+                      (unsigned long long)t->rois.stop[i * t->rois.ndim + d]);
+        sb_append(&sb, "\n", 1);
+    }
+    t->manifest = sb.buf;
+    t->fingerprint = fnv64(FNV64_INIT, sb.buf, sb.len);
+}
+
+static const char *proc_kind_name(enum proc_kind k)
+{
+    switch (k) {
+    case PROC_BUILTIN: return "builtin";
+    case PROC_COMMAND: return "command";
+    case PROC_WORKER: return "worker";
+    case PROC_PLUGIN: return "plugin";
+    default: return "none";
+    }
+}
+
+static void build_zattrs(struct task *t)
+{
+    const char *text = zarr_input_zattrs_text(t->input);
+    json_t *attrs = text ? json_loads(text, 0, NULL) : NULL;
+    if (!json_is_object(attrs)) {
+        json_decref(attrs);
+        attrs = json_object();
+    }
+    json_t *params = json_object();
+    for (int i = 0; i < t->cfg.nparams; i++)
+        json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
+    char fp[32];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
+    json_t *prov = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o}, s:I, s:s}", "version",
+                             ROIFS_VERSION, "config", t->cfg.path, "input", t->cfg.input_path,
+                             "processor", "kind", proc_kind_name(t->cfg.proc_kind), "value",
+                             t->cfg.proc_value, "params", params, "rois", (json_int_t)t->rois.n,
+                             "fingerprint", fp);
+    json_object_set_new(attrs, "roifs", prov);
+    t->zattrs_json = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
+    json_decref(attrs);
+}
+
+static void resolve_cache_dir(struct task *t)
+{
+    if (t->cfg.cache_dir) {
+        t->cache_dir = xstrdup(t->cfg.cache_dir);
+        return;
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    char *base = xdg && xdg[0] == '/' ? xstrdup(xdg)
+                                      : path_join(home && home[0] ? home : "/tmp", ".cache");
+    t->cache_dir = xasprintf("%s/roifs/%016llx", base, (unsigned long long)t->fingerprint);
+    free(base);
+}
+
+int task_open(const char *config_path, struct task **out, struct errbuf *err)
+{
+    struct task *t = xcalloc(1, sizeof *t);
+    int r = config_load(config_path, &t->cfg, err);
+    if (r < 0) {
+        free(t);
+        return r;
+    }
+    if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
+        (r = load_rois(t, err)) < 0)
+        goto fail;
+    if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
+        goto fail;
+    t->zarray_json = zarr_meta_emit_v2(&t->out);
+    build_manifest(t);
+    build_zattrs(t);
+    resolve_cache_dir(t);
+    *out = t;
+    return 0;
+fail:
+    task_close(t);
+    return r;
+}
+
+bool task_chunk_present(const struct task *t, uint64_t chunk_id)
+{
+    if (chunk_id >= t->nchunks)
+        return false;
+    return t->cfg.outside == OUTSIDE_INPUT || roi_index_find(t->index, chunk_id) >= 0;
+}
+
+void task_close(struct task *t)
+{
+    if (!t)
+        return;
+    if (t->proc)
+        proc_destroy(t->proc);
+    roi_index_free(t->index);
+    roi_set_free(&t->rois);
+    if (t->input)
+        zarr_input_close(t->input);
+    free(t->zarray_json);
+    free(t->zattrs_json);
+    free(t->manifest);
+    free(t->cache_dir);
+    config_free(&t->cfg);
+    free(t);
+}

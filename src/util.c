@@ -1,0 +1,505 @@
+/* util.c: error buffers, logging and small file helpers shared by every part of roifs. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+int err_set(struct errbuf *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        char prefix[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(prefix, sizeof prefix, fmt, ap);
+        va_end(ap);
+        size_t n = strlen(prefix), cap = sizeof err->msg;
+        size_t keep = strnlen(err->msg, cap - 1);
+        if (n + 2 + keep > cap - 1)
+            keep = cap - 1 - n - 2;
+        memmove(err->msg + n + 2, err->msg, keep);
+        err->msg[n + 2 + keep] = '\0';
+        memcpy(err->msg, prefix, n);
+        err->msg[n] = ':';
+        err->msg[n + 1] = ' ';
+    }
+    return code;
+}
+
+/* ---- logging ---- */
+
+enum log_sink { SINK_STDERR, SINK_FILE, SINK_SYSLOG };
+static enum log_sink log_sink = SINK_STDERR;
+static FILE *log_file;
+static bool log_debug_on;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void log_open_stderr(bool debug)
+{
+    log_sink = SINK_STDERR;
+    log_debug_on = debug;
+}
+
+int log_open_file(const char *path, bool debug)
+{
+    FILE *f = fopen(path, "ae");
+    if (!f)
+        return -errno;
+    setvbuf(f, NULL, _IOLBF, 0);
+    log_file = f;
+    log_sink = SINK_FILE;
+    log_debug_on = debug;
+    return 0;
+}
+
+void log_open_syslog(bool debug)
+{
+    openlog("roifs", LOG_PID, LOG_DAEMON);
+    log_sink = SINK_SYSLOG;
+    log_debug_on = debug;
+}
+
+bool log_debug_enabled(void)
+{
+    return log_debug_on;
+}
+
+void log_msg(enum log_level lvl, const char *fmt, ...)
+{
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (log_sink == SINK_SYSLOG) {
+        static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+        syslog(prio[lvl], "%s", line);
+        return;
+    }
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%H:%M:%S", &tm);
+    pthread_mutex_lock(&log_lock);
+    FILE *f = log_sink == SINK_FILE && log_file ? log_file : stderr;
+    fprintf(f, "roifs[%ld] %s.%03ld %s: %s\n", (long)getpid(), stamp, ts.tv_nsec / 1000000,
+            names[lvl], line);
+    fflush(f);
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* ---- allocation ---- */
+
+static void oom(void)
+{
+    fputs("roifs: out of memory\n", stderr);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        oom();
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        oom();
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p)
+        oom();
+    return p;
+}
+
+char *xstrdup(const char *s)
+{
+    char *p = strdup(s);
+    if (!p)
+        oom();
+    return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+    va_start(ap, fmt);
+    int r = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (r < 0)
+        oom();
+    return s;
+}
+
+/* ---- files ---- */
+
+int file_read_all_at(int dirfd, const char *path, char **data, size_t *len)
+{
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap + 1);
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = -errno;
+            free(buf);
+            close(fd);
+            return e;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *data = buf;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+int file_read_all(const char *path, char **data, size_t *len)
+{
+    return file_read_all_at(AT_FDCWD, path, data, len);
+}
+
+int write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got)
+{
+    char *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, p + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    if (got)
+        *got = done;
+    return 0;
+}
+
+int file_write_atomic(int dirfd, const char *name, const void *data, size_t len, bool durable)
+{
+    static _Atomic unsigned long counter;
+    char tmp[512];
+    const char *slash = strrchr(name, '/');
+    int dirlen = slash ? (int)(slash - name + 1) : 0;
+    snprintf(tmp, sizeof tmp, "%.*s.tmp.%ld.%lu", dirlen, name, (long)getpid(), ++counter);
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int r = write_full(fd, data, len);
+    if (r == 0 && durable && fsync(fd) < 0)
+        r = -errno;
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+        r = -errno;
+    if (r < 0)
+        unlinkat(dirfd, tmp, 0);
+    return r;
+}
+
+int mkdir_p(const char *path, unsigned mode)
+{
+    char *p = xstrdup(path);
+    int r = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (mkdir(p, mode) < 0 && errno != EEXIST) {
+                r = -errno;
+                break;
+            }
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    free(p);
+    if (r == 0) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+            r = -errno;
+        else if (!S_ISDIR(st.st_mode))
+            r = -ENOTDIR;
+    }
+    return r;
+}
+
+char *path_join(const char *dir, const char *rel)
+{
+    if (rel[0] == '/')
+        return xstrdup(rel);
+    size_t n = strlen(dir);
+    return xasprintf("%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", rel);
+}
+
+char *path_dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return xstrdup(".");
+    if (slash == path)
+        return xstrdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+char *path_absolute(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (r)
+        return r;
+    if (path[0] == '/')
+        return xstrdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return xstrdup(path);
+    return path_join(cwd, path);
+}
+
+double now_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- parsing ---- */
+
+static const char *skip_ws(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return s;
+}
+
+int parse_u64(const char *s, uint64_t *out)
+{
+    s = skip_ws(s);
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    end = (char *)skip_ws(end);
+    if (*end)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+    s = skip_ws(s);
+    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    if (*d < '0' || *d > '9')
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    end = (char *)skip_ws(end);
+    if (*end)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int parse_double(const char *s, double *out)
+{
+    s = skip_ws(s);
+    if (!*s)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s)
+        return -EINVAL;
+    end = (char *)skip_ws(end);
+    if (*end)
+        return -EINVAL;
+    if (errno == ERANGE && isinf(v))
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+int parse_u64_list(const char *s, uint64_t *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        if (len >= sizeof item || n >= max)
+            return -EINVAL;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse_u64(item, &out[n]) < 0)
+            return -EINVAL;
+        n++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return n;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (n == 0 || n >= sizeof buf)
+        return -EINVAL;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    uint64_t mult = 1;
+    switch (buf[n - 1]) {
+    case 'K': case 'k': mult = 1ULL << 10; break;
+    case 'M': case 'm': mult = 1ULL << 20; break;
+    case 'G': case 'g': mult = 1ULL << 30; break;
+    case 'T': case 't': mult = 1ULL << 40; break;
+    default: break;
+    }
+    if (mult != 1)
+        buf[n - 1] = '\0';
+    uint64_t v;
+    int r = parse_u64(buf, &v);
+    if (r < 0)
+        return r;
+    if (v > UINT64_MAX / mult)
+        return -ERANGE;
+    *out = v * mult;
+    return 0;
+}
+
+uint64_t fnv64(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+void sb_append(struct strbuf *sb, const char *s, size_t n)
+{
+    if (sb->len + n + 1 > sb->cap) {
+        size_t cap = sb->cap ? sb->cap : 256;
+        while (cap < sb->len + n + 1)
+            cap *= 2;
+        sb->buf = xrealloc(sb->buf, cap);
+        sb->cap = cap;
+    }
+    memcpy(sb->buf + sb->len, s, n);
+    sb->len += n;
+    sb->buf[sb->len] = '\0';
+}
+
+void sb_printf(struct strbuf *sb, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof small) {
+        sb_append(sb, small, (size_t)n);
+        return;
+    }
+    char *big = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_append(sb, big, (size_t)n);
+    free(big);
+}
+
+void sb_free(struct strbuf *sb)
+{
+    free(sb->buf);
+    sb->buf = NULL;
+    sb->len = sb->cap = 0;
+}

@@ -1,0 +1,93 @@
+/* util.h: error buffers, logging and small file helpers shared by every part of roifs. */
+#ifndef ROIFS_UTIL_H
+#define ROIFS_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ROIFS_MAX_DIM 32
+
+/* A human-readable error message travelling with a negative errno return.
+ * Functions that can fail return 0 or -errno and, on failure, fill *err. */
+struct errbuf {
+    char msg[1024];
+};
+
+/* Sets err->msg from fmt (err may be NULL) and returns code (a negative errno). */
+int err_set(struct errbuf *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prepends "prefix: " to the message already in err; returns code. */
+int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Logging: to stderr (foreground), a file, or syslog. Thread-safe. */
+enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
+void log_open_stderr(bool debug);
+int log_open_file(const char *path, bool debug);
+void log_open_syslog(bool debug);
+bool log_debug_enabled(void);
+void log_msg(enum log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)
+#define log_debug(...)                                                                             \
+    do {                                                                                           \
+        if (log_debug_enabled())                                                                   \
+            log_msg(LOG_LVL_DEBUG, __VA_ARGS__);                                                   \
+    } while (0)
+
+/* Allocation that aborts on out-of-memory: roifs cannot do anything sensible without memory. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Reads a whole file (NUL-terminated for convenience; *len excludes the NUL).
+ * Returns 0 or -errno (-ENOENT when missing). */
+int file_read_all(const char *path, char **data, size_t *len);
+int file_read_all_at(int dirfd, const char *path, char **data, size_t *len);
+/* Writes data to dirfd/name atomically: a temporary file in the same directory, optional
+ * fsync, then rename. Returns 0 or -errno. */
+int file_write_atomic(int dirfd, const char *name, const void *data, size_t len, bool durable);
+/* Creates a directory and its parents with the given mode; 0 or -errno. */
+int mkdir_p(const char *path, unsigned mode);
+/* Joins dir and rel unless rel is absolute. Returns malloc'd path. */
+char *path_join(const char *dir, const char *rel);
+/* Directory part of path (malloc'd); "." when there is none. */
+char *path_dirname(const char *path);
+/* Absolute, normalised path (realpath when it exists, else cwd-joined). malloc'd. */
+char *path_absolute(const char *path);
+
+/* Writes/reads exactly n bytes, retrying on EINTR and short transfers. 0 or -errno. */
+int write_full(int fd, const void *buf, size_t n);
+int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got);
+
+/* Monotonic clock in seconds. */
+double now_monotonic(void);
+
+/* Parses a non-negative decimal integer that fills the whole string. 0 or -EINVAL/-ERANGE. */
+int parse_u64(const char *s, uint64_t *out);
+int parse_i64(const char *s, int64_t *out);
+int parse_double(const char *s, double *out);
+/* Parses a comma-separated list of u64 ("1, 512,512"). Returns count or -EINVAL. */
+int parse_u64_list(const char *s, uint64_t *out, int max);
+/* Parses a size with optional K/M/G/T suffix (powers of 1024). */
+int parse_size(const char *s, uint64_t *out);
+
+/* 64-bit FNV-1a over data, continuing from h (start with FNV64_INIT). */
+#define FNV64_INIT 0xcbf29ce484222325ULL
+uint64_t fnv64(uint64_t h, const void *data, size_t len);
+
+/* Growable byte string. */
+struct strbuf {
+    char *buf;
+    size_t len, cap;
+};
+void sb_append(struct strbuf *sb, const char *s, size_t n);
+void sb_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_free(struct strbuf *sb);
+
+#endif

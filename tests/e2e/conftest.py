@@ -1,0 +1,367 @@
+"""Fixtures and helpers for the mounted end-to-end suite (SPEC.md is the contract).
+
+Run with Debian's interpreter:  /usr/bin/python3 -m pytest tests/e2e -q
+Every test runs under a watchdog (default 120 s, @pytest.mark.timeout(S) to change): when
+it fires, all roifs daemons of the test are SIGKILLed and lazily unmounted, which unblocks
+any read stuck in the kernel, and the test fails.
+"""
+import contextlib
+import faulthandler
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+REPO = Path(__file__).resolve().parents[2]
+PY = "/usr/bin/python3"
+DEFAULT_TIMEOUT = 120
+
+# ---------------------------------------------------------------- mount table
+
+
+def _unescape(s):
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
+
+
+def fuse_mounts():
+    """Mount points of all FUSE mounts in /proc/self/mountinfo."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype = right.split(" ", 1)[0]
+            if fstype.startswith("fuse"):
+                out.append(_unescape(left.split(" ")[4]))
+    return out
+
+
+def is_mounted(mnt):
+    mnt = os.path.realpath(mnt)
+    with open("/proc/self/mountinfo") as f:
+        return any(_unescape(l.split(" ")[4]) == mnt for l in f)
+
+
+def lazy_unmount(mnt):
+    subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
+
+
+# ---------------------------------------------------------------- watchdog
+
+_live = {}  # id -> (Popen, mountpoint) of daemons started by the running test
+_live_lock = threading.Lock()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timeout(seconds): per-test watchdog limit")
+
+
+class WatchdogTimeout(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _watchdog(request):
+    m = request.node.get_closest_marker("timeout")
+    limit = m.args[0] if m else DEFAULT_TIMEOUT
+    main = threading.main_thread().ident
+    done, fired = threading.Event(), threading.Event()
+
+    def on_alarm(signum, frame):
+        raise WatchdogTimeout(f"test exceeded its {limit} s watchdog (daemons killed)")
+
+    def watch():
+        if done.wait(limit):
+            return
+        fired.set()
+        sys.stderr.write(f"\n*** watchdog: {request.node.nodeid} exceeded {limit} s\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        with _live_lock:
+            live = list(_live.values())
+        for proc, mnt in live:
+            with contextlib.suppress(Exception):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                lazy_unmount(mnt)
+        signal.pthread_kill(main, signal.SIGALRM)
+
+    prev = signal.signal(signal.SIGALRM, on_alarm)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
+        signal.signal(signal.SIGALRM, prev)
+    if fired.is_set():
+        pytest.fail(f"watchdog fired after {limit} s")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_mount_left_behind(tmp_path_factory):
+    base = os.path.realpath(tmp_path_factory.getbasetemp())
+    yield
+    left = [m for m in fuse_mounts() if m == base or m.startswith(base + "/")]
+    for m in left:
+        lazy_unmount(m)
+    assert not left, f"FUSE mounts left behind: {left}"
+
+
+# ---------------------------------------------------------------- binary
+
+
+@pytest.fixture(scope="session")
+def roifs_bin():
+    path = Path(os.environ.get("ROIFS_BIN", REPO / "build" / "roifs"))
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"roifs binary not found at {path} "
+                    "(build: meson setup build && ninja -C build, or set ROIFS_BIN)")
+    return str(path)
+
+
+def run_roifs(roifs_bin, *args, timeout=20, cwd="/"):
+    """Runs roifs ARGS; returns CompletedProcess with text stdout/stderr. Output goes
+    through files, not pipes, so a stray background daemon cannot hold the call open."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        r = subprocess.run([roifs_bin, *map(str, args)], stdout=out, stderr=err,
+                           timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+        out.seek(0)
+        err.seek(0)
+        r.stdout = out.read().decode(errors="replace")
+        r.stderr = err.read().decode(errors="replace")
+    return r
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def roi_text(roi, shape=None):
+    """((a,b),(c,d)) -> 'a:b, c:d'; a range covering a whole dimension becomes ':'."""
+    parts = []
+    for d, (a, b) in enumerate(roi):
+        full = shape is not None and a == 0 and b == shape[d]
+        parts.append(":" if full else f"{a}:{b}")
+    return ", ".join(parts)
+
+
+def roi_slices(roi):
+    return tuple(slice(a, b) for a, b in roi)
+
+
+def write_config(path, sections, extra=""):
+    """sections: {name: {key: value}} written in order; a value None drops the key."""
+    lines = []
+    for name, kv in sections.items():
+        if kv is None:
+            continue
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {v}" for k, v in kv.items() if v is not None]
+        lines.append("")
+    Path(path).write_text("\n".join(lines) + extra)
+
+
+def line_of(path, pattern):
+    """1-based number of the first line of path matching regex pattern."""
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if re.search(pattern, line):
+            return n
+    raise AssertionError(f"{pattern!r} not in {path}")
+
+
+@dataclass
+class Task:
+    dir: Path
+    config: Path
+    input: Path
+    rois_file: Path
+    cache: Path
+    mnt: Path
+    inp: np.ndarray           # the input as zarr-python reads it (fill where chunks are missing)
+    rois: list = field(default_factory=list)
+
+
+def make_task(tmp_path, data, chunks, *, rois, process=None, output=None, compressor=None,
+              order="C", dimension_separator=".", fill_value=0, attrs=None, regions=None,
+              sections=None, extra="", roi_lines=None):
+    """Writes in.zarr (zarr-python), rois.txt and task.ini under tmp_path.
+
+    data: numpy array (its dtype is the input dtype). regions: slices tuples to write
+    (None: everything) so that other input chunks do not exist. process/output: keys of
+    [process]/[output]. sections: extra or overriding sections ({name: {key: value}};
+    a key set to None is dropped). roi_lines: raw ROI file lines instead of rois."""
+    tmp_path = Path(tmp_path)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = np.asarray(data)
+    inpath = tmp_path / "in.zarr"
+    z = zarr.open(str(inpath), mode="w", shape=data.shape, chunks=chunks, dtype=data.dtype,
+                  compressor=compressor, order=order, dimension_separator=dimension_separator,
+                  fill_value=fill_value)
+    if attrs:
+        z.attrs.update(attrs)
+    for region in ([tuple(slice(None) for _ in data.shape)] if regions is None else regions):
+        z[region] = data[region]
+    inp = zarr.open(str(inpath), mode="r")[...]
+
+    rois_file = tmp_path / "rois.txt"
+    if roi_lines is None:
+        roi_lines = ["# generated by make_task"] + [roi_text(r, data.shape) for r in rois]
+    rois_file.write_text("\n".join(roi_lines) + "\n")
+
+    cache = tmp_path / "cache"
+    secs = {"input": {"path": "in.zarr"},
+            "rois": {"file": "rois.txt"},
+            "process": dict(process or {"builtin": "copy"}),
+            "output": dict(output or {}),
+            "cache": {"dir": str(cache)}}
+    for name, kv in (sections or {}).items():
+        if kv is None:
+            secs[name] = None
+        else:
+            secs.setdefault(name, {})
+            secs[name] = {**(secs[name] or {}), **kv}
+    config = tmp_path / "task.ini"
+    write_config(config, secs, extra)
+    return Task(tmp_path, config, inpath, rois_file, cache, tmp_path / "mnt", inp, list(rois))
+
+
+# ---------------------------------------------------------------- mounting
+
+
+def read_status(mnt):
+    """MNT/.roifs/status as a dict (SPEC §6)."""
+    with open(os.path.join(mnt, ".roifs", "status"), "rb") as f:
+        return json.loads(f.read())
+
+
+class Mount:
+    def __init__(self, path, proc, log):
+        self.path, self.proc, self.log = Path(path), proc, Path(log)
+
+    def __truediv__(self, other):
+        return self.path / other
+
+    def status(self):
+        return read_status(self.path)
+
+    def log_text(self):
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc.poll() is None
+
+
+_counter = itertools.count()
+
+
+@contextlib.contextmanager
+def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30):
+    """roifs mount -f CONFIG MNT in the background; yields a Mount; unmounts and requires
+    daemon exit status 0. Never leaves a mount or a daemon behind."""
+    config = Path(config)
+    mnt = Path(mnt or config.parent / "mnt")
+    mnt.mkdir(parents=True, exist_ok=True)
+    log = config.parent / f"roifs-{next(_counter)}.log"
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen([roifs_bin, "mount", "-f", *args, str(config), str(mnt)],
+                                stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd="/", start_new_session=True)
+    key = id(proc)
+    with _live_lock:
+        _live[key] = (proc, mnt)
+    m = Mount(mnt, proc, log)
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if is_mounted(mnt):
+                with contextlib.suppress(OSError):
+                    os.stat(mnt)
+                    break
+            if proc.poll() is not None:
+                pytest.fail(f"roifs mount exited with {proc.returncode} before the mount was "
+                            f"ready; log:\n{m.log_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"mount not ready after {ready_timeout} s; log:\n{m.log_text()}")
+            time.sleep(0.05)
+        yield m
+        r = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, f"fusermount3 -u failed: {r.stderr}\nlog:\n{m.log_text()}"
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"daemon still running 30 s after unmount; log:\n{m.log_text()}")
+        assert rc == 0, f"daemon exit status {rc} after unmount; log:\n{m.log_text()}"
+    except BaseException:
+        sys.stderr.write(f"--- roifs log {log} (tail) ---\n{m.log_text()}\n")
+        raise
+    finally:
+        if is_mounted(mnt):
+            lazy_unmount(mnt)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        with _live_lock:
+            _live.pop(key, None)
+
+
+@pytest.fixture
+def mount(roifs_bin):
+    """mount(config, mnt=None, args=()) -> context manager yielding a Mount."""
+    def _mount(config, mnt=None, args=(), ready_timeout=30):
+        return mounted(roifs_bin, config, mnt, args, ready_timeout)
+    return _mount
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_bytes(path):
+    """Opens and reads a whole file; OSError propagates (errno tells why)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def chunk_grid(shape, chunks):
+    return [range(-(-s // c)) for s, c in zip(shape, chunks)]
+
+
+def chunk_slices(idx, shape, chunks):
+    return tuple(slice(i * c, min((i + 1) * c, s)) for i, s, c in zip(idx, shape, chunks))
+
+
+def chunk_key(idx, sep="."):
+    return sep.join(map(str, idx))
+
+
+def all_chunks(shape, chunks):
+    return list(itertools.product(*chunk_grid(shape, chunks)))
+
+
+def chunks_touched(rois, shape, chunks):
+    """Chunk indices that at least one ROI box intersects."""
+    out = set()
+    for roi in rois:
+        ranges = [range(a // c, (b - 1) // c + 1) for (a, b), c in zip(roi, chunks)]
+        out.update(itertools.product(*ranges))
+    return out

@@ -1,0 +1,55 @@
+/* check.h: a minimal assertion harness for the C unit tests (TAP-like output). */
+#ifndef ROIFS_CHECK_H
+#define ROIFS_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;
+static int check_count;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        check_count++;                                                                             \
+        if (!(cond)) {                                                                             \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long check_a_ = (long long)(a), check_b_ = (long long)(b);                            \
+        check_count++;                                                                             \
+        if (check_a_ != check_b_) {                                                                \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a,    \
+                    check_a_, #b, check_b_);                                                       \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                                            \
+    do {                                                                                           \
+        check_count++;                                                                             \
+        if (!strstr((hay), (needle))) {                                                            \
+            check_failures++;                                                                      \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, (hay),  \
+                    (needle));                                                                     \
+        }                                                                                          \
+    } while (0)
+
+#define RUN(test)                                                                                  \
+    do {                                                                                           \
+        int check_before_ = check_failures;                                                        \
+        test();                                                                                    \
+        printf("%s %s\n", check_failures == check_before_ ? "ok" : "not ok", #test);               \
+    } while (0)
+
+static inline int check_done(void)
+{
+    printf("%d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,279 @@
+/* test_engine.c: the engine without FUSE: assembly order (later ROIs win), outside = input,
+ * single-flight under concurrent opens, reuse of the cache across engines (remounts), ROIs
+ * spanning chunks computed once, and failures reported as EIO plus a status entry. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/cache.h"
+#include "engine/engine.h"
+#include "task.h"
+
+static char dir[256];
+
+static void write_text(const char *name, const char *text)
+{
+    char *p = path_join(dir, name);
+    FILE *f = fopen(p, "w");
+    fputs(text, f);
+    fclose(f);
+    free(p);
+}
+
+/* An 8x8 <i4 input, chunks 4x4, uncompressed, value = 100*y + x; chunk (1,1) missing. */
+static void make_input(void)
+{
+    char *p = path_join(dir, "in.zarr");
+    mkdir_p(p, 0755);
+    free(p);
+    write_text("in.zarr/.zarray",
+               "{\"zarr_format\": 2, \"shape\": [8, 8], \"chunks\": [4, 4], \"dtype\": \"<i4\","
+               " \"compressor\": null, \"fill_value\": 7, \"order\": \"C\", \"filters\": null}");
+    for (int cy = 0; cy < 2; cy++)
+        for (int cx = 0; cx < 2; cx++) {
+            if (cy == 1 && cx == 1)
+                continue;
+            int32_t v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = 100 * (cy * 4 + i / 4) + cx * 4 + i % 4;
+            char name[320];
+            snprintf(name, sizeof name, "%s/in.zarr/%d.%d", dir, cy, cx);
+            FILE *f = fopen(name, "wb");
+            fwrite(v, sizeof v, 1, f);
+            fclose(f);
+        }
+}
+
+static int32_t input_at(int y, int x)
+{
+    return y >= 4 && x >= 4 ? 7 : 100 * y + x;
+}
+
+struct opened {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    int err, fd, done;
+};
+
+static void on_open(void *ctx, int err, int fd)
+{
+    struct opened *o = ctx;
+    pthread_mutex_lock(&o->m);
+    o->err = err;
+    o->fd = fd;
+    o->done = 1;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->m);
+}
+
+/* Opens chunk id and reads its 16 int32 values; returns the open's error. */
+static int read_chunk(struct engine *e, uint64_t id, int32_t *v)
+{
+    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    engine_open_chunk(e, id, on_open, &o);
+    pthread_mutex_lock(&o.m);
+    while (!o.done)
+        pthread_cond_wait(&o.cv, &o.m);
+    pthread_mutex_unlock(&o.m);
+    if (o.err)
+        return o.err;
+    ssize_t n = pread(o.fd, v, 64, 0);
+    close(o.fd);
+    return n == 64 ? 0 : -EIO;
+}
+
+static struct task *open_task(const char *ini)
+{
+    write_text("task.ini", ini);
+    char *p = path_join(dir, "task.ini");
+    struct task *t = NULL;
+    struct errbuf err = {{0}};
+    int r = task_open(p, &t, &err);
+    if (r < 0)
+        fprintf(stderr, "task_open: %s\n", err.msg);
+    free(p);
+    return t;
+}
+
+static const char value_cmd[] =
+    "/usr/bin/python3 -c \"import os,sys,numpy as n;s=[int(v) for v in "
+    "os.environ['ROIFS_IN_SHAPE'].split(',')];"
+    "sys.stdout.buffer.write(n.full(s,int(os.environ['ROIFS_ROI'])+10,'<i4').tobytes())\"";
+
+static void test_assembly_order(void)
+{
+    write_text("rois.txt", "0:4, 0:4\n2:6, 2:6\n3:5, 0:1\n");
+    char ini[1024];
+    snprintf(ini, sizeof ini,
+             "[input]\npath = in.zarr\n[rois]\nfile = rois.txt\n[process]\ncommand = %s\n"
+             "threads = 2\n[output]\nfill_value = -1\n[cache]\ndir = cache1\n",
+             value_cmd);
+    struct task *t = open_task(ini);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c;
+    struct engine *e;
+    struct errbuf err;
+    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    int32_t v[16];
+    for (uint64_t id = 0; id < 4; id++) {
+        CHECK_EQ_INT(read_chunk(e, id, v), 0);
+        int cy = (int)id / 2, cx = (int)id % 2;
+        for (int i = 0; i < 16; i++) {
+            int y = cy * 4 + i / 4, x = cx * 4 + i % 4, want = -1;
+            if (y < 4 && x < 4)
+                want = 10;
+            if (y >= 2 && y < 6 && x >= 2 && x < 6)
+                want = 11;
+            if (y >= 3 && y < 5 && x < 1)
+                want = 12;
+            CHECK_EQ_INT(v[i], want);
+        }
+    }
+    CHECK_EQ_INT(t->proc->calls, 3);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+}
+
+static void test_outside_input(void)
+{
+    write_text("rois2.txt", "1:3, 1:7\n");
+    struct task *t = open_task("[input]\npath = in.zarr\n[rois]\nfile = rois2.txt\n"
+                               "[process]\nbuiltin = add\nparam.value = 1000\n"
+                               "[output]\noutside = input\n[cache]\ndir = cache2\n");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c;
+    struct engine *e;
+    struct errbuf err;
+    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    int32_t v[16];
+    for (uint64_t id = 0; id < 4; id++) {
+        CHECK_EQ_INT(read_chunk(e, id, v), 0);
+        int cy = (int)id / 2, cx = (int)id % 2;
+        for (int i = 0; i < 16; i++) {
+            int y = cy * 4 + i / 4, x = cx * 4 + i % 4;
+            bool in_roi = y >= 1 && y < 3 && x >= 1 && x < 7;
+            CHECK_EQ_INT(v[i], input_at(y, x) + (in_roi ? 1000 : 0));
+        }
+    }
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+}
+
+struct reader_arg {
+    struct engine *e;
+    uint64_t id;
+    int rc;
+};
+
+static void *reader(void *p)
+{
+    struct reader_arg *a = p;
+    int32_t v[16];
+    a->rc = read_chunk(a->e, a->id, v);
+    return NULL;
+}
+
+/* 8 concurrent readers of all four chunks; ROIs span chunks; each ROI runs once, and a
+ * second engine on the same cache (a remount) runs nothing. */
+static void test_single_flight_and_remount(void)
+{
+    write_text("rois3.txt", "0:8, 0:8\n2:6, 2:6\n0:1, 0:8\n");
+    const char *ini = "[input]\npath = in.zarr\n[rois]\nfile = rois3.txt\n[process]\n"
+                      "builtin = add\nparam.delay = 0.2\nthreads = 3\n[cache]\ndir = cache3\n";
+    for (int round = 0; round < 2; round++) {
+        struct task *t = open_task(ini);
+        CHECK(t != NULL);
+        if (!t)
+            return;
+        struct cache *c;
+        struct engine *e;
+        struct errbuf err;
+        CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+        pthread_t th[8];
+        struct reader_arg args[8];
+        for (int i = 0; i < 8; i++) {
+            args[i] = (struct reader_arg){.e = e, .id = (uint64_t)(i % 4)};
+            pthread_create(&th[i], NULL, reader, &args[i]);
+        }
+        for (int i = 0; i < 8; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_EQ_INT(args[i].rc, 0);
+        }
+        CHECK_EQ_INT(t->proc->calls, round == 0 ? 3 : 0);
+        char *status = engine_status_json(e);
+        CHECK_STR_CONTAINS(status, "\"done\": 3");
+        CHECK_STR_CONTAINS(status, "\"cached\": 4");
+        free(status);
+        engine_destroy(e);
+        cache_close(c);
+        task_close(t);
+    }
+}
+
+static void test_failure_then_retry(void)
+{
+    write_text("rois4.txt", "0:4, 0:4\n4:8, 4:8\n");
+    char *flag = path_join(dir, "fail.flag");
+    write_text("fail.flag", "x");
+    char ini[1024];
+    snprintf(ini, sizeof ini,
+             "[input]\npath = in.zarr\n[rois]\nfile = rois4.txt\n[process]\n"
+             "command = if [ $ROIFS_ROI = 1 ] && [ -e fail.flag ]; then echo boom >&2; exit 3;"
+             " fi; cat\n[cache]\ndir = cache4\n");
+    struct task *t = open_task(ini);
+    CHECK(t != NULL);
+    if (!t) {
+        free(flag);
+        return;
+    }
+    struct cache *c;
+    struct engine *e;
+    struct errbuf err;
+    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    int32_t v[16];
+    CHECK_EQ_INT(read_chunk(e, 0, v), 0);
+    CHECK_EQ_INT(v[5], input_at(1, 1));
+    CHECK_EQ_INT(read_chunk(e, 3, v), -EIO);
+    char *status = engine_status_json(e);
+    CHECK_STR_CONTAINS(status, "\"failed\": 1");
+    CHECK_STR_CONTAINS(status, "boom");
+    free(status);
+    unlink(flag);
+    CHECK_EQ_INT(read_chunk(e, 3, v), 0);
+    CHECK_EQ_INT(v[0], 7);
+    status = engine_status_json(e);
+    CHECK_STR_CONTAINS(status, "\"failed\": 0");
+    free(status);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+    free(flag);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    log_open_stderr(false);
+    make_input();
+    RUN(test_assembly_order);
+    RUN(test_outside_input);
+    RUN(test_single_flight_and_remount);
+    RUN(test_failure_then_retry);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+    return check_done();
+}
