@@ -42,7 +42,13 @@ struct loader {
     int group_count[NGROUPS];
     const char *group_key[NGROUPS][2];
     int group_line[NGROUPS][2];
+    char short_line[256];
+    char *long_value; /* the value of the current line when it is too long for inih */
 };
+
+/* What inih is shown instead of a value too long for its line buffer (see read_line). */
+#define LONG_VALUE_TOKEN "\x01roifs-long-value\x01"
+
 
 struct key_spec;
 typedef int (*key_setter)(struct loader *ld, const struct key_spec *k, const char *value);
@@ -448,6 +454,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
     struct loader *ld = user;
     if (ld->failed)
         return 0;
+    if (ld->long_value && strcmp(value, LONG_VALUE_TOKEN) == 0)
+        value = ld->long_value;
     if (!*section)
         return fail(ld, ld->lineno, "key '%s' outside of any section", name), 0;
     if (section_index(section, strlen(section)) < 0)
@@ -469,6 +477,41 @@ static int on_key(void *user, const char *section, const char *name, const char 
     return k->set(ld, k, value) == 0;
 }
 
+/* inih's line buffer is small (200 bytes in Debian's build), but command lines and paths can
+ * be long: a "key = value" line that does not fit is handed to inih with a placeholder value,
+ * and the real value (inline comment and surrounding blanks removed) kept in ld->long_value.
+ * Returns the start of the line to hand over (in ld->short_line), or NULL when it cannot. */
+static const char *shorten_long_line(struct loader *ld, const char *s, const char **stop, int num)
+{
+    const char *p = s;
+    while (p < *stop && (*p == ' ' || *p == '\t'))
+        p++;
+    if (p == *stop || *p == ';' || *p == '#' || *p == '[')
+        return NULL;
+    const char *delim = p;
+    while (delim < *stop && *delim != '=' && *delim != ':')
+        delim++;
+    if (delim == *stop)
+        return NULL;
+    const char *v = delim + 1, *end = *stop;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    for (const char *c = v; c < end; c++)
+        if (*c == ';' && c > v && (c[-1] == ' ' || c[-1] == '\t')) {
+            end = c;
+            break;
+        }
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    int keylen = (int)(delim - p);
+    if (keylen + 3 + (int)strlen(LONG_VALUE_TOKEN) > num - 1)
+        return NULL;
+    ld->long_value = strndup(v, (size_t)(end - v));
+    snprintf(ld->short_line, sizeof ld->short_line, "%.*s= %s", keylen, p, LONG_VALUE_TOKEN);
+    *stop = ld->short_line + strlen(ld->short_line);
+    return ld->short_line;
+}
+
 /* inih reader: hands over one line per call so that ld->lineno is the line of each handler
  * call. Leading blanks are removed so that an indented key is not taken for the
  * continuation of the previous value. Section headers are checked here, because inih calls
@@ -485,7 +528,9 @@ static char *read_line(char *str, int num, void *stream)
     ld->lineno++;
     if (stop > s && stop[-1] == '\r')
         stop--;
-    if (stop - s > num - 1) {
+    free(ld->long_value);
+    ld->long_value = NULL;
+    if (stop - s > num - 1 && !(s = shorten_long_line(ld, s, &stop, num))) {
         fail(ld, ld->lineno, "line too long (at most %d characters)", num - 1);
         return NULL;
     }
@@ -643,6 +688,7 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
     struct loader ld = {
         .cfg = cfg, .name = path, .text = text, .pos = text, .end = text + len, .err = err};
     r = ini_parse_stream(read_line, &ld, on_key, &ld);
+    free(ld.long_value);
     if (r < 0 && !ld.failed) {
         err_set(err, -ENOMEM, "%s: cannot parse: out of memory", path);
         ld.failed = true;

@@ -101,8 +101,7 @@ static int resolve_output(struct task *t, struct errbuf *err)
         if (dtype_parse(cfg->dtype, &o->dtype, &e) < 0)
             TASK_ERR(t, err, "output", "dtype", "[output] dtype: %s", e.msg);
     } else {
-        o->dtype = t->in->dtype;
-        o->dtype.big_endian = false;
+        o->dtype = t->in->dtype; /* byte order too: processors still see little-endian */
     }
     if (cfg->outside == OUTSIDE_INPUT && !dtype_equal_ignoring_order(&o->dtype, &t->in->dtype))
         TASK_ERR(t, err, "output", "outside",
@@ -132,7 +131,12 @@ static int load_rois(struct task *t, struct errbuf *err)
     int r;
     int nd = t->in->ndim;
     if (cfg->rois_kind == ROIS_FILE) {
-        r = roi_parse_file(cfg->rois_file, nd, t->in->shape, &t->rois, err);
+        struct errbuf e;
+        r = roi_parse_file(cfg->rois_file, nd, t->in->shape, &t->rois, &e);
+        if (r == -EINVAL)
+            return err_set(err, r, "%s", e.msg); /* names the ROI file and its line */
+        if (r < 0)
+            TASK_ERR(t, err, "rois", "file", "[rois] file: %s", e.msg);
     } else if (cfg->rois_kind == ROIS_GRID) {
         if ((r = check_dims(t, "grid", "rois", cfg->grid_ndim, err)) < 0)
             return r;

@@ -175,6 +175,17 @@ static void job_promote(struct engine *e, struct chunk_job *job)
             want_roi(e, rois[i], PRIO_DEMAND);
 }
 
+/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it. */
+static bool has_failed_roi(struct engine *e, size_t k)
+{
+    size_t n;
+    const uint32_t *rois = roi_index_rois(e->t->index, k, &n);
+    for (size_t i = 0; i < n; i++)
+        if (e->rois[rois[i]].state == RS_FAILED)
+            return true;
+    return false;
+}
+
 /* Queues, behind demanded work, the ROIs of the chunks that follow id in C order. */
 static void read_ahead(struct engine *e, uint64_t id)
 {
@@ -182,7 +193,7 @@ static void read_ahead(struct engine *e, uint64_t id)
     size_t nk = roi_index_nchunks(e->t->index);
     for (size_t k = roi_index_lower_bound(e->t->index, id + 1); n > 0 && k < nk; k++, n--) {
         uint64_t next = roi_index_chunk_id(e->t->index, k);
-        if (!job_find(e, next) && !cache_chunk_exists(e->c, next))
+        if (!job_find(e, next) && !has_failed_roi(e, k) && !cache_chunk_exists(e->c, next))
             job_create(e, next, false);
     }
 }

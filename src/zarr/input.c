@@ -182,8 +182,10 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
 {
     pthread_mutex_lock(&in->lock);
     struct chunk *c;
+    bool waited = false;
     while ((c = lookup(in, id)) && c->loading) {
-        in->stats.waits++;
+        in->stats.waits += !waited;
+        waited = true;
         pthread_cond_wait(&in->loaded, &in->lock);
     }
     if (c) {
