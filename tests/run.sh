@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, then runs the C unit tests and the
-# mounted end-to-end suite under pytest (Debian's /usr/bin/python3). Extra arguments go to pytest.
+# mounted end-to-end suite under pytest (Debian's /usr/bin/python3). Extra arguments go to
+# pytest. ROIFS_SANITIZE=1 builds with -fsanitize=address,undefined in ./build-asan instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+if [ "${ROIFS_SANITIZE:-0}" = 1 ]; then
+    export ROIFS_BUILD=build-asan ROIFS_BIN=$PWD/build-asan/roifs
+    export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    scripts/build.sh -Db_sanitize=address,undefined -Db_lundef=false
+else
+    scripts/build.sh
+fi
 exec /usr/bin/python3 -m pytest -p no:cacheprovider tests "$@"

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUILD = pathlib.Path(os.environ.get("ROIFS_BUILD", ROOT / "build"))
+BUILD = (ROOT / os.environ.get("ROIFS_BUILD", "build")).resolve()
 UNITS = sorted(p.stem for p in (ROOT / "tests" / "unit").glob("test_*.c"))
 
 

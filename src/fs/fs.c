@@ -255,7 +255,12 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         const char *data = h->buf ? h->buf : h->text;
         size_t o = (size_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
-        fuse_reply_buf(req, data + o, n);
+        /* Reply from a copy: once the kernel has the reply, the reader may close the file and
+         * a RELEASE on another thread free h while fuse_reply_buf is still returning. */
+        char *copy = xmalloc(n ? n : 1);
+        memcpy(copy, data + o, n);
+        fuse_reply_buf(req, copy, n);
+        free(copy);
         return;
     }
     char *buf = xmalloc(size);

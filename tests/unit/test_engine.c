@@ -116,8 +116,8 @@ static void test_assembly_order(void)
     CHECK(t != NULL);
     if (!t)
         return;
-    struct cache *c;
-    struct engine *e;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
     struct errbuf err;
     CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
     int32_t v[16];
@@ -150,8 +150,8 @@ static void test_outside_input(void)
     CHECK(t != NULL);
     if (!t)
         return;
-    struct cache *c;
-    struct engine *e;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
     struct errbuf err;
     CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
     int32_t v[16];
@@ -195,8 +195,8 @@ static void test_single_flight_and_remount(void)
         CHECK(t != NULL);
         if (!t)
             return;
-        struct cache *c;
-        struct engine *e;
+        struct cache *c = NULL;
+        struct engine *e = NULL;
         struct errbuf err;
         CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
         pthread_t th[8];
@@ -236,8 +236,8 @@ static void test_failure_then_retry(void)
         free(flag);
         return;
     }
-    struct cache *c;
-    struct engine *e;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
     struct errbuf err;
     CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
     int32_t v[16];
