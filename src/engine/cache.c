@@ -9,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 struct cache {
     char *path;
-    int dirfd, chunks_fd, rois_fd;
+    int dirfd, chunks_fd, rois_fd, locks_fd;
+    bool warned_xattr;
 };
 
 const char *cache_path(const struct cache *c)
@@ -93,7 +96,7 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
     c->path = xstrdup(t->cache_dir);
-    c->dirfd = c->chunks_fd = c->rois_fd = -1;
+    c->dirfd = c->chunks_fd = c->rois_fd = c->locks_fd = -1;
     int r = mkdir_p(c->path, 0700);
     if (r < 0) {
         err_set(err, r, "%s: cannot create the cache directory: %s", c->path, strerror(-r));
@@ -113,8 +116,9 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
         goto fail;
     }
     if ((c->chunks_fd = open_subdir(c->dirfd, "chunks")) < 0 ||
-        (c->rois_fd = open_subdir(c->dirfd, "rois")) < 0) {
-        r = c->chunks_fd < 0 ? c->chunks_fd : c->rois_fd;
+        (c->rois_fd = open_subdir(c->dirfd, "rois")) < 0 ||
+        (c->locks_fd = open_subdir(c->dirfd, "locks")) < 0) {
+        r = c->chunks_fd < 0 ? c->chunks_fd : c->rois_fd < 0 ? c->rois_fd : c->locks_fd;
         err_set(err, r, "%s: cannot create its subdirectories: %s", c->path, strerror(-r));
         goto fail;
     }
@@ -137,6 +141,8 @@ void cache_close(struct cache *c)
         close(c->chunks_fd);
     if (c->rois_fd >= 0)
         close(c->rois_fd);
+    if (c->locks_fd >= 0)
+        close(c->locks_fd);
     free(c->path);
     free(c);
 }
@@ -169,11 +175,52 @@ bool cache_chunk_exists(struct cache *c, uint64_t id)
     return cache_chunk_size(c, id, &size) == 0;
 }
 
-int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len)
+#define SIG_XATTR "user.roifs.input"
+
+/* Like file_write_atomic, with the signature attached to the file before it appears. */
+int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, uint64_t sig)
+{
+    static _Atomic unsigned long counter;
+    char name[32], tmp[96];
+    snprintf(name, sizeof name, "%" PRIu64, id);
+    snprintf(tmp, sizeof tmp, ".tmp.%ld.%lu", (long)getpid(), ++counter);
+    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int r = write_full(fd, data, len);
+    if (r == 0 && fsetxattr(fd, SIG_XATTR, &sig, sizeof sig, 0) < 0) {
+        if (errno != ENOTSUP && errno != EOPNOTSUPP)
+            r = -errno;
+        else if (!c->warned_xattr) {
+            c->warned_xattr = true;
+            log_warn("%s: no extended attributes here; changes of the input will not be noticed",
+                     c->path);
+        }
+    }
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && renameat(c->chunks_fd, tmp, c->chunks_fd, name) < 0)
+        r = -errno;
+    if (r < 0)
+        unlinkat(c->chunks_fd, tmp, 0);
+    return r;
+}
+
+int cache_chunk_sig(int fd, uint64_t *sig)
+{
+    ssize_t n = fgetxattr(fd, SIG_XATTR, sig, sizeof *sig);
+    if (n == (ssize_t)sizeof *sig)
+        return 0;
+    if (n >= 0)
+        return -ENODATA;
+    return errno == EOPNOTSUPP ? -ENOTSUP : -errno;
+}
+
+void cache_chunk_remove(struct cache *c, uint64_t id)
 {
     char name[32];
     snprintf(name, sizeof name, "%" PRIu64, id);
-    return file_write_atomic(c->chunks_fd, name, data, len, false);
+    unlinkat(c->chunks_fd, name, 0);
 }
 
 /* Calls fn for each entry of fd whose name is a plain decimal number. */
@@ -206,22 +253,61 @@ int cache_roi_each(struct cache *c, void (*fn)(void *ctx, uint64_t roi), void *c
     return each_numbered(c->rois_fd, fn, ctx);
 }
 
-int cache_roi_write(struct cache *c, size_t roi, const void *data, size_t len)
+/* A stored ROI result: this header, then the raw ROI-box bytes. */
+struct roi_header {
+    char magic[8]; /* "roifsR1" */
+    uint64_t sig;
+};
+
+int cache_roi_write(struct cache *c, size_t roi, const void *data, size_t len, uint64_t sig)
 {
     char name[32];
     snprintf(name, sizeof name, "%zu", roi);
-    return file_write_atomic(c->rois_fd, name, data, len, false);
+    struct roi_header h = {.magic = "roifsR1", .sig = sig};
+    char *buf = xmalloc(sizeof h + len);
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, data, len);
+    int r = file_write_atomic(c->rois_fd, name, buf, sizeof h + len, false);
+    free(buf);
+    return r;
 }
 
-int cache_roi_read(struct cache *c, size_t roi, void *data, size_t len)
+static int open_roi(struct cache *c, size_t roi, uint64_t sig, int *fd)
 {
     char name[32];
     snprintf(name, sizeof name, "%zu", roi);
-    int fd = openat(c->rois_fd, name, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    *fd = openat(c->rois_fd, name, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
         return -errno;
+    struct roi_header h;
     size_t got = 0;
-    int r = pread_full(fd, data, len, 0, &got);
+    int r = pread_full(*fd, &h, sizeof h, 0, &got);
+    if (r == 0 && (got != sizeof h || memcmp(h.magic, "roifsR1", 8) != 0 || h.sig != sig))
+        r = -ESTALE;
+    if (r < 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return r;
+}
+
+int cache_roi_check(struct cache *c, size_t roi, uint64_t sig)
+{
+    int fd;
+    int r = open_roi(c, roi, sig, &fd);
+    if (r == 0)
+        close(fd);
+    return r;
+}
+
+int cache_roi_read(struct cache *c, size_t roi, void *data, size_t len, uint64_t sig)
+{
+    int fd;
+    int r = open_roi(c, roi, sig, &fd);
+    if (r < 0)
+        return r;
+    size_t got = 0;
+    r = pread_full(fd, data, len, sizeof(struct roi_header), &got);
     close(fd);
     if (r < 0)
         return r;
@@ -233,4 +319,39 @@ void cache_roi_remove(struct cache *c, size_t roi)
     char name[32];
     snprintf(name, sizeof name, "%zu", roi);
     unlinkat(c->rois_fd, name, 0);
+}
+
+static int take_lock(struct cache *c, const char *name, bool wait)
+{
+    int fd = openat(c->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    while (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+int cache_lock_chunk(struct cache *c, uint64_t id, bool wait)
+{
+    char name[32];
+    snprintf(name, sizeof name, "c%" PRIu64, id);
+    return take_lock(c, name, wait);
+}
+
+int cache_lock_roi(struct cache *c, size_t roi)
+{
+    char name[32];
+    snprintf(name, sizeof name, "r%zu", roi);
+    return take_lock(c, name, true);
+}
+
+void cache_unlock(int lock)
+{
+    if (lock >= 0)
+        close(lock); /* closing the only descriptor releases the flock */
 }

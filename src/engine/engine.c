@@ -50,12 +50,15 @@ static struct chunk_job *job_find(struct engine *e, uint64_t id)
     return *job_slot(e, id);
 }
 
-/* Unlinks job from the table and returns its waiters; frees the job. */
+/* Unlinks job from the table, releases its lock and returns its waiters; frees the job. */
 static struct waiter *job_remove(struct engine *e, struct chunk_job *job)
 {
     struct chunk_job **p = job_slot(e, job->id);
     *p = job->hnext;
     e->njobs--;
+    if (job->remote)
+        e->nremote--;
+    cache_unlock(job->lock);
     struct waiter *w = job->waiters;
     free(job);
     pthread_cond_broadcast(&e->done_cv);
@@ -89,7 +92,7 @@ static void record_error(struct engine *e, size_t roi, const char *msg)
 }
 
 /* Calls back every waiter in the list (outside the lock). */
-static void notify(struct engine *e, struct waiter *w, uint64_t id, int err)
+static void notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags)
 {
     while (w) {
         struct waiter *next = w->next;
@@ -99,10 +102,57 @@ static void notify(struct engine *e, struct waiter *w, uint64_t id, int err)
                       strerror(-r));
             r = -EIO;
         }
-        w->cb(w->ctx, r, fd);
+        w->cb(w->ctx, r, fd, flags);
         free(w);
         w = next;
     }
+}
+
+/* ---- input signatures: what a result was made from ---- */
+
+static uint64_t roi_input_sig(struct engine *e, uint32_t r)
+{
+    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
+    roi_read_region(&e->t->rois, r, e->t->halo, e->t->in->shape, rstart, rshape);
+    zarr_input_signature(e->t->input, rstart, rshape, &sig);
+    return sig;
+}
+
+/* Signature of the input read for chunk id: the bounding box of the read regions of its
+ * ROIs (and of the chunk itself with outside = input). */
+static uint64_t chunk_input_sig(struct engine *e, uint64_t id)
+{
+    const struct task *t = e->t;
+    int nd = t->out.ndim;
+    uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM];
+    uint64_t rs[ROIFS_MAX_DIM], rsh[ROIFS_MAX_DIM], sig = 0;
+    bool any = false;
+    nd_unlinear(id, t->grid, nd, idx);
+    if (t->cfg.outside == OUTSIDE_INPUT) {
+        for (int d = 0; d < nd; d++) {
+            lo[d] = idx[d] * t->out.chunks[d];
+            hi[d] = lo[d] + t->out.chunks[d] < t->out.shape[d] ? lo[d] + t->out.chunks[d]
+                                                                : t->out.shape[d];
+        }
+        any = true;
+    }
+    int64_t k = roi_index_find(t->index, id);
+    size_t n = 0;
+    const uint32_t *rois = k >= 0 ? roi_index_rois(t->index, (size_t)k, &n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        roi_read_region(&t->rois, rois[i], t->halo, t->in->shape, rs, rsh);
+        for (int d = 0; d < nd; d++) {
+            if (!any || rs[d] < lo[d])
+                lo[d] = rs[d];
+            if (!any || rs[d] + rsh[d] > hi[d])
+                hi[d] = rs[d] + rsh[d];
+        }
+        any = true;
+    }
+    for (int d = 0; d < nd; d++)
+        shape[d] = any ? hi[d] - lo[d] : 0;
+    zarr_input_signature(t->input, lo, shape, &sig);
+    return sig;
 }
 
 /* ---- scheduling (lock held) ---- */
@@ -141,26 +191,95 @@ static bool want_roi(struct engine *e, uint32_t r, enum roi_prio prio)
     }
 }
 
-/* Creates the job for chunk id (not cached, no job yet) and schedules its ROIs. */
+/* Schedules the ROIs of a job whose chunk lock we hold (or could not take). */
+static void job_start(struct engine *e, struct chunk_job *job)
+{
+    if (cache_chunk_exists(e->c, job->id)) {
+        job->cached_already = true; /* another process finished it */
+        asm_enqueue(e, job);
+        return;
+    }
+    if (job->k >= 0) {
+        size_t n;
+        const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
+        for (size_t i = 0; i < n; i++) {
+            struct roi_slot *s = &e->rois[rois[i]];
+            if (s->state == RS_DONE && s->on_disk &&
+                cache_roi_check(e->c, rois[i], roi_input_sig(e, rois[i])) < 0) {
+                /* Its stored result was made from input that has changed since. */
+                s->state = RS_IDLE;
+                s->on_disk = false;
+                e->n_done--;
+            }
+            if (want_roi(e, rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
+                job->pending++;
+        }
+    }
+    if (job->pending == 0)
+        asm_enqueue(e, job);
+}
+
+/* Creates the job for chunk id (not cached, no job yet); schedules its ROIs once the chunk's
+ * lock is ours, which makes computing it exclusive between processes sharing the cache. */
 static struct chunk_job *job_create(struct engine *e, uint64_t id, bool demanded)
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
     job->id = id;
     job->k = roi_index_find(e->t->index, id);
     job->demanded = demanded;
+    job->lock = -1;
     struct chunk_job **p = job_slot(e, id);
     *p = job;
     e->njobs++;
-    if (job->k >= 0) {
-        size_t n;
-        const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
-        for (size_t i = 0; i < n; i++)
-            if (want_roi(e, rois[i], demanded ? PRIO_DEMAND : PRIO_AHEAD))
-                job->pending++;
+    int lock = cache_lock_chunk(e->c, id, false);
+    if (lock == -EWOULDBLOCK) {
+        job->remote = true;
+        e->nremote++;
+        pthread_cond_signal(&e->remote_cv);
+        return job;
     }
-    if (job->pending == 0)
-        asm_enqueue(e, job);
+    if (lock < 0)
+        log_warn("chunk %llu: cannot take its lock (%s); computing it unlocked",
+                 (unsigned long long)id, strerror(-lock));
+    job->lock = lock;
+    job_start(e, job);
     return job;
+}
+
+/* Polls the locks of chunks another process is computing; takes over when it finishes or
+ * dies (the kernel releases a dead process's lock). */
+static void *remote_main(void *arg)
+{
+    struct engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping) {
+        if (e->nremote == 0) {
+            pthread_cond_wait(&e->remote_cv, &e->lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->remote_cv, &e->lock, &ts);
+        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->nremote && !e->stopping; b++)
+            for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
+                if (!job->remote)
+                    continue;
+                int lock = cache_lock_chunk(e->c, job->id, false);
+                if (lock == -EWOULDBLOCK)
+                    continue;
+                job->remote = false;
+                e->nremote--;
+                job->lock = lock >= 0 ? lock : -1;
+                job_start(e, job);
+            }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
 }
 
 static void job_promote(struct engine *e, struct chunk_job *job)
@@ -168,6 +287,8 @@ static void job_promote(struct engine *e, struct chunk_job *job)
     if (job->demanded || job->k < 0)
         return;
     job->demanded = true;
+    if (job->remote)
+        return; /* its ROIs are scheduled, with demand priority, once the lock is ours */
     size_t n;
     const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
     for (size_t i = 0; i < n; i++)
@@ -198,11 +319,49 @@ static void read_ahead(struct engine *e, uint64_t id)
     }
 }
 
+/* True when cached chunk fd was made from the input as it is now (or nothing can tell). */
+static bool chunk_current(struct engine *e, uint64_t id, int fd)
+{
+    uint64_t stored;
+    if (cache_chunk_sig(fd, &stored) < 0)
+        return true;
+    return stored == chunk_input_sig(e, id);
+}
+
+/* Throws away a cached chunk made from older input; its ROIs will run again. */
+static void chunk_discard(struct engine *e, uint64_t id)
+{
+    log_info("chunk %llu: the input changed since it was computed; computing it again",
+             (unsigned long long)id);
+    cache_chunk_remove(e->c, id);
+    pthread_mutex_lock(&e->lock);
+    if (e->n_cached)
+        e->n_cached--;
+    int64_t k = roi_index_find(e->t->index, id);
+    size_t n = 0;
+    const uint32_t *rois = k >= 0 ? roi_index_rois(e->t->index, (size_t)k, &n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct roi_slot *s = &e->rois[rois[i]];
+        if (s->state == RS_DONE && !s->result) {
+            s->state = RS_IDLE;
+            s->on_disk = false;
+            s->remaining++;
+            e->n_done--;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
 {
-    int fd;
-    if (cache_chunk_open(e->c, id, &fd) == 0) {
-        cb(ctx, 0, fd);
+    int fd = -1;
+    bool replaced = false;
+    if (cache_chunk_open(e->c, id, &fd) == 0 && !chunk_current(e, id, fd)) {
+        close(fd);
+        chunk_discard(e, id);
+        replaced = true;
+    } else if (fd >= 0) {
+        cb(ctx, 0, fd, 0);
         pthread_mutex_lock(&e->lock);
         if (!e->stopping)
             read_ahead(e, id);
@@ -216,7 +375,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     if (e->stopping) {
         pthread_mutex_unlock(&e->lock);
         free(w);
-        cb(ctx, -EIO, -1);
+        cb(ctx, -EIO, -1, 0);
         return;
     }
     struct chunk_job *job = job_find(e, id);
@@ -224,13 +383,15 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
         /* Finished between our first look and taking the lock. */
         pthread_mutex_unlock(&e->lock);
         w->next = NULL;
-        notify(e, w, id, 0);
+        notify(e, w, id, 0, 0);
         return;
     }
-    if (!job)
+    if (!job) {
         job = job_create(e, id, true);
-    else
+        job->replaced = replaced;
+    } else {
         job_promote(e, job);
+    }
     w->next = job->waiters;
     job->waiters = w;
     read_ahead(e, id);
@@ -368,7 +529,7 @@ static void roi_finish(struct engine *e, uint32_t r, bool ok, void *result, cons
             break;
     }
     pthread_mutex_unlock(&e->lock);
-    notify(e, failed, 0, -EIO);
+    notify(e, failed, 0, -EIO, 0);
 }
 
 static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
@@ -387,11 +548,24 @@ static void run_roi(struct engine *e, uint32_t r)
 {
     struct errbuf err = {{0}};
     const struct task *t = e->t;
+    bool multi = roi_index_roi_nchunks(t->index, r) > 1;
+    /* A ROI spanning chunks may be wanted by another process for another chunk. */
+    int lock = multi ? cache_lock_roi(e->c, r) : -1;
+    if (multi && lock < 0)
+        log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
+                 strerror(-lock));
+    uint64_t sig = roi_input_sig(e, r); /* taken before reading: a change later shows */
+    if (cache_roi_check(e->c, r, sig) == 0) {
+        /* Computed by another process, or kept from before an unmount: not again. */
+        cache_unlock(lock);
+        roi_finish(e, r, true, NULL, NULL);
+        return;
+    }
     void *result = compute_roi(e, r, &err);
     bool ok = result != NULL;
-    if (ok && roi_index_roi_nchunks(t->index, r) > 1) {
+    if (ok && multi) {
         /* Shared by several chunks that may be read far apart: keep it on disk. */
-        int rc = cache_roi_write(e->c, r, result, roi_box_nbytes(t, r));
+        int rc = cache_roi_write(e->c, r, result, roi_box_nbytes(t, r), sig);
         free(result);
         result = NULL;
         if (rc < 0) {
@@ -399,6 +573,7 @@ static void run_roi(struct engine *e, uint32_t r)
             err_set(&err, rc, "cannot store the result in the cache: %s", strerror(-rc));
         }
     }
+    cache_unlock(lock);
     if (!ok)
         log_roi_failure(t, r, err.msg);
     roi_finish(e, r, ok, result, err.msg);
@@ -427,11 +602,11 @@ static int paste_roi(struct engine *e, uint32_t r, void *buf, const uint64_t *c0
     if (!res) {
         size_t n = roi_box_nbytes(t, r);
         tmp = res = xmalloc(n);
-        int rc = cache_roi_read(e->c, r, tmp, n);
+        int rc = cache_roi_read(e->c, r, tmp, n, roi_input_sig(e, r));
         if (rc < 0) {
             free(tmp);
-            return err_set(err, rc == -ENOENT ? -ENOENT : -EIO,
-                           "the stored result of roi %u is unreadable: %s", r, strerror(-rc));
+            return err_set(err, rc == -ENOENT || rc == -ESTALE ? -ENOENT : -EIO,
+                           "the stored result of roi %u is unusable: %s", r, strerror(-rc));
         }
     }
     nd_copy(buf, t->out.chunks, dst_off, res, bshape, src_off, ext, nd, t->out.dtype.size);
@@ -490,9 +665,13 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     size_t len = 0;
     uint32_t bad_roi = UINT32_MAX;
     uint64_t id = job->id;
-    int rc = assemble(e, job, &data, &len, &bad_roi, &err);
-    if (rc == 0 && (rc = cache_chunk_write(e->c, id, data, len)) < 0)
-        err_set(&err, rc, "cannot write it to the cache: %s", strerror(-rc));
+    int rc = 0;
+    if (!job->cached_already) {
+        uint64_t sig = chunk_input_sig(e, id); /* before reading: a change later shows */
+        rc = assemble(e, job, &data, &len, &bad_roi, &err);
+        if (rc == 0 && (rc = cache_chunk_write(e->c, id, data, len, sig)) < 0)
+            err_set(&err, rc, "cannot write it to the cache: %s", strerror(-rc));
+    }
     free(data);
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
@@ -519,12 +698,13 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
         e->rois[bad_roi].on_disk = false;
         e->n_done--;
     }
+    int flags = ENGINE_COMPUTED | (job->replaced ? ENGINE_REPLACED : 0);
     struct waiter *w = job_remove(e, job);
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < nrm; i++)
         cache_roi_remove(e->c, remove[i]);
     free(remove);
-    notify(e, w, id, rc == 0 ? 0 : -EIO);
+    notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
 }
 
 /* ---- the compute pool ---- */
@@ -608,6 +788,7 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
+    pthread_cond_init(&e->remote_cv, NULL);
     e->rois = xcalloc(t->rois.n, sizeof *e->rois);
     for (size_t r = 0; r < t->rois.n; r++)
         e->rois[r].remaining = roi_index_roi_nchunks(t->index, r);
@@ -619,10 +800,16 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
             e->n_done++;
         }
     cache_roi_each(c, scan_stored_roi, e);
+    int rc = pthread_create(&e->remote_thread, NULL, remote_main, e);
+    if (rc != 0) {
+        engine_destroy(e);
+        return err_set(err, -rc, "cannot start a thread: %s", strerror(rc));
+    }
+    e->remote_started = true;
     e->nthreads = t->cfg.threads > 0 ? t->cfg.threads : 1;
     e->threads = xcalloc((size_t)e->nthreads, sizeof *e->threads);
     for (int i = 0; i < e->nthreads; i++) {
-        int rc = pthread_create(&e->threads[i], NULL, worker_main, e);
+        rc = pthread_create(&e->threads[i], NULL, worker_main, e);
         if (rc != 0) {
             e->nthreads = i;
             engine_destroy(e);
@@ -638,19 +825,22 @@ void engine_destroy(struct engine *e)
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
     pthread_cond_broadcast(&e->work_cv);
+    pthread_cond_broadcast(&e->remote_cv);
     pthread_mutex_unlock(&e->lock);
     proc_shutdown(e->t->proc);
     for (int i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i], NULL);
+    if (e->remote_started)
+        pthread_join(e->remote_thread, NULL);
     free(e->threads);
     for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
         while (e->jobs[b])
-            notify(e, job_remove(e, e->jobs[b]), 0, -EIO);
+            notify(e, job_remove(e, e->jobs[b]), 0, -EIO, 0);
     /* Results finished but not yet assembled survive the unmount on disk. */
     for (size_t r = 0; r < e->t->rois.n; r++) {
         struct roi_slot *s = &e->rois[r];
         if (s->result && s->state == RS_DONE && s->remaining > 0)
-            cache_roi_write(e->c, r, s->result, roi_box_nbytes(e->t, r));
+            cache_roi_write(e->c, r, s->result, roi_box_nbytes(e->t, r), roi_input_sig(e, r));
         free(s->result);
     }
     for (size_t i = 0; i < e->nerrors; i++)
@@ -661,6 +851,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->done_cv);
+    pthread_cond_destroy(&e->remote_cv);
     free(e);
 }
 
@@ -671,8 +862,9 @@ struct all_state {
     size_t inflight, done, failed;
 };
 
-static void all_chunk_done(void *ctx, int err, int fd)
+static void all_chunk_done(void *ctx, int err, int fd, int flags)
 {
+    (void)flags;
     struct all_state *st = ctx;
     if (fd >= 0)
         close(fd);

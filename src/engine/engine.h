@@ -13,9 +13,13 @@
 
 struct engine;
 
+/* How a chunk came to be served (flags of engine_chunk_cb). */
+#define ENGINE_COMPUTED 1 /* computed for this open: nothing of it can be in a page cache */
+#define ENGINE_REPLACED 2 /* a cached version made from older input was thrown away */
+
 /* Called once per engine_open_chunk: err 0 with a read-only fd of the cached chunk (the
  * callee owns it), or a negative errno (-EIO when a ROI or the input failed). */
-typedef void (*engine_chunk_cb)(void *ctx, int err, int fd);
+typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 
 /* Starts cfg.threads compute threads. The engine borrows t and c. */
 int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err);

@@ -30,6 +30,10 @@ struct chunk_job {
     int64_t k;      /* index among touched chunks, -1 for a chunk no ROI touches */
     size_t pending; /* ROIs of the chunk not done yet */
     bool demanded;
+    bool remote;         /* another process holds the chunk's lock: wait for it */
+    bool cached_already; /* found cached once locked: nothing to assemble */
+    int lock;            /* the chunk's cache lock, or -1 */
+    bool replaced;       /* a stale cached version was removed before this job */
     struct waiter *waiters;
     struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */
@@ -54,6 +58,10 @@ struct engine {
     pthread_mutex_t lock;
     pthread_cond_t work_cv;  /* work queued, or stopping */
     pthread_cond_t done_cv;  /* a chunk job finished (engine_compute_all) */
+    pthread_cond_t remote_cv; /* a job started waiting for another process */
+    pthread_t remote_thread;
+    bool remote_started;
+    size_t nremote;
     struct roi_slot *rois;
     struct roi_queue demand, ahead;
     struct chunk_job *asm_head, *asm_tail;

@@ -25,6 +25,7 @@ struct fs {
     uid_t uid;
     gid_t gid;
     int ready_fd;
+    struct fuse_session *se;
 };
 
 /* What an open file handle refers to. */
@@ -40,6 +41,8 @@ struct pending_open {
     fuse_req_t req;
     struct fuse_file_info fi;
     uint64_t id;
+    fuse_ino_t ino;
+    struct fs *fs;
 };
 
 static struct fs *fs_of(fuse_req_t req)
@@ -181,7 +184,7 @@ static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Called by the engine (on a compute thread, or inline when the chunk is cached). */
-static void chunk_opened(void *ctx, int err, int fd)
+static void chunk_opened(void *ctx, int err, int fd, int flags)
 {
     struct pending_open *po = ctx;
     log_debug("open chunk %llu: %s", (unsigned long long)po->id, err ? strerror(-err) : "ok");
@@ -194,7 +197,11 @@ static void chunk_opened(void *ctx, int err, int fd)
     h->kind = NS_CHUNK;
     h->fd = fd;
     po->fi.fh = (uint64_t)(uintptr_t)h;
-    po->fi.keep_cache = 1; /* a computed chunk never changes */
+    /* A chunk served from the cache keeps the kernel's pages; one computed now (perhaps
+     * replacing a version made from older input) starts afresh. */
+    po->fi.keep_cache = !(flags & ENGINE_COMPUTED);
+    if (flags & ENGINE_REPLACED)
+        fuse_lowlevel_notify_inval_inode(po->fs->se, po->ino, -1, 0);
     po->fi.noflush = 1;
     if (fuse_reply_open(po->req, &po->fi) == -ENOENT) {
         close(fd); /* the open was interrupted: no release will come */
@@ -224,6 +231,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         po->req = req;
         po->fi = *fi;
         po->id = n.prefix;
+        po->ino = ino;
+        po->fs = fs;
         engine_open_chunk(fs->e, n.prefix, chunk_opened, po);
         return;
     }
@@ -409,6 +418,7 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     if (r < 0)
         return r;
     struct fuse_session *se = new_session(&fs, o, err);
+    fs.se = se;
     if (!se) {
         engine_destroy(fs.e);
         return -EINVAL;

@@ -8,17 +8,27 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../nd.h"
 
 /* A decoded chunk (C order, native byte order) or, with data == NULL, a missing chunk file. */
+/* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
+ * older version is used again. */
+struct file_id {
+    bool exists;
+    uint64_t size, mtime_ns, ino;
+};
+
 struct chunk {
     uint64_t id; /* C-order linear index in the chunk grid */
+    struct file_id fid;
     void *data;
     size_t cost;  /* bytes charged to the LRU */
     int refs;     /* readers copying out of data; never evicted while > 0 */
     bool loading; /* being read and decoded by one thread; others wait */
+    bool stale;   /* replaced by a newer version of the file; freed by its last reader */
     struct chunk *hnext;
     struct chunk *prev, *next; /* LRU list, most recent first; only loaded chunks */
 };
@@ -135,14 +145,39 @@ static bool missing_errno(int r)
     return r == -ENOENT || r == -ENOTDIR || r == -EISDIR;
 }
 
+static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_t len)
+{
+    uint64_t idx[ROIFS_MAX_DIM];
+    nd_unlinear(id, in->grid, in->meta.ndim, idx);
+    zarr_meta_chunk_key(&in->meta, idx, key, len);
+}
+
+static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
+{
+    char key[ROIFS_MAX_DIM * 24 + 2];
+    struct stat st;
+    chunk_key(in, id, key, sizeof key);
+    memset(fid, 0, sizeof *fid);
+    if (fstatat(in->dirfd, key, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+        fid->exists = true;
+        fid->size = (uint64_t)st.st_size;
+        fid->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+        fid->ino = (uint64_t)st.st_ino;
+    }
+}
+
+static bool same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+           a->ino == b->ino;
+}
+
 /* Reads and decodes chunk id into a malloc'd C-order native buffer (*out NULL: missing). */
 static int load_chunk(struct zarr_input *in, uint64_t id, void **out, struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
-    uint64_t idx[ROIFS_MAX_DIM];
     char key[ROIFS_MAX_DIM * 24 + 2];
-    nd_unlinear(id, in->grid, m->ndim, idx);
-    zarr_meta_chunk_key(m, idx, key, sizeof key);
+    chunk_key(in, id, key, sizeof key);
     char *raw;
     size_t len;
     int r = file_read_all_at(in->dirfd, key, &raw, &len);
@@ -180,6 +215,9 @@ static int load_chunk(struct zarr_input *in, uint64_t id, void **out, struct err
  * chunk; the others wait for it. A failed load is not cached: waiters then try themselves. */
 static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struct errbuf *err)
 {
+    struct file_id current;
+    const struct file_id *now = &current;
+    stat_chunk(in, id, &current);
     pthread_mutex_lock(&in->lock);
     struct chunk *c;
     bool waited = false;
@@ -187,6 +225,18 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         in->stats.waits += !waited;
         waited = true;
         pthread_cond_wait(&in->loaded, &in->lock);
+    }
+    if (c && !same_file(&c->fid, now)) {
+        /* The file changed since it was decoded: forget that version. */
+        hash_remove(in, c);
+        lru_unlink(in, c);
+        in->bytes -= c->cost;
+        c->stale = true;
+        if (c->refs == 0) {
+            free(c->data);
+            free(c);
+        }
+        c = NULL;
     }
     if (c) {
         c->refs++;
@@ -201,6 +251,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     }
     c = xcalloc(1, sizeof *c);
     c->id = id;
+    c->fid = *now;
     c->loading = true;
     c->refs = 1;
     hash_insert(in, c);
@@ -233,8 +284,12 @@ static void release(struct zarr_input *in, struct chunk *c)
 {
     pthread_mutex_lock(&in->lock);
     c->refs--;
-    if (c->refs == 0 && in->bytes > in->cap)
+    if (c->refs == 0 && c->stale) {
+        free(c->data);
+        free(c);
+    } else if (c->refs == 0 && in->bytes > in->cap) {
         evict(in);
+    }
     pthread_mutex_unlock(&in->lock);
 }
 
@@ -410,4 +465,38 @@ void zarr_input_close(struct zarr_input *in)
     free(in->zattrs);
     free(in->path);
     free(in);
+}
+
+int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                         uint64_t *sig)
+{
+    const struct zarr_meta *m = &in->meta;
+    int nd = m->ndim;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
+    uint64_t h = fnv64(FNV64_INIT, in->zarray, strlen(in->zarray));
+    for (int d = 0; d < nd; d++) {
+        if (shape[d] == 0 || start[d] + shape[d] > m->shape[d]) {
+            *sig = h;
+            return shape[d] == 0 ? 0 : -EINVAL;
+        }
+        c0[d] = ci[d] = start[d] / m->chunks[d];
+        c1[d] = (start[d] + shape[d] - 1) / m->chunks[d] + 1;
+    }
+    for (;;) {
+        struct file_id fid;
+        uint64_t id = nd_linear(ci, in->grid, nd);
+        stat_chunk(in, id, &fid);
+        uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
+        h = fnv64(h, rec, sizeof rec);
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++ci[d] < c1[d])
+                break;
+            ci[d] = c0[d];
+        }
+        if (d < 0)
+            break;
+    }
+    *sig = h;
+    return 0;
 }

@@ -75,6 +75,11 @@ const char *zarr_input_zattrs_text(const struct zarr_input *in);
  * 0, or -EIO for an unreadable or corrupt chunk (message names the chunk file). */
 int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
                     struct errbuf *err);
+/* A hash of the identity (size, mtime, inode, or absence) of every chunk file the box
+ * [start, start + shape) reads, and of the metadata: it changes when any of them is
+ * rewritten. 0 or -EINVAL. */
+int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                         uint64_t *sig);
 void zarr_input_close(struct zarr_input *in);
 
 /* Counters of the decoded-chunk cache (for status reports and tests). */

@@ -59,8 +59,9 @@ struct opened {
     int err, fd, done;
 };
 
-static void on_open(void *ctx, int err, int fd)
+static void on_open(void *ctx, int err, int fd, int flags)
 {
+    (void)flags;
     struct opened *o = ctx;
     pthread_mutex_lock(&o->m);
     o->err = err;

@@ -1,0 +1,126 @@
+"""Scaling with the number of ROIs: 1,000, 10,000 and 100,000 ROIs of constant size (32x32
+tiles of a uint16 array sized to hold exactly that many: 25x40, 100x100, 250x400 tiles;
+chunks 256x256, so 64 ROIs per chunk; input blosc lz4, output uncompressed), builtin add.
+
+roifs: mount time (configuration, ROI list parse, ROI index build, cache scan) and a cold full
+read with zarr-python; cost per ROI = read time / ROIs.  Alternative: the seed's dask pattern
+(from_delayed per ROI, setitem, to_zarr) at 1,000 and 10,000 ROIs (100,000 would take many
+minutes).  Target: roifs cost per ROI flat within 1.5x across the range."""
+import os
+import time
+
+import numpy as np
+import zarr
+from numcodecs import Blosc
+
+import common as C
+from small_rois import dask_pattern
+
+REPS = int(os.environ.get("REPS", 3))
+T, CH = 32, 256
+GRIDS = {1000: (25, 40), 10000: (100, 100), 100000: (250, 400)}
+DASK_MAX = int(os.environ.get("DASK_MAX", 10000))
+
+
+def main():
+    info = C.machine()
+    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
+    cases, expect = {}, {}
+    with C.scratch("scaling") as d:
+        for n, (ty, tx) in GRIDS.items():
+            shape = (ty * T, tx * T)
+            inp = d / f"in{n}.zarr"
+            rng = np.random.default_rng(n)
+            data = rng.integers(0, 1000, shape, dtype="<u2")
+            zarr.open(str(inp), mode="w", shape=shape, chunks=(CH, CH), dtype="<u2",
+                      compressor=comp)[:] = data
+            expect[n] = data + 1
+            rois = [((y, y + T), (x, x + T)) for y in range(0, shape[0], T)
+                    for x in range(0, shape[1], T)]
+            assert len(rois) == n
+            C.write_rois(d / f"rois{n}.txt", rois)
+            cfg = C.write_config(d / f"task{n}.ini", {
+                "input": {"path": inp},
+                "rois": {"file": d / f"rois{n}.txt"},
+                "process": {"builtin": "add", "param.value": 1},
+                "cache": {"dir": d / f"cache{n}"}})
+
+            def run_roifs(cfg=cfg, n=n):
+                C.rmtree(d / f"cache{n}")
+                with C.Mount(cfg, d / f"mnt{n}") as m:
+                    t0 = time.perf_counter()
+                    got = zarr.open(str(m.mnt), mode="r")[:]
+                    t = time.perf_counter() - t0
+                    calls = m.status()["calls"]
+                    rss = C.proc_status_kib(m.pid, "VmHWM")
+                assert calls == n and np.array_equal(got, expect[n])
+                return {"read_s": t, "mount_s": m.mount_s, "hwm_mib": rss / 1024}
+
+            cases[f"{n} roifs"] = run_roifs
+            if n <= DASK_MAX:
+                def run_dask(inp=inp, rois=rois, n=n):
+                    out = d / f"dask{n}.zarr"
+                    C.rmtree(out)
+                    t = C.timed(lambda: dask_pattern(inp, out, rois))
+                    assert np.array_equal(zarr.open(str(out), mode="r")[:], expect[n])
+                    C.rmtree(out)
+                    return t
+                cases[f"{n} dask"] = run_dask
+        res = C.interleaved(REPS, cases)
+
+    rows, raw, per = [], {}, {}
+    for n in GRIDS:
+        rr = res[f"{n} roifs"]
+        read = [x["read_s"] for x in rr]
+        mount = [x["mount_s"] for x in rr]
+        hwm = [x["hwm_mib"] for x in rr]
+        mr, mm = C.median(read), C.median(mount)
+        per[n] = mr / n * 1e6
+        dk = res.get(f"{n} dask")
+        raw[n] = {"roifs_read_s": read, "roifs_mount_s": mount, "roifs_hwm_mib": hwm,
+                  "dask_s": dk}
+        rows.append([f"{n:,}", f"{GRIDS[n][0] * T}×{GRIDS[n][1] * T}",
+                     f"{mm * 1000:.0f}", f"{mm / n * 1e6:.1f}", f"{mr:.3f}",
+                     f"{per[n]:.1f}", f"{C.median(hwm):.0f}",
+                     f"{C.median(dk):.2f}" if dk else "not run",
+                     f"{C.median(dk) / n * 1e6:.0f}" if dk else "",
+                     f"{C.median(dk) / mr:.0f}×" if dk else ""])
+    spread = max(per.values()) / min(per.values())
+    md = (f"{REPS} repeats, interleaved; medians. 32×32 ROIs tiling the array, chunks "
+          f"256×256 (64 ROIs per chunk), builtin add, cold read with zarr-python. "
+          f"Cost per ROI (read) varies by **{spread:.2f}×** across the range "
+          f"(target ≤ 1.5×).\n\n" +
+          C.md_table(["ROIs", "array", "mount (ms)", "mount µs/ROI", "read (s)",
+                      "read µs/ROI", "daemon VmHWM (MiB)", "dask (s)", "dask µs/ROI",
+                      "dask / roifs"], rows))
+    summary = [{"scenario": "scaling 1k → 100k ROIs: cost per ROI",
+                "roifs": ", ".join(f"{per[n]:.1f}" for n in GRIDS) + " µs/ROI (mount " +
+                ", ".join(f"{C.median(raw[n]['roifs_mount_s']) * 1000:.0f}"
+                          for n in GRIDS) + " ms)",
+                "alternative": "dask " + ", ".join(
+                    f"{C.median(raw[n]['dask_s']) / n * 1e6:.0f}" for n in GRIDS
+                    if raw[n]["dask_s"]) + " µs/ROI",
+                "ratio": f"spread {spread:.2f}×", "target": "flat within 1.5×",
+                "met": spread <= 1.5}]
+
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ns = list(GRIDS)
+    ax.loglog(ns, [per[n] for n in ns], "o-", label="roifs read, µs/ROI")
+    ax.loglog(ns, [C.median(raw[n]["roifs_mount_s"]) / n * 1e6 for n in ns], "s-",
+              label="roifs mount, µs/ROI")
+    dn = [n for n in ns if raw[n]["dask_s"]]
+    ax.loglog(dn, [C.median(raw[n]["dask_s"]) / n * 1e6 for n in dn], "^-",
+              label="dask from_delayed, µs/ROI")
+    ax.set_xlabel("number of ROIs (32×32 each)")
+    ax.set_ylabel("µs per ROI (median)")
+    ax.set_title("Cost per ROI vs number of ROIs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(C.RESULTS / "scaling.png", dpi=90)
+    C.save("scaling", "3. Scaling with the number of ROIs", summary, md, raw, info)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Many small ROIs: 4,096 ROIs of 64x64 over a 4096x4096 uint16 array with 1024x1024 chunks
+(input blosc lz4), f = add 1.
+
+roifs: builtin add, a cold full read through the mount with zarr-python (fresh cache each
+time).  Alternative: the seed's dask pattern (from_delayed per ROI, setitem, to_zarr) with
+f = add 1 in numpy.  Both write blosc lz4 (zarr's default compressor).  Target: >= 20x."""
+import os
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import zarr
+from numcodecs import Blosc
+
+import common as C
+
+REPS = int(os.environ.get("REPS", 5))
+N, CH, T = 4096, 1024, 64
+
+
+def f(x):
+    return x + np.uint16(1)
+
+
+def dask_pattern(in_path, out_path, rois):
+    y = da.from_zarr(str(in_path))
+    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
+    for roi in rois:
+        sl = tuple(slice(a, b) for a, b in roi)
+        shape = tuple(b - a for a, b in roi)
+        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
+    z.to_zarr(str(out_path), overwrite=True)
+
+
+def main():
+    info = C.machine()
+    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
+    with C.scratch("small_rois") as d:
+        rng = np.random.default_rng(0)
+        data = rng.integers(0, 1000, (N, N), dtype="<u2")
+        inp = d / "in.zarr"
+        zarr.open(str(inp), mode="w", shape=(N, N), chunks=(CH, CH), dtype="<u2",
+                  compressor=comp)[:] = data
+        expected = data + 1
+        rois = [((y, y + T), (x, x + T)) for y in range(0, N, T) for x in range(0, N, T)]
+        C.write_rois(d / "rois.txt", rois)
+        cfg = C.write_config(d / "task.ini", {
+            "input": {"path": inp},
+            "rois": {"file": d / "rois.txt"},
+            "process": {"builtin": "add", "param.value": 1},
+            "output": {"compressor": "blosc", "cname": "lz4", "clevel": 5,
+                       "shuffle": "shuffle"},
+            "cache": {"dir": d / "cache"}})
+
+        def run_roifs():
+            C.rmtree(d / "cache")
+            with C.Mount(cfg, d / "mnt") as m:
+                c0 = m.cpu_s()
+                t0 = time.perf_counter()
+                got = zarr.open(str(m.mnt), mode="r")[:]
+                t = time.perf_counter() - t0
+                cpu = m.cpu_s() - c0
+                calls = m.status()["calls"]
+            assert calls == len(rois) and np.array_equal(got, expected)
+            return {"read_s": t, "mount_s": m.mount_s, "cpu_s": cpu}
+
+        def run_dask():
+            out = d / "dask.zarr"
+            C.rmtree(out)
+            t = C.timed(lambda: dask_pattern(inp, out, rois))
+            assert np.array_equal(zarr.open(str(out), mode="r")[:], expected)
+            return t
+
+        res = C.interleaved(REPS, {"roifs": run_roifs, "dask": run_dask})
+
+    read = [x["read_s"] for x in res["roifs"]]
+    mount = [x["mount_s"] for x in res["roifs"]]
+    tot = [x["read_s"] + x["mount_s"] for x in res["roifs"]]
+    cpu = [x["cpu_s"] for x in res["roifs"]]
+    dk = res["dask"]
+    mr, mt, md = C.median(read), C.median(tot), C.median(dk)
+    raw = {"roifs_read_s": read, "roifs_mount_s": mount, "roifs_cpu_s": cpu, "dask_s": dk}
+    rows = [["roifs: cold read (`zarr.open(MNT)[:]`)", f"{mr:.3f}",
+             f"{min(read):.3f}–{max(read):.3f}", f"{md / mr:.1f}×"],
+            ["roifs: mount", f"{C.median(mount):.3f}", f"{min(mount):.3f}–{max(mount):.3f}", ""],
+            ["roifs: mount + cold read", f"{mt:.3f}", f"{min(tot):.3f}–{max(tot):.3f}",
+             f"{md / mt:.1f}×"],
+            ["dask: from_delayed per ROI + setitem + to_zarr", f"{md:.3f}",
+             f"{min(dk):.3f}–{max(dk):.3f}", "1×"]]
+    md_text = (f"{REPS} repeats, interleaved; medians. {len(rois)} ROIs of {T}×{T}, "
+               f"{N}×{N} uint16, chunks {CH}×{CH}, input and output blosc lz4 (clevel 5, "
+               f"shuffle). roifs daemon CPU during the read: median {C.median(cpu):.2f} s "
+               f"({C.median(cpu) / mr * 100:.0f}% of one core over the read; "
+               f"the rest is the zarr-python reader).\n\n" +
+               C.md_table(["what", "median (s)", "range (s)", "speed-up vs dask"], rows))
+    summary = [{"scenario": "4,096 ROIs of 64×64, builtin add (cold read)",
+                "roifs": f"{mr:.3f} s (+{C.median(mount):.3f} s mount)",
+                "alternative": f"dask {md:.2f} s", "ratio": f"{md / mr:.1f}× ({md / mt:.1f}× "
+                "incl. mount)", "target": "≥ 20×", "met": md / mr >= 20}]
+
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.barh(["dask from_delayed", "roifs mount + read", "roifs read"], [md, mt, mr],
+            color=["tab:orange", "tab:cyan", "tab:blue"])
+    for i, v in enumerate([md, mt, mr]):
+        ax.text(v, i, f" {v:.2f} s", va="center", fontsize=8)
+    ax.set_xlabel("seconds (median)")
+    ax.set_title("4,096 ROIs of 64×64 (4096² uint16), f = add 1")
+    ax.set_xlim(0, md * 1.2)
+    fig.tight_layout()
+    fig.savefig(C.RESULTS / "small_rois.png", dpi=90)
+    C.save("small_rois", "2. Many small ROIs", summary, md_text, raw, info)
+
+
+if __name__ == "__main__":
+    main()
