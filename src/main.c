@@ -140,8 +140,8 @@ static int parse_mount_args(int argc, char **argv, struct mount_args *a)
         } else if (strcmp(argv[i], "-d") == 0) {
             a->debug = true;
         } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
-            char *o = a->fuse_opts ? xasprintf("%s,%s", a->fuse_opts, argv[++i])
-                                   : xstrdup(argv[++i]);
+            char *o =
+                a->fuse_opts ? xasprintf("%s,%s", a->fuse_opts, argv[++i]) : xstrdup(argv[++i]);
             free(a->fuse_opts);
             a->fuse_opts = o;
         } else {
@@ -259,7 +259,8 @@ static int mount_background(struct task *t, struct cache *c, const struct mount_
         return 0;
     int status;
     waitpid(pid, &status, 0);
-    fprintf(stderr, "roifs: %s\n", n > 1 ? buf + 1 : "the daemon exited before the mount was ready");
+    fprintf(stderr, "roifs: %s\n",
+            n > 1 ? buf + 1 : "the daemon exited before the mount was ready");
     return EXIT_RUNTIME;
 }
 
@@ -391,8 +392,7 @@ static int cmd_clean(int argc, char **argv)
     if (stat(t->cache_dir, &st) < 0) {
         printf("roifs: %s: no cache to delete\n", t->cache_dir);
     } else if (access(manifest, F_OK) < 0) {
-        fprintf(stderr, "roifs: %s: not a roifs cache directory; not deleting it\n",
-                t->cache_dir);
+        fprintf(stderr, "roifs: %s: not a roifs cache directory; not deleting it\n", t->cache_dir);
         r = EXIT_RUNTIME;
     } else if (remove_tree(t->cache_dir) < 0) {
         fprintf(stderr, "roifs: %s: cannot delete\n", t->cache_dir);

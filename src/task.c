@@ -12,10 +12,10 @@
 #include "nd.h"
 
 /* Sets err to "FILE:LINE: message" (just "FILE: " when section.key was not set); -EINVAL. */
-static int task_err(const struct task *t, struct errbuf *err, const char *section,
-                    const char *key, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int task_err(const struct task *t, struct errbuf *err, const char *section,
-                    const char *key, const char *fmt, ...)
+static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
+                    const char *fmt, ...)
 {
     char *what;
     va_list ap;
@@ -170,8 +170,7 @@ static void build_manifest(struct task *t)
     sb_printf(&sb, "halo");
     for (int d = 0; d < t->in->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
-    sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt),
-              (int)cfg->outside);
+    sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
     sb_printf(&sb, "output.zarray %s\n", t->zarray_json);
     sb_printf(&sb, "rois %zu\n", t->rois.n);
     for (size_t i = 0; i < t->rois.n; i++) {
@@ -188,11 +187,16 @@ static void build_manifest(struct task *t)
 static const char *proc_kind_name(enum proc_kind k)
 {
     switch (k) {
-    case PROC_BUILTIN: return "builtin";
-    case PROC_COMMAND: return "command";
-    case PROC_WORKER: return "worker";
-    case PROC_PLUGIN: return "plugin";
-    default: return "none";
+    case PROC_BUILTIN:
+        return "builtin";
+    case PROC_COMMAND:
+        return "command";
+    case PROC_WORKER:
+        return "worker";
+    case PROC_PLUGIN:
+        return "plugin";
+    default:
+        return "none";
     }
 }
 
@@ -209,11 +213,11 @@ static void build_zattrs(struct task *t)
         json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
     char fp[32];
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
-    json_t *prov = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o}, s:I, s:s}", "version",
-                             ROIFS_VERSION, "config", t->cfg.path, "input", t->cfg.input_path,
-                             "processor", "kind", proc_kind_name(t->cfg.proc_kind), "value",
-                             t->cfg.proc_value, "params", params, "rois", (json_int_t)t->rois.n,
-                             "fingerprint", fp);
+    json_t *prov =
+        json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o}, s:I, s:s}", "version", ROIFS_VERSION,
+                  "config", t->cfg.path, "input", t->cfg.input_path, "processor", "kind",
+                  proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params", params,
+                  "rois", (json_int_t)t->rois.n, "fingerprint", fp);
     json_object_set_new(attrs, "roifs", prov);
     t->zattrs_json = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
     json_decref(attrs);
@@ -227,8 +231,8 @@ static void resolve_cache_dir(struct task *t)
     }
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
-    char *base = xdg && xdg[0] == '/' ? xstrdup(xdg)
-                                      : path_join(home && home[0] ? home : "/tmp", ".cache");
+    char *base =
+        xdg && xdg[0] == '/' ? xstrdup(xdg) : path_join(home && home[0] ? home : "/tmp", ".cache");
     t->cache_dir = xasprintf("%s/roifs/%016llx", base, (unsigned long long)t->fingerprint);
     free(base);
 }

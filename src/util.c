@@ -434,11 +434,24 @@ int parse_size(const char *s, uint64_t *out)
     buf[n] = '\0';
     uint64_t mult = 1;
     switch (buf[n - 1]) {
-    case 'K': case 'k': mult = 1ULL << 10; break;
-    case 'M': case 'm': mult = 1ULL << 20; break;
-    case 'G': case 'g': mult = 1ULL << 30; break;
-    case 'T': case 't': mult = 1ULL << 40; break;
-    default: break;
+    case 'K':
+    case 'k':
+        mult = 1ULL << 10;
+        break;
+    case 'M':
+    case 'm':
+        mult = 1ULL << 20;
+        break;
+    case 'G':
+    case 'g':
+        mult = 1ULL << 30;
+        break;
+    case 'T':
+    case 't':
+        mult = 1ULL << 40;
+        break;
+    default:
+        break;
     }
     if (mult != 1)
         buf[n - 1] = '\0';

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,12 @@
 
 struct cache {
     char *path;
-    int dirfd, chunks_fd, rois_fd, locks_fd;
+    char *manifest;
+    /* Replaced (never closed before cache_close) when the directory is recreated. */
+    _Atomic int dirfd, chunks_fd, rois_fd, locks_fd;
+    int old_fds[64];
+    int nold;
+    pthread_mutex_t repair_lock;
     bool warned_xattr;
 };
 
@@ -96,6 +102,8 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
     c->path = xstrdup(t->cache_dir);
+    c->manifest = xstrdup(t->manifest);
+    pthread_mutex_init(&c->repair_lock, NULL);
     c->dirfd = c->chunks_fd = c->rois_fd = c->locks_fd = -1;
     int r = mkdir_p(c->path, 0700);
     if (r < 0) {
@@ -143,6 +151,10 @@ void cache_close(struct cache *c)
         close(c->rois_fd);
     if (c->locks_fd >= 0)
         close(c->locks_fd);
+    for (int i = 0; i < c->nold; i++)
+        close(c->old_fds[i]);
+    pthread_mutex_destroy(&c->repair_lock);
+    free(c->manifest);
     free(c->path);
     free(c);
 }
@@ -178,7 +190,20 @@ bool cache_chunk_exists(struct cache *c, uint64_t id)
 #define SIG_XATTR "user.roifs.input"
 
 /* Like file_write_atomic, with the signature attached to the file before it appears. */
+static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
+                            uint64_t sig);
+static int cache_repair(struct cache *c);
+
 int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, uint64_t sig)
+{
+    int r = chunk_write_once(c, id, data, len, sig);
+    if (r == -ENOENT && cache_repair(c) == 0)
+        r = chunk_write_once(c, id, data, len, sig);
+    return r;
+}
+
+static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
+                            uint64_t sig)
 {
     static _Atomic unsigned long counter;
     char name[32], tmp[96];
@@ -268,6 +293,8 @@ int cache_roi_write(struct cache *c, size_t roi, const void *data, size_t len, u
     memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, data, len);
     int r = file_write_atomic(c->rois_fd, name, buf, sizeof h + len, false);
+    if (r == -ENOENT && cache_repair(c) == 0)
+        r = file_write_atomic(c->rois_fd, name, buf, sizeof h + len, false);
     free(buf);
     return r;
 }
@@ -354,4 +381,53 @@ void cache_unlock(int lock)
 {
     if (lock >= 0)
         close(lock); /* closing the only descriptor releases the flock */
+}
+
+/* The cache directory was removed under a running mount: recreate it (with its manifest) and
+ * point new writes there. Descriptors of the old one stay open until cache_close, since other
+ * threads may be using them. 0 or -errno. */
+static int cache_repair(struct cache *c)
+{
+    pthread_mutex_lock(&c->repair_lock);
+    struct stat st;
+    int r = 0;
+    if (fstatat(c->chunks_fd, ".", &st, 0) == 0 && st.st_nlink > 0) {
+        pthread_mutex_unlock(&c->repair_lock); /* another thread repaired it already */
+        return 0;
+    }
+    log_warn("%s: the cache directory disappeared; recreating it", c->path);
+    int fds[4] = {-1, -1, -1, -1};
+    if ((r = mkdir_p(c->path, 0700)) < 0)
+        goto out;
+    fds[0] = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fds[0] < 0) {
+        r = -errno;
+        goto out;
+    }
+    const char *names[] = {"chunks", "rois", "locks"};
+    for (int i = 0; i < 3; i++)
+        if ((fds[i + 1] = open_subdir(fds[0], names[i])) < 0) {
+            r = fds[i + 1];
+            goto out;
+        }
+    r = file_write_atomic(fds[0], "manifest", c->manifest, strlen(c->manifest), true);
+out:
+    if (r == 0 && c->nold + 4 <= (int)(sizeof c->old_fds / sizeof c->old_fds[0])) {
+        int old[4] = {c->dirfd, c->chunks_fd, c->rois_fd, c->locks_fd};
+        c->dirfd = fds[0];
+        c->chunks_fd = fds[1];
+        c->rois_fd = fds[2];
+        c->locks_fd = fds[3];
+        for (int i = 0; i < 4; i++)
+            c->old_fds[c->nold++] = old[i];
+    } else {
+        for (int i = 0; i < 4; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        if (r == 0)
+            r = -EMFILE;
+        log_error("%s: cannot recreate the cache directory: %s", c->path, strerror(-r));
+    }
+    pthread_mutex_unlock(&c->repair_lock);
+    return r;
 }

@@ -50,7 +50,6 @@ int cache_roi_check(struct cache *c, size_t roi, uint64_t sig);
 void cache_roi_remove(struct cache *c, size_t roi);
 int cache_roi_each(struct cache *c, void (*fn)(void *ctx, uint64_t roi), void *ctx);
 
-
 /* Takes the lock of chunk id (wait = false: -EWOULDBLOCK when another process holds it).
  * Returns a lock descriptor to pass to cache_unlock, or -errno. */
 int cache_lock_chunk(struct cache *c, uint64_t id, bool wait);

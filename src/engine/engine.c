@@ -132,7 +132,7 @@ static uint64_t chunk_input_sig(struct engine *e, uint64_t id)
         for (int d = 0; d < nd; d++) {
             lo[d] = idx[d] * t->out.chunks[d];
             hi[d] = lo[d] + t->out.chunks[d] < t->out.shape[d] ? lo[d] + t->out.chunks[d]
-                                                                : t->out.shape[d];
+                                                               : t->out.shape[d];
         }
         any = true;
     }
@@ -552,8 +552,7 @@ static void run_roi(struct engine *e, uint32_t r)
     /* A ROI spanning chunks may be wanted by another process for another chunk. */
     int lock = multi ? cache_lock_roi(e->c, r) : -1;
     if (multi && lock < 0)
-        log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
-                 strerror(-lock));
+        log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r, strerror(-lock));
     uint64_t sig = roi_input_sig(e, r); /* taken before reading: a change later shows */
     if (cache_roi_check(e->c, r, sig) == 0) {
         /* Computed by another process, or kept from before an unmount: not again. */
@@ -625,8 +624,8 @@ static int assemble(struct engine *e, const struct chunk_job *job, void **out, s
     nd_unlinear(job->id, t->grid, nd, idx);
     for (int d = 0; d < nd; d++) {
         c0[d] = idx[d] * t->out.chunks[d];
-        c1[d] = c0[d] + t->out.chunks[d] < t->out.shape[d] ? c0[d] + t->out.chunks[d]
-                                                            : t->out.shape[d];
+        c1[d] =
+            c0[d] + t->out.chunks[d] < t->out.shape[d] ? c0[d] + t->out.chunks[d] : t->out.shape[d];
         ext[d] = c1[d] - c0[d];
     }
     size_t isz = t->out.dtype.size;

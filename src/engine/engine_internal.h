@@ -12,11 +12,11 @@ enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
 enum roi_prio { PRIO_NONE, PRIO_AHEAD, PRIO_DEMAND };
 
 struct roi_slot {
-    uint8_t state;     /* enum roi_state */
-    uint8_t prio;      /* enum roi_prio, while RS_QUEUED */
-    bool on_disk;      /* result stored in the cache's rois/ */
+    uint8_t state;      /* enum roi_state */
+    uint8_t prio;       /* enum roi_prio, while RS_QUEUED */
+    bool on_disk;       /* result stored in the cache's rois/ */
     uint64_t remaining; /* chunks this ROI touches that are not cached yet */
-    void *result;      /* ROI-box result in memory (single-chunk ROIs), or NULL */
+    void *result;       /* ROI-box result in memory (single-chunk ROIs), or NULL */
 };
 
 struct waiter {
@@ -56,8 +56,8 @@ struct engine {
     struct task *t;
     struct cache *c;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv;  /* work queued, or stopping */
-    pthread_cond_t done_cv;  /* a chunk job finished (engine_compute_all) */
+    pthread_cond_t work_cv;   /* work queued, or stopping */
+    pthread_cond_t done_cv;   /* a chunk job finished (engine_compute_all) */
     pthread_cond_t remote_cv; /* a job started waiting for another process */
     pthread_t remote_thread;
     bool remote_started;

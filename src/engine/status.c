@@ -16,17 +16,16 @@ char *engine_status_json(struct engine *e)
     json_t *errors = json_array();
     for (size_t i = 0; i < e->nerrors; i++) {
         const struct engine_error *er = &e->errors[(e->err_head + i) % ENGINE_MAX_ERRORS];
-        json_array_append_new(errors, json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi,
-                                                "message", er->message));
+        json_array_append_new(
+            errors, json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi, "message", er->message));
     }
     json_t *doc = json_pack(
-        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I, s:o, s:{s:I, s:I, s:I, s:I}}", "rois",
-        "total", (json_int_t)total, "pending", (json_int_t)pending, "running",
-        (json_int_t)e->n_running, "done", (json_int_t)e->n_done, "failed",
-        (json_int_t)e->n_failed, "chunks", "total", (json_int_t)t->nchunks, "present",
-        (json_int_t)present, "cached", (json_int_t)e->n_cached, "calls",
-        (json_int_t)t->proc->calls, "errors", errors, "queue", "demand",
-        (json_int_t)e->demand.len, "readahead", (json_int_t)e->ahead.len, "chunk_jobs",
+        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I, s:o, s:{s:I, s:I, s:I, s:I}}",
+        "rois", "total", (json_int_t)total, "pending", (json_int_t)pending, "running",
+        (json_int_t)e->n_running, "done", (json_int_t)e->n_done, "failed", (json_int_t)e->n_failed,
+        "chunks", "total", (json_int_t)t->nchunks, "present", (json_int_t)present, "cached",
+        (json_int_t)e->n_cached, "calls", (json_int_t)t->proc->calls, "errors", errors, "queue",
+        "demand", (json_int_t)e->demand.len, "readahead", (json_int_t)e->ahead.len, "chunk_jobs",
         (json_int_t)e->njobs, "elsewhere", (json_int_t)e->nremote);
     pthread_mutex_unlock(&e->lock);
     char *text = json_dumps(doc, JSON_INDENT(2));

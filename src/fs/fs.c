@@ -31,8 +31,8 @@ struct fs {
 /* What an open file handle refers to. */
 struct handle {
     enum ns_kind kind;
-    int fd;      /* NS_CHUNK: the cached chunk */
-    char *buf;   /* NS_STATUS: a snapshot taken at open */
+    int fd;    /* NS_CHUNK: the cached chunk */
+    char *buf; /* NS_STATUS: a snapshot taken at open */
     size_t len;
     const char *text; /* NS_META */
 };
@@ -163,8 +163,7 @@ static int dir_emit(void *ctx, const char *name, uint64_t ino, bool is_dir, uint
     size_t need = fuse_add_direntry(db->req, NULL, 0, name, NULL, 0);
     if (db->len + need > db->size)
         return 1;
-    fuse_add_direntry(db->req, db->buf + db->len, db->size - db->len, name, &st,
-                      (off_t)next_off);
+    fuse_add_direntry(db->req, db->buf + db->len, db->size - db->len, name, &st, (off_t)next_off);
     db->len += need;
     return 0;
 }
@@ -330,8 +329,8 @@ static void ro_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
     ro_entry(req, parent, name, 0);
 }
 
-static void ro_rename(fuse_req_t req, fuse_ino_t p, const char *n, fuse_ino_t np,
-                      const char *nn, unsigned int flags)
+static void ro_rename(fuse_req_t req, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn,
+                      unsigned int flags)
 {
     (void)np, (void)nn, (void)flags;
     ro_entry(req, p, n, 0);

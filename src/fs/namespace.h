@@ -21,8 +21,8 @@ enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
 struct ns_node {
     enum ns_kind kind;
     uint64_t ino;
-    int depth;       /* chunk directories and files: number of chunk indices in the path */
-    uint64_t prefix; /* C-order linear index of those indices; the chunk id at full depth */
+    int depth;        /* chunk directories and files: number of chunk indices in the path */
+    uint64_t prefix;  /* C-order linear index of those indices; the chunk id at full depth */
     const char *text; /* NS_META: the file's content */
     size_t len;
 };
@@ -30,9 +30,9 @@ struct ns_node {
 struct ns {
     const struct task *t;
     int ndim;
-    bool nested;                          /* separator "/" */
-    uint64_t base[ROIFS_MAX_DIM + 1];     /* first inode offset of each depth */
-    uint64_t count[ROIFS_MAX_DIM + 1];    /* number of prefixes of each depth */
+    bool nested;                       /* separator "/" */
+    uint64_t base[ROIFS_MAX_DIM + 1];  /* first inode offset of each depth */
+    uint64_t count[ROIFS_MAX_DIM + 1]; /* number of prefixes of each depth */
 };
 
 void ns_init(struct ns *ns, const struct task *t);
@@ -43,8 +43,7 @@ int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out);
 
 /* Lists directory ino from offset off (0 = start). emit returns non-zero to stop (buffer
  * full); next_off is the offset that resumes after the entry. 0, -ENOENT or -ENOTDIR. */
-typedef int (*ns_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir,
-                       uint64_t next_off);
+typedef int (*ns_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off);
 int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx);
 
 #endif
