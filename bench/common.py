@@ -175,15 +175,19 @@ def bdi_of(mnt):
 # ---------------------------------------------------------------- measuring
 
 
-def interleaved(reps, cases):
+def interleaved(reps, cases, reps_of=None):
     """Runs every case once per repeat, rotating the order from one repeat to the next.
 
-    cases: {name: fn() -> float seconds (or dict of numbers)}; returns {name: [results]}."""
+    cases: {name: fn() -> float seconds (or dict of numbers)}; returns {name: [results]}.
+    reps_of: {name: k} runs that case only in the first k repeats (for very slow cases)."""
     names = list(cases)
     out = {n: [] for n in names}
+    reps_of = reps_of or {}
     for i in range(reps):
         order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
+            if i >= reps_of.get(n, reps):
+                continue
             out[n].append(cases[n]())
             log(f"  rep {i + 1}/{reps} {n}: {fmt_val(out[n][-1])}")
     return out

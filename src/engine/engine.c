@@ -672,6 +672,25 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
             err_set(&err, rc, "cannot write it to the cache: %s", strerror(-rc));
     }
     free(data);
+    if (rc == -ENOENT && bad_roi != UINT32_MAX && job->attempts < 3) {
+        /* A stored ROI result vanished (its cache file was removed): compute that ROI
+         * again and assemble once more, rather than fail the reader. */
+        log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
+        pthread_mutex_lock(&e->lock);
+        struct roi_slot *s = &e->rois[bad_roi];
+        job->attempts++;
+        if (s->state == RS_DONE && !s->result) {
+            s->state = RS_IDLE;
+            s->on_disk = false;
+            e->n_done--;
+        }
+        if (want_roi(e, bad_roi, job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
+            job->pending++;
+        else
+            asm_enqueue(e, job);
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
 

@@ -34,6 +34,7 @@ struct chunk_job {
     bool cached_already; /* found cached once locked: nothing to assemble */
     int lock;            /* the chunk's cache lock, or -1 */
     bool replaced;       /* a stale cached version was removed before this job */
+    int attempts;        /* assemblies redone because a stored ROI result vanished */
     struct waiter *waiters;
     struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */

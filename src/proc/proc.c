@@ -1,17 +1,8 @@
 /* proc.c: creates the processor a configuration names and forwards the generic calls to its
- * kind (builtin.c, command.c). */
+ * kind (builtin.c, command.c, worker.c, plugin.c). */
 #include "proc.h"
 
 #include <errno.h>
-
-static int unsupported(const struct config *cfg, const char *key, struct errbuf *err)
-{
-    int line = config_line(cfg, "process", key);
-    if (line > 0)
-        return err_set(err, -EINVAL, "%s:%d: [process] %s is not supported yet", cfg->path, line,
-                       key);
-    return err_set(err, -EINVAL, "%s: [process] %s is not supported yet", cfg->path, key);
-}
 
 int proc_create(const struct config *cfg, struct proc **out, struct errbuf *err)
 {
@@ -22,9 +13,9 @@ int proc_create(const struct config *cfg, struct proc **out, struct errbuf *err)
     case PROC_COMMAND:
         return proc_command_create(cfg, out, err);
     case PROC_WORKER:
-        return unsupported(cfg, "worker", err);
+        return proc_worker_create(cfg, out, err);
     case PROC_PLUGIN:
-        return unsupported(cfg, "plugin", err);
+        return proc_plugin_create(cfg, out, err);
     case PROC_NONE:
         break;
     }

@@ -1,5 +1,5 @@
-/* proc.h: processors, the f in out[roi] = f(in[roi]). Each kind (builtin, command, and later
- * worker and plugin) implements proc_ops; the engine calls run() from its compute threads,
+/* proc.h: processors, the f in out[roi] = f(in[roi]). Each kind (builtin, command, worker,
+ * plugin) implements proc_ops; the engine calls run() from its compute threads,
  * several at once. */
 #ifndef ROIFS_PROC_H
 #define ROIFS_PROC_H
@@ -57,5 +57,8 @@ void proc_destroy(struct proc *p);
 /* Per kind (proc.c dispatches): */
 int proc_builtin_create(const struct config *cfg, struct proc **out, struct errbuf *err);
 int proc_command_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+int proc_worker_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+/* Loads, checks and initialises the plugin: a bad one fails here, refusing the mount. */
+int proc_plugin_create(const struct config *cfg, struct proc **out, struct errbuf *err);
 
 #endif

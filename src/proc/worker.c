@@ -1,0 +1,837 @@
+/* worker.c: the `worker` processor (SPEC §8.2): persistent `/bin/sh -c WORKER` processes, each
+ * in its own process group, started on first use and reused. One ROI at a time per worker: a
+ * JSON request line and the input bytes on its stdin, a JSON reply line and the output bytes
+ * on its stdout. A worker that dies, hangs or breaks the protocol is killed and replaced. */
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Longest reply header line; also the read size while looking for it, so that a small reply
+ * arrives with one read(). */
+#define HDR_MAX (64 * 1024)
+/* A stderr line is logged once complete, or in pieces of this size. */
+#define LINE_MAX_LOG 1024
+/* Best-effort pipe buffer for big arrays (see command.c). */
+#define PIPE_SIZE (256 * 1024)
+/* After EOF on stdin at shutdown, workers get this long to exit before their group is killed. */
+#define EXIT_GRACE 2.0
+/* A worker that died gets this long to finish its stderr (the traceback) and exit. */
+#define DEATH_GRACE 0.5
+/* Without pidfds, exits are noticed by polling this often. */
+#define TICK_MS 20
+
+/* One persistent process; its fds are -1 when closed, pid 0 when there is none. */
+struct worker {
+    pid_t pid;
+    int in_fd, out_fd, err_fd, pid_fd;
+    bool busy;         /* held by a run() or by the shutdown; guarded by the pool's lock */
+    bool exited;       /* the shell has exited (not yet reaped) */
+    double exit_time;
+    bool retire;       /* do not reuse: kill and reap at release */
+    int pipe_size;     /* what F_SETPIPE_SZ gave, 0 before */
+    char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
+    size_t line_len;
+    char last[512];    /* last non-empty stderr line, for error messages */
+    char *hdr;         /* HDR_MAX + 1 bytes: the reply header and what came after it */
+    size_t hdr_len;
+    struct strbuf req; /* the request header, reused */
+};
+
+struct worker_pool {
+    struct proc base;
+    char *cmdline;
+    char *dir;          /* NULL: the daemon's cwd */
+    double timeout;
+    char *params_json;  /* the "params" object, encoded once */
+    char **env;         /* environ with our PYTHONPATH; env_own[] are ours to free */
+    char *env_own[3];
+    pthread_mutex_t lock; /* guards workers, nworkers, busy flags, stop_fd */
+    struct worker **workers;
+    size_t nworkers;
+    int stop_fd;        /* eventfd made readable by the shutdown; made at first use */
+    _Atomic bool stopping;
+};
+
+/* What became of one request. */
+enum outcome { OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
+
+/* One request in flight. */
+struct exchange {
+    const struct proc_request *rq;
+    struct iovec iov[2]; /* what is left to write */
+    size_t to_write;
+    bool in_closed;      /* the worker stopped reading its stdin */
+    bool have_header;
+    bool ok;             /* the header said ok: true */
+    size_t out_got;
+};
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* ---- environment ---- */
+
+/* Where roifs_worker.py lives: $ROIFS_PYTHONPATH, else the source tree for a binary run from
+ * its build directory, else the installed copy. */
+static char *python_dir(void)
+{
+    const char *set = getenv("ROIFS_PYTHONPATH");
+    if (set && *set)
+        return xstrdup(set);
+#if defined(ROIFS_BUILD_ROOT) && defined(ROIFS_SOURCE_PYTHON)
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    size_t root = strlen(ROIFS_BUILD_ROOT);
+    if (n > 0) {
+        exe[n] = '\0';
+        if (!strncmp(exe, ROIFS_BUILD_ROOT, root) && exe[root] == '/')
+            return xstrdup(ROIFS_SOURCE_PYTHON);
+    }
+#endif
+#ifdef ROIFS_INSTALLED_PYTHON
+    return xstrdup(ROIFS_INSTALLED_PYTHON);
+#else
+    return xstrdup("/usr/local/share/roifs/python");
+#endif
+}
+
+/* environ with ROIFS_WORKER=1, ROIFS_PYTHONPATH set and that directory first in PYTHONPATH. */
+static void build_env(struct worker_pool *wp)
+{
+    char *dir = python_dir();
+    const char *old = getenv("PYTHONPATH");
+    wp->env_own[0] = xasprintf("ROIFS_PYTHONPATH=%s", dir);
+    wp->env_own[1] = old && *old ? xasprintf("PYTHONPATH=%s:%s", dir, old)
+                                 : xasprintf("PYTHONPATH=%s", dir);
+    wp->env_own[2] = xstrdup("ROIFS_WORKER=1");
+    free(dir);
+    size_t n = 0, k = 0;
+    while (environ && environ[n])
+        n++;
+    wp->env = xmalloc((n + 4) * sizeof *wp->env);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "PYTHONPATH=", 11) && strncmp(environ[i], "ROIFS_PYTHONPATH=", 17) &&
+            strncmp(environ[i], "ROIFS_WORKER=", 13))
+            wp->env[k++] = environ[i];
+    for (int i = 0; i < 3; i++)
+        wp->env[k++] = wp->env_own[i];
+    wp->env[k] = NULL;
+}
+
+/* ---- starting a worker ---- */
+
+/* A close-on-exec pipe whose ends are not 0, 1 or 2 (the child's dup2()s must not clobber
+ * one another). */
+static int make_pipe(int fds[2])
+{
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    for (int i = 0; i < 2; i++) {
+        if (fds[i] > 2)
+            continue;
+        int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+        int e = errno;
+        close(fds[i]);
+        fds[i] = moved;
+        if (moved < 0) {
+            close_fd(&fds[!i]);
+            return -e;
+        }
+    }
+    return 0;
+}
+
+static int spawn_shell(const struct worker_pool *wp, const int child_fds[3], pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, dfl;
+    static const int reset[] = {SIGPIPE, SIGCHLD, SIGINT,  SIGQUIT, SIGTERM,
+                                SIGHUP,  SIGUSR1, SIGUSR2, SIGXFSZ};
+    posix_spawn_file_actions_init(&fa);
+    for (int i = 0; i < 3; i++)
+        posix_spawn_file_actions_adddup2(&fa, child_fds[i], i);
+    if (wp->dir)
+        posix_spawn_file_actions_addchdir_np(&fa, wp->dir);
+    /* The daemon ignores SIGPIPE and its threads block signals: neither may reach the worker. */
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+        sigaddset(&dfl, reset[i]);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &dfl);
+    char *argv[] = {"sh", "-c", wp->cmdline, NULL};
+    int rc = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, wp->env);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return -rc;
+}
+
+static int worker_start(const struct worker_pool *wp, struct worker *w, struct errbuf *err)
+{
+    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, rc = 0;
+    for (int i = 0; i < 3 && !rc; i++)
+        rc = make_pipe(p[i]);
+    if (!rc) {
+        int child_fds[3] = {p[0][0], p[1][1], p[2][1]};
+        rc = spawn_shell(wp, child_fds, &w->pid);
+    }
+    w->in_fd = p[0][1];
+    w->out_fd = p[1][0];
+    w->err_fd = p[2][0];
+    close_fd(&p[0][0]);
+    close_fd(&p[1][1]);
+    close_fd(&p[2][1]);
+    if (rc) {
+        close_fd(&w->in_fd);
+        close_fd(&w->out_fd);
+        close_fd(&w->err_fd);
+        w->pid = 0;
+        return err_set(err, -EIO, "cannot start worker /bin/sh -c '%s' in %s: %s", wp->cmdline,
+                       wp->dir ? wp->dir : ".", strerror(-rc));
+    }
+    w->pid_fd = -1;
+#ifdef SYS_pidfd_open
+    w->pid_fd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+#endif
+    for (int i = 0; i < 3; i++) {
+        int fd = i == 0 ? w->in_fd : i == 1 ? w->out_fd : w->err_fd;
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    w->exited = w->retire = false;
+    w->pipe_size = 0;
+    w->line_len = w->hdr_len = 0;
+    w->last[0] = '\0';
+    log_info("worker %d: started: %s", (int)w->pid, wp->cmdline);
+    return 0;
+}
+
+/* ---- stderr and exits ---- */
+
+static void emit_line(struct worker *w)
+{
+    size_t n = w->line_len;
+    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
+        n--;
+    w->line[n] = '\0';
+    w->line_len = 0;
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (w->line[i] == '\0')
+            w->line[i] = '?';
+    log_info("worker %d: %s", (int)w->pid, w->line);
+    size_t keep = n < sizeof w->last - 1 ? n : sizeof w->last - 1;
+    memcpy(w->last, w->line, keep);
+    w->last[keep] = '\0';
+}
+
+/* One read of the worker's stderr, logged line by line. */
+static void drain_stderr(struct worker *w)
+{
+    char buf[4096];
+    ssize_t n = read(w->err_fd, buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        emit_line(w);
+        close_fd(&w->err_fd);
+        return;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+        if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
+            emit_line(w);
+        if (buf[i] != '\n')
+            w->line[w->line_len++] = buf[i];
+    }
+}
+
+static void note_exit(struct worker *w)
+{
+    siginfo_t si = {0};
+    if (!w->exited && waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        si.si_pid == w->pid) {
+        w->exited = true;
+        w->exit_time = now_monotonic();
+    }
+}
+
+static int ms_until(double t, double now)
+{
+    return t > now ? (int)((t - now) * 1000) + 1 : 0;
+}
+
+/* Logs stderr until it closes and the shell exits, or until `until`. */
+static void await_exit(struct worker *w, double until)
+{
+    for (;;) {
+        note_exit(w);
+        double now = now_monotonic();
+        if ((w->exited && w->err_fd < 0) || now >= until)
+            return;
+        struct pollfd pf[2] = {{.fd = w->err_fd, .events = POLLIN},
+                               {.fd = w->exited ? -1 : w->pid_fd, .events = POLLIN}};
+        int ms = ms_until(until, now);
+        if (w->pid_fd < 0 && !w->exited && ms > TICK_MS)
+            ms = TICK_MS;
+        if (poll(pf, 2, ms) < 0 && errno != EINTR)
+            return;
+        if (pf[0].revents)
+            drain_stderr(w);
+    }
+}
+
+/* Kills the worker's process group, reaps the shell and frees the slot for a new worker.
+ * Returns the wait status (or -1 when it was lost). */
+static int worker_reap(struct worker *w)
+{
+    int status = -1;
+    if (w->pid <= 0)
+        return status;
+    close_fd(&w->in_fd);
+    close_fd(&w->out_fd);
+    close_fd(&w->err_fd);
+    close_fd(&w->pid_fd);
+    emit_line(w);
+    /* Not reaped yet, so the pid still names the group: leftovers die with it. */
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL); /* in case it left its group */
+    while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    w->pid = 0;
+    return status;
+}
+
+/* "exited with status 1", "was killed by signal 9", ... */
+static void describe_status(int status, bool exited, char *buf, size_t len)
+{
+    if (!exited || status < 0)
+        snprintf(buf, len, "closed its output");
+    else if (WIFSIGNALED(status))
+        snprintf(buf, len, "was killed by signal %d", WTERMSIG(status));
+    else if (WEXITSTATUS(status) > 128 && WEXITSTATUS(status) < 128 + 65)
+        /* the shell's way of saying that its command was killed */
+        snprintf(buf, len, "exited with status %d (signal %d)", WEXITSTATUS(status),
+                 WEXITSTATUS(status) - 128);
+    else
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* ---- the pool ---- */
+
+static void worker_free(struct worker *w)
+{
+    free(w->hdr);
+    sb_free(&w->req);
+    free(w);
+}
+
+/* A worker for one request, marked busy; NULL once shutting down. */
+static struct worker *acquire(struct worker_pool *wp)
+{
+    pthread_mutex_lock(&wp->lock);
+    struct worker *w = NULL;
+    if (!wp->stopping) {
+        if (wp->stop_fd < 0) /* made here, after any fork of the daemon */
+            wp->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        for (size_t i = 0; i < wp->nworkers && !w; i++)
+            if (!wp->workers[i]->busy && wp->workers[i]->pid > 0)
+                w = wp->workers[i];
+        for (size_t i = 0; i < wp->nworkers && !w; i++)
+            if (!wp->workers[i]->busy)
+                w = wp->workers[i];
+        if (!w) { /* at most one per concurrent run(), which the engine bounds by threads */
+            w = xcalloc(1, sizeof *w);
+            w->in_fd = w->out_fd = w->err_fd = w->pid_fd = -1;
+            w->hdr = xmalloc(HDR_MAX + 1);
+            wp->workers = xrealloc(wp->workers, (wp->nworkers + 1) * sizeof *wp->workers);
+            wp->workers[wp->nworkers++] = w;
+        }
+        w->busy = true;
+    }
+    pthread_mutex_unlock(&wp->lock);
+    return w;
+}
+
+static void release(struct worker_pool *wp, struct worker *w)
+{
+    if (w->retire)
+        worker_reap(w);
+    pthread_mutex_lock(&wp->lock);
+    w->busy = false;
+    pthread_mutex_unlock(&wp->lock);
+}
+
+/* An idle worker may have died or written to stdout since its last ROI: then it is replaced
+ * now rather than failing the next ROI. */
+static void check_idle(struct worker *w)
+{
+    struct pollfd pf[3] = {{.fd = w->out_fd, .events = POLLIN},
+                           {.fd = w->err_fd, .events = POLLIN},
+                           {.fd = w->pid_fd, .events = POLLIN}};
+    bool ready = poll(pf, 3, 0) > 0;
+    if (ready && pf[1].revents)
+        drain_stderr(w);
+    if (ready && pf[2].revents && !w->exited) {
+        w->exited = true;
+        w->exit_time = now_monotonic();
+    }
+    if (w->pid_fd < 0)
+        note_exit(w);
+    bool output = ready && pf[0].revents;
+    if (!output && !w->exited)
+        return;
+    char c, what[96];
+    bool chatty = output && read(w->out_fd, &c, 1) > 0;
+    pid_t pid = w->pid;
+    await_exit(w, now_monotonic() + (chatty ? 0 : DEATH_GRACE));
+    bool exited = w->exited;
+    describe_status(worker_reap(w), exited, what, sizeof what);
+    log_warn("worker %d %s while idle%s%s; starting a new one", (int)pid,
+             chatty ? "wrote to its stdout" : what, *w->last ? ": " : "", w->last);
+}
+
+/* ---- one request ---- */
+
+static void put_list(struct strbuf *sb, const char *key, const uint64_t *v, int n)
+{
+    sb_printf(sb, ", \"%s\": [", key);
+    for (int i = 0; i < n; i++)
+        sb_printf(sb, i ? ", %llu" : "%llu", (unsigned long long)v[i]);
+    sb_append(sb, "]", 1);
+}
+
+/* The request line: numbers and dtype names need no escaping; params were encoded by
+ * jansson once. */
+static void build_request(const struct worker_pool *wp, const struct proc_request *rq,
+                          struct strbuf *sb)
+{
+    char in_dt[8], out_dt[8];
+    sb->len = 0;
+    sb_printf(sb, "{\"roi\": %zu", rq->roi);
+    put_list(sb, "start", rq->start, rq->ndim);
+    put_list(sb, "stop", rq->stop, rq->ndim);
+    put_list(sb, "in_start", rq->in_start, rq->ndim);
+    put_list(sb, "in_shape", rq->in_shape, rq->ndim);
+    sb_printf(sb, ", \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"nbytes\": %zu, \"params\": ",
+              dtype_typestr_le(&rq->in_dtype, in_dt), dtype_typestr_le(&rq->out_dtype, out_dt),
+              rq->in_nbytes);
+    sb_append(sb, wp->params_json, strlen(wp->params_json));
+    sb_append(sb, "}\n", 2);
+}
+
+/* Bigger pipes for big arrays: fewer wakeups per ROI. */
+static void size_pipes(struct worker *w, const struct proc_request *rq)
+{
+    size_t want = rq->in_nbytes > rq->out_nbytes ? rq->in_nbytes : rq->out_nbytes;
+    if (want <= 65536 || w->pipe_size >= PIPE_SIZE || (size_t)w->pipe_size >= want)
+        return;
+    int size = want < PIPE_SIZE ? (int)want : PIPE_SIZE;
+    int got = fcntl(w->in_fd, F_SETPIPE_SZ, size);
+    fcntl(w->out_fd, F_SETPIPE_SZ, size);
+    w->pipe_size = got > 0 ? got : PIPE_SIZE; /* do not retry a refusal at every ROI */
+}
+
+static void write_request(struct worker *w, struct exchange *x)
+{
+    while (x->to_write > 0) {
+        int iovcnt = x->iov[0].iov_len ? 2 : 1;
+        struct iovec *iov = x->iov[0].iov_len ? &x->iov[0] : &x->iov[1];
+        ssize_t n = writev(w->in_fd, iov, iovcnt);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                x->in_closed = true; /* EPIPE: it stopped reading; its stdout will say why */
+            if (errno != EINTR)
+                return;
+            continue;
+        }
+        x->to_write -= (size_t)n;
+        for (int i = 0; i < 2 && n > 0; i++) {
+            size_t k = (size_t)n < x->iov[i].iov_len ? (size_t)n : x->iov[i].iov_len;
+            x->iov[i].iov_base = (char *)x->iov[i].iov_base + k;
+            x->iov[i].iov_len -= k;
+            n -= (ssize_t)k;
+        }
+    }
+}
+
+/* Shows the start of a bad header: printable ASCII, at most 60 characters. */
+static const char *header_excerpt(const char *s, size_t len, char buf[72])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < 60; i++)
+        buf[n++] = s[i] >= 32 && s[i] < 127 ? s[i] : '?';
+    snprintf(buf + n, 72 - n, "%s", len > 60 ? "..." : "");
+    return buf;
+}
+
+/* Parses the reply header hdr[0, len). */
+static enum outcome parse_header(struct worker *w, struct exchange *x, size_t len,
+                                 struct errbuf *err)
+{
+    char ex[72];
+    json_error_t jerr;
+    json_t *root = json_loadb(w->hdr, len, 0, &jerr), *ok = json_object_get(root, "ok");
+    enum outcome rc = OUT_BROKEN;
+    if (!json_is_boolean(ok)) {
+        err_set(err, -EIO, "worker %d broke the protocol: expected a JSON reply line with \"ok\", "
+                "got '%s'", (int)w->pid, header_excerpt(w->hdr, len, ex));
+    } else if (json_is_false(ok)) {
+        const char *msg = json_string_value(json_object_get(root, "error"));
+        err_set(err, -EIO, "%s", msg && *msg ? msg : "the worker reported an error");
+        rc = OUT_REFUSED;
+    } else {
+        json_t *nb = json_object_get(root, "nbytes");
+        if (!json_is_integer(nb))
+            err_set(err, -EIO, "worker %d broke the protocol: reply without nbytes: '%s'",
+                    (int)w->pid, header_excerpt(w->hdr, len, ex));
+        else if ((uint64_t)json_integer_value(nb) != x->rq->out_nbytes ||
+                 json_integer_value(nb) < 0)
+            err_set(err, -EIO, "worker %d broke the protocol: reply has nbytes %lld, expected %zu",
+                    (int)w->pid, (long long)json_integer_value(nb), x->rq->out_nbytes);
+        else
+            rc = OUT_OK;
+        x->ok = true;
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* Reads what the worker sent. OUT_OK with x->have_header set (and all the output read when
+ * ok) means the reply is complete; -1 means more is to come. */
+static int read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
+{
+    const struct proc_request *rq = x->rq;
+    if (x->have_header) {
+        ssize_t n = read(w->out_fd, (char *)rq->out + x->out_got, rq->out_nbytes - x->out_got);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return -1;
+        if (n <= 0)
+            return OUT_DIED;
+        x->out_got += (size_t)n;
+        return x->out_got == rq->out_nbytes ? OUT_OK : -1;
+    }
+    ssize_t n = read(w->out_fd, w->hdr + w->hdr_len, HDR_MAX - w->hdr_len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return -1;
+    if (n <= 0)
+        return OUT_DIED;
+    char *nl = memchr(w->hdr + w->hdr_len, '\n', (size_t)n);
+    w->hdr_len += (size_t)n;
+    if (!nl && w->hdr_len == HDR_MAX)
+        return err_set(err, -EIO, "worker %d broke the protocol: no reply line in its first %d "
+                       "bytes", (int)w->pid, HDR_MAX), OUT_BROKEN;
+    if (!nl)
+        return -1;
+    size_t hlen = (size_t)(nl - w->hdr), extra = w->hdr_len - hlen - 1;
+    x->have_header = true;
+    int rc = parse_header(w, x, hlen, err);
+    if (rc != OUT_OK && rc != OUT_REFUSED)
+        return rc;
+    if (extra > (x->ok ? rq->out_nbytes : 0))
+        return err_set(err, -EIO, "worker %d broke the protocol: sent more than the %zu bytes "
+                       "announced", (int)w->pid, x->ok ? rq->out_nbytes : 0), OUT_BROKEN;
+    memcpy(rq->out, nl + 1, extra);
+    x->out_got = extra;
+    if (rc == OUT_REFUSED)
+        return rc;
+    return x->out_got == rq->out_nbytes ? OUT_OK : -1;
+}
+
+/* A finished reply: the whole request must have been read, and nothing may follow. */
+static enum outcome check_complete(struct worker *w, struct exchange *x, enum outcome got,
+                                   struct errbuf *err)
+{
+    if (x->to_write > 0) {
+        char said[sizeof err->msg];
+        snprintf(said, sizeof said, "%s", got == OUT_REFUSED ? err->msg : "");
+        err_set(err, -EIO, "worker %d broke the protocol: replied before reading its input%s%.600s",
+                (int)w->pid, *said ? "; it said: " : "", said);
+        return OUT_BROKEN;
+    }
+    char c;
+    ssize_t n = read(w->out_fd, &c, 1);
+    if (n > 0)
+        return err_set(err, -EIO, "worker %d broke the protocol: sent more than the %zu bytes "
+                       "announced", (int)w->pid, x->ok ? x->rq->out_nbytes : 0), OUT_BROKEN;
+    if (n == 0) /* it closed stdout after replying: this reply stands, the worker is done */
+        w->retire = true;
+    return got;
+}
+
+static int poll_ms(const struct worker_pool *wp, const struct worker *w, double now,
+                   double deadline)
+{
+    int ms = wp->stop_fd < 0 ? TICK_MS : -1;
+    if (deadline > 0 && (ms < 0 || ms_until(deadline, now) < ms))
+        ms = ms_until(deadline, now);
+    if (w->exited) {
+        int grace = ms_until(w->exit_time + DEATH_GRACE, now);
+        ms = ms < 0 || grace < ms ? grace : ms;
+    } else if (w->pid_fd < 0 && (ms < 0 || ms > TICK_MS)) {
+        ms = TICK_MS;
+    }
+    return ms;
+}
+
+/* Sends the request and reads the reply, watching stderr, the worker's exit, the deadline
+ * and the shutdown. */
+static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct exchange *x,
+                             double deadline, struct errbuf *err)
+{
+    write_request(w, x);
+    for (;;) {
+        struct pollfd pf[5] = {
+            {.fd = x->to_write && !x->in_closed ? w->in_fd : -1, .events = POLLOUT},
+            {.fd = w->out_fd, .events = POLLIN},
+            {.fd = w->err_fd, .events = POLLIN},
+            {.fd = w->exited ? -1 : w->pid_fd, .events = POLLIN},
+            {.fd = wp->stop_fd, .events = POLLIN},
+        };
+        double now = now_monotonic();
+        if (poll(pf, 5, poll_ms(wp, w, now, deadline)) < 0 && errno != EINTR)
+            return err_set(err, -EIO, "poll failed: %s", strerror(errno)), OUT_BROKEN;
+        if (pf[4].revents || wp->stopping)
+            return OUT_SHUTDOWN;
+        if (pf[0].revents & POLLOUT)
+            write_request(w, x);
+        else if (pf[0].revents)
+            x->in_closed = true;
+        if (pf[2].revents)
+            drain_stderr(w);
+        if (pf[3].revents && !w->exited) {
+            w->exited = true;
+            w->exit_time = now_monotonic();
+        }
+        if (w->pid_fd < 0)
+            note_exit(w);
+        if (pf[1].revents) {
+            int rc = read_reply(w, x, err);
+            if (rc == OUT_OK || rc == OUT_REFUSED)
+                return check_complete(w, x, (enum outcome)rc, err);
+            if (rc >= 0)
+                return (enum outcome)rc;
+        }
+        now = now_monotonic();
+        if (deadline > 0 && now >= deadline)
+            return OUT_TIMEOUT;
+        if (w->exited && now >= w->exit_time + DEATH_GRACE)
+            return OUT_DIED; /* its shell is gone; something else holds stdout open */
+    }
+}
+
+/* The message for a worker that went away mid-request; reaps it. */
+static int report_death(struct worker *w, const struct exchange *x, struct errbuf *err)
+{
+    pid_t pid = w->pid;
+    await_exit(w, now_monotonic() + DEATH_GRACE);
+    bool exited = w->exited;
+    char what[96], when[96];
+    describe_status(worker_reap(w), exited, what, sizeof what);
+    if (!x->have_header)
+        snprintf(when, sizeof when, " before replying");
+    else
+        snprintf(when, sizeof when, " in the middle of its reply (%zu of %zu bytes)", x->out_got,
+                 x->rq->out_nbytes);
+    return err_set(err, -EIO, "worker %d %s%s%s%.400s", (int)pid, what, when,
+                   *w->last ? ": " : "", w->last);
+}
+
+static int worker_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
+{
+    struct worker_pool *wp = (struct worker_pool *)p;
+    struct worker *w = acquire(wp);
+    if (!w)
+        return err_set(err, -ECANCELED, "shut down");
+    if (w->pid > 0)
+        check_idle(w);
+    int rc = w->pid > 0 ? 0 : worker_start(wp, w, err);
+    if (rc) {
+        release(wp, w);
+        return rc;
+    }
+    double deadline = wp->timeout > 0 ? now_monotonic() + wp->timeout : 0;
+    size_pipes(w, rq);
+    build_request(wp, rq, &w->req);
+    struct exchange x = {
+        .rq = rq,
+        .iov = {{w->req.buf, w->req.len}, {(void *)rq->in, rq->in_nbytes}},
+        .to_write = w->req.len + rq->in_nbytes,
+    };
+    w->hdr_len = 0;
+    enum outcome end = exchange(wp, w, &x, deadline, err);
+    switch (end) {
+    case OUT_OK:
+        break;
+    case OUT_REFUSED:
+        rc = -EIO;
+        break;
+    case OUT_SHUTDOWN:
+        rc = err_set(err, -ECANCELED, "shut down");
+        w->retire = true;
+        break;
+    case OUT_TIMEOUT:
+        rc = err_set(err, -EIO, "worker %d timed out after %g s", (int)w->pid, wp->timeout);
+        w->retire = true;
+        break;
+    case OUT_DIED:
+        rc = report_death(w, &x, err);
+        break;
+    case OUT_BROKEN:
+        rc = -EIO;
+        w->retire = true;
+        break;
+    }
+    if (w->retire && end != OUT_SHUTDOWN)
+        log_warn("worker %d: %s; killing it, the next ROI starts a new worker", (int)w->pid,
+                 err->msg);
+    release(wp, w);
+    return rc;
+}
+
+/* ---- shutdown ---- */
+
+/* EOF on stdin, EXIT_GRACE to exit, then the group is killed; all are reaped. */
+static void reap_all(struct worker **ws, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        close_fd(&ws[i]->in_fd);
+    double until = now_monotonic() + EXIT_GRACE;
+    for (size_t i = 0; i < n; i++)
+        if (ws[i]->pid > 0)
+            await_exit(ws[i], until);
+    for (size_t i = 0; i < n; i++) {
+        pid_t pid = ws[i]->pid;
+        bool exited = ws[i]->exited;
+        if (pid <= 0)
+            continue;
+        int status = worker_reap(ws[i]);
+        if (!exited)
+            log_warn("worker %d: still running %g s after the end of its input; killed", (int)pid,
+                     EXIT_GRACE);
+        else if (status != 0)
+            log_info("worker %d: exit status %d", (int)pid,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
+}
+
+/* Idle workers get EOF and are reaped here; busy ones are killed by their run(), which the
+ * eventfd wakes at once. */
+static void worker_shutdown(struct proc *p)
+{
+    struct worker_pool *wp = (struct worker_pool *)p;
+    pthread_mutex_lock(&wp->lock);
+    wp->stopping = true;
+    if (wp->stop_fd >= 0 && eventfd_write(wp->stop_fd, 1) < 0)
+        log_warn("workers: cannot signal the shutdown: %s", strerror(errno));
+    struct worker **idle = xcalloc(wp->nworkers + 1, sizeof *idle);
+    size_t n = 0;
+    for (size_t i = 0; i < wp->nworkers; i++)
+        if (!wp->workers[i]->busy && wp->workers[i]->pid > 0) {
+            wp->workers[i]->busy = true;
+            idle[n++] = wp->workers[i];
+        }
+    pthread_mutex_unlock(&wp->lock);
+    reap_all(idle, n);
+    pthread_mutex_lock(&wp->lock);
+    for (size_t i = 0; i < n; i++)
+        idle[i]->busy = false;
+    pthread_mutex_unlock(&wp->lock);
+    free(idle);
+}
+
+/* No run() is in progress any more. Does not touch stop_fd: after a fork, the parent's copy
+ * of this processor is destroyed while the daemon's lives on. */
+static void worker_destroy(struct proc *p)
+{
+    struct worker_pool *wp = (struct worker_pool *)p;
+    wp->stopping = true;
+    reap_all(wp->workers, wp->nworkers);
+    for (size_t i = 0; i < wp->nworkers; i++)
+        worker_free(wp->workers[i]);
+    free(wp->workers);
+    close_fd(&wp->stop_fd);
+    free(wp->env);
+    for (int i = 0; i < 3; i++)
+        free(wp->env_own[i]);
+    free(wp->params_json);
+    free(wp->cmdline);
+    free(wp->dir);
+    pthread_mutex_destroy(&wp->lock);
+    free(wp);
+}
+
+static const struct proc_ops worker_ops = {
+    .run = worker_run,
+    .shutdown = worker_shutdown,
+    .destroy = worker_destroy,
+};
+
+/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
+static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
+{
+    json_t *obj = json_object();
+    for (int i = 0; i < cfg->nparams; i++) {
+        const struct config_param *pm = &cfg->params[i];
+        json_t *v = json_string(pm->value);
+        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
+            json_decref(obj);
+            int line = pm->line;
+            return line > 0 ? err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8",
+                                      cfg->path, line, pm->name)
+                            : err_set(err, -EINVAL, "%s: param.%s: not valid UTF-8", cfg->path,
+                                      pm->name);
+        }
+    }
+    *out = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return 0;
+}
+
+int proc_worker_create(const struct config *cfg, struct proc **out, struct errbuf *err)
+{
+    if (!cfg->proc_value || !cfg->proc_value[strspn(cfg->proc_value, " \t")])
+        return err_set(err, -EINVAL, "%s: [process] worker: empty command", cfg->path);
+    char *params = NULL;
+    int rc = encode_params(cfg, &params, err);
+    if (rc)
+        return rc;
+    /* A worker that exits while we write to it must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    struct worker_pool *wp = xcalloc(1, sizeof *wp);
+    wp->base.ops = &worker_ops;
+    wp->cmdline = xstrdup(cfg->proc_value);
+    wp->dir = cfg->dir ? xstrdup(cfg->dir) : NULL;
+    wp->timeout = cfg->timeout;
+    wp->params_json = params;
+    wp->stop_fd = -1;
+    build_env(wp);
+    pthread_mutex_init(&wp->lock, NULL);
+    *out = &wp->base;
+    return 0;
+}
