@@ -37,7 +37,7 @@ static int task_err(const struct task *t, struct errbuf *err, const char *sectio
 static int open_input(struct task *t, struct errbuf *err)
 {
     struct errbuf e;
-    int r = zarr_input_open(t->cfg.input_path, 256u << 20, &t->input, &e);
+    int r = zarr_input_open(t->cfg.input_path, 64u << 20, &t->input, &e);
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
     t->in = zarr_input_meta(t->input);

@@ -615,7 +615,8 @@ static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct ex
         };
         double now = now_monotonic();
         if (poll(pf, 5, poll_ms(wp, w, now, deadline)) < 0 && errno != EINTR)
-            return err_set(err, -EIO, "poll failed: %s", strerror(errno)), OUT_BROKEN;
+            return err_set(err, -EIO, "worker %d: poll failed: %s", (int)w->pid, strerror(errno)),
+                   OUT_BROKEN;
         if (pf[4].revents || wp->stopping)
             return OUT_SHUTDOWN;
         if (pf[0].revents & POLLOUT)
@@ -707,9 +708,8 @@ static int worker_run(struct proc *p, const struct proc_request *rq, struct errb
         w->retire = true;
         break;
     }
-    if (w->retire && end != OUT_SHUTDOWN)
-        log_warn("worker %d: %s; killing it, the next ROI starts a new worker", (int)w->pid,
-                 err->msg);
+    if (w->retire && end != OUT_SHUTDOWN) /* the message names the worker */
+        log_warn("%s; killing it, the next ROI starts a new worker", err->msg);
     release(wp, w);
     return rc;
 }
