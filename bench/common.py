@@ -108,7 +108,7 @@ def daemon_pid(mnt):
         except OSError:
             continue
         args = [a.decode(errors="replace") for a in argv]
-        if len(args) >= 4 and args[0].endswith("roifs") and "mount" in args and \
+        if len(args) >= 4 and "roifs" in os.path.basename(args[0]) and "mount" in args and \
                 args[-1] == mnt:
             return int(p.name)
     return None
@@ -188,9 +188,28 @@ def interleaved(reps, cases, reps_of=None):
         for n in order:
             if i >= reps_of.get(n, reps):
                 continue
+            i0, t0 = idle_seconds(), time.perf_counter()
             out[n].append(cases[n]())
+            IDLE.setdefault(n, []).append((idle_seconds() - i0) / (time.perf_counter() - t0))
             log(f"  rep {i + 1}/{reps} {n}: {fmt_val(out[n][-1])}")
     return out
+
+
+IDLE = {}  # case name -> [idle cores (machine-wide) averaged over each run of the case]
+
+
+def idle_seconds():
+    """Machine-wide idle CPU time so far (idle + iowait, all CPUs), in seconds."""
+    f = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(f[4]) + int(f[5])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_note(names=None):
+    """A sentence on the idle CPU during the runs (shows contention from other work)."""
+    names = names or list(IDLE)
+    parts = [f"{n} {median(IDLE[n]):.2f}" for n in names if n in IDLE]
+    return ("Idle CPU during the runs (median cores idle, machine-wide, of "
+            f"{os.cpu_count()}): " + ", ".join(parts) + ".")
 
 
 def fmt_val(v):
@@ -261,8 +280,6 @@ def machine():
         "numcodecs": numcodecs.__version__,
         "dask": dask.__version__,
         "scipy": scipy.__version__,
-        "read_ahead_kb_default": Path("/sys/class/bdi/default/read_ahead_kb").read_text().strip()
-        if Path("/sys/class/bdi/default/read_ahead_kb").exists() else "?",
     }
 
 
@@ -278,8 +295,11 @@ def md_table(header, rows):
 def save(name, title, summary, markdown, raw, info):
     """summary: rows {"scenario", "roifs", "alternative", "ratio", "target", "met"}."""
     RESULTS.mkdir(exist_ok=True)
+    if IDLE:
+        markdown = markdown.rstrip() + "\n\n" + idle_note()
     doc = {"name": name, "title": title, "machine": info, "summary": summary,
-           "markdown": markdown, "raw": raw}
+           "markdown": markdown, "raw": raw,
+           "idle_cores": {k: v for k, v in IDLE.items()}}
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1, default=float))
     log(f"wrote {RESULTS / (name + '.json')}")
 

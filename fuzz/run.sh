@@ -2,16 +2,18 @@
 # Builds the libFuzzer harnesses (clang, -Dfuzz=true) in ./build-fuzz and runs each for
 # SECONDS (default 20) on its seed corpus tests/fuzz-corpus/<name>/, which is never written:
 # new inputs go to build-fuzz/corpus/<name>/, crashes to build-fuzz/crashes/.
-#   fuzz/run.sh [SECONDS] [NAME...]      NAME: meta config roi namespace decode_none
+#   fuzz/run.sh [SECONDS] [NAME...]      NAME: meta meta_v3 config roi namespace decode_none
 #                                        decode_blosc decode_zlib decode_gzip decode_zstd
+#                                        decode_v3
 # Exits non-zero when a harness finds a crash, a leak, undefined behaviour or a timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install-deps.sh
 secs=${1:-20}
 [ $# -gt 0 ] && shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(meta config roi namespace decode_none decode_blosc decode_zlib
-                                 decode_gzip decode_zstd)
+[ ${#names[@]} -gt 0 ] || names=(meta meta_v3 config roi namespace decode_none decode_blosc
+                                 decode_zlib decode_gzip decode_zstd decode_v3)
 build=${ROIFS_FUZZ_BUILD:-build-fuzz}
 if [ ! -f "$build/build.ninja" ]; then
     CC=clang meson setup "$build" -Dfuzz=true -Dbuildtype=debugoptimized >/dev/null

@@ -59,14 +59,14 @@ class Roi:
                  "out_dtype")
 
     def __init__(self, request):
-        self.index = int(request["roi"])
+        self.index = request["roi"]
         self.start = tuple(request["start"])
         self.stop = tuple(request["stop"])
         self.in_start = tuple(request["in_start"])
         self.in_shape = tuple(request["in_shape"])
-        self.params = dict(request.get("params") or {})
-        self.dtype = np.dtype(request["dtype"])
-        self.out_dtype = np.dtype(request["out_dtype"])
+        self.params = request.get("params") or {}
+        self.dtype = _dtype(request["dtype"])
+        self.out_dtype = _dtype(request["out_dtype"])
 
     @property
     def inner(self):
@@ -76,6 +76,16 @@ class Roi:
     def __repr__(self):
         return (f"Roi(index={self.index}, start={self.start}, stop={self.stop}, "
                 f"in_start={self.in_start}, in_shape={self.in_shape})")
+
+
+_dtypes = {}
+
+
+def _dtype(typestr):
+    dt = _dtypes.get(typestr)
+    if dt is None:
+        dt = _dtypes[typestr] = np.dtype(typestr)
+    return dt
 
 
 class ProtocolError(Exception):
@@ -92,36 +102,36 @@ def _read_exactly(stream, view):
 
 
 def _write_all(fd, parts):
-    parts = [memoryview(p).cast("B") for p in parts if len(p)]
-    while parts:
-        n = os.writev(fd, parts)
-        while parts and n >= len(parts[0]):
-            n -= len(parts[0])
-            parts.pop(0)
-        if parts and n:
-            parts[0] = parts[0][n:]
+    """Writes the byte-like parts (C-contiguous) with as few system calls as possible."""
+    n = os.writev(fd, parts)
+    if n == sum(memoryview(p).nbytes for p in parts):
+        return
+    rest = b"".join(memoryview(p).cast("B") for p in parts)[n:]
+    while rest:
+        rest = rest[os.write(fd, rest):]
 
 
-def _library_dirs():
-    paths = sysconfig.get_paths()
-    dirs = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
-            if k in paths}
-    dirs.add(os.path.dirname(os.path.realpath(__file__)))
-    return tuple(d + os.sep for d in dirs)
+def _is_library(path, _dirs=[]):
+    """True for Python's own modules, installed packages and this module."""
+    if not _dirs:
+        paths = sysconfig.get_paths()
+        _dirs.extend(os.path.realpath(paths[k]) + os.sep
+                     for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+        _dirs.append(os.path.dirname(os.path.realpath(__file__)) + os.sep)
+    parts = path.split(os.sep)
+    return path.startswith(tuple(_dirs)) or "site-packages" in parts or "dist-packages" in parts
 
 
 def _describe(exc):
-    """'ValueError: message (script.py:12)': the innermost frame of the traceback that is the
-    user's code, not a library's (none when roifs_worker itself raised)."""
+    """'ValueError: message (script.py:12)', naming the innermost frame of the traceback in
+    the user's code rather than in a library (no frame when roifs_worker itself raised)."""
     msg = " ".join(str(exc).split())
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
-    libs = _library_dirs()
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        path = os.path.realpath(frame.filename)
-        if frame.filename.startswith("<") or not path.startswith(libs):
-            if path != os.path.realpath(__file__):
-                text += f" ({os.path.basename(frame.filename)}:{frame.lineno})"
-            break
+        # "<stdin>", "<string>", but also numpy's "<__array_function__ internals>": skipped
+        if not frame.filename.startswith("<") and \
+                not _is_library(os.path.realpath(frame.filename)):
+            return text + f" ({os.path.basename(frame.filename)}:{frame.lineno})"
     return text
 
 
@@ -140,12 +150,13 @@ def _as_output(result, roi):
 
 
 def _serve(process, inp, out_fd):
+    decode = json.JSONDecoder().decode
     while True:
         line = inp.readline()
         if not line:
             return
         try:
-            request = json.loads(line)
+            request = decode(line.decode("utf-8"))
             roi = Roi(request)
             block = np.empty(roi.in_shape, roi.dtype)
             nbytes = int(request["nbytes"])
@@ -153,7 +164,7 @@ def _serve(process, inp, out_fd):
             raise ProtocolError(f"bad request line {line[:80]!r}: {e}") from None
         if block.nbytes != nbytes:
             raise ProtocolError(f"request says {nbytes} bytes for {roi.in_shape} {roi.dtype}")
-        _read_exactly(inp, memoryview(block.reshape(-1).view(np.uint8)))
+        _read_exactly(inp, memoryview(block).cast("B"))
         try:
             result = _as_output(process(block, roi), roi)
         except Exception as e:
@@ -162,9 +173,8 @@ def _serve(process, inp, out_fd):
             reply = json.dumps({"ok": False, "error": _describe(e)}) + "\n"
             _write_all(out_fd, [reply.encode()])
             continue
-        data = result.reshape(-1).view(np.uint8)
-        header = b'{"ok": true, "nbytes": %d}\n' % data.nbytes
-        _write_all(out_fd, [header, data])
+        header = b'{"ok": true, "nbytes": %d}\n' % result.nbytes
+        _write_all(out_fd, [header, result])
 
 
 _protocol_fd = None
@@ -204,7 +214,8 @@ def _load(spec):
     """'module:function' or 'path/to/file.py:function'."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
-        raise SystemExit(f"roifs_worker: expected MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
+        raise SystemExit(f"roifs_worker: expected MODULE:FUNCTION or FILE.py:FUNCTION, "
+                         f"got {spec!r}")
     if target.endswith(".py"):
         mod_spec = importlib.util.spec_from_file_location(
             os.path.splitext(os.path.basename(target))[0], target)
@@ -226,6 +237,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: python3 -m roifs_worker MODULE:FUNCTION | FILE.py:FUNCTION")
+    if __name__ == "__main__":  # the user's `import roifs_worker` gets this copy, not a second
+        sys.modules.setdefault("roifs_worker", sys.modules["__main__"])
     _reserve_stdout()  # before the user's module runs
     run(_load(argv[0]))
 

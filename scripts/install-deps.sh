@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-dev
       libjansson-dev libzstd-dev zlib1g-dev
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
-      python3-scipy)
+      python3-scipy
+      clang libclang-rt-14-dev)  # the last two: fuzz/run.sh (libFuzzer and its sanitizers)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

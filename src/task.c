@@ -77,16 +77,58 @@ static int resolve_compressor(struct task *t, struct zarr_codec *c, struct errbu
     return 0;
 }
 
+/* Format 3: the codec chain (bytes in the output's byte order, then the compressor), and
+ * with `shard` the sharding codec around it, whose shard shape becomes the chunk shape that
+ * the engine and the mounted tree work in (the v3 chunk_grid is the shard grid). */
+static int resolve_v3(struct task *t, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    struct zarr_meta *o = &t->out;
+    if (o->compressor.id == ZC_ZLIB)
+        TASK_ERR(t, err, "output", "compressor",
+                 "[output] compressor: zlib is not a Zarr v3 codec (use gzip, zstd or blosc)");
+    o->key_prefix_c = true;
+    /* "/" (c/0/1) unless the configuration asks for "." (c.0.1) */
+    bool sep_set = config_line(cfg, "output", "dimension_separator") > 0;
+    o->separator = sep_set && cfg->dimension_separator == '.' ? '.' : '/';
+    struct zarr_chain ch = {.big_endian = o->dtype.big_endian && o->dtype.size > 1};
+    if (o->compressor.id != ZC_NONE)
+        ch.bb[ch.nbb++].c = o->compressor;
+    if (!cfg->shard_ndim) {
+        o->codecs = ch;
+        return 0;
+    }
+    int r = check_dims(t, "shard", "output", cfg->shard_ndim, err);
+    if (r < 0)
+        return r;
+    uint64_t n = 1, bytes = o->dtype.size;
+    for (int d = 0; d < o->ndim; d++) {
+        if (cfg->shard[d] == 0 || cfg->shard[d] % o->chunks[d] != 0)
+            TASK_ERR(t, err, "output", "shard",
+                     "[output] shard: entry %d (%llu) is not a multiple of chunks (%llu)", d + 1,
+                     (unsigned long long)cfg->shard[d], (unsigned long long)o->chunks[d]);
+        n *= cfg->shard[d] / o->chunks[d];
+        bytes *= cfg->shard[d];
+        if (n > (1u << 24) || bytes > (uint64_t)INT32_MAX)
+            TASK_ERR(t, err, "output", "shard",
+                     "[output] shard: too large (at most 2 GiB and 2^24 chunks per shard)");
+    }
+    o->sharded = true;
+    memcpy(o->shard.inner, o->chunks, sizeof o->shard.inner);
+    memcpy(o->chunks, cfg->shard, sizeof o->chunks);
+    o->shard.codecs = ch;
+    o->shard.index_codecs.nbb = 1;
+    o->shard.index_codecs.bb[0].crc32c = true;
+    return 0;
+}
+
 static int resolve_output(struct task *t, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
     struct zarr_meta *o = &t->out;
     memset(o, 0, sizeof *o);
-    o->format = 2;
-    if (cfg->format != 2)
-        TASK_ERR(t, err, "output", "format", "[output] format %d is not supported yet (use 2)",
-                 cfg->format);
-    if (cfg->shard_ndim)
+    o->format = cfg->format == 3 ? 3 : 2;
+    if (cfg->shard_ndim && o->format != 3)
         TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
     if (cfg->ome)
         TASK_ERR(t, err, "output", "ome", "[output] ome = true is not supported yet");
@@ -95,7 +137,9 @@ static int resolve_output(struct task *t, struct errbuf *err)
     int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
     if (r < 0)
         return r;
-    memcpy(o->chunks, cfg->chunks_ndim ? cfg->chunks : t->in->chunks, sizeof o->chunks);
+    /* by default the chunks a reader of the input decodes (inner chunks when sharded) */
+    memcpy(o->chunks, cfg->chunks_ndim ? cfg->chunks : zarr_meta_read_chunks(t->in),
+           sizeof o->chunks);
     if (cfg->dtype) {
         struct errbuf e;
         if (dtype_parse(cfg->dtype, &o->dtype, &e) < 0)
@@ -111,7 +155,7 @@ static int resolve_output(struct task *t, struct errbuf *err)
         TASK_ERR(t, err, "output", "fill_value", "[output] fill_value: %s", e.msg);
     o->separator = cfg->dimension_separator ? cfg->dimension_separator : '.';
     r = resolve_compressor(t, &o->compressor, err);
-    if (r < 0)
+    if (r < 0 || (o->format == 3 && (r = resolve_v3(t, err)) < 0))
         return r;
     zarr_meta_grid(o, t->grid);
     t->nchunks = 1;
@@ -121,7 +165,7 @@ static int resolve_output(struct task *t, struct errbuf *err)
         t->nchunks *= t->grid[d];
     }
     t->chunk_nbytes = zarr_meta_chunk_nbytes(o);
-    t->chunk_fixed_size = zarr_codec_fixed_size(&o->compressor, t->chunk_nbytes);
+    t->chunk_fixed_size = zarr_chunk_fixed_size(o);
     return 0;
 }
 
@@ -171,7 +215,10 @@ static void build_manifest(struct task *t)
     for (int d = 0; d < t->in->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
-    sb_printf(&sb, "output.zarray %s\n", t->zarray_json);
+    if (t->out.format == 3) /* without attributes: they hold the fingerprint */
+        sb_printf(&sb, "output.zarr.json %s\n", t->zarr_json);
+    else
+        sb_printf(&sb, "output.zarray %s\n", t->zarray_json);
     sb_printf(&sb, "rois %zu\n", t->rois.n);
     for (size_t i = 0; i < t->rois.n; i++) {
         for (int d = 0; d < t->rois.ndim; d++)
@@ -250,9 +297,17 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
         goto fail;
     if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
-    t->zarray_json = zarr_meta_emit_v2(&t->out);
+    const char *dimnames = zarr_input_dimension_names_text(t->input);
+    if (t->out.format == 3)
+        t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, dimnames);
+    else
+        t->zarray_json = zarr_meta_emit_v2(&t->out);
     build_manifest(t);
     build_zattrs(t);
+    if (t->out.format == 3) {
+        free(t->zarr_json);
+        t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, dimnames);
+    }
     resolve_cache_dir(t);
     *out = t;
     return 0;
@@ -280,6 +335,7 @@ void task_close(struct task *t)
         zarr_input_close(t->input);
     free(t->zarray_json);
     free(t->zattrs_json);
+    free(t->zarr_json);
     free(t->manifest);
     free(t->cache_dir);
     config_free(&t->cfg);

@@ -24,8 +24,9 @@ struct task {
     size_t chunk_nbytes;          /* decoded bytes of one output chunk */
     int64_t chunk_fixed_size;     /* encoded size when known in advance, else -1 */
     struct proc *proc;
-    char *zarray_json; /* served as .zarray */
-    char *zattrs_json; /* served as .zattrs */
+    char *zarray_json; /* format 2: served as .zarray (NULL for format 3) */
+    char *zattrs_json; /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
+    char *zarr_json;   /* format 3: served as zarr.json (NULL for format 2) */
     char *manifest;    /* canonical description of everything that defines the result */
     uint64_t fingerprint;
     char *cache_dir; /* absolute */

@@ -12,4 +12,7 @@ if [ "${ROIFS_SANITIZE:-0}" = 1 ]; then
 else
     scripts/build.sh
 fi
-exec /usr/bin/python3 -m pytest -p no:cacheprovider tests "$@"
+[ -d tests/js/node_modules ] || npm install --prefix tests/js --no-audit --no-fund  # zarrita.js
+# A private base directory: concurrent runs must not clean up each other's mounts.
+base=$(mktemp -d /tmp/roifs-tests.XXXXXX)
+exec /usr/bin/python3 -m pytest -p no:cacheprovider --basetemp "$base" tests "$@"

@@ -38,19 +38,19 @@ struct roifs_param {
  * clipped to the array). `in` holds the read region, `out` receives a result of the same
  * shape; both C order, native (little-endian) byte order. */
 struct roifs_roi {
-    size_t index;              /* ROI index: its 0-based line in the ROI list */
+    size_t index; /* ROI index: its 0-based line in the ROI list */
     int ndim;
-    const uint64_t *start;     /* ROI box, ndim values each, stop exclusive */
+    const uint64_t *start; /* ROI box, ndim values each, stop exclusive */
     const uint64_t *stop;
-    const uint64_t *in_start;  /* read region */
+    const uint64_t *in_start; /* read region */
     const uint64_t *in_shape;
-    const char *in_dtype;      /* numpy typestr: "|u1", "<u2", "<i4", "<f4", "<f8", "|b1", ... */
+    const char *in_dtype; /* numpy typestr: "|u1", "<u2", "<i4", "<f4", "<f8", "|b1", ... */
     const char *out_dtype;
-    size_t in_itemsize;        /* bytes per element */
+    size_t in_itemsize; /* bytes per element */
     size_t out_itemsize;
-    size_t nelems;             /* elements of the read region: product of in_shape */
-    size_t in_nbytes;          /* nelems * in_itemsize */
-    size_t out_nbytes;         /* nelems * out_itemsize */
+    size_t nelems;     /* elements of the read region: product of in_shape */
+    size_t in_nbytes;  /* nelems * in_itemsize */
+    size_t out_nbytes; /* nelems * out_itemsize */
 };
 
 struct roifs_plugin {
@@ -64,8 +64,8 @@ struct roifs_plugin {
     /* Required; called from several threads at once. Reads roi->in_nbytes bytes from in and
      * writes roi->out_nbytes bytes to out. Returns 0, or non-zero with a message in err: that
      * ROI fails (its chunks give EIO and the message shows in the status file). */
-    int (*process)(void *state, const struct roifs_roi *roi, const void *in, void *out,
-                   char *err, size_t errlen);
+    int (*process)(void *state, const struct roifs_roi *roi, const void *in, void *out, char *err,
+                   size_t errlen);
     /* Optional: releases what init made. */
     void (*fini)(void *state);
 };

@@ -443,8 +443,8 @@ static size_t roi_box_nbytes(const struct task *t, size_t r)
     return n;
 }
 
-/* Runs the processor on ROI r; returns its ROI-box result or NULL with err set. */
-static void *compute_roi(struct engine *e, uint32_t r, struct errbuf *err)
+/* Runs the processor on ROI r; returns its ROI-box result, or NULL with *rcp and err set. */
+static void *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
 {
     const struct task *t = e->t;
     int nd = t->rois.ndim;
@@ -475,6 +475,7 @@ static void *compute_roi(struct engine *e, uint32_t r, struct errbuf *err)
         log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
     }
     free(in);
+    *rcp = rc;
     if (rc < 0) {
         free(out);
         return NULL;
@@ -560,8 +561,18 @@ static void run_roi(struct engine *e, uint32_t r)
         roi_finish(e, r, true, NULL, NULL);
         return;
     }
-    void *result = compute_roi(e, r, &err);
+    int rc = 0;
+    void *result = compute_roi(e, r, &rc, &err);
     bool ok = result != NULL;
+    if (rc == -ECANCELED) {
+        /* Stopped by an unmount or an interrupted warm: not a failure, just not done. */
+        cache_unlock(lock);
+        pthread_mutex_lock(&e->lock);
+        e->rois[r].state = RS_IDLE;
+        e->n_running--;
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
     if (ok && multi) {
         /* Shared by several chunks that may be read far apart: keep it on disk. */
         int rc = cache_roi_write(e->c, r, result, roi_box_nbytes(t, r), sig);
@@ -646,12 +657,8 @@ static int assemble(struct engine *e, const struct chunk_job *job, void **out, s
             if ((rc = paste_roi(e, rois[i], buf, c0, c1, err)) == -ENOENT)
                 *bad_roi = rois[i];
     }
-    if (rc == 0) {
-        if (t->out.dtype.big_endian)
-            dtype_byteswap(buf, t->chunk_nbytes / isz, (unsigned)isz);
-        rc = zarr_codec_encode(&t->out.compressor, buf, t->chunk_nbytes, (unsigned)isz, out,
-                               out_len, err);
-    }
+    if (rc == 0)
+        rc = zarr_encode_chunk(&t->out, buf, t->chunk_nbytes, out, out_len, err);
     free(buf);
     return rc;
 }
@@ -803,6 +810,7 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
     struct engine *e = xcalloc(1, sizeof *e);
     e->t = t;
     e->c = c;
+    e->started = now_monotonic();
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
@@ -871,68 +879,4 @@ void engine_destroy(struct engine *e)
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->remote_cv);
     free(e);
-}
-
-/* ---- computing everything (warm, export) ---- */
-
-struct all_state {
-    struct engine *e;
-    size_t inflight, done, failed;
-};
-
-static void all_chunk_done(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct all_state *st = ctx;
-    if (fd >= 0)
-        close(fd);
-    pthread_mutex_lock(&st->e->lock);
-    st->inflight--;
-    st->done++;
-    if (err)
-        st->failed++;
-    pthread_cond_broadcast(&st->e->done_cv);
-    pthread_mutex_unlock(&st->e->lock);
-}
-
-static void wait_inflight(struct all_state *st, size_t limit,
-                          void (*progress)(void *ctx, size_t done, size_t total), void *ctx,
-                          size_t total)
-{
-    struct engine *e = st->e;
-    pthread_mutex_lock(&e->lock);
-    while (st->inflight > limit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        if (pthread_cond_timedwait(&e->done_cv, &e->lock, &ts) == ETIMEDOUT && progress) {
-            size_t done = st->done;
-            pthread_mutex_unlock(&e->lock);
-            progress(ctx, done, total);
-            pthread_mutex_lock(&e->lock);
-        }
-    }
-    pthread_mutex_unlock(&e->lock);
-}
-
-int engine_compute_all(struct engine *e, void (*progress)(void *ctx, size_t done, size_t total),
-                       void *ctx)
-{
-    const struct task *t = e->t;
-    bool all = t->cfg.outside == OUTSIDE_INPUT;
-    size_t total = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
-    size_t limit = (size_t)e->nthreads * 2 + 2;
-    struct all_state st = {.e = e};
-    for (size_t k = 0; k < total; k++) {
-        uint64_t id = all ? k : roi_index_chunk_id(t->index, k);
-        wait_inflight(&st, limit - 1, progress, ctx, total);
-        pthread_mutex_lock(&e->lock);
-        st.inflight++;
-        pthread_mutex_unlock(&e->lock);
-        engine_open_chunk(e, id, all_chunk_done, &st);
-    }
-    wait_inflight(&st, 0, progress, ctx, total);
-    if (progress)
-        progress(ctx, st.done, total);
-    return st.failed ? -EIO : 0;
 }

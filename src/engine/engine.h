@@ -33,12 +33,30 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
  * encoded size is not fixed in advance. Never computes. */
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known);
 
-/* Computes every ROI and chunk (warm/export without a mount); progress(ctx, done, total) is
- * called from time to time. Returns 0, or -EIO when some chunk failed. */
-int engine_compute_all(struct engine *e, void (*progress)(void *ctx, size_t done, size_t total),
-                       void *ctx);
-
 /* The status document of SPEC §6 (malloc'd JSON text). */
 char *engine_status_json(struct engine *e);
+
+/* ---- progress (progress.c): what warm, export and status show ---- */
+
+/* A consistent snapshot of the engine's counters (those of the status document). */
+struct engine_progress {
+    size_t rois_total, rois_done, rois_failed, rois_running;
+    uint64_t chunks_total, chunks_present, chunks_cached;
+    unsigned long calls; /* processor invocations by this process */
+    double uptime;       /* seconds since this process started */
+};
+void engine_progress(struct engine *e, struct engine_progress *p);
+
+/* Calls fn, outside the engine's lock, for each ROI whose last attempt failed, in index
+ * order, with the most recent message recorded for it (NULL when it is no longer among the
+ * recent errors). Returns the number of failed ROIs. */
+size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, const char *msg),
+                          void *ctx);
+
+/* True when a ROI that touches chunk id has failed: opening the chunk would try it again. */
+bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
+
+/* Seconds since this process started (the status document's "uptime"). */
+double engine_uptime(struct engine *e);
 
 #endif

@@ -58,7 +58,7 @@ struct engine {
     struct cache *c;
     pthread_mutex_t lock;
     pthread_cond_t work_cv;   /* work queued, or stopping */
-    pthread_cond_t done_cv;   /* a chunk job finished (engine_compute_all) */
+    pthread_cond_t done_cv;   /* a chunk job finished */
     pthread_cond_t remote_cv; /* a job started waiting for another process */
     pthread_t remote_thread;
     bool remote_started;
@@ -71,6 +71,7 @@ struct engine {
     pthread_t *threads;
     int nthreads;
     bool stopping;
+    double started; /* now_monotonic() at engine_create */
     size_t n_running, n_done, n_failed;
     uint64_t n_cached;
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */

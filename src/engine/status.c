@@ -8,6 +8,8 @@
 char *engine_status_json(struct engine *e)
 {
     const struct task *t = e->t;
+    /* Whole milliseconds: a rate needs no more, and the JSON stays short. */
+    double uptime = (double)(long long)(engine_uptime(e) * 1000) / 1000;
     pthread_mutex_lock(&e->lock);
     size_t total = t->rois.n;
     size_t pending = total - e->n_running - e->n_done - e->n_failed;
@@ -20,15 +22,15 @@ char *engine_status_json(struct engine *e)
             errors, json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi, "message", er->message));
     }
     json_t *doc = json_pack(
-        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I, s:o, s:{s:I, s:I, s:I, s:I}}",
+        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I, s:o, s:{s:I, s:I, s:I, s:I}, s:f}",
         "rois", "total", (json_int_t)total, "pending", (json_int_t)pending, "running",
         (json_int_t)e->n_running, "done", (json_int_t)e->n_done, "failed", (json_int_t)e->n_failed,
         "chunks", "total", (json_int_t)t->nchunks, "present", (json_int_t)present, "cached",
         (json_int_t)e->n_cached, "calls", (json_int_t)t->proc->calls, "errors", errors, "queue",
         "demand", (json_int_t)e->demand.len, "readahead", (json_int_t)e->ahead.len, "chunk_jobs",
-        (json_int_t)e->njobs, "elsewhere", (json_int_t)e->nremote);
+        (json_int_t)e->njobs, "elsewhere", (json_int_t)e->nremote, "uptime", uptime);
     pthread_mutex_unlock(&e->lock);
-    char *text = json_dumps(doc, JSON_INDENT(2));
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     size_t n = strlen(text);
     text = realloc(text, n + 2);

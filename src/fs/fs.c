@@ -5,6 +5,7 @@
 #include "fs.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fuse_lowlevel.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,17 @@
 
 #define LONG_TIMEOUT 86400.0
 
+/* What an open file handle refers to. Handles are listed so that those the kernel never
+ * released (files still open at unmount) are freed too. */
+struct handle {
+    struct handle *prev, *next;
+    enum ns_kind kind;
+    int fd;    /* NS_CHUNK: the cached chunk */
+    char *buf; /* NS_STATUS: a snapshot taken at open */
+    size_t len;
+    const char *text; /* NS_META */
+};
+
 struct fs {
     struct task *t;
     struct engine *e;
@@ -26,16 +38,35 @@ struct fs {
     gid_t gid;
     int ready_fd;
     struct fuse_session *se;
+    pthread_mutex_t handles_lock;
+    struct handle handles; /* list head */
 };
 
-/* What an open file handle refers to. */
-struct handle {
-    enum ns_kind kind;
-    int fd;    /* NS_CHUNK: the cached chunk */
-    char *buf; /* NS_STATUS: a snapshot taken at open */
-    size_t len;
-    const char *text; /* NS_META */
-};
+static struct handle *handle_new(struct fs *fs, enum ns_kind kind)
+{
+    struct handle *h = xcalloc(1, sizeof *h);
+    h->kind = kind;
+    h->fd = -1;
+    pthread_mutex_lock(&fs->handles_lock);
+    h->next = fs->handles.next;
+    h->prev = &fs->handles;
+    h->next->prev = h;
+    fs->handles.next = h;
+    pthread_mutex_unlock(&fs->handles_lock);
+    return h;
+}
+
+static void handle_free(struct fs *fs, struct handle *h)
+{
+    pthread_mutex_lock(&fs->handles_lock);
+    h->prev->next = h->next;
+    h->next->prev = h->prev;
+    pthread_mutex_unlock(&fs->handles_lock);
+    if (h->fd >= 0)
+        close(h->fd);
+    free(h->buf);
+    free(h);
+}
 
 struct pending_open {
     fuse_req_t req;
@@ -192,8 +223,7 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
         free(po);
         return;
     }
-    struct handle *h = xcalloc(1, sizeof *h);
-    h->kind = NS_CHUNK;
+    struct handle *h = handle_new(po->fs, NS_CHUNK);
     h->fd = fd;
     po->fi.fh = (uint64_t)(uintptr_t)h;
     /* A chunk served from the cache keeps the kernel's pages; one computed now (perhaps
@@ -202,10 +232,8 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
     if (flags & ENGINE_REPLACED)
         fuse_lowlevel_notify_inval_inode(po->fs->se, po->ino, -1, 0);
     po->fi.noflush = 1;
-    if (fuse_reply_open(po->req, &po->fi) == -ENOENT) {
-        close(fd); /* the open was interrupted: no release will come */
-        free(h);
-    }
+    if (fuse_reply_open(po->req, &po->fi) == -ENOENT)
+        handle_free(po->fs, h); /* the open was interrupted: no release will come */
     free(po);
 }
 
@@ -235,9 +263,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         engine_open_chunk(fs->e, n.prefix, chunk_opened, po);
         return;
     }
-    struct handle *h = xcalloc(1, sizeof *h);
-    h->kind = n.kind;
-    h->fd = -1;
+    struct handle *h = handle_new(fs, n.kind);
     if (n.kind == NS_STATUS) {
         h->buf = engine_status_json(fs->e);
         h->len = strlen(h->buf);
@@ -248,10 +274,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fi->keep_cache = 1;
     }
     fi->fh = (uint64_t)(uintptr_t)h;
-    if (fuse_reply_open(req, fi) == -ENOENT) {
-        free(h->buf);
-        free(h);
-    }
+    if (fuse_reply_open(req, fi) == -ENOENT)
+        handle_free(fs, h);
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -285,12 +309,8 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     (void)ino;
     struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-    if (h) {
-        if (h->fd >= 0)
-            close(h->fd);
-        free(h->buf);
-        free(h);
-    }
+    if (h)
+        handle_free(fs_of(req), h);
     fuse_reply_err(req, 0);
 }
 
@@ -411,6 +431,8 @@ static struct fuse_session *new_session(struct fs *fs, const struct fs_options *
 int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err)
 {
     struct fs fs = {.t = t, .uid = getuid(), .gid = getgid(), .ready_fd = o->ready_fd};
+    pthread_mutex_init(&fs.handles_lock, NULL);
+    fs.handles.next = fs.handles.prev = &fs.handles;
     clock_gettime(CLOCK_REALTIME, &fs.mtime);
     ns_init(&fs.ns, t);
     int r = engine_create(t, c, &fs.e, err);
@@ -439,6 +461,9 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
+    while (fs.handles.next != &fs.handles)
+        handle_free(&fs, fs.handles.next);
+    pthread_mutex_destroy(&fs.handles_lock);
     log_info("unmounted %s", o->mountpoint);
     if (fs.ready_fd >= 0)
         close(fs.ready_fd);

@@ -12,7 +12,9 @@ void ns_init(struct ns *ns, const struct task *t)
     memset(ns, 0, sizeof *ns);
     ns->t = t;
     ns->ndim = t->out.ndim;
-    ns->nested = t->out.separator == '/' && ns->ndim > 1;
+    ns->v3 = t->out.format == 3;
+    /* v3 keys c/0 are nested even in one dimension: the "c" directory holds them */
+    ns->nested = t->out.separator == '/' && ns->ndim > (ns->v3 ? 0 : 1);
     uint64_t n = 1, base = 0;
     for (int d = 1; d <= ns->ndim; d++) {
         n *= t->grid[d - 1];
@@ -55,7 +57,7 @@ static void make_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
     switch (ino) {
     case NS_INO_ZARRAY:
         out->kind = NS_META;
-        out->text = ns->t->zarray_json;
+        out->text = ns->v3 ? ns->t->zarr_json : ns->t->zarray_json;
         break;
     case NS_INO_ZATTRS:
         out->kind = NS_META;
@@ -74,7 +76,9 @@ static void make_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
 
 int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
 {
-    if (ino >= NS_INO_ROOT && ino <= NS_INO_STATUS) {
+    if ((ino == NS_INO_ZATTRS && ns->v3) || (ino == NS_INO_CDIR && !(ns->v3 && ns->nested)))
+        return -ENOENT;
+    if (ino >= NS_INO_ROOT && ino <= NS_INO_CDIR) {
         make_fixed(ns, ino, out);
         return 0;
     }
@@ -117,6 +121,11 @@ static bool parse_flat_key(const struct ns *ns, const char *name, uint64_t *id)
     const struct task *t = ns->t;
     uint64_t lin = 0;
     const char *p = name;
+    if (ns->v3) { /* "c.1.2", or "c" alone for a 0-d array */
+        if (p[0] != 'c' || (ns->ndim && p[1] != t->out.separator))
+            return false;
+        p += ns->ndim ? 2 : 1;
+    }
     for (int d = 0; d < ns->ndim; d++) {
         const char *end = d + 1 < ns->ndim ? strchr(p, t->out.separator) : p + strlen(p);
         uint64_t v;
@@ -133,13 +142,17 @@ static bool parse_flat_key(const struct ns *ns, const char *name, uint64_t *id)
 
 static int lookup_root(const struct ns *ns, const char *name, struct ns_node *out)
 {
-    if (strcmp(name, ".zarray") == 0)
+    if (strcmp(name, ns->v3 ? "zarr.json" : ".zarray") == 0)
         make_fixed(ns, NS_INO_ZARRAY, out);
-    else if (strcmp(name, ".zattrs") == 0)
+    else if (!ns->v3 && strcmp(name, ".zattrs") == 0)
         make_fixed(ns, NS_INO_ZATTRS, out);
     else if (strcmp(name, ".roifs") == 0)
         make_fixed(ns, NS_INO_ROIFS, out);
-    else if (ns->nested) {
+    else if (ns->v3 && ns->nested) {
+        if (strcmp(name, "c") != 0)
+            return -ENOENT;
+        make_fixed(ns, NS_INO_CDIR, out);
+    } else if (ns->nested) {
         uint64_t v;
         if (!parse_index(name, strlen(name), ns->t->grid[0], &v) || !prefix_present(ns, 1, v))
             return -ENOENT;
@@ -238,6 +251,9 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
     static const char *const root_names[] = {".", "..", ".zarray", ".zattrs", ".roifs"};
     static const uint64_t root_inos[] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ZATTRS,
                                          NS_INO_ROIFS};
+    static const char *const v3_names[] = {".", "..", "zarr.json", ".roifs", "c"};
+    static const uint64_t v3_inos[] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ROIFS,
+                                       NS_INO_CDIR};
     if (ino == NS_INO_ROIFS) {
         static const char *const names[] = {".", "..", "status"};
         static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
@@ -245,6 +261,14 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
             if (emit(ctx, names[i], inos[i], i < 2, i + 1))
                 return 0;
         return 0;
+    }
+    if (ino == NS_INO_ROOT && ns->v3) {
+        /* "c" is listed when the chunks are nested under it, else the flat keys c.0.1 */
+        uint64_t nfixed = ns->nested ? 5 : 4;
+        for (uint64_t i = off; i < nfixed; i++)
+            if (emit(ctx, v3_names[i], v3_inos[i], i != 2, i + 1))
+                return 0;
+        return ns->nested ? 0 : list_children(ns, 0, 0, off < 16 ? 16 : off, emit, ctx);
     }
     if (ino == NS_INO_ROOT) {
         for (uint64_t i = off; i < 5; i++)
@@ -255,7 +279,9 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
     if (off < 2) {
         if (off == 0 && emit(ctx, ".", ino, true, 1))
             return 0;
-        if (emit(ctx, "..", NS_INO_ROOT, true, 2))
+        uint64_t parent =
+            ino == NS_INO_CDIR || !(ns->v3 && dir.depth == 1) ? NS_INO_ROOT : NS_INO_CDIR;
+        if (emit(ctx, "..", parent, true, 2))
             return 0;
     }
     return list_children(ns, dir.depth, dir.prefix, off < 16 ? 16 : off, emit, ctx);

@@ -1,6 +1,7 @@
 /* namespace.h: the mounted tree as inode numbers and names, derived from the task alone
- * (no table of nodes): root, .zarray, .zattrs, .roifs/status, and the chunk files, nested in
- * directories when the dimension separator is "/". No FUSE here. */
+ * (no table of nodes): root, .zarray and .zattrs (format 2) or zarr.json (format 3),
+ * .roifs/status, and the chunk files, nested in directories when the separator is "/"
+ * (format 3: under the directory "c", as c/0/1). No FUSE here. */
 #ifndef ROIFS_NAMESPACE_H
 #define ROIFS_NAMESPACE_H
 
@@ -12,10 +13,11 @@
 enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
 
 #define NS_INO_ROOT   1
-#define NS_INO_ZARRAY 2
-#define NS_INO_ZATTRS 3
+#define NS_INO_ZARRAY 2 /* the array metadata: .zarray, or zarr.json for format 3 */
+#define NS_INO_ZATTRS 3 /* format 2 only */
 #define NS_INO_ROIFS  4
 #define NS_INO_STATUS 5
+#define NS_INO_CDIR   6  /* format 3 with "/" keys: the directory "c" */
 #define NS_INO_CHUNKS 16 /* first inode of chunk files and chunk directories */
 
 struct ns_node {
@@ -31,6 +33,7 @@ struct ns {
     const struct task *t;
     int ndim;
     bool nested;                       /* separator "/" */
+    bool v3;                           /* format 3: zarr.json, keys start with "c" */
     uint64_t base[ROIFS_MAX_DIM + 1];  /* first inode offset of each depth */
     uint64_t count[ROIFS_MAX_DIM + 1]; /* number of prefixes of each depth */
 };

@@ -16,10 +16,10 @@
 struct proc_request {
     size_t roi;
     int ndim;
-    const uint64_t *start, *stop;      /* ROI box, stop exclusive */
+    const uint64_t *start, *stop;        /* ROI box, stop exclusive */
     const uint64_t *in_start, *in_shape; /* read region (ROI grown by halo, clipped) */
-    struct dtype in_dtype;  /* little-endian: the bytes of `in` are native order */
-    struct dtype out_dtype; /* little-endian: fill `out` in native order */
+    struct dtype in_dtype;               /* little-endian: the bytes of `in` are native order */
+    struct dtype out_dtype;              /* little-endian: fill `out` in native order */
     const void *in;
     size_t in_nbytes; /* prod(in_shape) * in_dtype.size */
     void *out;

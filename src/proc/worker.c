@@ -41,15 +41,15 @@ extern char **environ;
 struct worker {
     pid_t pid;
     int in_fd, out_fd, err_fd, pid_fd;
-    bool busy;         /* held by a run() or by the shutdown; guarded by the pool's lock */
-    bool exited;       /* the shell has exited (not yet reaped) */
+    bool busy;   /* held by a run() or by the shutdown; guarded by the pool's lock */
+    bool exited; /* the shell has exited (not yet reaped) */
     double exit_time;
-    bool retire;       /* do not reuse: kill and reap at release */
-    int pipe_size;     /* what F_SETPIPE_SZ gave, 0 before */
+    bool retire;                 /* do not reuse: kill and reap at release */
+    int pipe_size;               /* what F_SETPIPE_SZ gave, 0 before */
     char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
     size_t line_len;
-    char last[512];    /* last non-empty stderr line, for error messages */
-    char *hdr;         /* HDR_MAX + 1 bytes: the reply header and what came after it */
+    char last[512]; /* last non-empty stderr line, for error messages */
+    char *hdr;      /* HDR_MAX + 1 bytes: the reply header and what came after it */
     size_t hdr_len;
     struct strbuf req; /* the request header, reused */
 };
@@ -57,15 +57,15 @@ struct worker {
 struct worker_pool {
     struct proc base;
     char *cmdline;
-    char *dir;          /* NULL: the daemon's cwd */
+    char *dir; /* NULL: the daemon's cwd */
     double timeout;
-    char *params_json;  /* the "params" object, encoded once */
-    char **env;         /* environ with our PYTHONPATH; env_own[] are ours to free */
+    char *params_json; /* the "params" object, encoded once */
+    char **env;        /* environ with our PYTHONPATH; env_own[] are ours to free */
     char *env_own[3];
     pthread_mutex_t lock; /* guards workers, nworkers, busy flags, stop_fd */
     struct worker **workers;
     size_t nworkers;
-    int stop_fd;        /* eventfd made readable by the shutdown; made at first use */
+    int stop_fd; /* eventfd made readable by the shutdown; made at first use */
     _Atomic bool stopping;
 };
 
@@ -77,9 +77,9 @@ struct exchange {
     const struct proc_request *rq;
     struct iovec iov[2]; /* what is left to write */
     size_t to_write;
-    bool in_closed;      /* the worker stopped reading its stdin */
+    bool in_closed; /* the worker stopped reading its stdin */
     bool have_header;
-    bool ok;             /* the header said ok: true */
+    bool ok; /* the header said ok: true */
     size_t out_got;
 };
 
@@ -122,8 +122,8 @@ static void build_env(struct worker_pool *wp)
     char *dir = python_dir();
     const char *old = getenv("PYTHONPATH");
     wp->env_own[0] = xasprintf("ROIFS_PYTHONPATH=%s", dir);
-    wp->env_own[1] = old && *old ? xasprintf("PYTHONPATH=%s:%s", dir, old)
-                                 : xasprintf("PYTHONPATH=%s", dir);
+    wp->env_own[1] =
+        old && *old ? xasprintf("PYTHONPATH=%s:%s", dir, old) : xasprintf("PYTHONPATH=%s", dir);
     wp->env_own[2] = xstrdup("ROIFS_WORKER=1");
     free(dir);
     size_t n = 0, k = 0;
@@ -131,7 +131,8 @@ static void build_env(struct worker_pool *wp)
         n++;
     wp->env = xmalloc((n + 4) * sizeof *wp->env);
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "PYTHONPATH=", 11) && strncmp(environ[i], "ROIFS_PYTHONPATH=", 17) &&
+        if (strncmp(environ[i], "PYTHONPATH=", 11) &&
+            strncmp(environ[i], "ROIFS_PYTHONPATH=", 17) &&
             strncmp(environ[i], "ROIFS_WORKER=", 13))
             wp->env[k++] = environ[i];
     for (int i = 0; i < 3; i++)
@@ -499,8 +500,10 @@ static enum outcome parse_header(struct worker *w, struct exchange *x, size_t le
     json_t *root = json_loadb(w->hdr, len, 0, &jerr), *ok = json_object_get(root, "ok");
     enum outcome rc = OUT_BROKEN;
     if (!json_is_boolean(ok)) {
-        err_set(err, -EIO, "worker %d broke the protocol: expected a JSON reply line with \"ok\", "
-                "got '%s'", (int)w->pid, header_excerpt(w->hdr, len, ex));
+        err_set(err, -EIO,
+                "worker %d broke the protocol: expected a JSON reply line with \"ok\", "
+                "got '%s'",
+                (int)w->pid, header_excerpt(w->hdr, len, ex));
     } else if (json_is_false(ok)) {
         const char *msg = json_string_value(json_object_get(root, "error"));
         err_set(err, -EIO, "%s", msg && *msg ? msg : "the worker reported an error");
@@ -544,8 +547,11 @@ static int read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
     char *nl = memchr(w->hdr + w->hdr_len, '\n', (size_t)n);
     w->hdr_len += (size_t)n;
     if (!nl && w->hdr_len == HDR_MAX)
-        return err_set(err, -EIO, "worker %d broke the protocol: no reply line in its first %d "
-                       "bytes", (int)w->pid, HDR_MAX), OUT_BROKEN;
+        return err_set(err, -EIO,
+                       "worker %d broke the protocol: no reply line in its first %d "
+                       "bytes",
+                       (int)w->pid, HDR_MAX),
+               OUT_BROKEN;
     if (!nl)
         return -1;
     size_t hlen = (size_t)(nl - w->hdr), extra = w->hdr_len - hlen - 1;
@@ -554,8 +560,11 @@ static int read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
     if (rc != OUT_OK && rc != OUT_REFUSED)
         return rc;
     if (extra > (x->ok ? rq->out_nbytes : 0))
-        return err_set(err, -EIO, "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced", (int)w->pid, x->ok ? rq->out_nbytes : 0), OUT_BROKEN;
+        return err_set(err, -EIO,
+                       "worker %d broke the protocol: sent more than the %zu bytes "
+                       "announced",
+                       (int)w->pid, x->ok ? rq->out_nbytes : 0),
+               OUT_BROKEN;
     memcpy(rq->out, nl + 1, extra);
     x->out_got = extra;
     if (rc == OUT_REFUSED)
@@ -577,8 +586,11 @@ static enum outcome check_complete(struct worker *w, struct exchange *x, enum ou
     char c;
     ssize_t n = read(w->out_fd, &c, 1);
     if (n > 0)
-        return err_set(err, -EIO, "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced", (int)w->pid, x->ok ? x->rq->out_nbytes : 0), OUT_BROKEN;
+        return err_set(err, -EIO,
+                       "worker %d broke the protocol: sent more than the %zu bytes "
+                       "announced",
+                       (int)w->pid, x->ok ? x->rq->out_nbytes : 0),
+               OUT_BROKEN;
     if (n == 0) /* it closed stdout after replying: this reply stands, the worker is done */
         w->retire = true;
     return got;
@@ -659,8 +671,8 @@ static int report_death(struct worker *w, const struct exchange *x, struct errbu
     else
         snprintf(when, sizeof when, " in the middle of its reply (%zu of %zu bytes)", x->out_got,
                  x->rq->out_nbytes);
-    return err_set(err, -EIO, "worker %d %s%s%s%.400s", (int)pid, what, when,
-                   *w->last ? ": " : "", w->last);
+    return err_set(err, -EIO, "worker %d %s%s%s%.400s", (int)pid, what, when, *w->last ? ": " : "",
+                   w->last);
 }
 
 static int worker_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
@@ -802,8 +814,8 @@ static int encode_params(const struct config *cfg, char **out, struct errbuf *er
         if (!v || json_object_set_new(obj, pm->name, v) < 0) {
             json_decref(obj);
             int line = pm->line;
-            return line > 0 ? err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8",
-                                      cfg->path, line, pm->name)
+            return line > 0 ? err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path,
+                                      line, pm->name)
                             : err_set(err, -EINVAL, "%s: param.%s: not valid UTF-8", cfg->path,
                                       pm->name);
         }

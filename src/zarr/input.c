@@ -1,5 +1,8 @@
-/* input.c: the Zarr v2 input array reader: assembles boxes from chunk files through a bounded,
- * thread-safe LRU of decoded chunks in which each chunk is decoded by one thread at a time. */
+/* input.c: the Zarr input array reader (v2, and v3 with or without shards): assembles boxes
+ * from chunk files through a bounded, thread-safe LRU of decoded chunks in which each chunk is
+ * decoded by one thread at a time. A sharded array is read inner chunk by inner chunk: the
+ * LRU holds decoded inner chunks and decoded shard indexes, and an inner chunk costs one pread
+ * of its own bytes, so memory never scales with the shard size. */
 #include "zarr.h"
 
 #include <errno.h>
@@ -13,7 +16,6 @@
 
 #include "../nd.h"
 
-/* A decoded chunk (C order, native byte order) or, with data == NULL, a missing chunk file. */
 /* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
  * older version is used again. */
 struct file_id {
@@ -21,8 +23,11 @@ struct file_id {
     uint64_t size, mtime_ns, ino;
 };
 
+/* An LRU entry: a decoded chunk (C order, native byte order; with shards, an inner chunk) or a
+ * decoded shard index (id with INDEX_ENTRY set). data == NULL: the chunk file is missing (or
+ * the inner chunk is empty): fill value. */
 struct chunk {
-    uint64_t id; /* C-order linear index in the chunk grid */
+    uint64_t id; /* C-order linear index in the read-unit grid, or INDEX_ENTRY | shard id */
     struct file_id fid;
     void *data;
     size_t cost;  /* bytes charged to the LRU */
@@ -37,9 +42,12 @@ struct zarr_input {
     char *path;
     int dirfd;
     struct zarr_meta meta;
-    char *zarray, *zattrs;
-    uint64_t grid[ROIFS_MAX_DIM];
-    size_t chunk_nbytes;
+    char *zarray, *zattrs, *dimnames;
+    uint64_t grid[ROIFS_MAX_DIM];  /* of storage keys (chunks, or shards) */
+    const uint64_t *unit;          /* the chunk shape decoded at once (inner chunks if sharded) */
+    uint64_t ugrid[ROIFS_MAX_DIM]; /* of read units */
+    size_t chunk_nbytes;           /* of one read unit */
+    size_t index_nbytes;           /* sharded: of one decoded shard index */
 
     pthread_mutex_t lock;
     pthread_cond_t loaded; /* a loading chunk finished (or failed) */
@@ -49,6 +57,8 @@ struct zarr_input {
     size_t bytes, cap;
     struct zarr_input_stats stats;
 };
+
+#define INDEX_ENTRY (1ULL << 63)
 
 /* ---- hash table and LRU list (callers hold in->lock) ---- */
 
@@ -145,18 +155,43 @@ static bool missing_errno(int r)
     return r == -ENOENT || r == -ENOTDIR || r == -EISDIR;
 }
 
-static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_t len)
+/* The storage key (chunk or shard file) of storage grid index sid. */
+static void storage_key(const struct zarr_input *in, uint64_t sid, char *key, size_t len)
 {
     uint64_t idx[ROIFS_MAX_DIM];
-    nd_unlinear(id, in->grid, in->meta.ndim, idx);
+    nd_unlinear(sid, in->grid, in->meta.ndim, idx);
     zarr_meta_chunk_key(&in->meta, idx, key, len);
 }
 
-static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
+/* The storage grid index holding read unit uid; *pos gets its place inside the shard. */
+static uint64_t storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64_t *pos)
 {
-    char key[ROIFS_MAX_DIM * 24 + 2];
+    const struct zarr_meta *m = &in->meta;
+    *pos = 0;
+    if (!m->sharded)
+        return uid;
+    uint64_t idx[ROIFS_MAX_DIM], sidx[ROIFS_MAX_DIM], in_shard[ROIFS_MAX_DIM];
+    uint64_t cps[ROIFS_MAX_DIM];
+    nd_unlinear(uid, in->ugrid, m->ndim, idx);
+    for (int d = 0; d < m->ndim; d++) {
+        cps[d] = m->chunks[d] / m->shard.inner[d];
+        sidx[d] = idx[d] / cps[d];
+        in_shard[d] = idx[d] % cps[d];
+    }
+    *pos = nd_linear(in_shard, cps, m->ndim);
+    return nd_linear(sidx, in->grid, m->ndim);
+}
+
+/* The storage key of LRU entry id. */
+static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_t len)
+{
+    uint64_t pos;
+    storage_key(in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : storage_of_unit(in, id, &pos), key, len);
+}
+
+static void stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
+{
     struct stat st;
-    chunk_key(in, id, key, sizeof key);
     memset(fid, 0, sizeof *fid);
     if (fstatat(in->dirfd, key, &st, 0) == 0 && S_ISREG(st.st_mode)) {
         fid->exists = true;
@@ -166,49 +201,233 @@ static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id 
     }
 }
 
+/* Identity of the file holding LRU entry id. */
+static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
+{
+    char key[ROIFS_MAX_DIM * 24 + 4];
+    chunk_key(in, id, key, sizeof key);
+    stat_key(in, key, fid);
+}
+
+/* Identity of the chunk (or shard) file of storage grid index sid. */
+static void stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
+{
+    char key[ROIFS_MAX_DIM * 24 + 4];
+    storage_key(in, sid, key, sizeof key);
+    stat_key(in, key, fid);
+}
+
 static bool same_file(const struct file_id *a, const struct file_id *b)
 {
     return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
            a->ino == b->ino;
 }
 
-/* Reads and decodes chunk id into a malloc'd C-order native buffer (*out NULL: missing). */
-static int load_chunk(struct zarr_input *in, uint64_t id, void **out, struct errbuf *err)
+/* Reads chunk file key whole into a malloc'd buffer. Only a regular file is read: the open
+ * does not block and anything else is refused, since a FIFO would hang the compute thread in
+ * open() and a link to a device such as /dev/zero would never end. A directory is -EISDIR
+ * (missing, as in zarr-python); other failures are -EIO with a message. */
+static int read_chunk_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
+                           struct errbuf *err)
+{
+    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int r = -errno;
+        if (missing_errno(r))
+            return r;
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key, strerror(-r));
+    }
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    if (r == 0 && !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: not a regular file", in->path, key);
+    }
+    /* No codec makes a chunk this much larger than its data: refuse before allocating. */
+    if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
+        close(fd);
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %lld bytes is too large for a chunk "
+                       "of %zu bytes", in->path, key, (long long)st.st_size, in->chunk_nbytes);
+    }
+    size_t size = r == 0 ? (size_t)st.st_size : 0, got = 0;
+    char *buf = xmalloc(size + 1);
+    if (r == 0) /* one byte more than the size, to notice a file growing under us */
+        r = pread_full(fd, buf, size + 1, 0, &got);
+    close(fd);
+    if (r == 0 && got != size)
+        r = -EAGAIN;
+    if (r < 0) {
+        free(buf);
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
+                       r == -EAGAIN ? "it changed while being read" : strerror(-r));
+    }
+    buf[size] = '\0';
+    *raw = buf;
+    *len = size;
+    return 0;
+}
+
+static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struct errbuf *err);
+static void release(struct zarr_input *in, struct chunk *c);
+
+/* Reads and decodes the whole chunk file key (not sharded) into a malloc'd C-order native
+ * buffer (*out NULL: missing). */
+static int load_whole(struct zarr_input *in, const char *key, void **out, struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
-    char key[ROIFS_MAX_DIM * 24 + 2];
-    chunk_key(in, id, key, sizeof key);
-    char *raw;
-    size_t len;
-    int r = file_read_all_at(in->dirfd, key, &raw, &len);
+    char *raw = NULL;
+    size_t len = 0;
+    int r = read_chunk_file(in, key, &raw, &len, err);
     *out = NULL;
     if (missing_errno(r))
         return 0;
     if (r < 0)
-        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key, strerror(-r));
+        return r;
     void *data;
-    if (m->compressor.id == ZC_NONE && len == in->chunk_nbytes) {
+    if (m->format == 2 && m->compressor.id == ZC_NONE && len == in->chunk_nbytes &&
+        !m->dtype.big_endian && !(m->fortran_order && m->ndim > 1)) {
         data = raw; /* the file is the chunk: no copy */
     } else {
-        data = xmalloc(in->chunk_nbytes);
-        r = zarr_codec_decode(&m->compressor, raw, len, data, in->chunk_nbytes, m->dtype.size, err);
+        data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
+        r = zarr_decode_chunk(m, raw, len, data, err);
         free(raw);
         if (r < 0) {
             free(data);
             return err_prefix(err, -EIO, "%s/%s", in->path, key);
         }
     }
-    size_t n = in->chunk_nbytes / m->dtype.size;
-    if (m->dtype.big_endian)
-        dtype_byteswap(data, n, m->dtype.size);
-    if (m->fortran_order && m->ndim > 1) {
-        void *c_order = xmalloc(in->chunk_nbytes);
-        nd_f_to_c(c_order, data, m->chunks, m->ndim, m->dtype.size);
+    *out = data;
+    return 0;
+}
+
+/* Reads n bytes at off of the open file fd (named key) into a malloc'd buffer. */
+static int read_range(struct zarr_input *in, int fd, const char *key, uint64_t off, size_t n,
+                      void **out, struct errbuf *err)
+{
+    void *buf = xmalloc(n ? n : 1);
+    size_t got;
+    int r = pread_full(fd, buf, n, off, &got);
+    if (r == 0 && got != n)
+        r = -ENODATA;
+    if (r < 0) {
+        free(buf);
+        return err_set(err, -EIO, "%s/%s: cannot read %zu bytes at %llu: %s", in->path, key, n,
+                       (unsigned long long)off, r == -ENODATA ? "file truncated" : strerror(-r));
+    }
+    *out = buf;
+    return 0;
+}
+
+/* Reads and decodes the index of shard sid (*out NULL: the shard file is missing). */
+static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    char key[ROIFS_MAX_DIM * 24 + 4];
+    storage_key(in, sid, key, sizeof key);
+    *out = NULL;
+    /* as read_chunk_file: never block in open, read regular files only */
+    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return missing_errno(-errno) ? 0
+                                     : err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path,
+                                               key, strerror(errno));
+    struct stat st;
+    size_t isz = zarr_shard_index_size(m);
+    void *raw = NULL;
+    int r =
+        fstat(fd, &st) < 0 ? err_set(err, -EIO, "%s/%s: %s", in->path, key, strerror(errno)) : 0;
+    if (r == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return 0;
+    }
+    if (r == 0 && !S_ISREG(st.st_mode))
+        r = err_set(err, -EIO, "%s/%s: cannot read shard: not a regular file", in->path, key);
+    uint64_t size = r == 0 ? (uint64_t)st.st_size : 0;
+    if (r == 0 && size < isz)
+        r = err_set(err, -EIO, "%s/%s: shard of %llu bytes is shorter than its index (%zu bytes)",
+                    in->path, key, (unsigned long long)size, isz);
+    if (r == 0)
+        r = read_range(in, fd, key, m->shard.index_at_start ? 0 : size - isz, isz, &raw, err);
+    close(fd);
+    if (r < 0) {
+        free(raw);
+        return r;
+    }
+    uint64_t *entries = xmalloc(in->index_nbytes);
+    r = zarr_shard_index_decode(m, raw, size, entries, err);
+    free(raw);
+    if (r < 0) {
+        free(entries);
+        return err_prefix(err, -EIO, "%s/%s", in->path, key);
+    }
+    *out = entries;
+    return 0;
+}
+
+/* Reads and decodes inner chunk uid of a sharded array through its shard's (cached) index. */
+static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    uint64_t pos, sid = storage_of_unit(in, uid, &pos);
+    struct chunk *ix;
+    *out = NULL;
+    int r = acquire(in, INDEX_ENTRY | sid, &ix, err);
+    if (r < 0)
+        return r;
+    const uint64_t *e = ix->data ? (const uint64_t *)ix->data + 2 * pos : NULL;
+    if (!e || e[0] == ZARR_SHARD_EMPTY) {
+        release(in, ix);
+        return 0;
+    }
+    uint64_t off = e[0], n = e[1];
+    release(in, ix);
+    char key[ROIFS_MAX_DIM * 24 + 4];
+    storage_key(in, sid, key, sizeof key);
+    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(errno));
+    void *raw;
+    r = read_range(in, fd, key, off, (size_t)n, &raw, err);
+    close(fd);
+    if (r < 0)
+        return r;
+    void *data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
+    r = zarr_chain_decode(&m->shard.codecs, &m->dtype, m->shard.inner, m->ndim, raw, (size_t)n,
+                          data, err);
+    free(raw);
+    if (r < 0) {
         free(data);
-        data = c_order;
+        return err_prefix(err, -EIO, "%s/%s: inner chunk %llu", in->path, key,
+                          (unsigned long long)pos);
     }
     *out = data;
     return 0;
+}
+
+/* Loads LRU entry id: *out is the decoded data (NULL: fill) and *cost its size. */
+static int load_chunk(struct zarr_input *in, uint64_t id, void **out, size_t *cost,
+                      struct errbuf *err)
+{
+    int r;
+    if (id & INDEX_ENTRY) {
+        r = load_index(in, id & ~INDEX_ENTRY, out, err);
+        *cost = in->index_nbytes;
+    } else if (in->meta.sharded) {
+        r = load_inner(in, id, out, err);
+        *cost = in->chunk_nbytes;
+    } else {
+        char key[ROIFS_MAX_DIM * 24 + 4];
+        chunk_key(in, id, key, sizeof key);
+        r = load_whole(in, key, out, err);
+        *cost = in->chunk_nbytes;
+    }
+    if (!*out)
+        *cost = 0;
+    return r;
 }
 
 /* Returns chunk id pinned (refs + 1), loading it if needed. Only one thread loads a given
@@ -259,7 +478,8 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     pthread_mutex_unlock(&in->lock);
 
     void *data;
-    int r = load_chunk(in, id, &data, err);
+    size_t cost;
+    int r = load_chunk(in, id, &data, &cost, err);
 
     pthread_mutex_lock(&in->lock);
     if (r < 0) {
@@ -269,7 +489,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     } else {
         c->data = data;
         c->loading = false;
-        c->cost = sizeof *c + (data ? in->chunk_nbytes : 0);
+        c->cost = sizeof *c + cost;
         in->bytes += c->cost;
         lru_push_front(in, c);
         evict(in);
@@ -304,9 +524,10 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
     int nd = m->ndim;
     uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM], o0[ROIFS_MAX_DIM], o1[ROIFS_MAX_DIM];
     uint64_t src_off[ROIFS_MAX_DIM], dst_off[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+    const uint64_t *unit = in->unit;
     for (int d = 0; d < nd; d++) {
-        lo[d] = ci[d] * m->chunks[d];
-        hi[d] = lo[d] + m->chunks[d];
+        lo[d] = ci[d] * unit[d];
+        hi[d] = lo[d] + unit[d];
     }
     nd_intersect(start, stop, lo, hi, o0, o1, nd);
     for (int d = 0; d < nd; d++) {
@@ -315,11 +536,11 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
         ext[d] = o1[d] - o0[d];
     }
     struct chunk *c;
-    int r = acquire(in, nd_linear(ci, in->grid, nd), &c, err);
+    int r = acquire(in, nd_linear(ci, in->ugrid, nd), &c, err);
     if (r < 0)
         return r;
     if (c->data)
-        nd_copy(dst, shape, dst_off, c->data, m->chunks, src_off, ext, nd, m->dtype.size);
+        nd_copy(dst, shape, dst_off, c->data, unit, src_off, ext, nd, m->dtype.size);
     else
         nd_fill_box(dst, shape, dst_off, ext, nd, m->fill, m->dtype.size);
     release(in, c);
@@ -339,8 +560,8 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
         if (shape[d] == 0)
             return 0;
         stop[d] = start[d] + shape[d];
-        c0[d] = ci[d] = start[d] / m->chunks[d];
-        c1[d] = (stop[d] - 1) / m->chunks[d] + 1;
+        c0[d] = ci[d] = start[d] / in->unit[d];
+        c1[d] = (stop[d] - 1) / in->unit[d] + 1;
     }
     for (;;) {
         int r = read_from_chunk(in, ci, start, stop, shape, dst, err);
@@ -359,16 +580,28 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
 
 /* ---- opening ---- */
 
+static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
+{
+    size_t len;
+    int r = file_read_all_at(in->dirfd, "zarr.json", &in->zarray, &len);
+    if (r == -ENOENT)
+        return err_set(err, -ENOENT,
+                       "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no zarr.json)",
+                       in->path);
+    if (r < 0)
+        return err_set(err, r, "%s/zarr.json: %s", in->path, strerror(-r));
+    r = zarr_meta_parse_v3(in->zarray, len, &in->meta, &in->zattrs, &in->dimnames, err);
+    if (r < 0)
+        return err_prefix(err, r, "%s/zarr.json", in->path);
+    return 0;
+}
+
 static int read_metadata(struct zarr_input *in, struct errbuf *err)
 {
     size_t len;
     int r = file_read_all_at(in->dirfd, ".zarray", &in->zarray, &len);
-    if (r == -ENOENT) {
-        if (faccessat(in->dirfd, "zarr.json", F_OK, 0) == 0)
-            return err_set(err, -ENOTSUP, "%s: Zarr v3 input (zarr.json) is not supported yet",
-                           in->path);
-        return err_set(err, -ENOENT, "%s: not a Zarr v2 array (no .zarray)", in->path);
-    }
+    if (r == -ENOENT)
+        return read_v3_metadata(in, err);
     if (r < 0)
         return err_set(err, r, "%s/.zarray: %s", in->path, strerror(-r));
     r = zarr_meta_parse_v2(in->zarray, len, &in->meta, err);
@@ -391,6 +624,22 @@ static int read_metadata(struct zarr_input *in, struct errbuf *err)
     return 0;
 }
 
+/* The read-unit grid; -EINVAL when it has too many units to number. */
+static int setup_units(struct zarr_input *in, struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    in->unit = zarr_meta_read_chunks(m);
+    uint64_t n = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        in->ugrid[d] = (m->shape[d] + in->unit[d] - 1) / in->unit[d];
+        if (__builtin_mul_overflow(n, in->ugrid[d], &n) || n >= INDEX_ENTRY)
+            return err_set(err, -EINVAL, "%s: too many chunks", in->path);
+    }
+    in->chunk_nbytes = (size_t)nd_prod(in->unit, m->ndim) * m->dtype.size;
+    in->index_nbytes = m->sharded ? (size_t)(16 * zarr_shard_count(m)) : 0;
+    return 0;
+}
+
 int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out, struct errbuf *err)
 {
     struct zarr_input *in = xcalloc(1, sizeof *in);
@@ -404,17 +653,20 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
         return e;
     }
     int r = read_metadata(in, err);
+    if (r == 0)
+        r = setup_units(in, err);
     if (r < 0) {
         close(in->dirfd);
         free(in->zarray);
         free(in->zattrs);
+        free(in->dimnames);
         free(in->path);
         free(in);
         return r;
     }
     zarr_meta_grid(&in->meta, in->grid);
-    in->chunk_nbytes = zarr_meta_chunk_nbytes(&in->meta);
-    size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk));
+    /* two read units, and a shard index that stays while its inner chunks are read */
+    size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk)) + in->index_nbytes;
     in->cap = lru_bytes > min_cap ? lru_bytes : min_cap;
     in->nbuckets = 64;
     in->buckets = xcalloc(in->nbuckets, sizeof *in->buckets);
@@ -437,6 +689,11 @@ const char *zarr_input_zarray_text(const struct zarr_input *in)
 const char *zarr_input_zattrs_text(const struct zarr_input *in)
 {
     return in->zattrs;
+}
+
+const char *zarr_input_dimension_names_text(const struct zarr_input *in)
+{
+    return in->dimnames;
 }
 
 void zarr_input_get_stats(struct zarr_input *in, struct zarr_input_stats *st)
@@ -463,6 +720,7 @@ void zarr_input_close(struct zarr_input *in)
     close(in->dirfd);
     free(in->zarray);
     free(in->zattrs);
+    free(in->dimnames);
     free(in->path);
     free(in);
 }
@@ -485,7 +743,7 @@ int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uin
     for (;;) {
         struct file_id fid;
         uint64_t id = nd_linear(ci, in->grid, nd);
-        stat_chunk(in, id, &fid);
+        stat_storage(in, id, &fid);
         uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
         h = fnv64(h, rec, sizeof rec);
         int d = nd - 1;

@@ -12,9 +12,7 @@
 #include <string.h>
 
 #include "../nd.h"
-
-/* Largest decoded chunk accepted: what blosc (and a sane LRU) can handle. */
-#define ZARR_MAX_CHUNK_BYTES ((uint64_t)INT_MAX - 16)
+#include "zarr_json.h"
 
 /* A short JSON rendering of v for error messages. */
 static void json_brief(const json_t *v, char *buf, size_t len)
@@ -26,12 +24,14 @@ static void json_brief(const json_t *v, char *buf, size_t len)
     free(s);
 }
 
-static int bad_value(struct errbuf *err, const char *key, const json_t *v, const char *why)
+int zarr_json_bad_value(struct errbuf *err, const char *key, const json_t *v, const char *why)
 {
     char b[256];
     json_brief(v, b, sizeof b);
     return err_set(err, -EINVAL, "\"%s\": %s (got %s)", key, why, b);
 }
+
+#define bad_value zarr_json_bad_value
 
 static int parse_dims(json_t *root, const char *key, uint64_t *out, int *n, struct errbuf *err)
 {
@@ -211,28 +211,121 @@ static int fill_from_real(const struct dtype *dt, json_t *v, double d, unsigned 
     return 0;
 }
 
-static int parse_fill(json_t *root, struct zarr_meta *m, struct errbuf *err)
+/* "0x..." with exactly two hex digits per byte of a float dtype: the raw bits (v3). */
+static int fill_from_hex(const struct dtype *dt, json_t *v, const char *s, unsigned char *fill,
+                         struct errbuf *err)
 {
-    const struct dtype *dt = &m->dtype;
-    memset(m->fill, 0, sizeof m->fill);
-    m->fill_null = false;
-    json_t *v = json_object_get(root, "fill_value");
+    size_t n = strlen(s + 2);
+    if (dt->kind != DT_FLOAT || n != 2 * dt->size || strspn(s + 2, "0123456789abcdefABCDEF") != n)
+        return bad_value(err, "fill_value", v,
+                         dt->kind == DT_FLOAT ? "a hex bit pattern needs 2 hex digits per byte"
+                                              : "hex bit patterns are only valid for floats");
+    uint64_t bits = strtoull(s + 2, NULL, 16);
+    if (dt->size == 2) {
+        uint16_t b = (uint16_t)bits;
+        memcpy(fill, &b, 2);
+    } else if (dt->size == 4) {
+        uint32_t b = (uint32_t)bits;
+        memcpy(fill, &b, 4);
+    } else {
+        memcpy(fill, &bits, 8);
+    }
+    return 0;
+}
+
+/* A uint64 fill value above INT64_MAX, as zarr_json_load passes it on: the mark, then the
+ * decimal digits. */
+static bool big_fill_value(const char *s, uint64_t *out)
+{
+    size_t n = strlen(ZARR_JSON_BIG_MARK);
+    return s && strncmp(s, ZARR_JSON_BIG_MARK, n) == 0 && parse_u64(s + n, out) == 0;
+}
+
+json_t *zarr_json_load(const char *json, size_t len, json_error_t *jerr)
+{
+    json_t *root = json_loadb(json, len, 0, jerr);
+    if (root || json_error_code(jerr) != json_error_numeric_overflow || jerr->position <= 0 ||
+        (size_t)jerr->position > len)
+        return root;
+    /* the token that overflowed ends at jerr->position: is it the value of "fill_value"? */
+    size_t end = (size_t)jerr->position, start = end, p;
+    while (start > 0 && json[start - 1] >= '0' && json[start - 1] <= '9')
+        start--;
+    for (p = start; p > 0 && strchr(" \t\r\n", json[p - 1]); p--)
+        ;
+    static const char key[] = "\"fill_value\"";
+    size_t klen = sizeof key - 1;
+    if (start == end || end - start > 20 || p == 0 || json[p - 1] != ':')
+        return NULL;
+    for (p--; p > 0 && strchr(" \t\r\n", json[p - 1]); p--)
+        ;
+    if (p < klen || memcmp(json + p - klen, key, klen) != 0)
+        return NULL;
+    char digits[21];
+    memcpy(digits, json + start, end - start);
+    digits[end - start] = '\0';
+    uint64_t v;
+    if (parse_u64(digits, &v) < 0)
+        return NULL;
+    char *text = xasprintf("%.*s\"%s%s\"%.*s", (int)start, json, ZARR_JSON_BIG_MARK, digits,
+                           (int)(len - end), json + end);
+    json_error_t e2;
+    root = json_loadb(text, strlen(text), 0, &e2);
+    free(text);
+    uint64_t got;
+    /* only the array's own fill value (not one nested deeper) may be taken this way */
+    if (root && !(json_is_object(root) &&
+                  big_fill_value(json_string_value(json_object_get(root, "fill_value")), &got) &&
+                  got == v)) {
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
+/* Stores fill value x (above INT64_MAX) for dtype dt. */
+static int fill_from_big(const struct dtype *dt, uint64_t x, unsigned char *fill,
+                         struct errbuf *err)
+{
+    if (dt->kind == DT_UINT && dt->size == 8) {
+        memcpy(fill, &x, 8);
+        return 0;
+    }
+    if (dt->kind == DT_FLOAT) {
+        double d = (double)x;
+        dtype_from_double(dt, &d, fill, 1);
+        return 0;
+    }
+    return err_set(err, -EINVAL, "\"fill_value\": out of range for the dtype (got %llu)",
+                   (unsigned long long)x);
+}
+
+int zarr_json_parse_fill(const struct dtype *dt, json_t *v, bool v3, unsigned char *fill,
+                         bool *is_null, struct errbuf *err)
+{
+    memset(fill, 0, 8);
+    *is_null = false;
     if (!v)
         return bad_value(err, "fill_value", v, "required key is missing");
+    uint64_t big;
+    if (big_fill_value(json_string_value(v), &big))
+        return fill_from_big(dt, big, fill, err);
     if (json_is_null(v)) {
-        m->fill_null = true;
+        if (v3)
+            return bad_value(err, "fill_value", v, "null is not allowed in Zarr v3");
+        *is_null = true;
         return 0;
     }
     if (json_is_boolean(v)) {
         if (dt->kind != DT_BOOL)
             return bad_value(err, "fill_value", v, "a boolean needs a bool dtype");
-        m->fill[0] = json_is_true(v);
+        fill[0] = json_is_true(v);
         return 0;
     }
     if (json_is_integer(v))
-        return fill_from_int(dt, v, m->fill, err);
+        return fill_from_int(dt, v, fill, err);
     if (json_is_real(v))
-        return fill_from_real(dt, v, json_real_value(v), m->fill, err);
+        return fill_from_real(dt, v, json_real_value(v), fill, err);
     const char *s = json_string_value(v);
     double d;
     if (s && strcmp(s, "NaN") == 0)
@@ -241,14 +334,24 @@ static int parse_fill(json_t *root, struct zarr_meta *m, struct errbuf *err)
         d = INFINITY;
     else if (s && strcmp(s, "-Infinity") == 0)
         d = -INFINITY;
+    else if (v3 && s && (strncmp(s, "0x", 2) == 0 || strncmp(s, "0X", 2) == 0))
+        return fill_from_hex(dt, v, s, fill, err);
     else
         return bad_value(err, "fill_value", v,
-                         "expected a number, a boolean, null, \"NaN\", "
-                         "\"Infinity\" or \"-Infinity\"");
+                         v3 ? "expected a number, a boolean, \"NaN\", \"Infinity\", "
+                              "\"-Infinity\" or a hex bit pattern such as \"0x7fc00000\""
+                            : "expected a number, a boolean, null, \"NaN\", "
+                              "\"Infinity\" or \"-Infinity\"");
     if (dt->kind != DT_FLOAT)
         return bad_value(err, "fill_value", v, "non-finite values need a float dtype");
-    dtype_from_double(dt, &d, m->fill, 1);
+    dtype_from_double(dt, &d, fill, 1);
     return 0;
+}
+
+static int parse_fill(json_t *root, struct zarr_meta *m, struct errbuf *err)
+{
+    return zarr_json_parse_fill(&m->dtype, json_object_get(root, "fill_value"), false, m->fill,
+                                &m->fill_null, err);
 }
 
 static int parse_layout(json_t *root, struct zarr_meta *m, struct errbuf *err)
@@ -276,7 +379,7 @@ int zarr_meta_parse_v2(const char *json, size_t len, struct zarr_meta *m, struct
 {
     memset(m, 0, sizeof *m);
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
+    json_t *root = zarr_json_load(json, len, &jerr);
     if (!root)
         return err_set(err, -EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
                        jerr.column, jerr.text);
@@ -309,15 +412,35 @@ static json_t *dims_json(const uint64_t *v, int n)
     return a;
 }
 
-/* Marks a fill value jansson cannot represent (uint64 above INT64_MAX); replaced after dump. */
-#define BIG_FILL_MARK "\"@roifs-big-uint64-fill@\""
+/* True when the float element at p is NaN with other bits than the canonical quiet NaN. */
+static bool odd_nan(const struct dtype *dt, const unsigned char *p, uint64_t *bits)
+{
+    uint64_t b = 0;
+    memcpy(&b, p, dt->size);
+    *bits = b;
+    switch (dt->size) {
+    case 2:
+        return (b & 0x7c00) == 0x7c00 && (b & 0x3ff) && b != 0x7e00;
+    case 4:
+        return (b & 0x7f800000) == 0x7f800000 && (b & 0x7fffff) && b != 0x7fc00000;
+    default:
+        return (b & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL && (b & 0xfffffffffffffULL) &&
+               b != 0x7ff8000000000000ULL;
+    }
+}
 
-static json_t *fill_json(const struct zarr_meta *m, uint64_t *big)
+json_t *zarr_json_fill(const struct zarr_meta *m, bool v3, uint64_t *big)
 {
     const struct dtype *dt = &m->dtype;
     if (dt->kind == DT_BOOL)
         return json_boolean(m->fill[0] != 0);
     if (dt->kind == DT_FLOAT) {
+        uint64_t bits;
+        if (v3 && odd_nan(dt, m->fill, &bits)) {
+            char hex[24];
+            snprintf(hex, sizeof hex, "0x%0*llx", (int)dt->size * 2, (unsigned long long)bits);
+            return json_string(hex);
+        }
         double d;
         dtype_to_double(dt, m->fill, &d, 1);
         if (isnan(d))
@@ -330,9 +453,27 @@ static json_t *fill_json(const struct zarr_meta *m, uint64_t *big)
     dtype_to_ldouble(dt, m->fill, &l, 1);
     if (l >= 0x1p63L) {
         *big = (uint64_t)l;
-        return json_string("@roifs-big-uint64-fill@");
+        return json_string(ZARR_JSON_BIG_MARK);
     }
     return json_integer((json_int_t)l);
+}
+
+char *zarr_json_dump(json_t *root, bool sort_keys, uint64_t big)
+{
+    char *text = json_dumps(root, JSON_INDENT(4) | (sort_keys ? JSON_SORT_KEYS : 0));
+    json_decref(root);
+    if (!text)
+        abort(); /* jansson only fails to dump on allocation failure */
+    char *mark = strstr(text, "\"" ZARR_JSON_BIG_MARK "\"");
+    if (mark) {
+        *mark = '\0';
+        char *out = xasprintf("%s%" PRIu64 "%s", text, big, mark + strlen(ZARR_JSON_BIG_MARK) + 2);
+        free(text);
+        text = out;
+    }
+    char *out = xasprintf("%s\n", text);
+    free(text);
+    return out;
 }
 
 char *zarr_meta_emit_v2(const struct zarr_meta *m)
@@ -346,25 +487,12 @@ char *zarr_meta_emit_v2(const struct zarr_meta *m)
     json_object_set_new(root, "dtype", json_string(dtype_typestr(&m->dtype, ts)));
     json_t *c = zarr_codec_to_json(&m->compressor, m->dtype.size);
     json_object_set_new(root, "compressor", c ? c : json_null());
-    json_object_set_new(root, "fill_value", fill_json(m, &big));
+    json_object_set_new(root, "fill_value", zarr_json_fill(m, false, &big));
     json_object_set_new(root, "order", json_string("C"));
     json_object_set_new(root, "filters", json_null());
     char sep[2] = {m->separator == '/' ? '/' : '.', '\0'};
     json_object_set_new(root, "dimension_separator", json_string(sep));
-    char *text = json_dumps(root, JSON_INDENT(4) | JSON_SORT_KEYS);
-    json_decref(root);
-    if (!text)
-        abort(); /* jansson only fails to dump on allocation failure */
-    char *mark = strstr(text, BIG_FILL_MARK);
-    if (mark) {
-        *mark = '\0';
-        char *out = xasprintf("%s%" PRIu64 "%s", text, big, mark + strlen(BIG_FILL_MARK));
-        free(text);
-        text = out;
-    }
-    char *out = xasprintf("%s\n", text);
-    free(text);
-    return out;
+    return zarr_json_dump(root, true, big);
 }
 
 void zarr_meta_grid(const struct zarr_meta *m, uint64_t *grid)
@@ -378,19 +506,24 @@ size_t zarr_meta_chunk_nbytes(const struct zarr_meta *m)
     return (size_t)nd_prod(m->chunks, m->ndim) * m->dtype.size;
 }
 
+const uint64_t *zarr_meta_read_chunks(const struct zarr_meta *m)
+{
+    return m->sharded ? m->shard.inner : m->chunks;
+}
+
 void zarr_meta_chunk_key(const struct zarr_meta *m, const uint64_t *idx, char *buf, size_t len)
 {
     if (len == 0)
         return;
     if (m->ndim == 0) {
-        snprintf(buf, len, "0");
+        snprintf(buf, len, "%s", m->key_prefix_c ? "c" : "0");
         return;
     }
-    size_t pos = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < m->ndim && pos < len; i++) {
-        int n = i ? snprintf(buf + pos, len - pos, "%c%" PRIu64, m->separator, idx[i])
-                  : snprintf(buf, len, "%" PRIu64, idx[i]);
+    int n = m->key_prefix_c ? snprintf(buf, len, "c%c%" PRIu64, m->separator, idx[0])
+                            : snprintf(buf, len, "%" PRIu64, idx[0]);
+    size_t pos = n > 0 ? (size_t)n : 0;
+    for (int i = 1; i < m->ndim && pos < len; i++) {
+        n = snprintf(buf + pos, len - pos, "%c%" PRIu64, m->separator, idx[i]);
         if (n < 0)
             break;
         pos += (size_t)n;

@@ -1,4 +1,5 @@
-/* zarr.h: Zarr array metadata, chunk codecs and the input array reader. No FUSE here. */
+/* zarr.h: Zarr v2 and v3 array metadata, chunk codecs (v2 compressors, v3 codec chains and
+ * shards) and the input array reader. No FUSE here. */
 #ifndef ROIFS_ZARR_H
 #define ROIFS_ZARR_H
 
@@ -20,17 +21,51 @@ struct zarr_codec {
     int blocksize;  /* blosc: 0 = automatic */
 };
 
+/* ---- Zarr v3 codec chains ---- */
+
+#define ZARR_MAX_BB 8 /* bytes-to-bytes codecs in one chain */
+
+/* A bytes-to-bytes codec of a v3 chain: a compressor (blosc, gzip, zstd) or crc32c. */
+struct zarr_bb {
+    bool crc32c;         /* the crc32c checksum (c is unused) */
+    struct zarr_codec c; /* the compressor */
+};
+
+/* A v3 codec chain ending in the "bytes" codec: [transpose] bytes [bytes-to-bytes ...].
+ * Several transposes are composed into one; a chain holds at most one compressor. */
+struct zarr_chain {
+    bool transpose;
+    uint8_t order[ROIFS_MAX_DIM]; /* encoded dimension i is decoded dimension order[i] */
+    bool big_endian;              /* the bytes codec's "endian" */
+    int nbb;
+    struct zarr_bb bb[ZARR_MAX_BB]; /* in encoding order */
+};
+
+/* The sharding_indexed codec: a chunk (the "shard") is a grid of inner chunks, each encoded
+ * with codecs, plus an index of (offset, nbytes) uint64 pairs encoded with index_codecs. */
+struct zarr_shard {
+    uint64_t inner[ROIFS_MAX_DIM];  /* inner chunk shape; divides the shard shape */
+    struct zarr_chain codecs;       /* of each inner chunk */
+    struct zarr_chain index_codecs; /* of the index: bytes and crc32c only (fixed size) */
+    bool index_at_start;            /* "index_location": "start" (default "end") */
+};
+
 struct zarr_meta {
-    int format; /* 2 (3 later) */
+    int format; /* 2 or 3 */
     int ndim;
     uint64_t shape[ROIFS_MAX_DIM];
-    uint64_t chunks[ROIFS_MAX_DIM];
-    struct dtype dtype;
-    bool fortran_order; /* "order": "F" */
-    struct zarr_codec compressor;
-    char separator;        /* '.' or '/' */
-    unsigned char fill[8]; /* one element, native byte order */
-    bool fill_null;        /* "fill_value": null (treated as 0 on read) */
+    uint64_t chunks[ROIFS_MAX_DIM]; /* the storage unit: with sharding, the shard shape */
+    struct dtype dtype;             /* v3: big_endian is the bytes codec's (codecs.big_endian) */
+    bool fortran_order;             /* "order": "F" (v2) */
+    struct zarr_codec compressor;   /* v2; v3: the chain's compressor, for reports only */
+    char separator;                 /* '.' or '/' */
+    unsigned char fill[8];          /* one element, native byte order */
+    bool fill_null;                 /* "fill_value": null (treated as 0 on read) */
+    /* format 3 */
+    bool key_prefix_c;        /* chunk_key_encoding "default": keys "c/1/0" ("c" when 0-d) */
+    struct zarr_chain codecs; /* unsharded: the chain of each chunk */
+    bool sharded;             /* the array-to-bytes codec is sharding_indexed */
+    struct zarr_shard shard;
 };
 
 /* Parses .zarray JSON text. Rejects non-null, non-empty filters, unknown compressors and
@@ -42,7 +77,8 @@ char *zarr_meta_emit_v2(const struct zarr_meta *m);
 void zarr_meta_grid(const struct zarr_meta *m, uint64_t *grid);
 /* Decoded byte size of one (full) chunk. */
 size_t zarr_meta_chunk_nbytes(const struct zarr_meta *m);
-/* Chunk key of grid index idx, e.g. "1.0.3" or "1/0/3". buf must hold 32*ndim bytes. */
+/* Chunk key of grid index idx, e.g. "1.0.3", "1/0/3" or (v3 default encoding) "c/1/0/3".
+ * buf must hold 32*ndim (at least 2) bytes. */
 void zarr_meta_chunk_key(const struct zarr_meta *m, const uint64_t *idx, char *buf, size_t len);
 
 /* Decodes src (src_len bytes) into exactly dst_len bytes. typesize is the element size.
@@ -59,17 +95,82 @@ int64_t zarr_codec_fixed_size(const struct zarr_codec *c, size_t raw_len);
  * out of this header), or NULL for none. */
 void *zarr_codec_to_json(const struct zarr_codec *c, unsigned typesize);
 
+/* Parses an array's zarr.json. Only core numeric data types, the regular chunk grid, the
+ * default and v2 chunk key encodings and the codecs transpose, bytes, blosc, gzip, zstd,
+ * crc32c and sharding_indexed are accepted; anything else (unknown codecs, extensions that
+ * must be understood, groups) is -EINVAL with a message naming the key. *attributes gets
+ * the "attributes" object and *dimension_names the "dimension_names" list as malloc'd JSON
+ * text (NULL when absent); either pointer may be NULL. */
+int zarr_meta_parse_v3(const char *json, size_t len, struct zarr_meta *m, char **attributes,
+                       char **dimension_names, struct errbuf *err);
+/* Serialises m (format 3) as zarr.json with the given attributes (JSON object text, NULL:
+ * {}) and dimension_names (JSON list text, NULL: omitted). malloc'd, pretty-printed. */
+char *zarr_meta_emit_v3(const struct zarr_meta *m, const char *attributes,
+                        const char *dimension_names);
+/* The chunk shape a reader decodes at once: the inner chunk shape when sharded. */
+const uint64_t *zarr_meta_read_chunks(const struct zarr_meta *m);
+
+/* ---- whole storage units (v2 chunks, v3 chunks and shards) ---- */
+
+/* Encodes one storage unit per m: buf holds len = zarr_meta_chunk_nbytes(m) bytes, C order,
+ * native byte order. v2: byte order then compressor; v3: the codec chain, or a whole shard
+ * (index where m says; with a compressor, inner chunks equal to the fill value are stored
+ * empty; with fixed-size inner encodings every inner chunk is stored). *out is malloc'd. */
+int zarr_encode_chunk(const struct zarr_meta *m, const void *buf, size_t len, void **out,
+                      size_t *out_len, struct errbuf *err);
+/* Decodes one stored unit (len bytes) into dst: zarr_meta_chunk_nbytes(m) bytes, C order,
+ * native byte order (a shard as a whole; empty inner chunks read as the fill value).
+ * -EIO with a message for anything corrupt (wrong size, bad checksum, bad index). */
+int zarr_decode_chunk(const struct zarr_meta *m, const void *src, size_t len, void *dst,
+                      struct errbuf *err);
+/* Exact encoded size of a storage unit when it does not depend on the data, else -1. */
+int64_t zarr_chunk_fixed_size(const struct zarr_meta *m);
+
+/* ---- v3 chains and shards (chain.c, shard.c) ---- */
+
+/* Encodes a C-order native array of the given shape with chain ch. *out is malloc'd. */
+int zarr_chain_encode(const struct zarr_chain *ch, const struct dtype *dt, const uint64_t *shape,
+                      int ndim, const void *src, void **out, size_t *out_len, struct errbuf *err);
+/* Decodes src into dst (prod(shape) elements, C order, native byte order). 0 or -EIO. */
+int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const uint64_t *shape,
+                      int ndim, const void *src, size_t len, void *dst, struct errbuf *err);
+/* Exact encoded size of raw_len bytes, or -1 when it depends on the data. */
+int64_t zarr_chain_fixed_size(const struct zarr_chain *ch, size_t raw_len);
+/* Number of inner chunks of one shard. */
+uint64_t zarr_shard_count(const struct zarr_meta *m);
+/* Encoded size of the shard index. */
+size_t zarr_shard_index_size(const struct zarr_meta *m);
+/* Marks an empty inner chunk in the index (offset and nbytes). */
+#define ZARR_SHARD_EMPTY UINT64_MAX
+/* Decodes a shard's index (the zarr_shard_index_size(m) bytes at src) into entries
+ * (2 * zarr_shard_count(m) values: offset, nbytes per inner chunk, C order), checking its
+ * checksum and that every non-empty entry lies inside a shard of shard_len bytes. */
+int zarr_shard_index_decode(const struct zarr_meta *m, const void *src, uint64_t shard_len,
+                            uint64_t *entries, struct errbuf *err);
+/* A whole shard of m (zarr_encode_chunk and zarr_decode_chunk call these for sharded m). */
+int zarr_shard_encode(const struct zarr_meta *m, const void *buf, void **out, size_t *out_len,
+                      struct errbuf *err);
+int zarr_shard_decode(const struct zarr_meta *m, const void *src, size_t len, void *dst,
+                      struct errbuf *err);
+/* CRC-32C (Castagnoli) of len bytes, continuing from crc (start with 0). */
+uint32_t zarr_crc32c(uint32_t crc, const void *buf, size_t len);
+
 /* The input array: metadata plus a thread-safe, bounded LRU of decoded chunks. */
 struct zarr_input;
 
-/* Opens the Zarr v2 array at path (a directory with .zarray). lru_bytes bounds the memory
- * held by decoded chunks (at least two chunks are always kept). 0 or -errno. */
+/* Opens the Zarr array at path (a directory with .zarray, or v3 zarr.json). lru_bytes bounds
+ * the memory held by decoded chunks (at least two chunks are always kept). A sharded v3
+ * array is read inner chunk by inner chunk: the LRU holds decoded inner chunks and decoded
+ * shard indexes, never whole shards. 0 or -errno. */
 int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
                     struct errbuf *err);
 const struct zarr_meta *zarr_input_meta(const struct zarr_input *in);
-/* The raw .zarray text and the .zattrs text (NULL when absent). */
+/* The raw .zarray (or zarr.json) text, and the attributes: the .zattrs text or zarr.json's
+ * "attributes" (NULL when absent). */
 const char *zarr_input_zarray_text(const struct zarr_input *in);
 const char *zarr_input_zattrs_text(const struct zarr_input *in);
+/* zarr.json's "dimension_names" as JSON text; NULL when absent (always for v2). */
+const char *zarr_input_dimension_names_text(const struct zarr_input *in);
 /* Reads the box [start, start + shape) (must lie inside the array) into dst: C order, native
  * byte order, the input's dtype. Missing chunks read as the fill value. Thread-safe.
  * 0, or -EIO for an unreadable or corrupt chunk (message names the chunk file). */

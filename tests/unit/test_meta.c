@@ -348,6 +348,55 @@ static void test_emit_format(void)
     free(text);
 }
 
+/* Regression: zarr-python writes uint64 fill values above INT64_MAX as plain JSON numbers,
+ * which jansson refuses ("too big integer"); such arrays were rejected as invalid JSON. */
+static void test_big_uint64_fill(void)
+{
+    struct zarr_meta m;
+    struct errbuf err = {{0}};
+    char z[512];
+    const char *fmt = "{\"chunks\": [2], \"compressor\": null, \"dtype\": \"%s\", "
+                      "\"fill_value\":%s, \"filters\": null, \"order\": \"C\", "
+                      "\"shape\": [5], \"zarr_format\": 2}";
+    snprintf(z, sizeof z, fmt, "<u8", "  18446744073709551615\n");
+    CHECK_EQ_INT(parse(z, &m, &err), 0);
+    uint64_t f;
+    memcpy(&f, m.fill, 8);
+    CHECK(f == UINT64_MAX && !m.fill_null);
+    char *text = zarr_meta_emit_v2(&m); /* the emitter writes it the same way */
+    CHECK_STR_CONTAINS(text, "\"fill_value\": 18446744073709551615");
+    struct zarr_meta m2;
+    CHECK_EQ_INT(zarr_meta_parse_v2(text, strlen(text), &m2, &err), 0);
+    CHECK(memcmp(m2.fill, m.fill, 8) == 0);
+    free(text);
+    snprintf(z, sizeof z, fmt, ">u8", "9223372036854775813");
+    CHECK_EQ_INT(parse(z, &m, &err), 0);
+    memcpy(&f, m.fill, 8);
+    CHECK(f == 9223372036854775813ULL);
+    snprintf(z, sizeof z, fmt, "<f8", "18446744073709551615");
+    CHECK_EQ_INT(parse(z, &m, &err), 0);
+    double d;
+    memcpy(&d, m.fill, 8);
+    CHECK(d == 18446744073709551615.0);
+    snprintf(z, sizeof z, fmt, "<i8", "9223372036854775808");
+    CHECK_EQ_INT(parse(z, &m, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg,
+                       "\"fill_value\": out of range for the dtype (got 9223372036854775808)");
+    snprintf(z, sizeof z, fmt, "<u8", "18446744073709551616"); /* 2^64: still too big */
+    CHECK_EQ_INT(parse(z, &m, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "too big integer");
+    snprintf(z, sizeof z, fmt, "<u8", "-9223372036854775809");
+    CHECK_EQ_INT(parse(z, &m, &err), -EINVAL);
+    /* a big number elsewhere, even under a key named fill_value, is still an error */
+    const char *nested = "{\"chunks\": [2], \"compressor\": {\"id\": \"zlib\", \"fill_value\": "
+                         "18446744073709551615}, \"dtype\": \"<u8\", \"fill_value\": 0, "
+                         "\"filters\": null, \"order\": \"C\", \"shape\": [5], \"zarr_format\": 2}";
+    CHECK_EQ_INT(parse(nested, &m, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "too big integer");
+    snprintf(z, sizeof z, fmt, "<u8", "0, \"x\": 18446744073709551615");
+    CHECK_EQ_INT(parse(z, &m, &err), -EINVAL);
+}
+
 int main(void)
 {
     RUN(test_parse_real_file);
@@ -355,5 +404,6 @@ int main(void)
     RUN(test_errors_name_the_key);
     RUN(test_emit_parse_round_trip);
     RUN(test_emit_format);
+    RUN(test_big_uint64_fill);
     return check_done();
 }

@@ -846,8 +846,7 @@ static void test_worker_protocol(void)
     struct errbuf err = {{0}};
     const char *params[2] = {"sigma=2", "name=a \"b\"\\"};
     remove_tmp_file("pids.txt");
-    struct proc *p =
-        make_proc(PROC_WORKER, "/usr/bin/python3 raw_worker.py", params, 2, 0, &err);
+    struct proc *p = make_proc(PROC_WORKER, "/usr/bin/python3 raw_worker.py", params, 2, 0, &err);
     CHECK(p != NULL);
     if (!p)
         return;
@@ -867,10 +866,11 @@ static void test_worker_protocol(void)
     char *req = read_tmp_file("req.txt");
     CHECK(req != NULL);
     if (req)
-        CHECK(!strcmp(req, "{\"roi\": 7, \"start\": [1, 2], \"stop\": [2, 4], \"in_start\": [0, 1], "
-                           "\"in_shape\": [2, 3], \"dtype\": \"|u1\", \"out_dtype\": \"|u1\", "
-                           "\"nbytes\": 6, \"params\": {\"sigma\":\"2\",\"name\":\"a "
-                           "\\\"b\\\"\\\\\"}}\n"));
+        CHECK(!strcmp(req,
+                      "{\"roi\": 7, \"start\": [1, 2], \"stop\": [2, 4], \"in_start\": [0, 1], "
+                      "\"in_shape\": [2, 3], \"dtype\": \"|u1\", \"out_dtype\": \"|u1\", "
+                      "\"nbytes\": 6, \"params\": {\"sigma\":\"2\",\"name\":\"a "
+                      "\\\"b\\\"\\\\\"}}\n"));
     free(req);
     /* lots of stderr blocks nothing */
     CHECK_EQ_INT(run_roi(p, 9, &err), 0);
@@ -903,10 +903,12 @@ static void test_worker_broken(void)
     struct errbuf err = {{0}};
     struct proc *p = make_raw_worker("", 0);
     CHECK_EQ_INT(run_roi(p, 0, &err), 0);
-    check_broken(p, 1, "broke the protocol: expected a JSON reply line with \"ok\", got 'hello "
-                       "world'");
+    check_broken(p, 1,
+                 "broke the protocol: expected a JSON reply line with \"ok\", got 'hello "
+                 "world'");
     check_broken(p, 2, "broke the protocol: reply has nbytes 11, expected 10");
-    check_broken(p, 5, "exited with status 3 in the middle of its reply (5 of 10 bytes): dying now");
+    check_broken(p, 5,
+                 "exited with status 3 in the middle of its reply (5 of 10 bytes): dying now");
     check_broken(p, 8, "exited with status 4 before replying: bye");
     /* the worker's process group dies with it */
     pid_t shells[16], pythons[16];
@@ -1105,8 +1107,8 @@ static struct proc *make_plugin(const char *lib, const char *const *params, int 
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", PLUGIN_DIR, lib);
-    return make_proc(PROC_PLUGIN, strncmp(lib, "lib", 3) || access(path, F_OK) ? lib : path,
-                     params, nparams, 0, err);
+    return make_proc(PROC_PLUGIN, strncmp(lib, "lib", 3) || access(path, F_OK) ? lib : path, params,
+                     nparams, 0, err);
 }
 
 static void test_plugin_add(void)
@@ -1174,14 +1176,18 @@ static void test_plugin_errors(void)
              "supports 1",
              cfg_path, PLUGIN_DIR);
     check_plugin_error("libbad_abi_plugin.so", NULL, want);
-    snprintf(want, sizeof want, "%s: [process] plugin: %s/libadd_plugin.so: param.value: 'abc' "
-             "is not a number", cfg_path, PLUGIN_DIR);
+    snprintf(want, sizeof want,
+             "%s: [process] plugin: %s/libadd_plugin.so: param.value: 'abc' "
+             "is not a number",
+             cfg_path, PLUGIN_DIR);
     check_plugin_error("libadd_plugin.so", "value=abc", want);
     check_plugin_error("libadd_plugin.so", "sigma=1",
                        "libadd_plugin.so: param.sigma: unknown parameter (add takes only value)");
-    snprintf(want, sizeof want, "%s: [process] plugin: %s/libnone.so: cannot open shared object "
-             "file", cfg_path, PLUGIN_DIR);
-    check_plugin_error("libnone.so", NULL, want);
+    snprintf(want, sizeof want,
+             "%s: [process] plugin: /nonexistent/libnone.so: cannot open "
+             "shared object file",
+             cfg_path);
+    check_plugin_error("/nonexistent/libnone.so", NULL, want);
     check_plugin_error("libjansson.so.4", NULL,
                        "[process] plugin: libjansson.so.4 does not export roifs_plugin() (see "
                        "roifs/plugin.h)");

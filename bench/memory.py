@@ -1,0 +1,166 @@
+"""Memory: the daemon's peak RSS while a reader streams an 8 GiB output.
+
+Array: 64x8192x8192 uint16 (8 GiB), chunks 1x2048x2048 (8 MiB, 1,024 chunks).  The input is
+sparse: only plane 0 is written, every other input chunk is missing (= fill value), so the
+input costs almost no disk.  ROIs: grid 1,2048,2048 (1,024 ROIs), builtin add 1, output
+uncompressed (so all 8 GiB pass through the cache and FUSE; the cache needs 8 GiB of disk
+and is deleted afterwards).
+
+roifs: zarr-python reads the mount plane by plane (z[i], 128 MiB each) while a thread samples
+the daemon's VmRSS every 20 ms; VmHWM from /proc/PID/status at the end.  Alternative: the
+seed's dask pattern (from_delayed per ROI, setitem, to_zarr with blosc lz4 so that it does not
+write another 8 GiB) in a child process; its peak RSS from GNU time (%M).
+Target: daemon VmHWM <= 256 MiB."""
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import zarr
+
+import common as C
+
+REPS = int(os.environ.get("REPS", 2))
+DASK_REPS = int(os.environ.get("DASK_REPS", 1))
+SHAPE, CHUNKS = (64, 8192, 8192), (1, 2048, 2048)
+
+DASK_SCRIPT = """\
+import sys, dask, dask.array as da, numpy as np
+from numcodecs import Blosc
+sys.setrecursionlimit(100000)
+inp, out = sys.argv[1], sys.argv[2]
+def f(x):
+    return x + np.uint16(1)
+y = da.from_zarr(inp)
+z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
+c = y.chunksize
+for p in range(y.shape[0]):
+    for a in range(0, y.shape[1], c[1]):
+        for b in range(0, y.shape[2], c[2]):
+            sl = (slice(p, p + 1), slice(a, a + c[1]), slice(b, b + c[2]))
+            z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), (1, c[1], c[2]), y.dtype)
+z.to_zarr(out, overwrite=True, compressor=Blosc(cname="lz4", clevel=5, shuffle=1))
+"""
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.samples, self.stop = pid, [], threading.Event()
+        self.t0 = time.perf_counter()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                rss = C.proc_status_kib(self.pid, "VmRSS")
+            except OSError:
+                break
+            self.samples.append((time.perf_counter() - self.t0, rss / 1024))
+            time.sleep(0.02)
+
+
+def main():
+    info = C.machine()
+    need = SHAPE[0] * SHAPE[1] * SHAPE[2] * 2
+    free = shutil.disk_usage(str(C.TMP.parent if not C.TMP.exists() else C.TMP)).free
+    if free < need * 1.3:
+        sys.exit(f"memory.py: needs {need * 1.3 / 2**30:.0f} GiB free under {C.TMP}, "
+                 f"has {free / 2**30:.0f}")
+    with C.scratch("memory") as d:
+        inp = d / "in.zarr"
+        z = zarr.open(str(inp), mode="w", shape=SHAPE, chunks=CHUNKS, dtype="<u2",
+                      compressor=None)
+        z[0] = (np.arange(SHAPE[1] * SHAPE[2], dtype=np.uint32) % 1000).astype("<u2").reshape(
+            SHAPE[1:])
+        plane0 = z[0] + 1
+        cfg = C.write_config(d / "task.ini", {
+            "input": {"path": inp},
+            "rois": {"grid": ",".join(map(str, CHUNKS))},
+            "process": {"builtin": "add", "param.value": 1},
+            "output": {"compressor": "none"},
+            "cache": {"dir": d / "cache"}})
+        (d / "dask_job.py").write_text(DASK_SCRIPT)
+        traces = []
+
+        def run_roifs():
+            C.rmtree(d / "cache")
+            with C.Mount(cfg, d / "mnt") as m:
+                s = Sampler(m.pid)
+                s.start()
+                t0 = time.perf_counter()
+                zz = zarr.open(str(m.mnt), mode="r")
+                nbytes = 0
+                for i in range(SHAPE[0]):
+                    a = zz[i]
+                    nbytes += a.nbytes
+                    if i == 0:
+                        assert np.array_equal(a, plane0)
+                    else:
+                        assert a[0, 0] == 1 and a[-1, -1] == 1
+                t = time.perf_counter() - t0
+                s.stop.set()
+                s.join()
+                hwm = C.proc_status_kib(m.pid, "VmHWM") / 1024
+                calls = m.status()["calls"]
+            assert calls == SHAPE[0] * 16
+            C.rmtree(d / "cache")
+            traces.append(s.samples)
+            return {"hwm_mib": hwm, "read_s": t, "gib": nbytes / 2**30}
+
+        def run_dask():
+            out = d / "dask.zarr"
+            C.rmtree(out)
+            r = subprocess.run(["/usr/bin/time", "-f", "%M %e", C.PY, str(d / "dask_job.py"),
+                                str(inp), str(out)], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(r.stderr[-2000:])
+            kib, secs = r.stderr.strip().splitlines()[-1].split()
+            C.rmtree(out)
+            return {"hwm_mib": int(kib) / 1024, "wall_s": float(secs)}
+
+        res = C.interleaved(REPS, {"roifs": run_roifs, "dask": run_dask},
+                            {"dask": DASK_REPS})
+
+    rr, dk = res["roifs"], res["dask"]
+    hwm = [x["hwm_mib"] for x in rr]
+    rd = [x["read_s"] for x in rr]
+    gib = rr[0]["gib"]
+    dh = [x["hwm_mib"] for x in dk]
+    dw = [x["wall_s"] for x in dk]
+    mh = C.median(hwm)
+    raw = {"roifs_hwm_mib": hwm, "roifs_read_s": rd, "dask_hwm_mib": dh, "dask_wall_s": dw}
+    rows = [["roifs daemon (VmHWM)", f"{mh:.0f}", f"{min(hwm):.0f}–{max(hwm):.0f}",
+             f"{C.median(rd):.1f} s ({gib / C.median(rd):.2f} GiB/s)", len(hwm)],
+            ["dask from_delayed + setitem + to_zarr (max RSS)", f"{C.median(dh):.0f}",
+             f"{min(dh):.0f}–{max(dh):.0f}", f"{C.median(dw):.1f} s", len(dh)]]
+    md = (f"Interleaved; medians. {gib:.0f} GiB uint16 read plane by plane with zarr-python "
+          f"through the mount ({SHAPE[0]}×{SHAPE[1]}×{SHAPE[2]}, chunks "
+          f"{'×'.join(map(str, CHUNKS))} = 8 MiB, output uncompressed, cold cache: every "
+          f"chunk is computed during the read). Sparse input (only plane 0 stored).\n\n" +
+          C.md_table(["process", "peak RSS (MiB)", "range", "time", "runs"], rows))
+    summary = [{"scenario": f"memory: stream {gib:.0f} GiB", "roifs": f"VmHWM {mh:.0f} MiB",
+                "alternative": f"dask max RSS {C.median(dh):.0f} MiB",
+                "ratio": f"{C.median(dh) / mh:.1f}× less", "target": "≤ 256 MiB",
+                "met": mh <= 256}]
+
+    plt = C.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for i, tr in enumerate(traces):
+        ax.plot([t for t, _ in tr], [r for _, r in tr], lw=1, label=f"roifs daemon, run {i + 1}")
+    ax.axhline(256, color="k", ls="--", lw=0.8, label="target 256 MiB")
+    ax.axhline(C.median(dh), color="tab:orange", ls=":", lw=1,
+               label=f"dask peak {C.median(dh):.0f} MiB")
+    ax.set_xlabel("seconds into the 8 GiB read")
+    ax.set_ylabel("daemon VmRSS (MiB)")
+    ax.set_title("Daemon memory while streaming 8 GiB")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(C.RESULTS / "memory.png", dpi=90)
+    C.save("memory", "6. Memory", summary, md, raw, info)
+
+
+if __name__ == "__main__":
+    main()

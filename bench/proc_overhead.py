@@ -1,0 +1,98 @@
+"""Per-ROI overhead of each processor kind: 10,000 ROIs of 32x32 over a 3200x3200 uint16
+array (chunks 800x800, no compression), f = add 1, as builtin, C plugin
+(examples/plugins/add_plugin.c) and Python worker (python/roifs_worker.py).
+
+Each run: mount (fresh cache), cold full read with zarr-python, unmount; the kinds are
+interleaved, REPS times each (default 3). Reported: median seconds per kind, and the
+overhead against the builtin of the same runs, (kind - builtin) / 10,000 per ROI.
+Targets: plugin within 20 us of builtin per ROI, Python worker within 0.3 ms.
+
+    /usr/bin/python3 bench/proc_overhead.py      (REPS=5 for more repeats)
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+import common as C
+
+REPS = int(os.environ.get("REPS", 3))
+N, CH, T = 3200, 800, 32
+NROIS = (N // T) ** 2
+TARGETS_US = {"plugin": 20, "worker": 300}
+
+WORKER = """\
+import numpy as np
+from roifs_worker import run
+
+ONE = np.uint16(1)
+
+def process(block, roi):
+    return block + ONE
+
+run(process)
+"""
+
+
+def main():
+    plugin = Path(C.ROIFS).parent / "examples" / "plugins" / "libadd_plugin.so"
+    if not plugin.exists():
+        sys.exit(f"{plugin} is not built")
+    info = C.machine()
+    with C.scratch("proc_overhead") as d:
+        rng = np.random.default_rng(0)
+        data = rng.integers(0, 60000, (N, N), dtype="<u2")
+        inp = d / "in.zarr"
+        zarr.open(str(inp), mode="w", shape=(N, N), chunks=(CH, CH), dtype="<u2",
+                  compressor=None)[:] = data
+        expected = data + 1
+        (d / "add1_worker.py").write_text(WORKER)
+        kinds = {
+            "builtin": {"builtin": "add", "param.value": 1},
+            "plugin": {"plugin": plugin, "param.value": 1},
+            "worker": {"worker": f"{C.PY} add1_worker.py"},
+        }
+        cfgs = {k: C.write_config(d / f"{k}.ini", {
+            "input": {"path": inp},
+            "rois": {"grid": f"{T},{T}"},
+            "process": {**proc, "threads": 0},
+            "output": {"compressor": "none"},
+            "cache": {"dir": d / f"cache-{k}"}}) for k, proc in kinds.items()}
+
+        def case(kind):
+            def run():
+                C.rmtree(d / f"cache-{kind}")
+                t0 = time.perf_counter()
+                with C.Mount(cfgs[kind], d / "mnt") as m:
+                    got = zarr.open(str(m.mnt), mode="r")[:]
+                    st = m.status()
+                total = time.perf_counter() - t0
+                assert st["calls"] == NROIS and st["rois"]["failed"] == 0, st
+                assert np.array_equal(got, expected), kind
+                return total
+            return run
+
+        res = C.interleaved(REPS, {k: case(k) for k in kinds})
+
+    med = {k: C.median(v) for k, v in res.items()}
+    rows = []
+    for k in kinds:
+        over_us = (med[k] - med["builtin"]) / NROIS * 1e6
+        target = TARGETS_US.get(k)
+        rows.append([k, f"{med[k]:.2f}", " / ".join(f"{x:.2f}" for x in res[k]),
+                     "—" if k == "builtin" else f"{over_us:+.1f} µs",
+                     f"≤ {target} µs" if target else "",
+                     ("yes" if over_us <= target else "NO") if target else ""])
+    md = C.md_table(["kind", "median s (mount + cold read + unmount)", "runs",
+                     "overhead per ROI vs builtin", "target", "met"], rows)
+    print(f"{NROIS} ROIs of {T}x{T}, {N}x{N} <u2, chunks {CH}x{CH}, no compression, "
+          f"threads = {info['nproc']} (nproc), {REPS} interleaved repeats; "
+          f"{info['cpu']}, kernel {info['kernel']}, load at start {info['loadavg_at_start']}")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# bench/run.sh [name...] — runs the roifs benchmarks (all of them without a name), each
+# measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
+# bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
+#
+# Names: seed small_rois scaling warm gaussian memory (bench/<name>.py; any other
+# bench/<name>.py that follows the conventions of bench/common.py runs the same way).
+# Environment: REPS=N overrides a benchmark's number of repeats; ROIFS_BENCH_TMP is the scratch
+# directory (default /tmp/roifs-bench; memory needs about 11 GiB free there); ROIFS_BIN uses
+# that binary instead of building ./build/roifs. Run as root (mounts, /sys/class/bdi).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+all=(seed small_rois scaling warm gaussian memory)
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=("${all[@]}")
+for n in "${names[@]}"; do
+    if [ ! -f "bench/$n.py" ] || [ "$n" = common ] || [ "$n" = report ]; then
+        echo "bench/run.sh: unknown benchmark '$n' (known: ${all[*]})" >&2
+        exit 2
+    fi
+done
+
+scripts/install-deps.sh
+if ! dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q 'install ok installed'; then
+    echo "bench/run.sh: installing python3-matplotlib (for the plots)" >&2
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
+fi
+
+# Benchmark a private copy of the binary, so that a rebuild during the run changes nothing.
+snap=$(mktemp -d /tmp/roifs-bench-bin.XXXXXX)
+trap 'rm -rf "$snap"' EXIT
+if [ -z "${ROIFS_BIN:-}" ]; then
+    scripts/build.sh
+    ROIFS_BIN=build/roifs
+fi
+cp "$ROIFS_BIN" "$snap/roifs"
+export ROIFS_BIN="$snap/roifs"
+
+status=0
+for n in "${names[@]}"; do
+    echo "=== bench/$n.py" >&2
+    t0=$(date +%s)
+    if ! /usr/bin/python3 "bench/$n.py"; then
+        echo "bench/run.sh: $n failed" >&2
+        status=1
+    fi
+    echo "=== bench/$n.py: $(( $(date +%s) - t0 )) s" >&2
+done
+/usr/bin/python3 bench/report.py
+exit $status

@@ -1,0 +1,62 @@
+/* cli.h: the roifs commands (SPEC §2), one file per group, dispatched by main.c, and what
+ * they share: exit statuses, messages, and the chunk runner used by warm and export. */
+#ifndef ROIFS_CLI_H
+#define ROIFS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/cache.h"
+#include "../task.h"
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE   2
+
+/* Prints "roifs: " fmt (one %s: arg) and a pointer to --help; returns EXIT_USAGE. */
+int cli_usage_error(const char *fmt, const char *arg);
+/* task_open with the error printed: 0 or EXIT_USAGE. */
+int cli_load_task(const char *path, struct task **t);
+/* Parses the N of "-j N": 0 or EXIT_USAGE (message printed). */
+int cli_parse_threads(const char *cmd, const char *arg, int *threads);
+/* Sets the compute threads of t (and readahead, when the file leaves it to follow). */
+void cli_set_threads(struct task *t, int threads);
+
+/* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
+void cli_format_duration(double seconds, char *buf, size_t n);
+
+/* Each command: argv[0] is the command name. Returns the exit status. */
+int cmd_mount(int argc, char **argv);
+/* mount(8) and fstab: `roifs CONFIG MOUNTPOINT [-o OPTIONS]`, as mount.fuse3 runs it. */
+int cmd_mount_helper(int argc, char **argv);
+int cmd_unmount(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_warm(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_clean(int argc, char **argv);
+
+/* ---- the runner (runner.c): every listed chunk through a private engine ---- */
+
+struct run_spec {
+    const char *verb;    /* "warm", "export": names the progress lines */
+    const uint64_t *ids; /* the chunks to compute, in the order to ask for them */
+    size_t n;
+    /* Called once per chunk that is in the cache (on a compute thread, or the calling one),
+     * with k its index in ids and fd the cached chunk (borrowed). NULL: nothing to do.
+     * Returns 0, or -errno with a message in err (the chunk counts as failed). */
+    int (*chunk_ready)(void *ctx, size_t k, int fd, struct errbuf *err);
+    void *ctx;
+};
+
+/* Creates an engine for t and c, opens every chunk of spec (a bounded number at a time),
+ * shows progress on stderr (a bar on a terminal, a line every few seconds otherwise), and
+ * destroys the engine, which keeps finished work in the cache. SIGINT and SIGTERM stop it.
+ * Returns 0, EXIT_RUNTIME after naming the failed ROIs and chunks, or 128 + the signal
+ * number when interrupted. */
+int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec);
+
+/* Prints a message above the progress bar (which is redrawn at the next tick). */
+void run_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

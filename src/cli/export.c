@@ -1,0 +1,366 @@
+/* export.c: `roifs export [-j N] CONFIG DEST`: writes the presented tree as a plain Zarr array
+ * at DEST, from the cache, computing what is missing. Every file appears by rename of a
+ * complete copy, the metadata last, so an interrupted export is resumed by running it again. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../fs/namespace.h"
+#include "cli.h"
+
+#define MARKER     ".roifs-export"
+#define TMP_PREFIX ".roifs-tmp."
+
+struct meta_file {
+    char *rel;
+    const char *text;
+    size_t len;
+};
+
+struct export
+{
+    const char *dest;
+    int destfd;
+    uint64_t *ids; /* chunks, in the order the tree lists them */
+    char **rel;    /* their paths under DEST */
+    size_t n, cap;
+    struct meta_file *meta;
+    size_t nmeta;
+    atomic_size_t written, kept;
+};
+
+/* ---- writing files ---- */
+
+static int copy_fd(int out, int in, off_t size)
+{
+    off_t off = 0;
+    while (off < size) {
+        ssize_t n = copy_file_range(in, &off, out, NULL, (size_t)(size - off), 0);
+        if (n > 0)
+            continue;
+        if (n == 0)
+            return -EIO; /* the source shrank */
+        if (errno == EINTR)
+            continue;
+        if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+            return -errno;
+        /* No in-kernel copy between these file systems: copy by hand. */
+        char buf[1 << 16];
+        while (off < size) {
+            size_t want = size - off < (off_t)sizeof buf ? (size_t)(size - off) : sizeof buf;
+            size_t got = 0;
+            int r = pread_full(in, buf, want, (uint64_t)off, &got);
+            if (r < 0)
+                return r;
+            if (got == 0)
+                return -EIO;
+            if ((r = write_full(out, buf, got)) < 0)
+                return r;
+            off += (off_t)got;
+        }
+    }
+    return 0;
+}
+
+/* Writes DEST/rel from fd (size bytes) or from data: a temporary file beside it, then a
+ * rename, so that DEST never holds part of a file under its final name. */
+static int write_atomic(struct export *x, const char *rel, int fd, off_t size, const char *data,
+                        struct errbuf *err)
+{
+    static atomic_ulong counter;
+    const char *slash = strrchr(rel, '/');
+    int dirlen = slash ? (int)(slash - rel + 1) : 0;
+    char *tmp = xasprintf("%.*s" TMP_PREFIX "%ld.%lu", dirlen, rel, (long)getpid(),
+                          (unsigned long)++counter);
+    int out = openat(x->destfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int r = out < 0 ? -errno : 0;
+    if (r == 0)
+        r = data ? write_full(out, data, (size_t)size) : copy_fd(out, fd, size);
+    if (out >= 0 && close(out) < 0 && r == 0)
+        r = -errno;
+    if (r == 0 && renameat(x->destfd, tmp, x->destfd, rel) < 0)
+        r = -errno;
+    if (r < 0) {
+        if (out >= 0)
+            unlinkat(x->destfd, tmp, 0);
+        err_set(err, r, "%s/%s: cannot write: %s", x->dest, rel, strerror(-r));
+    }
+    free(tmp);
+    return r;
+}
+
+/* The resume rule: a chunk file already in DEST with the size of the cached chunk is complete
+ * (files appear only by rename of a complete copy) and is kept. */
+static int export_chunk(void *ctx, size_t k, int fd, struct errbuf *err)
+{
+    struct export *x = ctx;
+    struct stat src, dst;
+    if (fstat(fd, &src) < 0)
+        return err_set(err, -errno, "chunk %s: %s", x->rel[k], strerror(errno));
+    if (fstatat(x->destfd, x->rel[k], &dst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(dst.st_mode) &&
+        dst.st_size == src.st_size) {
+        x->kept++;
+        return 0;
+    }
+    int r = write_atomic(x, x->rel[k], fd, src.st_size, NULL, err);
+    if (r == 0)
+        x->written++;
+    return r;
+}
+
+static int write_meta(struct export *x, const struct meta_file *m, struct errbuf *err)
+{
+    char *old = NULL;
+    size_t len = 0;
+    bool same = file_read_all_at(x->destfd, m->rel, &old, &len) == 0 && len == m->len &&
+                memcmp(old, m->text, len) == 0;
+    free(old);
+    return same ? 0 : write_atomic(x, m->rel, -1, (off_t)m->len, m->text, err);
+}
+
+/* ---- the tree to write ---- */
+
+struct listing {
+    struct entry {
+        char *name;
+        uint64_t ino;
+    } * v;
+    size_t n, cap;
+};
+
+static int list_entry(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off)
+{
+    (void)is_dir, (void)next_off;
+    struct listing *l = ctx;
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || ino == NS_INO_ROIFS)
+        return 0;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n].name = xstrdup(name);
+    l->v[l->n].ino = ino;
+    l->n++;
+    return 0;
+}
+
+/* Removes what an interrupted export left half-written in directory rel ("" for DEST). */
+static void remove_stale_temps(struct export *x, const char *rel)
+{
+    int fd = openat(x->destfd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+    closedir(d);
+}
+
+static void add_chunk(struct export *x, uint64_t id, char *rel)
+{
+    if (x->n == x->cap) {
+        x->cap = x->cap ? x->cap * 2 : 256;
+        x->ids = xrealloc(x->ids, x->cap * sizeof *x->ids);
+        x->rel = xrealloc(x->rel, x->cap * sizeof *x->rel);
+    }
+    x->ids[x->n] = id;
+    x->rel[x->n++] = rel;
+}
+
+/* Lists directory ino of the tree (at rel under DEST), creating its subdirectories in DEST. */
+static int walk(struct export *x, const struct ns *ns, uint64_t ino, const char *rel,
+                struct errbuf *err)
+{
+    struct listing l = {0};
+    int r = ns_readdir(ns, ino, 0, list_entry, &l);
+    if (r < 0)
+        err_set(err, r, "cannot list the tree: %s", strerror(-r));
+    remove_stale_temps(x, rel);
+    for (size_t i = 0; i < l.n && r == 0; i++) {
+        struct ns_node node;
+        char *path = *rel ? xasprintf("%s/%s", rel, l.v[i].name) : xstrdup(l.v[i].name);
+        if (ns_get(ns, l.v[i].ino, &node) < 0 || node.kind == NS_STATUS) {
+            free(path);
+            continue;
+        }
+        switch (node.kind) {
+        case NS_DIR:
+            if (mkdirat(x->destfd, path, 0777) < 0 && errno != EEXIST)
+                r = err_set(err, -errno, "%s/%s: cannot create: %s", x->dest, path,
+                            strerror(errno));
+            else
+                r = walk(x, ns, l.v[i].ino, path, err);
+            free(path);
+            break;
+        case NS_META:
+            x->meta = xrealloc(x->meta, (x->nmeta + 1) * sizeof *x->meta);
+            x->meta[x->nmeta++] = (struct meta_file){path, node.text, node.len};
+            break;
+        case NS_CHUNK:
+            add_chunk(x, node.prefix, path);
+            break;
+        default:
+            free(path);
+        }
+    }
+    for (size_t i = 0; i < l.n; i++)
+        free(l.v[i].name);
+    free(l.v);
+    return r;
+}
+
+/* ---- DEST ---- */
+
+static char *marker_text(const struct task *t)
+{
+    return xasprintf("roifs-export 1\nfingerprint %016llx\nconfig %s\n",
+                     (unsigned long long)t->fingerprint, t->cfg.path);
+}
+
+static bool dir_is_empty(int fd)
+{
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return false;
+    }
+    bool empty = true;
+    struct dirent *de;
+    while (empty && (de = readdir(d)))
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+/* Opens DEST, which must be new, empty, or an earlier export of this configuration, and
+ * takes its marker's lock against a second export into it. 0 or an exit status. */
+static int open_dest(struct export *x, const struct task *t, int *lock)
+{
+    struct stat st;
+    int r;
+    if (stat(x->dest, &st) < 0 && (r = mkdir_p(x->dest, 0777)) < 0) {
+        fprintf(stderr, "roifs: %s: cannot create: %s\n", x->dest, strerror(-r));
+        return EXIT_RUNTIME;
+    }
+    x->destfd = open(x->dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (x->destfd < 0) {
+        fprintf(stderr, "roifs: %s: %s\n", x->dest,
+                errno == ENOTDIR ? "not a directory" : strerror(errno));
+        return errno == ENOTDIR ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    char *want = marker_text(t), *have = NULL;
+    char fp[40];
+    snprintf(fp, sizeof fp, "\nfingerprint %016llx\n", (unsigned long long)t->fingerprint);
+    r = file_read_all_at(x->destfd, MARKER, &have, NULL);
+    if (r == 0 && (strncmp(have, "roifs-export 1\n", 15) != 0 || !strstr(have, fp))) {
+        fprintf(stderr,
+                "roifs: %s: holds an export of another configuration or input (see %s/%s); "
+                "export to a new or empty directory\n",
+                x->dest, x->dest, MARKER);
+        r = EXIT_USAGE;
+    } else if (r < 0 && !dir_is_empty(x->destfd)) {
+        fprintf(stderr,
+                "roifs: %s: not empty, and not an earlier export of this configuration; "
+                "export to a new or empty directory\n",
+                x->dest);
+        r = EXIT_USAGE;
+    } else if (r < 0 && (r = file_write_atomic(x->destfd, MARKER, want, strlen(want), true)) < 0) {
+        fprintf(stderr, "roifs: %s/%s: cannot write: %s\n", x->dest, MARKER, strerror(-r));
+        r = EXIT_RUNTIME;
+    } else {
+        r = 0;
+    }
+    free(want);
+    free(have);
+    if (r)
+        return r;
+    *lock = openat(x->destfd, MARKER, O_RDONLY | O_CLOEXEC);
+    if (*lock < 0 || flock(*lock, LOCK_EX | LOCK_NB) < 0) {
+        fprintf(stderr, "roifs: %s: %s\n", x->dest,
+                errno == EWOULDBLOCK ? "another roifs export is writing there" : strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+/* ---- the command ---- */
+
+static int export_run(struct export *x, struct task *t)
+{
+    struct errbuf err = {{0}};
+    struct ns ns;
+    ns_init(&ns, t);
+    if (walk(x, &ns, NS_INO_ROOT, "", &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    struct cache *c = NULL;
+    if (cache_open(t, &c, &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    struct run_spec spec = {
+        .verb = "export", .ids = x->ids, .n = x->n, .chunk_ready = export_chunk, .ctx = x};
+    int r = run_chunks(t, c, &spec);
+    cache_close(c);
+    if (r)
+        return r;
+    /* The metadata last: until it is there, DEST is not mistaken for a complete array. */
+    for (size_t i = 0; i < x->nmeta; i++)
+        if (write_meta(x, &x->meta[i], &err) < 0) {
+            fprintf(stderr, "roifs: %s\n", err.msg);
+            return EXIT_RUNTIME;
+        }
+    fprintf(stderr, "roifs: export: %s: %zu chunk files written, %zu kept from an earlier run\n",
+            x->dest, (size_t)x->written, (size_t)x->kept);
+    return 0;
+}
+
+int cmd_export(int argc, char **argv)
+{
+    int threads = 0, i = 1, r;
+    if (argc > 2 && strcmp(argv[1], "-j") == 0) {
+        if ((r = cli_parse_threads("export", argv[2], &threads)))
+            return r;
+        i = 3;
+    }
+    if (argc - i != 2)
+        return cli_usage_error("export needs CONFIG and DEST%s", "");
+    struct task *t;
+    if ((r = cli_load_task(argv[i], &t)))
+        return r;
+    cli_set_threads(t, threads);
+    log_open_stderr(false);
+    struct export x = {.dest = argv[i + 1], .destfd = -1};
+    int lock = -1;
+    r = open_dest(&x, t, &lock);
+    if (r == 0)
+        r = export_run(&x, t);
+    for (size_t k = 0; k < x.n; k++)
+        free(x.rel[k]);
+    for (size_t k = 0; k < x.nmeta; k++)
+        free(x.meta[k].rel);
+    free(x.rel);
+    free(x.ids);
+    free(x.meta);
+    if (lock >= 0)
+        close(lock);
+    if (x.destfd >= 0)
+        close(x.destfd);
+    task_close(t);
+    return r;
+}

@@ -1,0 +1,51 @@
+/* warm.c: `roifs warm [-j N] CONFIG`: computes every ROI and chunk into the cache without a
+ * mount; interruptible and resumable (finished work stays in the cache). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* The chunks a reader of the whole array would open: those ROIs touch, or every chunk of the
+ * grid when the input shows outside the ROIs. */
+static uint64_t *present_chunks(const struct task *t, size_t *n)
+{
+    bool all = t->cfg.outside == OUTSIDE_INPUT;
+    *n = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+    uint64_t *ids = xmalloc((*n ? *n : 1) * sizeof *ids);
+    for (size_t k = 0; k < *n; k++)
+        ids[k] = all ? k : roi_index_chunk_id(t->index, k);
+    return ids;
+}
+
+int cmd_warm(int argc, char **argv)
+{
+    int threads = 0, i = 1, r;
+    if (argc > 2 && strcmp(argv[1], "-j") == 0) {
+        if ((r = cli_parse_threads("warm", argv[2], &threads)))
+            return r;
+        i = 3;
+    }
+    if (argc - i != 1)
+        return cli_usage_error("warm needs exactly one CONFIG%s", "");
+    struct task *t;
+    if ((r = cli_load_task(argv[i], &t)))
+        return r;
+    cli_set_threads(t, threads);
+    log_open_stderr(false);
+    struct cache *c = NULL;
+    struct errbuf err = {{0}};
+    if (cache_open(t, &c, &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        task_close(t);
+        return EXIT_RUNTIME;
+    }
+    struct run_spec spec = {.verb = "warm"};
+    uint64_t *ids = present_chunks(t, &spec.n);
+    spec.ids = ids;
+    r = run_chunks(t, c, &spec);
+    free(ids);
+    cache_close(c);
+    task_close(t);
+    return r;
+}

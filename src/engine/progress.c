@@ -1,0 +1,92 @@
+/* progress.c: read-only views of the engine's state for the command line: counter snapshots,
+ * the failed ROIs with their messages, and the time since the engine started. */
+#include "engine_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void engine_progress(struct engine *e, struct engine_progress *p)
+{
+    const struct task *t = e->t;
+    pthread_mutex_lock(&e->lock);
+    p->rois_total = t->rois.n;
+    p->rois_done = e->n_done;
+    p->rois_failed = e->n_failed;
+    p->rois_running = e->n_running;
+    p->chunks_total = t->nchunks;
+    p->chunks_present =
+        t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+    p->chunks_cached = e->n_cached;
+    p->calls = t->proc->calls;
+    pthread_mutex_unlock(&e->lock);
+    p->uptime = engine_uptime(e);
+}
+
+/* The most recent message recorded for roi (lock held), or NULL. */
+static const char *latest_error(const struct engine *e, size_t roi)
+{
+    for (size_t i = e->nerrors; i-- > 0;) {
+        const struct engine_error *er = &e->errors[(e->err_head + i) % ENGINE_MAX_ERRORS];
+        if (er->roi == roi)
+            return er->message;
+    }
+    return NULL;
+}
+
+size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, const char *msg),
+                          void *ctx)
+{
+    struct failed {
+        size_t roi;
+        char *msg;
+    } *list = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&e->lock);
+    for (size_t r = 0; r < e->t->rois.n; r++) {
+        if (e->rois[r].state != RS_FAILED)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            list = xrealloc(list, cap * sizeof *list);
+        }
+        const char *msg = latest_error(e, r);
+        list[n].roi = r;
+        list[n].msg = msg ? xstrdup(msg) : NULL;
+        n++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    /* fn runs unlocked: it may print, or ask the engine for more. */
+    for (size_t i = 0; i < n; i++) {
+        if (fn)
+            fn(ctx, list[i].roi, list[i].msg);
+        free(list[i].msg);
+    }
+    free(list);
+    return n;
+}
+
+bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
+{
+    int64_t k = roi_index_find(e->t->index, id);
+    if (k < 0)
+        return false;
+    size_t n;
+    const uint32_t *rois = roi_index_rois(e->t->index, (size_t)k, &n);
+    bool failed = false;
+    pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < n && !failed; i++)
+        failed = e->rois[rois[i]].state == RS_FAILED;
+    pthread_mutex_unlock(&e->lock);
+    return failed;
+}
+
+/* ---- uptime ---- */
+
+double engine_uptime(struct engine *e)
+{
+    return now_monotonic() - e->started;
+}

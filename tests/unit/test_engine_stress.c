@@ -1,0 +1,282 @@
+/* test_engine_stress.c: many threads against one engine, for ThreadSanitizer (scripts/tsan.sh)
+ * as much as for correctness: readers opening every chunk in their own orders while others
+ * poll the status, over 300 overlapping ROIs (most spanning chunks, so results go through the
+ * cache), twice (the second engine is a remount that computes nothing). Every chunk must
+ * equal the reference and every ROI must run exactly once. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/cache.h"
+#include "engine/engine.h"
+#include "nd.h"
+#include "task.h"
+
+#define SIDE    96 /* a SIDE x SIDE <u2 input */
+#define IN_CH   16 /* input chunks */
+#define OUT_CH  12 /* output chunks: a 8 x 8 grid, not aligned with the input's */
+#define GRID    (SIDE / OUT_CH)
+#define NROIS   300
+#define READERS 8
+#define POLLERS 2
+#define FILL    9
+
+static char dir[256];
+static uint16_t ref[SIDE][SIDE];
+static bool present[GRID * GRID];
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+
+static uint64_t rnd(uint64_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state % n;
+}
+
+static void write_file(const char *name, const void *data, size_t len)
+{
+    char *p = path_join(dir, name);
+    FILE *f = fopen(p, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK_EQ_INT(fwrite(data, 1, len, f), len);
+        fclose(f);
+    }
+    free(p);
+}
+
+static uint16_t input_at(int y, int x)
+{
+    return (uint16_t)(y * 131 + x * 7 + 3);
+}
+
+/* The input (blosc, so that decoding happens under contention), the ROI list and the
+ * reference: builtin add 1 is pointwise, so overlapping ROIs agree. */
+static void make_task_files(void)
+{
+    char *p = path_join(dir, "in.zarr");
+    mkdir_p(p, 0755);
+    free(p);
+    const char *zarray = "{\"zarr_format\": 2, \"shape\": [96, 96], \"chunks\": [16, 16], "
+                         "\"dtype\": \"<u2\", \"compressor\": {\"id\": \"blosc\", \"cname\": "
+                         "\"lz4\", \"clevel\": 5, \"shuffle\": 1, \"blocksize\": 0}, "
+                         "\"fill_value\": 0, \"order\": \"C\", \"filters\": null}";
+    write_file("in.zarr/.zarray", zarray, strlen(zarray));
+    struct zarr_codec codec = {.id = ZC_BLOSC, .level = 5, .shuffle = 1};
+    snprintf(codec.cname, sizeof codec.cname, "lz4");
+    for (int cy = 0; cy < SIDE / IN_CH; cy++)
+        for (int cx = 0; cx < SIDE / IN_CH; cx++) {
+            uint16_t v[IN_CH * IN_CH];
+            for (int i = 0; i < IN_CH * IN_CH; i++)
+                v[i] = input_at(cy * IN_CH + i / IN_CH, cx * IN_CH + i % IN_CH);
+            void *enc;
+            size_t n;
+            struct errbuf err;
+            CHECK_EQ_INT(zarr_codec_encode(&codec, v, sizeof v, 2, &enc, &n, &err), 0);
+            char name[64];
+            snprintf(name, sizeof name, "in.zarr/%d.%d", cy, cx);
+            write_file(name, enc, n);
+            free(enc);
+        }
+    struct strbuf rois = {0};
+    for (int y = 0; y < SIDE; y++)
+        for (int x = 0; x < SIDE; x++)
+            ref[y][x] = FILL;
+    for (int i = 0; i < NROIS; i++) {
+        int h = 1 + (int)rnd(30), w = 1 + (int)rnd(30);
+        int y0 = (int)rnd(SIDE - h + 1), x0 = (int)rnd(SIDE - w + 1);
+        sb_printf(&rois, "%d:%d, %d:%d\n", y0, y0 + h, x0, x0 + w);
+        for (int y = y0; y < y0 + h; y++)
+            for (int x = x0; x < x0 + w; x++) {
+                ref[y][x] = (uint16_t)(input_at(y, x) + 1);
+                present[(y / OUT_CH) * GRID + x / OUT_CH] = true;
+            }
+    }
+    write_file("rois.txt", rois.buf, rois.len);
+    sb_free(&rois);
+    const char *ini = "[input]\npath = in.zarr\n[rois]\nfile = rois.txt\n[process]\n"
+                      "builtin = add\nthreads = 4\nreadahead = 3\n[output]\nchunks = 12,12\n"
+                      "fill_value = 9\n[cache]\ndir = cache\n";
+    write_file("task.ini", ini, strlen(ini));
+}
+
+struct opened {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    int err, fd, done;
+};
+
+static void on_open(void *ctx, int err, int fd, int flags)
+{
+    (void)flags;
+    struct opened *o = ctx;
+    pthread_mutex_lock(&o->m);
+    o->err = err;
+    o->fd = fd;
+    o->done = 1;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->m);
+}
+
+/* Opens chunk id, reads it and compares it with the reference: 0, or what went wrong. */
+static int check_chunk(struct engine *e, uint64_t id)
+{
+    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    engine_open_chunk(e, id, on_open, &o);
+    pthread_mutex_lock(&o.m);
+    while (!o.done)
+        pthread_cond_wait(&o.cv, &o.m);
+    pthread_mutex_unlock(&o.m);
+    pthread_mutex_destroy(&o.m);
+    pthread_cond_destroy(&o.cv);
+    if (o.err)
+        return o.err;
+    uint16_t v[OUT_CH * OUT_CH];
+    ssize_t n = pread(o.fd, v, sizeof v, 0);
+    close(o.fd);
+    if (n != (ssize_t)sizeof v)
+        return -EIO;
+    int cy = (int)(id / GRID), cx = (int)(id % GRID);
+    for (int i = 0; i < OUT_CH * OUT_CH; i++)
+        if (v[i] != ref[cy * OUT_CH + i / OUT_CH][cx * OUT_CH + i % OUT_CH])
+            return -EBADMSG;
+    return 0;
+}
+
+struct reader {
+    pthread_t th;
+    struct engine *e;
+    pthread_barrier_t *start;
+    unsigned seed;
+    int bad;
+};
+
+static void *read_all(void *p)
+{
+    struct reader *r = p;
+    uint64_t order[GRID * GRID];
+    int n = 0;
+    for (int id = 0; id < GRID * GRID; id++)
+        if (present[id])
+            order[n++] = (uint64_t)id;
+    unsigned s = r->seed; /* each reader its own order: shuffled, or C order reversed */
+    for (int i = n - 1; i > 0 && s % 3 != 0; i--) {
+        int j = (int)(rand_r(&s) % (unsigned)(i + 1));
+        uint64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    if (r->seed % 3 == 0)
+        for (int i = 0; i < n / 2; i++) {
+            uint64_t t = order[i];
+            order[i] = order[n - 1 - i];
+            order[n - 1 - i] = t;
+        }
+    pthread_barrier_wait(r->start);
+    for (int i = 0; i < n; i++) {
+        int rc = check_chunk(r->e, order[i]);
+        if (rc != 0) {
+            fprintf(stderr, "reader %u: chunk %llu: %s\n", r->seed, (unsigned long long)order[i],
+                    rc == -EBADMSG ? "wrong data" : strerror(-rc));
+            r->bad++;
+        }
+    }
+    return NULL;
+}
+
+struct poller {
+    pthread_t th;
+    struct engine *e;
+    atomic_bool *stop;
+    int polls;
+};
+
+static void *poll_status(void *p)
+{
+    struct poller *q = p;
+    while (!atomic_load(q->stop)) {
+        char *s = engine_status_json(q->e);
+        struct engine_progress pr;
+        engine_progress(q->e, &pr);
+        uint64_t size;
+        bool known;
+        engine_chunk_size(q->e, (uint64_t)(q->polls % (GRID * GRID)), &size, &known);
+        free(s);
+        q->polls++;
+    }
+    return NULL;
+}
+
+static void test_concurrent_readers(void)
+{
+    for (int round = 0; round < 2; round++) {
+        char *path = path_join(dir, "task.ini");
+        struct task *t = NULL;
+        struct cache *c = NULL;
+        struct engine *e = NULL;
+        struct errbuf err = {{0}};
+        int r = task_open(path, &t, &err);
+        free(path);
+        if (r == 0)
+            r = cache_open(t, &c, &err);
+        if (r == 0)
+            r = engine_create(t, c, &e, &err);
+        if (r < 0)
+            fprintf(stderr, "setup: %s\n", err.msg);
+        CHECK_EQ_INT(r, 0);
+        if (r < 0)
+            return;
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, READERS);
+        struct reader readers[READERS];
+        struct poller pollers[POLLERS];
+        atomic_bool stop = false;
+        for (int i = 0; i < POLLERS; i++) {
+            pollers[i] = (struct poller){.e = e, .stop = &stop};
+            pthread_create(&pollers[i].th, NULL, poll_status, &pollers[i]);
+        }
+        for (int i = 0; i < READERS; i++) {
+            readers[i] = (struct reader){.e = e, .start = &start, .seed = (unsigned)i};
+            pthread_create(&readers[i].th, NULL, read_all, &readers[i]);
+        }
+        int bad = 0;
+        for (int i = 0; i < READERS; i++) {
+            pthread_join(readers[i].th, NULL);
+            bad += readers[i].bad;
+        }
+        atomic_store(&stop, true);
+        for (int i = 0; i < POLLERS; i++)
+            pthread_join(pollers[i].th, NULL);
+        pthread_barrier_destroy(&start);
+        CHECK_EQ_INT(bad, 0);
+        /* each ROI once in the first engine; the remount finds everything in the cache */
+        CHECK_EQ_INT(t->proc->calls, round == 0 ? NROIS : 0);
+        struct engine_progress pr;
+        engine_progress(e, &pr);
+        CHECK_EQ_INT(pr.rois_failed, 0);
+        engine_destroy(e);
+        cache_close(c);
+        task_close(t);
+    }
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/roifs-engine-stress-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    log_open_stderr(false);
+    make_task_files();
+    RUN(test_concurrent_readers);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+    return check_done();
+}
