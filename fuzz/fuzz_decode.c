@@ -36,8 +36,7 @@ static uint8_t *guarded_end(size_t cap)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     cap = (cap + page - 1) / page * page;
-    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                      0);
+    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED || mprotect(p + cap, page, PROT_NONE) < 0)
         abort();
     return p + cap;

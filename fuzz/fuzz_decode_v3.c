@@ -25,13 +25,13 @@
     } while (0)
 
 #define ARRAY(dtype, shape, chunks, codecs)                                                        \
-    "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":" shape ",\"data_type\":\"" dtype      \
+    "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":" shape ",\"data_type\":\"" dtype        \
     "\",\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":" chunks "}},"     \
     "\"chunk_key_encoding\":{\"name\":\"default\"},\"fill_value\":0,\"codecs\":" codecs "}"
 #define BYTES_LE "{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}}"
 #define BYTES_BE "{\"name\":\"bytes\",\"configuration\":{\"endian\":\"big\"}}"
 #define SHARD(inner, codecs, index_codecs, where)                                                  \
-    "[{\"name\":\"sharding_indexed\",\"configuration\":{\"chunk_shape\":" inner                   \
+    "[{\"name\":\"sharding_indexed\",\"configuration\":{\"chunk_shape\":" inner                    \
     ",\"codecs\":" codecs ",\"index_codecs\":" index_codecs ",\"index_location\":\"" where "\"}}]"
 
 static const char *const arrays[] = {
@@ -69,8 +69,7 @@ static uint8_t *guarded_end(size_t cap)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     cap = (cap + page - 1) / page * page;
-    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                      0);
+    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED || mprotect(p + cap, page, PROT_NONE) < 0)
         abort();
     return p + cap;
@@ -107,8 +106,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     for (size_t i = 0; i < NARRAYS; i++) {
         struct errbuf err;
-        FUZZ_ASSERT(zarr_meta_parse_v3(arrays[i], strlen(arrays[i]), &metas[i], NULL, NULL,
-                                       &err) == 0,
+        FUZZ_ASSERT(zarr_meta_parse_v3(arrays[i], strlen(arrays[i]), &metas[i], NULL, NULL, &err) ==
+                        0,
                     "array %zu: %s", i, err.msg);
     }
     const char *seeds = getenv("ROIFS_FUZZ_SEEDS");

@@ -22,8 +22,7 @@ static void check_meta(const struct zarr_meta *m)
 {
     FUZZ_ASSERT(m->ndim >= 0 && m->ndim <= ROIFS_MAX_DIM, "ndim %d", m->ndim);
     FUZZ_ASSERT(m->separator == '.' || m->separator == '/', "separator %d", m->separator);
-    FUZZ_ASSERT(m->dtype.size >= 1 && m->dtype.size <= 8, "dtype size %u",
-                (unsigned)m->dtype.size);
+    FUZZ_ASSERT(m->dtype.size >= 1 && m->dtype.size <= 8, "dtype size %u", (unsigned)m->dtype.size);
     for (int d = 0; d < m->ndim; d++)
         FUZZ_ASSERT(m->shape[d] > 0 && m->chunks[d] > 0, "dimension %d", d);
     /* the parser promises chunks that blosc and the input LRU can hold */

@@ -64,8 +64,8 @@ static void walk(const struct ns *ns, const struct task *t, const char *path)
     bool chunk_path = true; /* only chunk names (no .zarray, .roifs) so far */
     /* components as the kernel passes them: no empty ones */
     for (char *name = strtok_r(copy, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
-        jlen += (size_t)snprintf(joined + jlen, sizeof joined - jlen, "%s%s", jlen ? "/" : "",
-                                 name);
+        jlen +=
+            (size_t)snprintf(joined + jlen, sizeof joined - jlen, "%s%s", jlen ? "/" : "", name);
         int r = ns_lookup(ns, dir, name, &n);
         if (r < 0) {
             FUZZ_ASSERT(r == -ENOENT || r == -ENOTDIR, "lookup returned %d", r);
@@ -74,9 +74,8 @@ static void walk(const struct ns *ns, const struct task *t, const char *path)
         if (n.kind == NS_META || n.kind == NS_STATUS || n.ino == NS_INO_ROIFS)
             chunk_path = false;
         struct ns_node again;
-        FUZZ_ASSERT(ns_get(ns, n.ino, &again) == 0 && again.ino == n.ino &&
-                        again.kind == n.kind && again.depth == n.depth &&
-                        again.prefix == n.prefix,
+        FUZZ_ASSERT(ns_get(ns, n.ino, &again) == 0 && again.ino == n.ino && again.kind == n.kind &&
+                        again.depth == n.depth && again.prefix == n.prefix,
                     "ns_get(%llu) disagrees with the lookup of '%s'", (unsigned long long)n.ino,
                     name);
         dir = n.ino;
@@ -123,8 +122,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* ROIs in whole chunks, clipped to the grid; at least one so that the index is not empty */
     uint64_t start[8 * ROIFS_MAX_DIM], stop[8 * ROIFS_MAX_DIM];
-    struct roi_set rs = {.ndim = ndim, .n = nrois ? (size_t)nrois : 1, .start = start,
-                         .stop = stop};
+    struct roi_set rs = {
+        .ndim = ndim, .n = nrois ? (size_t)nrois : 1, .start = start, .stop = stop};
     const uint8_t *p = data + 2 + ndim;
     for (size_t i = 0; i < rs.n; i++)
         for (int d = 0; d < ndim; d++) {

@@ -63,8 +63,8 @@ static void check_index(const struct roi_set *rs, const uint64_t *shape)
                 idx[d] = c0[d];
         }
     }
-    FUZZ_ASSERT(roi_index_ncontacts(ix) == contacts, "contacts %zu != %zu",
-                roi_index_ncontacts(ix), contacts);
+    FUZZ_ASSERT(roi_index_ncontacts(ix) == contacts, "contacts %zu != %zu", roi_index_ncontacts(ix),
+                contacts);
     for (size_t k = 1; k < roi_index_nchunks(ix); k++)
         FUZZ_ASSERT(roi_index_chunk_id(ix, k - 1) < roi_index_chunk_id(ix, k), "chunk order");
     roi_index_free(ix);
@@ -101,8 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int d = 0; d < ndim; d++) {
             uint64_t a = rs.start[i * (size_t)ndim + d], b = rs.stop[i * (size_t)ndim + d];
             FUZZ_ASSERT(a < b && b <= shape[d], "ROI %zu dimension %d: %llu:%llu of %llu", i, d,
-                        (unsigned long long)a, (unsigned long long)b,
-                        (unsigned long long)shape[d]);
+                        (unsigned long long)a, (unsigned long long)b, (unsigned long long)shape[d]);
         }
     if (ndim <= 3 && rs.n <= 64)
         check_index(&rs, shape);

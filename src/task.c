@@ -295,6 +295,11 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
     if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
         (r = load_rois(t, err)) < 0)
         goto fail;
+    if (t->cfg.executor && strcmp(t->cfg.executor, "local") != 0) {
+        r = task_err(t, err, "process", "executor", "[process] executor = %s is not supported yet",
+                     t->cfg.executor);
+        goto fail;
+    }
     if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
     const char *dimnames = zarr_input_dimension_names_text(t->input);

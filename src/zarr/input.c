@@ -250,8 +250,10 @@ static int read_chunk_file(const struct zarr_input *in, const char *key, char **
     /* No codec makes a chunk this much larger than its data: refuse before allocating. */
     if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
         close(fd);
-        return err_set(err, -EIO, "%s/%s: cannot read chunk: %lld bytes is too large for a chunk "
-                       "of %zu bytes", in->path, key, (long long)st.st_size, in->chunk_nbytes);
+        return err_set(err, -EIO,
+                       "%s/%s: cannot read chunk: %lld bytes is too large for a chunk "
+                       "of %zu bytes",
+                       in->path, key, (long long)st.st_size, in->chunk_nbytes);
     }
     size_t size = r == 0 ? (size_t)st.st_size : 0, got = 0;
     char *buf = xmalloc(size + 1);
