@@ -6,6 +6,9 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
       python3-scipy
       clang libclang-rt-14-dev)  # the last two: fuzz/run.sh (libFuzzer and its sanitizers)
+# Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
+# packages only when the machine has none.
+command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -107,9 +107,9 @@ static int resolve_v3(struct task *t, struct errbuf *err)
             TASK_ERR(t, err, "output", "shard",
                      "[output] shard: entry %d (%llu) is not a multiple of chunks (%llu)", d + 1,
                      (unsigned long long)cfg->shard[d], (unsigned long long)o->chunks[d]);
-        n *= cfg->shard[d] / o->chunks[d];
-        bytes *= cfg->shard[d];
-        if (n > (1u << 24) || bytes > (uint64_t)INT32_MAX)
+        if (__builtin_mul_overflow(n, cfg->shard[d] / o->chunks[d], &n) ||
+            __builtin_mul_overflow(bytes, cfg->shard[d], &bytes) || n > (1u << 24) ||
+            bytes > (uint64_t)INT32_MAX)
             TASK_ERR(t, err, "output", "shard",
                      "[output] shard: too large (at most 2 GiB and 2^24 chunks per shard)");
     }

@@ -123,10 +123,15 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
                     c->path);
         goto fail;
     }
-    if ((c->chunks_fd = open_subdir(c->dirfd, "chunks")) < 0 ||
-        (c->rois_fd = open_subdir(c->dirfd, "rois")) < 0 ||
-        (c->locks_fd = open_subdir(c->dirfd, "locks")) < 0) {
-        r = c->chunks_fd < 0 ? c->chunks_fd : c->rois_fd < 0 ? c->rois_fd : c->locks_fd;
+    int fds[3];
+    const char *names[] = {"chunks", "rois", "locks"};
+    for (int i = 0; i < 3; i++)
+        fds[i] = open_subdir(c->dirfd, names[i]);
+    c->chunks_fd = fds[0];
+    c->rois_fd = fds[1];
+    c->locks_fd = fds[2];
+    if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) {
+        r = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2];
         err_set(err, r, "%s: cannot create its subdirectories: %s", c->path, strerror(-r));
         goto fail;
     }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../nd.h"
 #include "zarr_json.h"
 
 #define bad_value zarr_json_bad_value
@@ -343,11 +342,9 @@ static int parse_sharding(json_t *conf, const char *where, const struct chain_ct
     for (int d = 0; d < cx->ndim; d++) {
         if (cx->shape[d] % sh->inner[d] != 0)
             return bad_value(err, key, cs, "must divide the chunk_grid's chunk_shape");
-        n *= cx->shape[d] / sh->inner[d];
-        bytes *= sh->inner[d];
-        if (n > ZARR_MAX_SHARD_CHUNKS)
+        if (__builtin_mul_overflow(n, cx->shape[d] / sh->inner[d], &n) || n > ZARR_MAX_SHARD_CHUNKS)
             return bad_value(err, key, cs, "too many inner chunks per shard (at most 2^24)");
-        if (bytes > ZARR_MAX_CHUNK_BYTES)
+        if (__builtin_mul_overflow(bytes, sh->inner[d], &bytes) || bytes > ZARR_MAX_CHUNK_BYTES)
             return bad_value(err, key, cs, "an inner chunk would exceed 2 GiB");
     }
     const char *loc;
@@ -486,7 +483,12 @@ static int parse_root(json_t *root, struct zarr_meta *m, char **attributes, char
         .dt = &m->dtype, .ndim = m->ndim, .shape = m->chunks, .allow_sharding = true, .m = m};
     if (parse_chain(json_object_get(root, "codecs"), "codecs", &cx, &m->codecs, err) < 0)
         return -EINVAL;
-    if (!m->sharded && (uint64_t)zarr_meta_chunk_nbytes(m) > ZARR_MAX_CHUNK_BYTES)
+    /* a shard is never held whole when reading, so only its inner chunks are bounded */
+    uint64_t bytes = m->dtype.size;
+    bool over = false;
+    for (int d = 0; d < m->ndim; d++)
+        over = over || __builtin_mul_overflow(bytes, m->chunks[d], &bytes);
+    if (over || (!m->sharded && bytes > ZARR_MAX_CHUNK_BYTES))
         return bad_value(err, "chunk_grid", json_object_get(root, "chunk_grid"),
                          "a chunk would exceed 2 GiB");
     note_compressor(m);

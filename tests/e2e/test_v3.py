@@ -425,6 +425,7 @@ def test_v3_input(tmp_path, mount, zarrita, name, out2, out3):
                 z = zarr.open(str(m.path), mode="r")
                 assert z.chunks == tuple(read_chunks)  # the input's (inner) chunks by default
                 got = z[...]
+                assert_same(zarrita_read(m.path, tmp_path), want, f"zarrita.js reading {out_name}")
             else:
                 zj = json.loads((m.path / "zarr.json").read_text())
                 assert zj["attributes"]["roifs"]["rois"] == len(rois)
@@ -660,3 +661,28 @@ def test_v3_corrupt_input_chunk(tmp_path, mount):
                 (m.path / "c" / "0" / "0").read_bytes()
             assert e.value.errno == errno.EIO
             assert (m.path / "c" / "1" / "1").read_bytes() == data[4:, 4:].tobytes()
+
+
+@pytest.mark.timeout(180)
+def test_v3_cp_cat_ls_export(tmp_path, mount, zarrita, roifs_bin):
+    """coreutils and `roifs export` on a sharded, compressed v3 output: the copies read back."""
+    task = v2_task(tmp_path, {"chunks": ",".join(map(str, CHUNKS)),
+                              "shard": ",".join(map(str, SHARD)), "compressor": "zstd"})
+    want = reference(task)
+    with mount(task.config) as m:
+        ls = subprocess.run(["ls", "-R", str(m.path)], capture_output=True, text=True, timeout=30)
+        assert ls.returncode == 0 and "zarr.json" in ls.stdout and "c:" in ls.stdout
+        cat = subprocess.run(["cat", str(m.path / "c" / "1" / "0" / "1")], capture_output=True,
+                             timeout=30)
+        assert cat.returncode == 0
+        assert len(cat.stdout) == os.stat(m.path / "c" / "1" / "0" / "1").st_size > 0
+        copy = Path(tmp_path) / "copy"
+        cp = subprocess.run(["cp", "-r", str(m.path), str(copy)], capture_output=True, text=True,
+                            timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        assert_same(zarrita_read(copy, tmp_path), want, "zarrita.js reading cp -r of the mount")
+    dest = Path(tmp_path) / "export"
+    r = run_roifs(roifs_bin, "export", task.config, dest, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (dest / "zarr.json").is_file() and not (dest / ".zarray").exists()
+    assert_same(zarrita_read(dest, tmp_path), want, "zarrita.js reading roifs export")

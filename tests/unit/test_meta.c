@@ -364,7 +364,7 @@ static void test_big_uint64_fill(void)
     memcpy(&f, m.fill, 8);
     CHECK(f == UINT64_MAX && !m.fill_null);
     char *text = zarr_meta_emit_v2(&m); /* the emitter writes it the same way */
-    CHECK_STR_CONTAINS(text, "\"fill_value\": 18446744073709551615");
+    CHECK(strstr(text, "\"fill_value\": 18446744073709551615") != NULL);
     struct zarr_meta m2;
     CHECK_EQ_INT(zarr_meta_parse_v2(text, strlen(text), &m2, &err), 0);
     CHECK(memcmp(m2.fill, m.fill, 8) == 0);

@@ -771,6 +771,94 @@ static void check_reads(struct zarr_input *in, const uint16_t *ref, const uint64
     }
 }
 
+/* Damages dir's shard c/0/0 (its index checksum, then its length): the reads that need it fail
+ * with EIO naming the file, the others still work. Rewriting c/1/0 changes the signature. */
+static void check_damaged_shard(const struct zarr_meta *m, const char *dir, const uint16_t *ref,
+                                uint64_t sig1)
+{
+    struct zarr_input *in;
+    struct errbuf err = {{0}};
+    uint64_t sig2, zero[2] = {0, 0}, one[2] = {1, 1}, far[2] = {9, 8};
+    /* the signature follows every shard file, not just the first ones */
+    char *p10 = xasprintf("%s/c/1/0", dir);
+    struct stat st10;
+    CHECK_EQ_INT(stat(p10, &st10), 0);
+    CHECK_EQ_INT(truncate(p10, st10.st_size + 1), 0);
+    CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
+    CHECK_EQ_INT(zarr_input_signature(in, zero, m->shape, &sig2), 0);
+    CHECK(sig1 != sig2);
+    zarr_input_close(in);
+    CHECK_EQ_INT(truncate(p10, st10.st_size), 0);
+    free(p10);
+
+    char *p = xasprintf("%s/c/0/0", dir);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f != NULL);
+    if (f) { /* a bit of the index's checksum */
+        fseek(f, m->shard.index_at_start ? 2 : -3, m->shard.index_at_start ? SEEK_SET : SEEK_END);
+        int ch = fgetc(f);
+        fseek(f, -1, SEEK_CUR);
+        fputc(ch ^ 0x40, f);
+        fclose(f);
+    }
+    uint16_t v1;
+    CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
+    CHECK_EQ_INT(zarr_input_read(in, zero, one, &v1, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "c/0/0");
+    CHECK_STR_CONTAINS(err.msg, "crc32c");
+    CHECK_EQ_INT(zarr_input_read(in, far, one, &v1, &err), 0);
+    CHECK_EQ_INT(v1, ref[89]);
+    zarr_input_close(in);
+
+    CHECK_EQ_INT(truncate(p, 10), 0);
+    CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
+    CHECK_EQ_INT(zarr_input_read(in, zero, one, &v1, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "shorter than its index");
+    zarr_input_close(in);
+    free(p);
+}
+
+/* A damaged chunk c/1/1 (unsharded) fails with EIO naming it. */
+static void check_damaged_chunk(const char *dir)
+{
+    char *p = xasprintf("%s/c/1/1", dir);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fputc(0x55, f);
+        fclose(f);
+    }
+    struct zarr_input *in;
+    struct errbuf err = {{0}};
+    CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
+    uint16_t v1;
+    uint64_t at[2] = {4, 5}, one[2] = {1, 1};
+    CHECK_EQ_INT(zarr_input_read(in, at, one, &v1, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "c/1/1");
+    zarr_input_close(in);
+    free(p);
+}
+
+/* Variant v of the test array: sharded with the index at the end (0) or start (1), with gzip
+ * (0, 1) or raw (2) inner chunks; or (3) unsharded, transposed, big-endian, gzip, crc32c. */
+static struct zarr_meta input_variant(int v)
+{
+    struct zarr_bb gzip = {.c = {.id = ZC_GZIP, .level = 1}};
+    struct zarr_meta m = shard_meta(v == 1, v == 2 ? NULL : &gzip);
+    if (v == 3) {
+        m.sharded = false;
+        m.chunks[0] = 3;
+        m.chunks[1] = 4;
+        m.codecs.transpose = true;
+        m.codecs.order[0] = 1;
+        m.codecs.order[1] = 0;
+        m.codecs.big_endian = true;
+        m.codecs.bb[m.codecs.nbb++] = gzip;
+        m.codecs.bb[m.codecs.nbb++].crc32c = true;
+    }
+    return m;
+}
+
 static void test_input_v3(void)
 {
     uint16_t ref[90];
@@ -780,23 +868,11 @@ static void test_input_v3(void)
     for (int r = 0; r < 2; r++)
         for (int c = 3; c < 6; c++)
             ref[r * 9 + c] = 7;
-    struct zarr_bb gzip = {.c = {.id = ZC_GZIP, .level = 1}};
     struct errbuf err = {{0}};
     for (int v = 0; v < 4; v++) {
-        struct zarr_meta m = shard_meta(v == 1, v == 2 ? NULL : &gzip);
-        if (v == 3) { /* unsharded, transposed, big-endian, crc32c */
-            m.sharded = false;
-            m.chunks[0] = 3;
-            m.chunks[1] = 4;
-            m.codecs.transpose = true;
-            m.codecs.order[0] = 1;
-            m.codecs.order[1] = 0;
-            m.codecs.big_endian = true;
-            m.codecs.bb[m.codecs.nbb++] = gzip;
-            m.codecs.bb[m.codecs.nbb++].crc32c = true;
-        }
+        struct zarr_meta m = input_variant(v);
         char *dir = xasprintf("%s/in%d", tmp_root, v);
-        uint64_t skip = v == 3 ? UINT64_MAX : 3; /* shard (1, 1) missing: fill */
+        uint64_t skip = m.sharded ? 3 : UINT64_MAX; /* shard (1, 1) missing: fill */
         write_v3_array(&m, ref, dir, skip);
         struct zarr_input *in;
         int r = zarr_input_open(dir, 1 << 20, &in, &err);
@@ -806,8 +882,7 @@ static void test_input_v3(void)
             free(dir);
             continue;
         }
-        const struct zarr_meta *im = zarr_input_meta(in);
-        CHECK_EQ_INT(im->format, 3);
+        CHECK_EQ_INT(zarr_input_meta(in)->format, 3);
         CHECK(strcmp(zarr_input_zattrs_text(in), "{\"a\":1}") == 0);
         CHECK(zarr_input_dimension_names_text(in) == NULL);
         uint64_t shard[2] = {m.chunks[0], m.chunks[1]};
@@ -820,69 +895,43 @@ static void test_input_v3(void)
         /* the smallest cache (two inner chunks and an index) gives the same data */
         CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
         check_reads(in, ref, m.shape, skip, shard);
-        uint64_t sig1, sig2, zero[2] = {0, 0};
-        CHECK_EQ_INT(zarr_input_signature(in, zero, m.shape, &sig1), 0);
+        uint64_t sig, zero[2] = {0, 0};
+        CHECK_EQ_INT(zarr_input_signature(in, zero, m.shape, &sig), 0);
         zarr_input_close(in);
-
-        if (m.sharded) {
-            /* the signature follows every shard file, not just the first ones */
-            char *p10 = xasprintf("%s/c/1/0", dir);
-            struct stat st10;
-            CHECK_EQ_INT(stat(p10, &st10), 0);
-            CHECK_EQ_INT(truncate(p10, st10.st_size + 1), 0);
-            CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
-            CHECK_EQ_INT(zarr_input_signature(in, zero, m.shape, &sig2), 0);
-            CHECK(sig1 != sig2);
-            zarr_input_close(in);
-            CHECK_EQ_INT(truncate(p10, st10.st_size), 0);
-            free(p10);
-            /* corrupt the index checksum of shard 0: reading it fails with EIO */
-            char *p = xasprintf("%s/c/0/0", dir);
-            FILE *f = fopen(p, "r+b");
-            CHECK(f != NULL);
-            if (f) {
-                fseek(f, v == 1 ? 2 : -3, v == 1 ? SEEK_SET : SEEK_END);
-                int ch = fgetc(f);
-                fseek(f, -1, SEEK_CUR);
-                fputc(ch ^ 0x40, f);
-                fclose(f);
-            }
-            CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
-            uint16_t v1;
-            uint64_t one[2] = {1, 1};
-            CHECK_EQ_INT(zarr_input_read(in, zero, one, &v1, &err), -EIO);
-            CHECK_STR_CONTAINS(err.msg, "c/0/0");
-            CHECK_STR_CONTAINS(err.msg, "crc32c");
-            /* other shards still read */
-            uint64_t far[2] = {9, 8};
-            CHECK_EQ_INT(zarr_input_read(in, far, one, &v1, &err), 0);
-            CHECK_EQ_INT(v1, ref[89]);
-            zarr_input_close(in);
-            /* a truncated shard */
-            CHECK_EQ_INT(truncate(p, 10), 0);
-            CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
-            CHECK_EQ_INT(zarr_input_read(in, zero, one, &v1, &err), -EIO);
-            CHECK_STR_CONTAINS(err.msg, "shorter than its index");
-            zarr_input_close(in);
-            free(p);
-        } else {
-            char *p = xasprintf("%s/c/1/1", dir);
-            FILE *f = fopen(p, "r+b");
-            CHECK(f != NULL);
-            if (f) {
-                fputc(0x55, f);
-                fclose(f);
-            }
-            CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), 0);
-            uint16_t v1;
-            uint64_t at[2] = {4, 5}, one[2] = {1, 1};
-            CHECK_EQ_INT(zarr_input_read(in, at, one, &v1, &err), -EIO);
-            CHECK_STR_CONTAINS(err.msg, "c/1/1");
-            zarr_input_close(in);
-            free(p);
-        }
+        if (m.sharded)
+            check_damaged_shard(&m, dir, ref, sig);
+        else
+            check_damaged_chunk(dir);
         free(dir);
     }
+}
+
+static void test_input_v3_other(void)
+{
+    /* a 0-d array: one chunk, key "c" */
+    struct errbuf err = {{0}};
+    char *zd = xasprintf("%s/zero-d", tmp_root);
+    struct zarr_meta z0 = {.format = 3,
+                           .dtype = {.kind = DT_FLOAT, .size = 8},
+                           .key_prefix_c = true,
+                           .separator = '/'};
+    z0.codecs.bb[z0.codecs.nbb++].crc32c = true;
+    char *zt = zarr_meta_emit_v3(&z0, NULL, NULL);
+    write_file(zd, "zarr.json", zt, strlen(zt));
+    free(zt);
+    double pi = 3.25, got = 0;
+    void *enc;
+    size_t len;
+    CHECK_EQ_INT(zarr_encode_chunk(&z0, &pi, 8, &enc, &len, &err), 0);
+    CHECK_EQ_INT(len, 12);
+    write_file(zd, "c", enc, len);
+    free(enc);
+    struct zarr_input *in;
+    CHECK_EQ_INT(zarr_input_open(zd, 0, &in, &err), 0);
+    CHECK_EQ_INT(zarr_input_read(in, NULL, NULL, &got, &err), 0);
+    CHECK(got == 3.25);
+    zarr_input_close(in);
+    free(zd);
 
     /* a v3 array that roifs does not understand is refused with the file named */
     char *dir = xasprintf("%s/bad", tmp_root);
@@ -891,7 +940,6 @@ static void test_input_v3(void)
                     "{\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"},"
                     "\"fill_value\":0,\"codecs\":[\"bytes\",{\"name\":\"fancy\"}]}";
     write_file(dir, "zarr.json", j, strlen(j));
-    struct zarr_input *in;
     CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, "zarr.json");
     CHECK_STR_CONTAINS(err.msg, "codec \"fancy\" is not supported");
@@ -915,6 +963,7 @@ int main(void)
     RUN(test_shards);
     RUN(test_emit_round_trip);
     RUN(test_input_v3);
+    RUN(test_input_v3_other);
     char *rm = xasprintf("rm -rf '%s'", tmp_root);
     if (system(rm) != 0)
         fprintf(stderr, "could not remove %s\n", tmp_root);
