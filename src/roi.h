@@ -4,6 +4,7 @@
 #ifndef ROIFS_ROI_H
 #define ROIFS_ROI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,41 @@ void roi_read_region(const struct roi_set *rs, size_t i, const uint64_t *halo,
 /* Range of chunk grid indices [c0, c1) per dimension touched by ROI i's box. */
 void roi_chunk_range(const struct roi_set *rs, size_t i, const uint64_t *chunks, uint64_t *c0,
                      uint64_t *c1);
+
+/* ---- ROI tables (roi_table.c): OME-NGFF / Fractal tables in micrometers ---- */
+
+/* Micrometer-to-index rules. FRACTAL: fractal-tasks-core's convert_ROI_table_to_indices,
+ * start = round_half_even(x / px), stop = round_half_even((x + len_x) / px), in float32 as
+ * NumPy 2 computes it when the table is float32 (double otherwise); a negative index is an
+ * error. NGIO: ngio's world_to_pixel in float64: values within 0.01 of an integer snap to it,
+ * then floor(start) and ceil(start + len), clamped at 0. */
+enum roi_rounding { ROI_ROUND_FRACTAL, ROI_ROUND_NGIO };
+
+enum { ROI_TX, ROI_TY, ROI_TZ, ROI_TLX, ROI_TLY, ROI_TLZ, ROI_TCOLS };
+
+/* The six ROI columns of a table, row by row. */
+struct roi_table {
+    size_t n;
+    double *v;   /* n * ROI_TCOLS: x, y, z, len_x, len_y, len_z (micrometers) */
+    bool single; /* the values are float32 (an AnnData X of dtype <f4) */
+};
+
+/* Where the table's spatial axes are in the image and how large its pixels are. */
+struct roi_pixels {
+    int axis[3];    /* dimension of z, y, x; -1 when the image lacks the axis (z of 2-D) */
+    double size[3]; /* pixel size along z, y, x in micrometers */
+};
+
+/* Reads a table group: AnnData on Zarr v2 (X plus the column names in var/<_index>) or
+ * ngio's CSV backend (table.csv). -EINVAL / -errno with a message naming the file. */
+int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err);
+void roi_table_free(struct roi_table *t);
+/* Converts the table to boxes of an ndim-dimensional array of the given shape: axes other
+ * than z, y, x are taken whole; boxes are clipped to the array, and rows left empty are
+ * dropped with a warning (none left is an error). `name` is used in messages. */
+int roi_table_to_set(const char *name, const struct roi_table *t, const struct roi_pixels *px,
+                     enum roi_rounding rounding, int ndim, const uint64_t *shape,
+                     struct roi_set *out, struct errbuf *err);
 
 struct roi_index;
 

@@ -37,7 +37,13 @@ static int task_err(const struct task *t, struct errbuf *err, const char *sectio
 static int open_input(struct task *t, struct errbuf *err)
 {
     struct errbuf e;
-    int r = zarr_input_open(t->cfg.input_path, 64u << 20, &t->input, &e);
+    int r = ome_resolve(t->cfg.input_path, t->cfg.level, &t->ome, &e);
+    if (r < 0) {
+        bool level_err = t->cfg.level != 0 && strstr(e.msg, "level") != NULL;
+        TASK_ERR(t, err, "input", level_err ? "level" : "path", "[input] %s: %s",
+                 level_err ? "level" : "path", e.msg);
+    }
+    r = zarr_input_open(t->ome.array_path, 64u << 20, &t->input, &e);
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
     t->in = zarr_input_meta(t->input);
@@ -169,6 +175,40 @@ static int resolve_output(struct task *t, struct errbuf *err)
     return 0;
 }
 
+/* [rois] table: micrometers to indices with the pixel size of the input's OME metadata. */
+static int load_table(struct task *t, struct errbuf *err)
+{
+    const struct ome_image *o = &t->ome;
+    if (!o->found)
+        TASK_ERR(t, err, "rois", "table",
+                 "[rois] table: the pixel size is unknown: [input] path %s is neither an "
+                 "OME-Zarr image group nor one of its datasets",
+                 t->cfg.input_path);
+    if (o->ndim != t->in->ndim)
+        TASK_ERR(t, err, "rois", "table",
+                 "[rois] table: the multiscales of %s have %d axes, the array %d dimensions",
+                 o->group_path, o->ndim, t->in->ndim);
+    if (o->axis_y < 0 || o->axis_x < 0)
+        TASK_ERR(t, err, "rois", "table", "[rois] table: the image %s has no y and x axes",
+                 o->group_path);
+    struct roi_pixels px = {.axis = {o->axis_z, o->axis_y, o->axis_x}};
+    for (int a = 0; a < 3; a++)
+        px.size[a] = px.axis[a] >= 0 ? o->scale[px.axis[a]] : 1.0;
+    struct roi_table tab;
+    struct errbuf e;
+    int r = roi_table_read(t->cfg.rois_table, &tab, &e);
+    if (r < 0)
+        TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
+    enum roi_rounding rounding =
+        strcmp(t->cfg.rounding, "ngio") == 0 ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
+    r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in->ndim, t->in->shape,
+                         &t->rois, &e);
+    roi_table_free(&tab);
+    if (r < 0)
+        TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
+    return 0;
+}
+
 static int load_rois(struct task *t, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
@@ -188,8 +228,8 @@ static int load_rois(struct task *t, struct errbuf *err)
         r = roi_grid(cfg->grid, nd, t->in->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
-    } else {
-        TASK_ERR(t, err, "rois", "table", "[rois] table is not supported yet");
+    } else if ((r = load_table(t, err)) < 0) {
+        return r;
     }
     if (r < 0)
         return r;
@@ -206,7 +246,7 @@ static void build_manifest(struct task *t)
     const struct config *cfg = &t->cfg;
     struct strbuf sb = {0};
     char dt[8];
-    sb_printf(&sb, "roifs-cache 1\ninput %s\n", cfg->input_path);
+    sb_printf(&sb, "roifs-cache 1\ninput %s\n", t->ome.array_path);
     sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->input));
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
     for (int i = 0; i < cfg->nparams; i++)
@@ -295,11 +335,6 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
     if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
         (r = load_rois(t, err)) < 0)
         goto fail;
-    if (t->cfg.executor && strcmp(t->cfg.executor, "local") != 0) {
-        r = task_err(t, err, "process", "executor", "[process] executor = %s is not supported yet",
-                     t->cfg.executor);
-        goto fail;
-    }
     if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
     const char *dimnames = zarr_input_dimension_names_text(t->input);
@@ -338,6 +373,7 @@ void task_close(struct task *t)
     roi_set_free(&t->rois);
     if (t->input)
         zarr_input_close(t->input);
+    ome_image_free(&t->ome);
     free(t->zarray_json);
     free(t->zattrs_json);
     free(t->zarr_json);

@@ -7,12 +7,14 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
 #include "zarr/zarr.h"
 
 struct task {
     struct config cfg;
+    struct ome_image ome;       /* the array [input] path resolves to, and its OME metadata */
     struct zarr_input *input;
     const struct zarr_meta *in; /* the input's metadata */
     struct zarr_meta out;       /* the presented array */

@@ -111,7 +111,10 @@ int cmd_check(int argc, char **argv)
         return r;
     char dt[8];
     printf("config:    %s\n", t->cfg.path);
-    printf("input:     %s ", t->cfg.input_path);
+    if (t->ome.is_group)
+        printf("input:     %s (level %d: %s) ", t->cfg.input_path, t->ome.level, t->ome.array_path);
+    else
+        printf("input:     %s ", t->cfg.input_path);
     print_dims("shape ", t->in->shape, t->in->ndim);
     print_dims(" chunks ", t->in->chunks, t->in->ndim);
     printf(" dtype %s compressor %s\n", dtype_typestr(&t->in->dtype, dt),

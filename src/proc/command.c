@@ -1,6 +1,9 @@
 /* command.c: the `command` processor (SPEC §8.1): one `/bin/sh -c COMMAND` per ROI, in its own
- * process group, fed the read region on stdin and expected to write the output on stdout. */
+ * process group, fed the read region on stdin and expected to write the output on stdout.
+ * With `executor = slurm` the process is `srun ... /bin/sh -c COMMAND`, one job step per ROI,
+ * which srun runs on the cluster with stdin, stdout and the environment forwarded. */
 #include "proc.h"
+#include "slurm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +45,8 @@ struct command {
     double timeout;
     char **param_env; /* "ROIFS_PARAM_NAME=value" */
     int nparams;
-    pthread_mutex_t lock; /* guards running and stopping */
+    struct slurm_launch *slurm; /* NULL: run locally */
+    pthread_mutex_t lock;       /* guards running and stopping */
     struct running_cmd *running;
     _Atomic bool stopping;
 };
@@ -150,7 +154,8 @@ static int make_pipe(int fds[2])
     return 0;
 }
 
-static int spawn_shell(const struct command *cmd, char **env, const int child_fds[3], pid_t *pid)
+static int spawn_shell(const struct command *cmd, const struct proc_request *rq, char **env,
+                       const int child_fds[3], pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -174,8 +179,15 @@ static int spawn_shell(const struct command *cmd, char **env, const int child_fd
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &dfl);
-    char *argv[] = {"sh", "-c", cmd->cmdline, NULL};
-    int rc = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, env);
+    char *sh_argv[] = {"sh", "-c", cmd->cmdline, NULL}, **argv = sh_argv;
+    if (cmd->slurm) {
+        char job[48];
+        snprintf(job, sizeof job, "roifs-roi-%zu", rq->roi);
+        argv = slurm_argv(cmd->slurm, job, false, cmd->cmdline);
+    }
+    int rc = posix_spawn(pid, cmd->slurm ? cmd->slurm->srun : "/bin/sh", &fa, &attr, argv, env);
+    if (cmd->slurm)
+        slurm_argv_free(argv);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     return -rc;
@@ -200,7 +212,7 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
         size_t own;
         char **env = build_env(cmd, rq, &own);
         int child_fds[3] = {p[0][0], p[1][1], p[2][1]};
-        rc = spawn_shell(cmd, env, child_fds, &c->pid);
+        rc = spawn_shell(cmd, rq, env, child_fds, &c->pid);
         free_env(env, own);
     }
     c->in_fd = p[0][1];
@@ -214,8 +226,9 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
         close_fd(&c->in_fd);
         close_fd(&c->out_fd);
         close_fd(&c->err_fd);
-        return err_set(err, -EIO, "cannot run /bin/sh -c '%s' in %s: %s", cmd->cmdline,
-                       cmd->dir ? cmd->dir : ".", strerror(-rc));
+        return err_set(err, -EIO, "cannot run %s/bin/sh -c '%s' in %s: %s",
+                       cmd->slurm ? "srun ... " : "", cmd->cmdline, cmd->dir ? cmd->dir : ".",
+                       strerror(-rc));
     }
 #ifdef SYS_pidfd_open
     c->pid_fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
@@ -230,15 +243,25 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
 
 /* ---- the running child ---- */
 
+/* The first move of a shutdown: a local command's group dies at once; srun is asked to end
+ * (a SIGKILL would leave its job step running), and run() then waits for it. */
+static void stop_group(const struct command *cmd, pid_t pgid)
+{
+    if (cmd->slurm) {
+        slurm_interrupt(pgid);
+        return;
+    }
+    kill(-pgid, SIGKILL);
+    kill(pgid, SIGKILL);
+}
+
 static void register_child(struct command *cmd, struct running_cmd *node)
 {
     pthread_mutex_lock(&cmd->lock);
     node->next = cmd->running;
     cmd->running = node;
-    if (cmd->stopping) { /* shutdown came between spawn and here */
-        kill(-node->pgid, SIGKILL);
-        kill(node->pgid, SIGKILL);
-    }
+    if (cmd->stopping) /* shutdown came between spawn and here */
+        stop_group(cmd, node->pgid);
     pthread_mutex_unlock(&cmd->lock);
 }
 
@@ -382,6 +405,14 @@ static int report(const struct command *cmd, const struct proc_request *rq, stru
 {
     const char *all, *last;
     stderr_lines(c, &all, &last);
+    char said[700];
+    if (cmd->slurm) { /* the task's last words, and srun's or slurmstepd's reason */
+        char task[400], slurm[280];
+        slurm_reason(c->tail, task, sizeof task, slurm, sizeof slurm);
+        snprintf(said, sizeof said, "%s%s%s%s", task, *task && *slurm ? " [" : "", slurm,
+                 *task && *slurm ? "]" : "");
+        last = said;
+    }
     const char *sep = *last ? ": " : "";
     int rc = -EIO;
     if (end == END_SHUTDOWN)
@@ -391,11 +422,11 @@ static int report(const struct command *cmd, const struct proc_request *rq, stru
     else if (end == END_POLL_FAILED)
         err_set(err, rc, "poll failed while the command ran");
     else if (WIFSIGNALED(status))
-        err_set(err, rc, "killed by signal %d%s%.400s", WTERMSIG(status), sep, last);
+        err_set(err, rc, "killed by signal %d%s%.700s", WTERMSIG(status), sep, last);
     else if (WEXITSTATUS(status) != 0)
-        err_set(err, rc, "exit status %d%s%.400s", WEXITSTATUS(status), sep, last);
+        err_set(err, rc, "exit status %d%s%.700s", WEXITSTATUS(status), sep, last);
     else if (c->out_got != c->out_len)
-        err_set(err, rc, "wrote %zu bytes, expected %zu%s%.400s", c->out_got, c->out_len, sep,
+        err_set(err, rc, "wrote %zu bytes, expected %zu%s%.700s", c->out_got, c->out_len, sep,
                 last);
     else
         rc = 0;
@@ -429,6 +460,11 @@ static int command_run(struct proc *p, const struct proc_request *rq, struct err
     close_fd(&c->out_fd);
     close_fd(&c->err_fd);
     close_fd(&c->pid_fd);
+    if (cmd->slurm && end != END_EOF) { /* srun still runs: Slurm must end the step */
+        char job[48];
+        snprintf(job, sizeof job, "roifs-roi-%zu", rq->roi);
+        slurm_stop(c->pid, job);
+    }
     /* The shell is not reaped yet, so its pid still names this group: whatever it left
      * behind (or, on timeout, everything) dies with it. */
     kill(-c->pid, SIGKILL);
@@ -453,10 +489,8 @@ static void command_shutdown(struct proc *p)
     struct command *cmd = (struct command *)p;
     pthread_mutex_lock(&cmd->lock);
     cmd->stopping = true;
-    for (struct running_cmd *r = cmd->running; r; r = r->next) {
-        kill(-r->pgid, SIGKILL);
-        kill(r->pgid, SIGKILL);
-    }
+    for (struct running_cmd *r = cmd->running; r; r = r->next)
+        stop_group(cmd, r->pgid);
     pthread_mutex_unlock(&cmd->lock);
 }
 
@@ -468,6 +502,7 @@ static void command_destroy(struct proc *p)
     free(cmd->param_env);
     free(cmd->cmdline);
     free(cmd->dir);
+    slurm_launch_free(cmd->slurm);
     pthread_mutex_destroy(&cmd->lock);
     free(cmd);
 }
@@ -496,9 +531,14 @@ int proc_command_create(const struct config *cfg, struct proc **out, struct errb
 {
     if (!cfg->proc_value || !cfg->proc_value[strspn(cfg->proc_value, " \t")])
         return err_set(err, -EINVAL, "%s: [process] command: empty command", cfg->path);
+    struct slurm_launch *slurm = NULL;
+    int rc = slurm_launch_create(cfg, &slurm, err);
+    if (rc)
+        return rc;
     /* A command that exits without reading its input must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     struct command *cmd = xcalloc(1, sizeof *cmd);
+    cmd->slurm = slurm;
     cmd->base.ops = &command_ops;
     cmd->cmdline = xstrdup(cfg->proc_value);
     cmd->dir = cfg->dir ? xstrdup(cfg->dir) : NULL;

@@ -1,8 +1,11 @@
 /* worker.c: the `worker` processor (SPEC §8.2): persistent `/bin/sh -c WORKER` processes, each
  * in its own process group, started on first use and reused. One ROI at a time per worker: a
  * JSON request line and the input bytes on its stdin, a JSON reply line and the output bytes
- * on its stdout. A worker that dies, hangs or breaks the protocol is killed and replaced. */
+ * on its stdout. A worker that dies, hangs or breaks the protocol is killed and replaced.
+ * With `executor = slurm` each worker is `srun ... /bin/sh -c WORKER`, a job step that serves
+ * many ROIs; the protocol travels through srun. */
 #include "proc.h"
+#include "slurm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,8 +51,10 @@ struct worker {
     int pipe_size;               /* what F_SETPIPE_SZ gave, 0 before */
     char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
     size_t line_len;
-    char last[512]; /* last non-empty stderr line, for error messages */
-    char *hdr;      /* HDR_MAX + 1 bytes: the reply header and what came after it */
+    char last[512];       /* last non-empty stderr line, for error messages */
+    char slurm_last[256]; /* under srun: its (or slurmstepd's) last error line, kept apart */
+    bool srun;            /* a job step: stop it through srun, never with SIGKILL alone */
+    char *hdr;            /* HDR_MAX + 1 bytes: the reply header and what came after it */
     size_t hdr_len;
     struct strbuf req; /* the request header, reused */
 };
@@ -62,7 +67,9 @@ struct worker_pool {
     char *params_json; /* the "params" object, encoded once */
     char **env;        /* environ with our PYTHONPATH; env_own[] are ours to free */
     char *env_own[3];
-    pthread_mutex_t lock; /* guards workers, nworkers, busy flags, stop_fd */
+    struct slurm_launch *slurm; /* NULL: run locally */
+    char **srun_argv;           /* srun ... /bin/sh -c WORKER */
+    pthread_mutex_t lock;       /* guards workers, nworkers, busy flags, stop_fd */
     struct worker **workers;
     size_t nworkers;
     int stop_fd; /* eventfd made readable by the shutdown; made at first use */
@@ -187,7 +194,8 @@ static int spawn_shell(const struct worker_pool *wp, const int child_fds[3], pid
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &dfl);
     char *argv[] = {"sh", "-c", wp->cmdline, NULL};
-    int rc = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, wp->env);
+    int rc = wp->slurm ? posix_spawn(pid, wp->slurm->srun, &fa, &attr, wp->srun_argv, wp->env)
+                       : posix_spawn(pid, "/bin/sh", &fa, &attr, argv, wp->env);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     return -rc;
@@ -213,8 +221,9 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
         close_fd(&w->out_fd);
         close_fd(&w->err_fd);
         w->pid = 0;
-        return err_set(err, -EIO, "cannot start worker /bin/sh -c '%s' in %s: %s", wp->cmdline,
-                       wp->dir ? wp->dir : ".", strerror(-rc));
+        return err_set(err, -EIO, "cannot start worker %s/bin/sh -c '%s' in %s: %s",
+                       wp->slurm ? "srun ... " : "", wp->cmdline, wp->dir ? wp->dir : ".",
+                       strerror(-rc));
     }
     w->pid_fd = -1;
 #ifdef SYS_pidfd_open
@@ -227,8 +236,9 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
     w->exited = w->retire = false;
     w->pipe_size = 0;
     w->line_len = w->hdr_len = 0;
-    w->last[0] = '\0';
-    log_info("worker %d: started: %s", (int)w->pid, wp->cmdline);
+    w->last[0] = w->slurm_last[0] = '\0';
+    w->srun = wp->slurm != NULL;
+    log_info("worker %d: started: %s%s", (int)w->pid, w->srun ? "srun ... " : "", wp->cmdline);
     return 0;
 }
 
@@ -247,9 +257,14 @@ static void emit_line(struct worker *w)
         if (w->line[i] == '\0')
             w->line[i] = '?';
     log_info("worker %d: %s", (int)w->pid, w->line);
-    size_t keep = n < sizeof w->last - 1 ? n : sizeof w->last - 1;
-    memcpy(w->last, w->line, keep);
-    w->last[keep] = '\0';
+    bool own = w->srun && slurm_is_own_line(w->line);
+    if (own && (strstr(w->line, "Exited with exit code") || !strstr(w->line, "error")))
+        return; /* the exit status says as much */
+    char *dst = own ? w->slurm_last : w->last;
+    size_t size = own ? sizeof w->slurm_last : sizeof w->last;
+    size_t keep = n < size - 1 ? n : size - 1;
+    memcpy(dst, w->line, keep);
+    dst[keep] = '\0';
 }
 
 /* One read of the worker's stderr, logged line by line. */
@@ -319,6 +334,8 @@ static int worker_reap(struct worker *w)
     close_fd(&w->err_fd);
     close_fd(&w->pid_fd);
     emit_line(w);
+    if (w->srun) /* Slurm must end the step; srun's pipes may be closed for that */
+        slurm_stop(w->pid, "roifs-worker");
     /* Not reaped yet, so the pid still names the group: leftovers die with it. */
     kill(-w->pid, SIGKILL);
     kill(w->pid, SIGKILL); /* in case it left its group */
@@ -341,6 +358,19 @@ static void describe_status(int status, bool exited, char *buf, size_t len)
                  WEXITSTATUS(status) - 128);
     else
         snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* What the worker last said on stderr, with srun's reason under Slurm: "msg [srun: ...]". */
+static const char *worker_said(const struct worker *w, char *buf, size_t len)
+{
+    const char *task = w->last, *srun = w->slurm_last;
+    if (*task && *srun)
+        snprintf(buf, len, ": %s [%s]", task, srun);
+    else if (*task || *srun)
+        snprintf(buf, len, ": %s", *task ? task : srun);
+    else
+        buf[0] = '\0';
+    return buf;
 }
 
 /* ---- the pool ---- */
@@ -407,14 +437,14 @@ static void check_idle(struct worker *w)
     bool output = ready && pf[0].revents;
     if (!output && !w->exited)
         return;
-    char c, what[96];
+    char c, what[96], said[800];
     bool chatty = output && read(w->out_fd, &c, 1) > 0;
     pid_t pid = w->pid;
     await_exit(w, now_monotonic() + (chatty ? 0 : DEATH_GRACE));
     bool exited = w->exited;
     describe_status(worker_reap(w), exited, what, sizeof what);
-    log_warn("worker %d %s while idle%s%s; starting a new one", (int)pid,
-             chatty ? "wrote to its stdout" : what, *w->last ? ": " : "", w->last);
+    log_warn("worker %d %s while idle%s; starting a new one", (int)pid,
+             chatty ? "wrote to its stdout" : what, worker_said(w, said, sizeof said));
 }
 
 /* ---- one request ---- */
@@ -664,15 +694,15 @@ static int report_death(struct worker *w, const struct exchange *x, struct errbu
     pid_t pid = w->pid;
     await_exit(w, now_monotonic() + DEATH_GRACE);
     bool exited = w->exited;
-    char what[96], when[96];
+    char what[96], when[96], said[800];
     describe_status(worker_reap(w), exited, what, sizeof what);
     if (!x->have_header)
         snprintf(when, sizeof when, " before replying");
     else
         snprintf(when, sizeof when, " in the middle of its reply (%zu of %zu bytes)", x->out_got,
                  x->rq->out_nbytes);
-    return err_set(err, -EIO, "worker %d %s%s%s%.400s", (int)pid, what, when, *w->last ? ": " : "",
-                   w->last);
+    return err_set(err, -EIO, "worker %d %s%s%.700s", (int)pid, what, when,
+                   worker_said(w, said, sizeof said));
 }
 
 static int worker_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
@@ -737,6 +767,9 @@ static void reap_all(struct worker **ws, size_t n)
     for (size_t i = 0; i < n; i++)
         if (ws[i]->pid > 0)
             await_exit(ws[i], until);
+    for (size_t i = 0; i < n; i++) /* all steps at once; worker_reap waits for each */
+        if (ws[i]->pid > 0 && ws[i]->srun && !ws[i]->exited)
+            slurm_interrupt(ws[i]->pid);
     for (size_t i = 0; i < n; i++) {
         pid_t pid = ws[i]->pid;
         bool exited = ws[i]->exited;
@@ -792,6 +825,8 @@ static void worker_destroy(struct proc *p)
     for (int i = 0; i < 3; i++)
         free(wp->env_own[i]);
     free(wp->params_json);
+    slurm_argv_free(wp->srun_argv);
+    slurm_launch_free(wp->slurm);
     free(wp->cmdline);
     free(wp->dir);
     pthread_mutex_destroy(&wp->lock);
@@ -830,9 +865,14 @@ int proc_worker_create(const struct config *cfg, struct proc **out, struct errbu
     if (!cfg->proc_value || !cfg->proc_value[strspn(cfg->proc_value, " \t")])
         return err_set(err, -EINVAL, "%s: [process] worker: empty command", cfg->path);
     char *params = NULL;
+    struct slurm_launch *slurm = NULL;
     int rc = encode_params(cfg, &params, err);
-    if (rc)
+    if (!rc)
+        rc = slurm_launch_create(cfg, &slurm, err);
+    if (rc) {
+        free(params);
         return rc;
+    }
     /* A worker that exits while we write to it must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
     struct worker_pool *wp = xcalloc(1, sizeof *wp);
@@ -842,6 +882,9 @@ int proc_worker_create(const struct config *cfg, struct proc **out, struct errbu
     wp->timeout = cfg->timeout;
     wp->params_json = params;
     wp->stop_fd = -1;
+    wp->slurm = slurm;
+    if (slurm) /* unbuffered: a reply's bytes must not wait in slurmstepd for a newline */
+        wp->srun_argv = slurm_argv(slurm, "roifs-worker", true, wp->cmdline);
     build_env(wp);
     pthread_mutex_init(&wp->lock, NULL);
     *out = &wp->base;

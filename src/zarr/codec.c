@@ -220,6 +220,103 @@ int zarr_codec_decode(const struct zarr_codec *c, const void *src, size_t src_le
     return err_set(err, -EINVAL, "unknown codec %d", (int)c->id);
 }
 
+/* Inflates src into a buffer grown as needed, up to max_len bytes. */
+static int inflate_alloc(const void *src, size_t src_len, bool gzip, size_t max_len, void **out,
+                         size_t *out_len, struct errbuf *err)
+{
+    const char *name = gzip ? "gzip" : "zlib";
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, gzip ? 15 + 16 : 15) != Z_OK)
+        return err_set(err, -ENOMEM, "%s: cannot initialise the decoder", name);
+    size_t cap = src_len * 4 + 64, len = 0;
+    unsigned char *buf = xmalloc(cap);
+    const unsigned char *in = src;
+    size_t in_left = src_len;
+    int r = 0;
+    for (;;) {
+        if (len == cap) {
+            if (cap >= max_len) {
+                r = err_set(err, -EIO, "%s: decodes to more than %zu bytes", name, max_len);
+                break;
+            }
+            cap = cap * 2 > max_len ? max_len : cap * 2;
+            buf = xrealloc(buf, cap);
+        }
+        zs.next_in = (unsigned char *)in;
+        zs.avail_in = (uInt)min_sz(in_left, UINT_MAX);
+        zs.next_out = buf + len;
+        zs.avail_out = (uInt)min_sz(cap - len, UINT_MAX);
+        uInt ai = zs.avail_in, ao = zs.avail_out;
+        int zr = inflate(&zs, Z_NO_FLUSH);
+        size_t used = ai - zs.avail_in, made = ao - zs.avail_out;
+        in += used;
+        in_left -= used;
+        len += made;
+        if (zr == Z_STREAM_END) {
+            if (gzip && in_left > 0 && inflateReset(&zs) == Z_OK)
+                continue;
+            break;
+        }
+        if (zr == Z_BUF_ERROR && !used && !made && len < cap) {
+            r = err_set(err, -EIO, "%s: truncated stream", name);
+            break;
+        }
+        if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            r = err_set(err, -EIO, "%s: corrupt stream (%s)", name, zs.msg ? zs.msg : "error");
+            break;
+        }
+    }
+    inflateEnd(&zs);
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
+    *out = buf;
+    *out_len = len;
+    return 0;
+}
+
+int zarr_codec_decode_alloc(const struct zarr_codec *c, const void *src, size_t src_len,
+                            size_t max_len, void **out, size_t *out_len, struct errbuf *err)
+{
+    size_t n = 0;
+    switch (c->id) {
+    case ZC_NONE:
+        n = src_len;
+        break;
+    case ZC_BLOSC: {
+        if (src_len < BLOSC_MIN_HEADER_LENGTH)
+            return err_set(err, -EIO, "blosc: truncated header (%zu bytes)", src_len);
+        size_t cbytes, blocksize;
+        blosc_cbuffer_sizes(src, &n, &cbytes, &blocksize);
+        break;
+    }
+    case ZC_ZSTD: {
+        unsigned long long total = zstd_total_size(src, src_len);
+        if (total == ZSTD_CONTENTSIZE_ERROR || total == ZSTD_CONTENTSIZE_UNKNOWN)
+            return err_set(err, -EIO, "zstd: corrupt stream or unknown content size");
+        n = (size_t)total;
+        break;
+    }
+    case ZC_ZLIB:
+    case ZC_GZIP:
+        return inflate_alloc(src, src_len, c->id == ZC_GZIP, max_len, out, out_len, err);
+    }
+    if (n > max_len)
+        return err_set(err, -EIO, "%s: decodes to %zu bytes, more than %zu", codec_name(c->id), n,
+                       max_len);
+    void *buf = xmalloc(n ? n : 1);
+    int r = zarr_codec_decode(c, src, src_len, buf, n, 1, err);
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
+    *out = buf;
+    *out_len = n;
+    return 0;
+}
+
 /* ---- encode ---- */
 
 static int blosc_encode(const struct zarr_codec *c, const void *src, size_t len, unsigned typesize,

@@ -529,3 +529,38 @@ void zarr_meta_chunk_key(const struct zarr_meta *m, const uint64_t *idx, char *b
         pos += (size_t)n;
     }
 }
+
+int zarr_meta_parse_v2_vlen_utf8(const char *json, size_t len, uint64_t *n, uint64_t *chunk,
+                                 struct zarr_codec *c, struct errbuf *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, 0, &jerr);
+    if (!root)
+        return err_set(err, -EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
+                       jerr.column, jerr.text);
+    int r = -EINVAL;
+    json_t *v = json_object_get(root, "dtype");
+    json_t *f = json_object_get(root, "filters");
+    json_t *f0 = json_array_get(f, 0);
+    json_t *shape = json_object_get(root, "shape"), *chunks = json_object_get(root, "chunks");
+    if (!json_is_object(root)) {
+        err_set(err, r, "expected a JSON object");
+    } else if (!json_is_string(v) || strcmp(json_string_value(v), "|O") != 0) {
+        bad_value(err, "dtype", v, "expected \"|O\" (a string array)");
+    } else if (json_array_size(f) != 1 || !json_is_string(json_object_get(f0, "id")) ||
+               strcmp(json_string_value(json_object_get(f0, "id")), "vlen-utf8") != 0) {
+        bad_value(err, "filters", f, "expected [{\"id\": \"vlen-utf8\"}]");
+    } else if (json_array_size(shape) != 1 || json_array_size(chunks) != 1 ||
+               !json_is_integer(json_array_get(shape, 0)) ||
+               !json_is_integer(json_array_get(chunks, 0)) ||
+               json_integer_value(json_array_get(shape, 0)) < 0 ||
+               json_integer_value(json_array_get(chunks, 0)) <= 0) {
+        bad_value(err, "shape", shape, "expected a 1-D array with positive chunks");
+    } else if (parse_compressor(root, c, err) == 0) {
+        *n = (uint64_t)json_integer_value(json_array_get(shape, 0));
+        *chunk = (uint64_t)json_integer_value(json_array_get(chunks, 0));
+        r = 0;
+    }
+    json_decref(root);
+    return r;
+}

@@ -504,7 +504,7 @@ int zarr_meta_parse_v3(const char *json, size_t len, struct zarr_meta *m, char *
     if (dimension_names)
         *dimension_names = NULL;
     json_error_t jerr;
-    json_t *root = json_loadb(json, len, 0, &jerr);
+    json_t *root = zarr_json_load(json, len, &jerr); /* takes uint64 fill values above 2^63 */
     if (!root)
         return err_set(err, -EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
                        jerr.column, jerr.text);

@@ -71,6 +71,10 @@ struct zarr_meta {
 /* Parses .zarray JSON text. Rejects non-null, non-empty filters, unknown compressors and
  * unsupported dtypes with a message naming the key. 0 or -EINVAL. */
 int zarr_meta_parse_v2(const char *json, size_t len, struct zarr_meta *m, struct errbuf *err);
+/* Parses the .zarray of a 1-D v2 string array (dtype "|O", filters [vlen-utf8], as AnnData
+ * writes its indexes): its length, chunk length and compressor. 0 or -EINVAL. */
+int zarr_meta_parse_v2_vlen_utf8(const char *json, size_t len, uint64_t *n, uint64_t *chunk,
+                                 struct zarr_codec *c, struct errbuf *err);
 /* Serialises m as .zarray JSON (malloc'd, pretty-printed, "filters": null, "order": "C"). */
 char *zarr_meta_emit_v2(const struct zarr_meta *m);
 /* Number of chunks along each dimension: ceil(shape / chunks). */
@@ -85,6 +89,10 @@ void zarr_meta_chunk_key(const struct zarr_meta *m, const uint64_t *idx, char *b
  * Any mismatch (wrong decoded size, corrupt stream) is -EIO with a message. */
 int zarr_codec_decode(const struct zarr_codec *c, const void *src, size_t src_len, void *dst,
                       size_t dst_len, unsigned typesize, struct errbuf *err);
+/* Decodes src when the decoded size is not known in advance (variable-length data): *out
+ * is malloc'd with *out_len bytes, at most max_len. 0, or -EIO with a message. */
+int zarr_codec_decode_alloc(const struct zarr_codec *c, const void *src, size_t src_len,
+                            size_t max_len, void **out, size_t *out_len, struct errbuf *err);
 /* Encodes len bytes into a malloc'd buffer. 0 or -EIO. */
 int zarr_codec_encode(const struct zarr_codec *c, const void *src, size_t len, unsigned typesize,
                       void **out, size_t *out_len, struct errbuf *err);

@@ -340,3 +340,37 @@ def test_input_separator_is_not_a_path(tmp_path, roifs_bin, sep):
         assert r.stderr.startswith("roifs: ") and "dimension_separator" in r.stderr, out
         assert ".zarray" in r.stderr, out
         assert not is_mounted(task.mnt)
+
+
+V3_KEY_ENCODINGS = [
+    {"name": "default", "configuration": {"separator": "../"}},
+    {"name": "default", "configuration": {"separator": "/.."}},
+    {"name": "v2", "configuration": {"separator": "../"}},
+    {"name": "v2", "configuration": {"separator": ""}},
+    {"name": "default", "configuration": {"separator": 0}},
+    {"name": "../../etc", "configuration": {"separator": "/"}},
+    {"name": "default", "configuration": {"separator": "\\"}},
+    {"name": "default/../v2", "configuration": {"separator": "/"}},
+]
+
+
+@pytest.mark.parametrize("encoding", V3_KEY_ENCODINGS,
+                         ids=[json.dumps(e) for e in V3_KEY_ENCODINGS])
+def test_input_v3_key_encoding_is_not_a_path(tmp_path, roifs_bin, encoding):
+    """The same for a Zarr v3 input: its chunk_key_encoding never makes a path."""
+    task = task_2d(tmp_path)
+    shutil.rmtree(task.input)
+    task.input.mkdir()
+    meta = {"zarr_format": 3, "node_type": "array", "shape": list(SHAPE), "data_type": "uint16",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(CHUNKS)}},
+            "chunk_key_encoding": encoding, "fill_value": 0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+    (task.input / "zarr.json").write_text(json.dumps(meta))
+    for cmd in (["check", task.config], ["mount", task.config, task.mnt]):
+        task.mnt.mkdir(exist_ok=True)
+        r = run_roifs(roifs_bin, *cmd)
+        out = f"exit {r.returncode}\n{r.stderr}"
+        assert r.returncode == 2, out
+        assert r.stderr.startswith("roifs: ") and "chunk_key_encoding" in r.stderr, out
+        assert "zarr.json" in r.stderr, out
+        assert not is_mounted(task.mnt)

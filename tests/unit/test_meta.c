@@ -395,6 +395,20 @@ static void test_big_uint64_fill(void)
     CHECK_STR_CONTAINS(err.msg, "too big integer");
     snprintf(z, sizeof z, fmt, "<u8", "0, \"x\": 18446744073709551615");
     CHECK_EQ_INT(parse(z, &m, &err), -EINVAL);
+    /* the same in zarr.json, which zarr-python 3 writes likewise */
+    const char *v3 = "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":[7],\"data_type\":"
+                     "\"uint64\",\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{"
+                     "\"chunk_shape\":[7]}},\"chunk_key_encoding\":{\"name\":\"default\"},"
+                     "\"fill_value\":18446744073709551615,\"codecs\":[{\"name\":\"bytes\","
+                     "\"configuration\":{\"endian\":\"little\"}}]}";
+    CHECK_EQ_INT(zarr_meta_parse_v3(v3, strlen(v3), &m, NULL, NULL, &err), 0);
+    memcpy(&f, m.fill, 8);
+    CHECK(f == UINT64_MAX);
+    text = zarr_meta_emit_v3(&m, NULL, NULL);
+    CHECK(strstr(text, "\"fill_value\": 18446744073709551615") != NULL);
+    CHECK_EQ_INT(zarr_meta_parse_v3(text, strlen(text), &m2, NULL, NULL, &err), 0);
+    CHECK(memcmp(m2.fill, m.fill, 8) == 0);
+    free(text);
 }
 
 int main(void)

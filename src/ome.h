@@ -1,0 +1,28 @@
+/* ome.h: OME-NGFF image groups (multiscales 0.4 in .zattrs, 0.5 in zarr.json attributes.ome):
+ * which array an [input] path names, and the physical pixel size of each of its axes. */
+#ifndef ROIFS_OME_H
+#define ROIFS_OME_H
+
+#include <stdbool.h>
+
+#include "util.h"
+
+struct ome_image {
+    char *array_path;           /* the Zarr array to read (malloc'd) */
+    bool is_group;              /* the path named the image group, array_path is datasets[level] */
+    bool found;                 /* multiscales metadata describes array_path (fields below valid) */
+    char *group_path;           /* the image group (malloc'd; NULL when !found) */
+    int level;                  /* index of the dataset in datasets */
+    int ndim;                   /* number of axes */
+    int axis_z, axis_y, axis_x; /* dimension of each spatial axis, -1 when absent */
+    double scale[ROIFS_MAX_DIM]; /* per axis: dataset scale times the multiscale-level scale */
+};
+
+/* Resolves path: an image group (a directory whose metadata holds "multiscales") gives its
+ * datasets[level] array; an array gives itself, described by its parent group's multiscales
+ * when the parent is an image group with a dataset of that name (found). Anything else is
+ * left for the array reader to refuse (array_path = path). 0 or -EINVAL with a message. */
+int ome_resolve(const char *path, int level, struct ome_image *img, struct errbuf *err);
+void ome_image_free(struct ome_image *img);
+
+#endif
