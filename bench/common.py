@@ -206,8 +206,11 @@ def idle_seconds():
 
 def idle_note(names=None):
     """A sentence on the idle CPU during the runs (shows contention from other work)."""
-    names = names or list(IDLE)
-    parts = [f"{n} {median(IDLE[n]):.2f}" for n in names if n in IDLE]
+    names = [n for n in (names or list(IDLE)) if n in IDLE]
+    groups = {}
+    for n in names:  # "case | roifs" and "case | dask" are grouped as "roifs" and "dask"
+        groups.setdefault(n.rsplit(" | ", 1)[-1], []).extend(IDLE[n])
+    parts = [f"{g} {median(v):.2f}" for g, v in groups.items()]
     return ("Idle CPU during the runs (median cores idle, machine-wide, of "
             f"{os.cpu_count()}): " + ", ".join(parts) + ".")
 

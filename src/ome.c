@@ -86,6 +86,8 @@ static int describe(json_t *ms, size_t k, const char *where, struct ome_image *i
     if (n < 1 || n > ROIFS_MAX_DIM)
         return err_set(err, -EINVAL, "%s: multiscales has no valid \"axes\"", where);
     img->ndim = (int)n;
+    free(img->axes_json);
+    img->axes_json = json_dumps(axes, JSON_COMPACT);
     img->axis_x = img->axis_y = img->axis_z = -1;
     for (size_t d = 0; d < n; d++) {
         json_t *a = json_array_get(axes, d);
@@ -201,5 +203,6 @@ void ome_image_free(struct ome_image *img)
 {
     free(img->array_path);
     free(img->group_path);
+    free(img->axes_json);
     memset(img, 0, sizeof *img);
 }

@@ -136,8 +136,8 @@ static int resolve_output(struct task *t, struct errbuf *err)
     o->format = cfg->format == 3 ? 3 : 2;
     if (cfg->shard_ndim && o->format != 3)
         TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
-    if (cfg->ome)
-        TASK_ERR(t, err, "output", "ome", "[output] ome = true is not supported yet");
+    if (cfg->ome && t->in->ndim < 2)
+        TASK_ERR(t, err, "output", "ome", "[output] ome = true needs at least 2 dimensions");
     o->ndim = t->in->ndim;
     memcpy(o->shape, t->in->shape, sizeof o->shape);
     int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
@@ -349,6 +349,8 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
         t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, dimnames);
     }
     resolve_cache_dir(t);
+    if (t->cfg.ome && (r = pyramid_build(t, err)) < 0)
+        goto fail;
     *out = t;
     return 0;
 fail:
@@ -367,6 +369,7 @@ void task_close(struct task *t)
 {
     if (!t)
         return;
+    pyramid_free(t);
     if (t->proc)
         proc_destroy(t->proc);
     roi_index_free(t->index);
@@ -379,6 +382,7 @@ void task_close(struct task *t)
     free(t->zarr_json);
     free(t->manifest);
     free(t->cache_dir);
-    config_free(&t->cfg);
+    if (t->level == 0) /* pyramid levels borrow level 0's configuration */
+        config_free(&t->cfg);
     free(t);
 }

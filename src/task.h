@@ -6,11 +6,26 @@
 
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "config.h"
 #include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
 #include "zarr/zarr.h"
+
+/* Where a task's input comes from when it is not a Zarr array on disk (pyramid levels:
+ * the level above, read through its engine). NULL read: t->input. */
+struct input_source {
+    int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
+                struct errbuf *err);
+    int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape, uint64_t *sig);
+    void *ctx;
+};
+
+#define TASK_MAX_LEVELS 64
+
+struct engine;
 
 struct task {
     struct config cfg;
@@ -32,7 +47,37 @@ struct task {
     char *manifest;    /* canonical description of everything that defines the result */
     uint64_t fingerprint;
     char *cache_dir; /* absolute */
+    /* ---- [output] ome = true: an image group of nlevels arrays (pyramid.c) ---- */
+    struct input_source src;     /* level >= 1: reads level-1 through up_engine */
+    int level;                   /* this task's pyramid level (0: the computed array) */
+    int nlevels;                 /* level 0 with ome: number of levels, else 0 */
+    struct task *levels[TASK_MAX_LEVELS]; /* level 0: levels[0] = itself, then sub-tasks */
+    const struct task *up;       /* level >= 1: the level above */
+    struct engine *up_engine;    /* level >= 1: its engine (set by engine_create) */
+    struct zarr_meta level_in;   /* level >= 1: what t->in points to */
+    int axis_y, axis_x;          /* the halved dimensions */
+    bool nearest;                /* downsample = nearest */
+    char *group_meta_json;       /* level 0 with ome: .zgroup, or zarr.json (format 3) */
+    char *group_zattrs_json;     /* level 0 with ome, format 2: the group's .zattrs */
 };
+
+static inline int task_input_read(const struct task *t, const uint64_t *start,
+                                  const uint64_t *shape, void *dst, struct errbuf *err)
+{
+    return t->src.read ? t->src.read(t->src.ctx, start, shape, dst, err)
+                       : zarr_input_read(t->input, start, shape, dst, err);
+}
+static inline int task_input_signature(const struct task *t, const uint64_t *start,
+                                       const uint64_t *shape, uint64_t *sig)
+{
+    return t->src.signature ? t->src.signature(t->src.ctx, start, shape, sig)
+                            : zarr_input_signature(t->input, start, shape, sig);
+}
+
+/* pyramid.c: builds levels 1..cfg.levels-1 and the group metadata of an ome task (level 0
+ * fully resolved). 0 or -EINVAL. */
+int pyramid_build(struct task *t, struct errbuf *err);
+void pyramid_free(struct task *t);
 
 /* Loads the configuration at path, opens the input, parses the ROIs and builds the index and
  * the processor. Errors are -EINVAL (bad configuration, input or ROI list: exit status 2)

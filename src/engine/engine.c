@@ -114,7 +114,7 @@ static uint64_t roi_input_sig(struct engine *e, uint32_t r)
 {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
     roi_read_region(&e->t->rois, r, e->t->halo, e->t->in->shape, rstart, rshape);
-    zarr_input_signature(e->t->input, rstart, rshape, &sig);
+    task_input_signature(e->t, rstart, rshape, &sig);
     return sig;
 }
 
@@ -151,8 +151,13 @@ static uint64_t chunk_input_sig(struct engine *e, uint64_t id)
     }
     for (int d = 0; d < nd; d++)
         shape[d] = any ? hi[d] - lo[d] : 0;
-    zarr_input_signature(t->input, lo, shape, &sig);
+    task_input_signature(t, lo, shape, &sig);
     return sig;
+}
+
+uint64_t engine_chunk_signature(struct engine *e, uint64_t id)
+{
+    return chunk_input_sig(e, id);
 }
 
 /* ---- scheduling (lock held) ---- */
@@ -467,7 +472,7 @@ static void *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *
     void *in = xmalloc(rq.in_nbytes), *out = xmalloc(rq.out_nbytes);
     rq.in = in;
     rq.out = out;
-    int rc = zarr_input_read(t->input, rstart, rshape, in, err);
+    int rc = task_input_read(t, rstart, rshape, in, err);
     for (int attempt = 0; rc == 0; attempt++) {
         rc = proc_run(t->proc, &rq, err);
         if (rc == 0 || rc == -ECANCELED || attempt >= t->cfg.retries)
@@ -645,7 +650,7 @@ static int assemble(struct engine *e, const struct chunk_job *job, void **out, s
     int rc = 0;
     if (t->cfg.outside == OUTSIDE_INPUT) {
         void *in = xmalloc(nd_prod(ext, nd) * isz);
-        rc = zarr_input_read(t->input, c0, ext, in, err);
+        rc = task_input_read(t, c0, ext, in, err);
         if (rc == 0)
             nd_copy(buf, t->out.chunks, zero, in, ext, zero, ext, nd, isz);
         free(in);
@@ -842,12 +847,17 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
             return err_set(err, -rc, "cannot start compute threads: %s", strerror(rc));
         }
     }
+    if (t->level == 0 && t->nlevels > 1 && (rc = pyramid_engines_create(e, err)) < 0) {
+        engine_destroy(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
 
 void engine_destroy(struct engine *e)
 {
+    pyramid_engines_destroy(e); /* the lower levels read this one: they stop first */
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
     pthread_cond_broadcast(&e->work_cv);

@@ -56,6 +56,11 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
 /* True when a ROI that touches chunk id has failed: opening the chunk would try it again. */
 bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
 
+/* With [output] ome: the engine of pyramid level `level` (level 0 and without ome: e). */
+struct engine *engine_level(struct engine *e, int level);
+/* The input signature chunk id is made from (what its cached version is checked against). */
+uint64_t engine_chunk_signature(struct engine *e, uint64_t id);
+
 /* Seconds since this process started (the status document's "uptime"). */
 double engine_uptime(struct engine *e);
 

@@ -3,6 +3,7 @@
 #ifndef ROIFS_ENGINE_INTERNAL_H
 #define ROIFS_ENGINE_INTERNAL_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 
@@ -76,6 +77,13 @@ struct engine {
     uint64_t n_cached;
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
     size_t nerrors, err_head;
+    /* [output] ome, level 0: the engines and caches of levels 1.. (pyramid.c) */
+    struct engine *sub[TASK_MAX_LEVELS];
+    struct cache *sub_cache[TASK_MAX_LEVELS];
 };
+
+int pyramid_engines_create(struct engine *e, struct errbuf *err);
+void pyramid_engines_destroy(struct engine *e);
+json_t *pyramid_status(struct engine *e);
 
 #endif

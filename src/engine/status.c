@@ -30,6 +30,8 @@ char *engine_status_json(struct engine *e)
         "demand", (json_int_t)e->demand.len, "readahead", (json_int_t)e->ahead.len, "chunk_jobs",
         (json_int_t)e->njobs, "elsewhere", (json_int_t)e->nremote, "uptime", uptime);
     pthread_mutex_unlock(&e->lock);
+    if (t->nlevels > 1)
+        json_object_set_new(doc, "levels", pyramid_status(e));
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     size_t n = strlen(text);

@@ -415,7 +415,8 @@ static struct fuse_session *new_session(struct fs *fs, const struct fs_options *
                                         struct errbuf *err)
 {
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-    char *opts = xasprintf("ro,default_permissions,fsname=roifs,subtype=roifs%s%s",
+    /* "ro" last, so that no -o option can make the kernel mount writable. */
+    char *opts = xasprintf("default_permissions,fsname=roifs,subtype=roifs%s%s,ro",
                            o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "");
     fuse_opt_add_arg(&args, "roifs");
     fuse_opt_add_arg(&args, "-o");
