@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void ns_init(struct ns *ns, const struct task *t)
+static void arr_init(struct ns *ns, const struct task *t)
 {
     memset(ns, 0, sizeof *ns);
     ns->t = t;
@@ -74,7 +74,7 @@ static void make_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
         out->len = strlen(out->text);
 }
 
-int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+static int arr_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
 {
     if ((ino == NS_INO_ZATTRS && ns->v3) || (ino == NS_INO_CDIR && !(ns->v3 && ns->nested)))
         return -ENOENT;
@@ -166,10 +166,11 @@ static int lookup_root(const struct ns *ns, const char *name, struct ns_node *ou
     return 0;
 }
 
-int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+static int arr_lookup(const struct ns *ns, uint64_t parent, const char *name,
+                      struct ns_node *out)
 {
     struct ns_node dir;
-    if (ns_get(ns, parent, &dir) < 0)
+    if (arr_get(ns, parent, &dir) < 0)
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
@@ -241,10 +242,11 @@ static int list_children(const struct ns *ns, int d, uint64_t p, uint64_t off, n
     return 0;
 }
 
-int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
+static int arr_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit,
+                       void *ctx)
 {
     struct ns_node dir;
-    if (ns_get(ns, ino, &dir) < 0)
+    if (arr_get(ns, ino, &dir) < 0)
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
@@ -285,4 +287,171 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
             return 0;
     }
     return list_children(ns, dir.depth, dir.prefix, off < 16 ? 16 : off, emit, ctx);
+}
+
+/* ---- [output] ome: the image group over the levels' array trees ---- */
+
+#define LEVEL_MASK ((UINT64_C(1) << NS_LEVEL_SHIFT) - 1)
+
+void ns_init(struct ns *ns, const struct task *t)
+{
+    arr_init(ns, t);
+    ns->nlevels = t->nlevels > 1 ? t->nlevels : 0;
+}
+
+/* The array tree of the level inode ino belongs to: false for the group's own inodes. */
+static bool level_of(const struct ns *ns, uint64_t ino, struct ns *sub, int *level,
+                     uint64_t *local)
+{
+    uint64_t l = ino >> NS_LEVEL_SHIFT;
+    if (l == 0 || l > (uint64_t)ns->nlevels)
+        return false;
+    *level = (int)l - 1;
+    *local = ino & LEVEL_MASK;
+    arr_init(sub, ns->t->levels[*level]);
+    return true;
+}
+
+static uint64_t level_ino(int level, uint64_t local)
+{
+    return ((uint64_t)(level + 1) << NS_LEVEL_SHIFT) | local;
+}
+
+static void group_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ino = ino;
+    out->kind = NS_DIR;
+    if (ino == NS_INO_ZARRAY || ino == NS_INO_ZATTRS) {
+        out->kind = NS_META;
+        out->text = ino == NS_INO_ZARRAY ? ns->t->group_meta_json : ns->t->group_zattrs_json;
+        out->len = strlen(out->text);
+    } else if (ino == NS_INO_STATUS) {
+        out->kind = NS_STATUS;
+    }
+}
+
+/* A node of level `level`'s tree: its inode moved into the level's range. */
+static int level_node(int r, int level, struct ns_node *out)
+{
+    if (r == 0) {
+        out->ino = level_ino(level, out->ino);
+        out->level = level;
+    }
+    return r;
+}
+
+int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    if (!ns->nlevels)
+        return arr_get(ns, ino, out);
+    struct ns sub;
+    int level;
+    uint64_t local;
+    if (level_of(ns, ino, &sub, &level, &local)) {
+        if (local == NS_INO_ROIFS || local == NS_INO_STATUS)
+            return -ENOENT; /* .roifs is only at the top */
+        return level_node(arr_get(&sub, local, out), level, out);
+    }
+    if (ino < NS_INO_ROOT || ino > NS_INO_STATUS || (ino == NS_INO_ZATTRS && ns->v3))
+        return -ENOENT;
+    group_fixed(ns, ino, out);
+    return 0;
+}
+
+int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+{
+    if (!ns->nlevels)
+        return arr_lookup(ns, parent, name, out);
+    struct ns sub;
+    int level;
+    uint64_t local;
+    if (level_of(ns, parent, &sub, &level, &local)) {
+        if (local == NS_INO_ROOT && strcmp(name, ".roifs") == 0)
+            return -ENOENT;
+        return level_node(arr_lookup(&sub, local, name, out), level, out);
+    }
+    struct ns_node dir;
+    if (ns_get(ns, parent, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    if (parent == NS_INO_ROIFS) {
+        if (strcmp(name, "status") != 0)
+            return -ENOENT;
+        group_fixed(ns, NS_INO_STATUS, out);
+        return 0;
+    }
+    uint64_t v;
+    if (strcmp(name, ns->v3 ? "zarr.json" : ".zgroup") == 0)
+        group_fixed(ns, NS_INO_ZARRAY, out);
+    else if (!ns->v3 && strcmp(name, ".zattrs") == 0)
+        group_fixed(ns, NS_INO_ZATTRS, out);
+    else if (strcmp(name, ".roifs") == 0)
+        group_fixed(ns, NS_INO_ROIFS, out);
+    else if (parse_index(name, strlen(name), (uint64_t)ns->nlevels, &v))
+        return level_node(arr_get(&sub, NS_INO_ROOT, out), (int)v, out);
+    else
+        return -ENOENT;
+    return 0;
+}
+
+struct level_emit {
+    ns_emit emit;
+    void *ctx;
+    int level;
+    bool root;
+};
+
+static int level_emit_fn(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off)
+{
+    struct level_emit *le = ctx;
+    if (le->root && strcmp(name, ".roifs") == 0)
+        return 0;
+    if (le->root && strcmp(name, "..") == 0)
+        return le->emit(le->ctx, name, NS_INO_ROOT, is_dir, next_off);
+    return le->emit(le->ctx, name, level_ino(le->level, ino), is_dir, next_off);
+}
+
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
+{
+    if (!ns->nlevels)
+        return arr_readdir(ns, ino, off, emit, ctx);
+    struct ns sub;
+    int level;
+    uint64_t local;
+    if (level_of(ns, ino, &sub, &level, &local)) {
+        struct level_emit le = {emit, ctx, level, local == NS_INO_ROOT};
+        return arr_readdir(&sub, local, off, level_emit_fn, &le);
+    }
+    struct ns_node dir;
+    if (ns_get(ns, ino, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    if (ino == NS_INO_ROIFS) {
+        static const char *const names[] = {".", "..", "status"};
+        static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
+        for (uint64_t i = off; i < 3; i++)
+            if (emit(ctx, names[i], inos[i], i < 2, i + 1))
+                return 0;
+        return 0;
+    }
+    /* ".", "..", the group metadata, .roifs, then the levels "0".. */
+    const char *names[4] = {".", "..", ns->v3 ? "zarr.json" : ".zgroup", ".zattrs"};
+    uint64_t inos[4] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ZATTRS};
+    uint64_t nfixed = ns->v3 ? 3 : 4;
+    for (uint64_t i = off; i < nfixed; i++)
+        if (emit(ctx, names[i], inos[i], i < 2, i + 1))
+            return 0;
+    if (off <= nfixed && emit(ctx, ".roifs", NS_INO_ROIFS, true, nfixed + 1))
+        return 0;
+    uint64_t first = off > nfixed + 1 ? off - nfixed - 1 : 0;
+    for (uint64_t l = first; l < (uint64_t)ns->nlevels; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "%llu", (unsigned long long)l);
+        if (emit(ctx, name, level_ino((int)l, NS_INO_ROOT), true, nfixed + 2 + l))
+            return 0;
+    }
+    return 0;
 }

@@ -27,7 +27,13 @@ struct ns_node {
     uint64_t prefix;  /* C-order linear index of those indices; the chunk id at full depth */
     const char *text; /* NS_META: the file's content */
     size_t len;
+    int level; /* [output] ome: the pyramid level of a node under MNT/<level> (else 0) */
 };
+
+/* [output] ome: MNT is an image group (root, .zgroup and .zattrs or zarr.json, .roifs/status
+ * at the fixed inodes above) and level L's array tree is that of its task, its inodes offset
+ * by (L + 1) << NS_LEVEL_SHIFT (its root is the directory MNT/L). */
+#define NS_LEVEL_SHIFT 56
 
 struct ns {
     const struct task *t;
@@ -36,6 +42,7 @@ struct ns {
     bool v3;                           /* format 3: zarr.json, keys start with "c" */
     uint64_t base[ROIFS_MAX_DIM + 1];  /* first inode offset of each depth */
     uint64_t count[ROIFS_MAX_DIM + 1]; /* number of prefixes of each depth */
+    int nlevels;                       /* [output] ome: number of pyramid levels, else 0 */
 };
 
 void ns_init(struct ns *ns, const struct task *t);

@@ -545,21 +545,6 @@ static void test_threads(void)
     free(a.ref);
 }
 
-/* Sanitizers slow memcpy and locking several times over; the real limit is 100 ms.
- * ThreadSanitizer instruments every access and lock (about 1.4 s here on a loaded machine):
- * there the check only catches a pathological slowdown. */
-#if defined(__SANITIZE_THREAD__)
-#define READ_SPEED_LIMIT 5.0
-#elif defined(__SANITIZE_ADDRESS__)
-#define READ_SPEED_LIMIT 0.5
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define READ_SPEED_LIMIT 5.0
-#elif __has_feature(address_sanitizer)
-#define READ_SPEED_LIMIT 0.5
-#endif
-#endif
-
 static void test_read_speed(void)
 {
     uint64_t shape[] = {4096, 4096}, chunks[] = {1024, 1024};

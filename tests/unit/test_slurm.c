@@ -150,12 +150,14 @@ static void test_launch_errors(void)
 
 /* Records its arguments (one per line) in srun-args.<pid>, and TERM in srun-signals when it
  * gets one; runs what follows its options (from /bin/sh on) with stdin and stdout as given. */
-static const char FAKE_SRUN[] = "#!/bin/sh\n"
-                                "printf '%s\\n' \"$@\" > srun-args.$$\n"
-                                "trap 'echo TERM >> srun-signals; exit 143' TERM\n"
-                                "while [ \"$1\" != /bin/sh ]; do shift; done\n"
-                                "\"$@\" <&0 &\n"
-                                "wait $!\n";
+static const char FAKE_SRUN[] =
+    "#!/bin/sh\n"
+    "printf '%s\\n' \"$@\" > srun-args.$$\n"
+    "trap 'echo TERM >> srun-signals; exit 143' TERM\n"
+    "while [ \"$1\" != /bin/sh ]; do shift; done\n"
+    "exec 3<&0\n" /* an asynchronous command's stdin would be /dev/null */
+    "\"$@\" <&3 3<&- &\n"
+    "wait $!\n";
 
 static char *read_text(const char *path)
 {
@@ -225,8 +227,10 @@ static void test_command_through_srun(void)
     struct errbuf err = {{0}};
     make_req(&rq, shape, "aabbcc", out, 6);
     rq.roi = 7;
-    if (proc_run(p, &rq, &err) != 0)
-        CHECK(!err.msg);
+    if (proc_run(p, &rq, &err) != 0) {
+        fprintf(stderr, "run: %s\n", err.msg);
+        CHECK(0);
+    }
     CHECK(!memcmp(out, "xxyyzz", 6));
     char *args = srun_args();
     CHECK(!strcmp(args, "--job-name=roifs-roi-7\n--ntasks=1\n--cpus-per-task=2\n"
@@ -322,8 +326,10 @@ static void test_worker_through_srun(void)
         struct errbuf err = {{0}};
         make_req(&rq, shape, "abcd", out, 4);
         rq.roi = (size_t)i;
-        if (proc_run(p, &rq, &err) != 0)
-            CHECK(!err.msg);
+        if (proc_run(p, &rq, &err) != 0) {
+            fprintf(stderr, "run: %s\n", err.msg);
+            CHECK(0);
+        }
         CHECK(!memcmp(out, "WXYZ", 4));
     }
     char sig[160];
