@@ -3,8 +3,8 @@
 # measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
-# Names: seed small_rois scaling warm gaussian memory (bench/<name>.py; any other
-# bench/<name>.py that follows the conventions of bench/common.py runs the same way).
+# Names: seed small_rois scaling warm gaussian memory (the default set), or any other
+# bench/<name>.py (e.g. proc_overhead), which runs the same way.
 # Environment: REPS=N overrides a benchmark's number of repeats; ROIFS_BENCH_TMP is the scratch
 # directory (default /tmp/roifs-bench; memory needs about 11 GiB free there); ROIFS_BIN uses
 # that binary instead of building ./build/roifs. Run as root (mounts, /sys/class/bdi).
@@ -38,6 +38,11 @@ if [ -z "${ROIFS_BIN:-}" ]; then
     ROIFS_BIN=build/roifs
 fi
 cp "$ROIFS_BIN" "$snap/roifs"
+# Build products that benchmarks find beside the binary (the example plugins).
+if [ -d "$(dirname "$ROIFS_BIN")/examples/plugins" ]; then
+    mkdir -p "$snap/examples"
+    cp -r "$(dirname "$ROIFS_BIN")/examples/plugins" "$snap/examples/"
+fi
 export ROIFS_BIN="$snap/roifs"
 
 status=0

@@ -16,7 +16,7 @@ struct ome_image {
     int ndim;                   /* number of axes */
     int axis_z, axis_y, axis_x; /* dimension of each spatial axis, -1 when absent */
     double scale[ROIFS_MAX_DIM]; /* per axis: dataset scale times the multiscale-level scale */
-    char *axes_json;            /* the multiscales "axes" as JSON text (malloc'd) */
+    char *axes_json;             /* the multiscales "axes" as JSON text (malloc'd) */
 };
 
 /* Resolves path: an image group (a directory whose metadata holds "multiscales") gives its

@@ -29,7 +29,7 @@ struct engine;
 
 struct task {
     struct config cfg;
-    struct ome_image ome;       /* the array [input] path resolves to, and its OME metadata */
+    struct ome_image ome; /* the array [input] path resolves to, and its OME metadata */
     struct zarr_input *input;
     const struct zarr_meta *in; /* the input's metadata */
     struct zarr_meta out;       /* the presented array */
@@ -48,17 +48,17 @@ struct task {
     uint64_t fingerprint;
     char *cache_dir; /* absolute */
     /* ---- [output] ome = true: an image group of nlevels arrays (pyramid.c) ---- */
-    struct input_source src;     /* level >= 1: reads level-1 through up_engine */
-    int level;                   /* this task's pyramid level (0: the computed array) */
-    int nlevels;                 /* level 0 with ome: number of levels, else 0 */
+    struct input_source src;              /* level >= 1: reads level-1 through up_engine */
+    int level;                            /* this task's pyramid level (0: the computed array) */
+    int nlevels;                          /* level 0 with ome: number of levels, else 0 */
     struct task *levels[TASK_MAX_LEVELS]; /* level 0: levels[0] = itself, then sub-tasks */
-    const struct task *up;       /* level >= 1: the level above */
-    struct engine *up_engine;    /* level >= 1: its engine (set by engine_create) */
-    struct zarr_meta level_in;   /* level >= 1: what t->in points to */
-    int axis_y, axis_x;          /* the halved dimensions */
-    bool nearest;                /* downsample = nearest */
-    char *group_meta_json;       /* level 0 with ome: .zgroup, or zarr.json (format 3) */
-    char *group_zattrs_json;     /* level 0 with ome, format 2: the group's .zattrs */
+    const struct task *up;                /* level >= 1: the level above */
+    struct engine *up_engine;             /* level >= 1: its engine (set by engine_create) */
+    struct zarr_meta level_in;            /* level >= 1: what t->in points to */
+    int axis_y, axis_x;                   /* the halved dimensions */
+    bool nearest;                         /* downsample = nearest */
+    char *group_meta_json;                /* level 0 with ome: .zgroup, or zarr.json (format 3) */
+    char *group_zattrs_json;              /* level 0 with ome, format 2: the group's .zattrs */
 };
 
 static inline int task_input_read(const struct task *t, const uint64_t *start,

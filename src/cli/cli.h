@@ -41,6 +41,7 @@ int cmd_clean(int argc, char **argv);
 struct run_spec {
     const char *verb;    /* "warm", "export": names the progress lines */
     const uint64_t *ids; /* the chunks to compute, in the order to ask for them */
+    const int *levels;   /* [output] ome: the pyramid level of each (NULL: all level 0) */
     size_t n;
     /* Called once per chunk that is in the cache (on a compute thread, or the calling one),
      * with k its index in ids and fd the cached chunk (borrowed). NULL: nothing to do.

@@ -29,6 +29,7 @@ struct export
     const char *dest;
     int destfd;
     uint64_t *ids; /* chunks, in the order the tree lists them */
+    int *levels;   /* their pyramid levels ([output] ome) */
     char **rel;    /* their paths under DEST */
     size_t n, cap;
     struct meta_file *meta;
@@ -168,14 +169,16 @@ static void remove_stale_temps(struct export *x, const char *rel)
     closedir(d);
 }
 
-static void add_chunk(struct export *x, uint64_t id, char *rel)
+static void add_chunk(struct export *x, uint64_t id, int level, char *rel)
 {
     if (x->n == x->cap) {
         x->cap = x->cap ? x->cap * 2 : 256;
         x->ids = xrealloc(x->ids, x->cap * sizeof *x->ids);
+        x->levels = xrealloc(x->levels, x->cap * sizeof *x->levels);
         x->rel = xrealloc(x->rel, x->cap * sizeof *x->rel);
     }
     x->ids[x->n] = id;
+    x->levels[x->n] = level;
     x->rel[x->n++] = rel;
 }
 
@@ -209,7 +212,7 @@ static int walk(struct export *x, const struct ns *ns, uint64_t ino, const char 
             x->meta[x->nmeta++] = (struct meta_file){path, node.text, node.len};
             break;
         case NS_CHUNK:
-            add_chunk(x, node.prefix, path);
+            add_chunk(x, node.prefix, node.level, path);
             break;
         default:
             free(path);
@@ -313,8 +316,12 @@ static int export_run(struct export *x, struct task *t)
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
-    struct run_spec spec = {
-        .verb = "export", .ids = x->ids, .n = x->n, .chunk_ready = export_chunk, .ctx = x};
+    struct run_spec spec = {.verb = "export",
+                            .ids = x->ids,
+                            .levels = x->levels,
+                            .n = x->n,
+                            .chunk_ready = export_chunk,
+                            .ctx = x};
     int r = run_chunks(t, c, &spec);
     cache_close(c);
     if (r)
@@ -356,6 +363,7 @@ int cmd_export(int argc, char **argv)
         free(x.meta[k].rel);
     free(x.rel);
     free(x.ids);
+    free(x.levels);
     free(x.meta);
     if (lock >= 0)
         close(lock);

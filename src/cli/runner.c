@@ -222,7 +222,8 @@ static void drive(struct engine *e, struct run_state *st, struct tally *ta, size
         pthread_mutex_unlock(&st->lock);
         if (issue) {
             size_t k = next++;
-            if (engine_chunk_has_failed_roi(e, spec->ids[k])) {
+            struct engine *le = spec->levels ? engine_level(e, spec->levels[k]) : e;
+            if (engine_chunk_has_failed_roi(le, spec->ids[k])) {
                 /* It would only run the failed ROI again: once per warm is enough. */
                 pthread_mutex_lock(&st->lock);
                 st->inflight--;
@@ -233,7 +234,7 @@ static void drive(struct engine *e, struct run_state *st, struct tally *ta, size
                 struct chunk_req *rq = xmalloc(sizeof *rq);
                 rq->st = st;
                 rq->k = k;
-                engine_open_chunk(e, spec->ids[k], chunk_opened, rq);
+                engine_open_chunk(le, spec->ids[k], chunk_opened, rq);
             }
         }
         double now = now_monotonic();

@@ -7,14 +7,28 @@
 #include "cli.h"
 
 /* The chunks a reader of the whole array would open: those ROIs touch, or every chunk of the
- * grid when the input shows outside the ROIs. */
-static uint64_t *present_chunks(const struct task *t, size_t *n)
+ * grid when the input shows outside the ROIs; with [output] ome, those of every level, level
+ * by level (*levels: the level of each). */
+static uint64_t *present_chunks(const struct task *t0, size_t *n, int **levels)
 {
-    bool all = t->cfg.outside == OUTSIDE_INPUT;
-    *n = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
-    uint64_t *ids = xmalloc((*n ? *n : 1) * sizeof *ids);
-    for (size_t k = 0; k < *n; k++)
-        ids[k] = all ? k : roi_index_chunk_id(t->index, k);
+    int nl = t0->nlevels > 1 ? t0->nlevels : 1;
+    size_t total = 0;
+    for (int l = 0; l < nl; l++) {
+        const struct task *t = nl > 1 ? t0->levels[l] : t0;
+        total += t->cfg.outside == OUTSIDE_INPUT ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+    }
+    uint64_t *ids = xmalloc((total ? total : 1) * sizeof *ids);
+    *levels = xmalloc((total ? total : 1) * sizeof **levels);
+    *n = 0;
+    for (int l = 0; l < nl; l++) {
+        const struct task *t = nl > 1 ? t0->levels[l] : t0;
+        bool all = t->cfg.outside == OUTSIDE_INPUT;
+        size_t m = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+        for (size_t k = 0; k < m; k++) {
+            (*levels)[*n] = l;
+            ids[(*n)++] = all ? k : roi_index_chunk_id(t->index, k);
+        }
+    }
     return ids;
 }
 
@@ -41,10 +55,13 @@ int cmd_warm(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     struct run_spec spec = {.verb = "warm"};
-    uint64_t *ids = present_chunks(t, &spec.n);
+    int *levels;
+    uint64_t *ids = present_chunks(t, &spec.n, &levels);
     spec.ids = ids;
+    spec.levels = levels;
     r = run_chunks(t, c, &spec);
     free(ids);
+    free(levels);
     cache_close(c);
     task_close(t);
     return r;

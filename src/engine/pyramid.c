@@ -136,8 +136,8 @@ static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct er
     close(s.fd);
     if (rc < 0) {
         free(data);
-        return err_set(err, -EIO, "level %d chunk %llu: cannot read its cache file",
-                       up->level, (unsigned long long)id);
+        return err_set(err, -EIO, "level %d chunk %llu: cannot read its cache file", up->level,
+                       (unsigned long long)id);
     }
     rc = zarr_decode_chunk(&up->out, data, got, buf, err);
     free(data);
@@ -146,8 +146,8 @@ static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct er
 
 /* Reads box [f0, f0 + fshape) of up into dst (C order, native): chunks that do not exist
  * read as the fill value. */
-static int read_up_box(const struct task *t, const uint64_t *f0, const uint64_t *fshape,
-                       void *dst, struct errbuf *err)
+static int read_up_box(const struct task *t, const uint64_t *f0, const uint64_t *fshape, void *dst,
+                       struct errbuf *err)
 {
     const struct task *up = t->up;
     int nd = up->out.ndim;
@@ -266,8 +266,7 @@ static int level_read(void *ctx, const uint64_t *start, const uint64_t *shape, v
     return rc;
 }
 
-static int level_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
-                           uint64_t *sig)
+static int level_signature(void *ctx, const uint64_t *start, const uint64_t *shape, uint64_t *sig)
 {
     const struct task *t = ctx, *up = t->up;
     int nd = t->out.ndim;
@@ -369,11 +368,11 @@ static int level_task(struct task *l0, struct task *up, int level, struct task *
         t->zarr_json = zarr_meta_emit_v3(o, NULL, dimnames);
     else
         t->zarray_json = zarr_meta_emit_v2(o);
-    t->manifest = xasprintf("roifs-level 1\nlevel %d\nupstream %016llx\nmethod %s\naxes %d %d\n"
-                            "output %s\n",
-                            level, (unsigned long long)up->fingerprint,
-                            t->nearest ? "nearest" : "mean", t->axis_y, t->axis_x,
-                            o->format == 3 ? t->zarr_json : t->zarray_json);
+    t->manifest =
+        xasprintf("roifs-level 1\nlevel %d\nupstream %016llx\nmethod %s\naxes %d %d\n"
+                  "output %s\n",
+                  level, (unsigned long long)up->fingerprint, t->nearest ? "nearest" : "mean",
+                  t->axis_y, t->axis_x, o->format == 3 ? t->zarr_json : t->zarray_json);
     t->fingerprint = fnv64(FNV64_INIT, t->manifest, strlen(t->manifest));
     t->cache_dir = xasprintf("%s/L%d", l0->cache_dir, level);
     *out = t;
@@ -429,10 +428,9 @@ static void build_group(struct task *t)
         }
         char path[16];
         snprintf(path, sizeof path, "%d", l);
-        json_array_append_new(datasets,
-                              json_pack("{s:s, s:[{s:s, s:o}]}", "path", path,
-                                        "coordinateTransformations", "type", "scale", "scale",
-                                        scale));
+        json_array_append_new(datasets, json_pack("{s:s, s:[{s:s, s:o}]}", "path", path,
+                                                  "coordinateTransformations", "type", "scale",
+                                                  "scale", scale));
     }
     json_t *ms = json_pack("{s:s, s:o, s:o, s:s}", "name", "roifs", "axes", group_axes(t),
                            "datasets", datasets, "type", t->nearest ? "nearest" : "mean");
@@ -503,6 +501,8 @@ int pyramid_engines_create(struct engine *e, struct errbuf *err)
     for (int l = 1; l < t->nlevels; l++) {
         struct task *lt = t->levels[l];
         lt->up_engine = engine_level(e, l - 1);
+        lt->cfg.threads = t->cfg.threads; /* what `-j N` set after task_open */
+        lt->cfg.readahead = t->cfg.readahead;
         int r = cache_open(lt, &e->sub_cache[l], err);
         if (r == 0 && (r = engine_create(lt, e->sub_cache[l], &e->sub[l], err)) < 0) {
             cache_close(e->sub_cache[l]);

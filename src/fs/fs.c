@@ -109,7 +109,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, struct stat *st, d
     case NS_CHUNK: {
         uint64_t size;
         bool known;
-        engine_chunk_size(fs->e, n->prefix, &size, &known);
+        engine_chunk_size(engine_level(fs->e, n->level), n->prefix, &size, &known);
         st->st_mode = S_IFREG | 0444;
         st->st_nlink = 1;
         st->st_size = (off_t)size;
@@ -260,7 +260,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         po->id = n.prefix;
         po->ino = ino;
         po->fs = fs;
-        engine_open_chunk(fs->e, n.prefix, chunk_opened, po);
+        engine_open_chunk(engine_level(fs->e, n.level), n.prefix, chunk_opened, po);
         return;
     }
     struct handle *h = handle_new(fs, n.kind);

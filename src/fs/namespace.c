@@ -166,8 +166,7 @@ static int lookup_root(const struct ns *ns, const char *name, struct ns_node *ou
     return 0;
 }
 
-static int arr_lookup(const struct ns *ns, uint64_t parent, const char *name,
-                      struct ns_node *out)
+static int arr_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
 {
     struct ns_node dir;
     if (arr_get(ns, parent, &dir) < 0)
@@ -242,8 +241,7 @@ static int list_children(const struct ns *ns, int d, uint64_t p, uint64_t off, n
     return 0;
 }
 
-static int arr_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit,
-                       void *ctx)
+static int arr_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
 {
     struct ns_node dir;
     if (arr_get(ns, ino, &dir) < 0)
@@ -300,8 +298,7 @@ void ns_init(struct ns *ns, const struct task *t)
 }
 
 /* The array tree of the level inode ino belongs to: false for the group's own inodes. */
-static bool level_of(const struct ns *ns, uint64_t ino, struct ns *sub, int *level,
-                     uint64_t *local)
+static bool level_of(const struct ns *ns, uint64_t ino, struct ns *sub, int *level, uint64_t *local)
 {
     uint64_t l = ino >> NS_LEVEL_SHIFT;
     if (l == 0 || l > (uint64_t)ns->nlevels)
@@ -389,9 +386,10 @@ int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_
         group_fixed(ns, NS_INO_ZATTRS, out);
     else if (strcmp(name, ".roifs") == 0)
         group_fixed(ns, NS_INO_ROIFS, out);
-    else if (parse_index(name, strlen(name), (uint64_t)ns->nlevels, &v))
+    else if (parse_index(name, strlen(name), (uint64_t)ns->nlevels, &v)) {
+        arr_init(&sub, ns->t->levels[v]);
         return level_node(arr_get(&sub, NS_INO_ROOT, out), (int)v, out);
-    else
+    } else
         return -ENOENT;
     return 0;
 }
@@ -448,7 +446,7 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
         return 0;
     uint64_t first = off > nfixed + 1 ? off - nfixed - 1 : 0;
     for (uint64_t l = first; l < (uint64_t)ns->nlevels; l++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "%llu", (unsigned long long)l);
         if (emit(ctx, name, level_ino((int)l, NS_INO_ROOT), true, nfixed + 2 + l))
             return 0;

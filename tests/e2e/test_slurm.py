@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, REPO, make_task, read_bytes
+from conftest import PY, REPO, line_of, make_task, read_bytes, run_roifs
 
 START = REPO / "tests" / "slurm" / "start.sh"
 
@@ -225,3 +225,13 @@ def test_two_mounts_share_one_cache(tmp_path, roifs_bin):
         calls = [m.status()["calls"] for m in ms]
     assert sum(calls) == len(ROIS), calls
     assert sorted(r["roi"] for r in runs(task)) == list(range(len(ROIS)))
+
+
+def test_bad_extra_refused(tmp_path, roifs_bin):
+    task, _ = slurm_task(tmp_path, {"command": f"{PY} f.py"},
+                         {"extra": "--comment='not closed"})
+    line = line_of(task.config, r"^extra")
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert r.returncode == 2, r
+    assert (f"roifs: {task.config}:{line}: [slurm] extra: unterminated ' quote"
+            in r.stderr), r.stderr

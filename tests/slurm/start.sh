@@ -14,6 +14,10 @@ node_state() {  # idle, mixed, allocated, down*, ... or nothing when slurmctld d
     timeout 10 sinfo -h -N -n "$host" -o %t 2>/dev/null | head -n 1 || true
 }
 
+alive() {  # a process of that name runs (pgrep would count a zombie left by a killed daemon)
+    ps -C "$1" -o stat= 2>/dev/null | grep -qv '^Z'
+}
+
 node_up() {
     case "$(node_state)" in
         idle | mix | alloc | comp) return 0 ;;
@@ -21,7 +25,7 @@ node_up() {
     esac
 }
 
-if command -v sinfo >/dev/null && pgrep -x munged >/dev/null && node_up; then
+if command -v sinfo >/dev/null && alive munged && node_up; then
     exit 0
 fi
 
@@ -53,7 +57,7 @@ if [ ! -s /etc/munge/munge.key ]; then
 fi
 install -d -o munge -g munge -m 0755 /run/munge
 install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
-if ! pgrep -x munged >/dev/null; then
+if ! alive munged; then
     runuser -u munge -- /usr/sbin/munged
 fi
 for _ in $(seq 50); do
@@ -101,12 +105,12 @@ fi
 install -d -m 0755 /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
 
 # ---- daemons (each daemonizes itself)
-pgrep -x slurmctld >/dev/null || slurmctld
+alive slurmctld || slurmctld
 for _ in $(seq 100); do
     timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
     sleep 0.2
 done
-pgrep -x slurmd >/dev/null || slurmd
+alive slurmd || slurmd
 
 deadline=$(($(date +%s) + 60))
 while ! node_up; do
