@@ -29,9 +29,9 @@ def main():
            "`bench/notes/*.md`. Every benchmark measures roifs and its alternative side by "
            "side in one run, interleaving the repeats (the machine is shared with other "
            "builds and tests), and reports medians and ratios.", "",
-           "Run everything: `bench/run.sh` (as root; installs what is missing, builds, "
-           "about 15 minutes). One benchmark: `bench/run.sh warm`. Fewer repeats: "
-           "`REPS=2 bench/run.sh seed`.", ""]
+           "Run everything: `bench/run.sh` (as root; installs what is missing, builds; "
+           "about 20 minutes on this machine, each benchmark under 5). One benchmark: "
+           "`bench/run.sh warm`. Fewer repeats: `REPS=2 bench/run.sh seed`.", ""]
     if docs:
         latest = max(docs.values(), key=lambda d: d["machine"].get("date", ""))
         m = latest["machine"]

@@ -27,6 +27,7 @@ VARIANTS = [
     ("splice ra1024", {"ROIFS_EXP_REPLY": "splice"}, 1024),
     ("direct_io", {"ROIFS_EXP_DIO": "1"}, None),
     ("push at open ra128", {"ROIFS_EXP_PUSH": str(64 << 20)}, 128),
+    ("max_write 128K ra1024", {"ROIFS_EXP_MAXWRITE": str(128 << 10)}, 1024),
 ]
 
 

@@ -299,6 +299,8 @@ static int run_gaussian(const struct builtin *b, const struct proc_request *rq, 
         double sigma = b->sigma[b->nsigma > 1 ? a : 0];
         if (sigma <= 1e-15) /* as scipy: such an axis is left alone */
             continue;
+        if (rq->in_shape[a] == 1) /* reflected edges: a length-1 axis blurs to itself */
+            continue;
         size_t outer = 1, inner = 1;
         for (int d = 0; d < a; d++)
             outer *= (size_t)rq->in_shape[d];

@@ -79,9 +79,11 @@ int slurm_split_words(const char *s, char ***words, size_t *n, struct errbuf *er
             if (double_quoted(&p, &w) < 0)
                 rc = err_set(err, -EINVAL, "unterminated \" quote");
         } else if (c == '\\') {
-            if (!p[1])
+            if (!p[1]) {
                 rc = err_set(err, -EINVAL, "\\ at the end");
-            else if (p[1] != '\n')
+                break;
+            }
+            if (p[1] != '\n')
                 sb_append(&w, p + 1, 1);
             p += 2;
         } else if (strchr("$`|;&<>()", c)) {

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, REPO, line_of, make_task, read_bytes, run_roifs
+from conftest import PY, REPO, line_of, make_task, mounted, read_bytes, run_roifs
 
 START = REPO / "tests" / "slurm" / "start.sh"
 
@@ -64,28 +64,39 @@ def slurm_cluster():
     print(f"slurm cluster ready in {time.monotonic() - t0:.1f} s")
 
 
-def roifs_jobs():
-    """Steps and jobs (pending or running) of roifs on the cluster: ['12.0|roifs-roi-3', ...]."""
-    steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i|%j"], capture_output=True,
-                           text=True, timeout=30, check=True).stdout.split()
-    jobs = subprocess.run(["squeue", "-h", "-t", "PD,CF,R,S", "-o", "%i|%j"],
-                          capture_output=True, text=True, timeout=30, check=True).stdout.split()
-    return [j for j in steps + jobs if j.partition("|")[2].startswith("roifs-")]
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED"}
 
 
-def wait_no_jobs(timeout):
+def roifs_jobs(base):
+    """Steps and waiting or running jobs of roifs started from base (the test's directory, the
+    steps' working directory): ['12.0|roifs-roi-3', '12|roifs-roi-3', ...]. Other test runs
+    on the same cluster do not count."""
+    def squeue(*args):
+        return subprocess.run(["squeue", "-h", *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.split("\n")
+    base = str(base)
+    mine, out = set(), []
+    for line in squeue("-t", "all", "-o", "%i|%j|%T|%Z"):
+        job, name, state, wd = (line.split("|", 3) + ["", "", ""])[:4]
+        if name.startswith("roifs-") and (wd == base or wd.startswith(base + "/")):
+            mine.add(job)
+            if state in ACTIVE:
+                out.append(f"{job}|{name}")
+    steps = [l for l in squeue("-s", "-o", "%i|%j") if l.partition(".")[0] in mine]
+    return steps + out
+
+
+def wait_no_jobs(base, timeout):
     deadline = time.monotonic() + timeout
-    while (left := roifs_jobs()) and time.monotonic() < deadline:
+    while (left := roifs_jobs(base)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
 
 @pytest.fixture(autouse=True)
-def _nothing_left_on_the_cluster(slurm_cluster):
-    left = wait_no_jobs(10)
-    assert not left, f"roifs jobs on the cluster before the test: {left}"
+def _nothing_left_on_the_cluster(slurm_cluster, tmp_path):
     yield
-    left = wait_no_jobs(10)
+    left = wait_no_jobs(tmp_path, 10)
     assert not left, f"roifs jobs left on the cluster after the test: {left}"
 
 
@@ -133,7 +144,7 @@ def test_worker_steps(tmp_path, mount):
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[...], want)
         st = m.status()
         assert st["calls"] == len(ROIS) and st["rois"]["done"] == len(ROIS), st
-        assert len(roifs_jobs()) >= 1  # the workers stay up as steps until the unmount
+        assert len(roifs_jobs(tmp_path)) >= 1  # the workers stay up as steps until the unmount
     got = runs(task)
     assert sorted(r["roi"] for r in got) == list(range(len(ROIS))), got
     for r in got:
@@ -192,7 +203,7 @@ def test_unmount_cancels_steps(tmp_path, mount):
         assert read_bytes(m / "0.0") == bytes(80)  # from the cache
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            jobs = roifs_jobs()
+            jobs = roifs_jobs(tmp_path)
             steps = [j for j in jobs if "." in j.partition("|")[0]]
             if len(steps) == 2 and len(jobs) == 5:  # 2 steps, their 2 jobs, 1 pending job
                 break
@@ -200,7 +211,7 @@ def test_unmount_cancels_steps(tmp_path, mount):
         assert len(steps) == 2 and len(jobs) == 5, jobs
         t0 = time.monotonic()
     unmounted = time.monotonic() - t0
-    left = wait_no_jobs(5)
+    left = wait_no_jobs(tmp_path, 5)
     assert not left, f"still on the cluster {unmounted + 5:.1f} s after the unmount: {left}"
     assert unmounted < 10, f"the unmount took {unmounted:.1f} s"
     assert len(started.read_text().split()) == 3  # ROI 0 and the two that ran
@@ -210,7 +221,6 @@ def test_unmount_cancels_steps(tmp_path, mount):
 def test_two_mounts_share_one_cache(tmp_path, roifs_bin):
     # Two mounts of one configuration (as on two hosts sharing the cache directory) read at
     # the same time: each ROI still runs once, on the cluster.
-    from conftest import mounted
     task, want = slurm_task(tmp_path, {"command": f"{PY} f.py"})
     with contextlib.ExitStack() as stack:
         ms = [stack.enter_context(mounted(roifs_bin, task.config, tmp_path / f"mnt{i}"))
