@@ -247,11 +247,22 @@ uint16_t dtype_float_to_half(float f)
 
 /* ---- casts ---- */
 
+/* Round half to even without a libm call per element: adding and subtracting 2^52 leaves the
+ * nearest integer under the default rounding mode (compilers do not reassociate floating point
+ * without -ffast-math, which roifs never uses); larger magnitudes are integers already. */
+static inline double round_half_even(double v)
+{
+    double a = fabs(v);
+    if (!(a < 0x1p52))
+        return v;
+    return copysign((a + 0x1p52) - 0x1p52, v);
+}
+
 static int64_t d_to_int(double v, int64_t lo, int64_t hi)
 {
     if (isnan(v))
         return 0;
-    v = nearbyint(v);
+    v = round_half_even(v);
     if (v <= (double)lo)
         return lo;
     if (v >= (double)hi) /* (double)INT64_MAX rounds up to 2^63, which is out of range */
@@ -263,7 +274,7 @@ static uint64_t d_to_uint(double v, uint64_t hi)
 {
     if (isnan(v))
         return 0;
-    v = nearbyint(v);
+    v = round_half_even(v);
     if (v <= 0)
         return 0;
     if (v >= (double)hi)

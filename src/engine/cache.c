@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -353,15 +352,21 @@ void cache_roi_remove(struct cache *c, size_t roi)
     unlinkat(c->rois_fd, name, 0);
 }
 
-static int take_lock(struct cache *c, const char *name, bool wait)
+/* Locks are byte ranges of one file, DIR/locks/all, taken with open-file-description locks:
+ * no file per chunk, released by the kernel when the holder dies, carried by NFS's lock
+ * manager on shared file systems. Each lock gets its own open file description, so two
+ * holders conflict even inside one process. Chunk id N is byte 2N, ROI i byte 2i + 1. */
+static int take_lock(struct cache *c, uint64_t byte, bool wait)
 {
-    int fd = openat(c->locks_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = openat(c->locks_fd, "all", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    while (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)byte,
+                       .l_len = 1};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
         if (errno == EINTR)
             continue;
-        int e = errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
+        int e = errno == EAGAIN || errno == EACCES ? -EWOULDBLOCK : -errno;
         close(fd);
         return e;
     }
@@ -370,22 +375,18 @@ static int take_lock(struct cache *c, const char *name, bool wait)
 
 int cache_lock_chunk(struct cache *c, uint64_t id, bool wait)
 {
-    char name[32];
-    snprintf(name, sizeof name, "c%" PRIu64, id);
-    return take_lock(c, name, wait);
+    return take_lock(c, 2 * id, wait);
 }
 
 int cache_lock_roi(struct cache *c, size_t roi)
 {
-    char name[32];
-    snprintf(name, sizeof name, "r%zu", roi);
-    return take_lock(c, name, true);
+    return take_lock(c, 2 * (uint64_t)roi + 1, true);
 }
 
 void cache_unlock(int lock)
 {
     if (lock >= 0)
-        close(lock); /* closing the only descriptor releases the flock */
+        close(lock); /* closing its open file description releases the lock */
 }
 
 /* The cache directory was removed under a running mount: recreate it (with its manifest) and

@@ -3,9 +3,9 @@
  *   DIR/chunks/<id>     encoded output chunks, by linear chunk id
  *   DIR/rois/<i>        raw results of ROIs that span several chunks, kept until every chunk
  *                       they touch is cached (so each ROI runs once even across remounts)
- *   DIR/locks/c<id>, r<i> lock files: flock() on them makes computing a chunk or a ROI that
- *                       spans chunks exclusive between processes sharing the directory; the
- *                       kernel drops the lock of a process that dies, so a lock is never stale
+ *   DIR/locks/all       byte-range locks (one byte per chunk and per ROI) that make computing
+ *                       a chunk, or a ROI spanning chunks, exclusive between processes sharing
+ *                       the directory; the kernel drops the locks of a process that dies
  * Every file appears by rename of a complete temporary file: a reader sees all or nothing. */
 #ifndef ROIFS_CACHE_H
 #define ROIFS_CACHE_H
