@@ -49,7 +49,6 @@ struct loader {
 /* What inih is shown instead of a value too long for its line buffer (see read_line). */
 #define LONG_VALUE_TOKEN "\x01roifs-long-value\x01"
 
-
 struct key_spec;
 typedef int (*key_setter)(struct loader *ld, const struct key_spec *k, const char *value);
 

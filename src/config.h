@@ -15,7 +15,7 @@ enum proc_kind { PROC_NONE, PROC_BUILTIN, PROC_COMMAND, PROC_WORKER, PROC_PLUGIN
 enum outside_mode { OUTSIDE_FILL, OUTSIDE_INPUT };
 
 struct config_param {
-    char *name;  /* as written after "param." */
+    char *name; /* as written after "param." */
     char *value;
     int line;
 };
@@ -30,12 +30,12 @@ struct config {
 
     /* [rois] */
     enum rois_kind rois_kind;
-    char *rois_file; /* absolute (file) */
+    char *rois_file;  /* absolute (file) */
     char *rois_table; /* absolute (table) */
     uint64_t grid[ROIFS_MAX_DIM];
     int grid_ndim;
     uint64_t halo[ROIFS_MAX_DIM];
-    int halo_ndim; /* 0: no halo given (0 in every dimension) */
+    int halo_ndim;  /* 0: no halo given (0 in every dimension) */
     char *rounding; /* "fractal" (default) or "ngio" */
 
     /* [process] */
@@ -50,16 +50,16 @@ struct config {
     int nparams;
 
     /* [output] */
-    int format;            /* 2 or 3 */
-    char *dtype;           /* NULL: the input's */
+    int format;  /* 2 or 3 */
+    char *dtype; /* NULL: the input's */
     uint64_t chunks[ROIFS_MAX_DIM];
-    int chunks_ndim;       /* 0: the input's */
-    char *fill_value;      /* text, "0" by default */
+    int chunks_ndim;  /* 0: the input's */
+    char *fill_value; /* text, "0" by default */
     enum outside_mode outside;
-    char *compressor;      /* none | blosc | zstd | gzip | zlib */
+    char *compressor; /* none | blosc | zstd | gzip | zlib */
     int clevel;
-    char *cname;           /* lz4 | zstd | blosclz | zlib */
-    int shuffle;           /* 0 noshuffle, 1 shuffle, 2 bitshuffle */
+    char *cname;              /* lz4 | zstd | blosclz | zlib */
+    int shuffle;              /* 0 noshuffle, 1 shuffle, 2 bitshuffle */
     char dimension_separator; /* '.' or '/' */
     uint64_t shard[ROIFS_MAX_DIM];
     int shard_ndim;
