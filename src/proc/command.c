@@ -4,6 +4,7 @@
  * which srun runs on the cluster with stdin, stdout and the environment forwarded. */
 #include "proc.h"
 #include "slurm.h"
+#include "spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,13 +68,6 @@ struct child {
     size_t tail_len;
 };
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /* ---- environment ---- */
 
 static char *list_var(const char *name, const uint64_t *v, int n)
@@ -133,64 +127,20 @@ static void free_env(char **env, size_t own)
 
 /* ---- spawning ---- */
 
-/* A close-on-exec pipe whose ends are not 0, 1 or 2, so that the dup2()s in the child never
- * clobber one another; close-on-exec keeps concurrent spawns from inheriting it. */
-static int make_pipe(int fds[2])
-{
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        return -errno;
-    for (int i = 0; i < 2; i++) {
-        if (fds[i] > 2)
-            continue;
-        int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-        int e = errno;
-        close(fds[i]);
-        fds[i] = moved;
-        if (moved < 0) {
-            close_fd(&fds[!i]);
-            return -e;
-        }
-    }
-    return 0;
-}
-
 static int spawn_shell(const struct command *cmd, const struct proc_request *rq, char **env,
                        const int child_fds[3], pid_t *pid)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, dfl;
-    static const int reset[] = {SIGPIPE, SIGCHLD, SIGINT,  SIGQUIT, SIGTERM,
-                                SIGHUP,  SIGUSR1, SIGUSR2, SIGXFSZ};
-    posix_spawn_file_actions_init(&fa);
-    for (int i = 0; i < 3; i++)
-        posix_spawn_file_actions_adddup2(&fa, child_fds[i], i);
-    if (cmd->dir)
-        posix_spawn_file_actions_addchdir_np(&fa, cmd->dir);
-    /* The daemon ignores SIGPIPE and its threads block signals; ignored dispositions and the
-     * mask would otherwise survive exec into the command. */
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
-        sigaddset(&dfl, reset[i]);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
     char *sh_argv[] = {"sh", "-c", cmd->cmdline, NULL}, **argv = sh_argv;
     if (cmd->slurm) {
         char job[48];
         snprintf(job, sizeof job, "roifs-roi-%zu", rq->roi);
         argv = slurm_argv(cmd->slurm, job, false, cmd->cmdline);
     }
-    int rc = posix_spawn(pid, cmd->slurm ? cmd->slurm->srun : "/bin/sh", &fa, &attr, argv, env);
+    int rc = spawn_process(cmd->slurm ? cmd->slurm->srun : "/bin/sh", argv, env, cmd->dir,
+                           child_fds, pid);
     if (cmd->slurm)
         slurm_argv_free(argv);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    return -rc;
+    return rc;
 }
 
 static void set_nonblock(int fd, size_t bytes)
@@ -207,7 +157,7 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, rc = 0;
     for (int i = 0; i < 3 && !rc; i++)
-        rc = make_pipe(p[i]);
+        rc = spawn_pipe(p[i]);
     if (!rc) {
         size_t own;
         char **env = build_env(cmd, rq, &own);
@@ -219,13 +169,13 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
     c->out_fd = p[1][0];
     c->err_fd = p[2][0];
     c->pid_fd = -1;
-    close_fd(&p[0][0]);
-    close_fd(&p[1][1]);
-    close_fd(&p[2][1]);
+    spawn_close(&p[0][0]);
+    spawn_close(&p[1][1]);
+    spawn_close(&p[2][1]);
     if (rc) {
-        close_fd(&c->in_fd);
-        close_fd(&c->out_fd);
-        close_fd(&c->err_fd);
+        spawn_close(&c->in_fd);
+        spawn_close(&c->out_fd);
+        spawn_close(&c->err_fd);
         return err_set(err, -EIO, "cannot run %s/bin/sh -c '%s' in %s: %s",
                        cmd->slurm ? "srun ... " : "", cmd->cmdline, cmd->dir ? cmd->dir : ".",
                        strerror(-rc));
@@ -237,7 +187,7 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
     set_nonblock(c->out_fd, rq->out_nbytes);
     set_nonblock(c->err_fd, 0);
     if (rq->in_nbytes == 0)
-        close_fd(&c->in_fd);
+        spawn_close(&c->in_fd);
     return 0;
 }
 
@@ -283,9 +233,9 @@ static void feed_stdin(struct child *c)
     if (n > 0)
         c->in_done += (size_t)n;
     else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        close_fd(&c->in_fd); /* EPIPE: the command does not read (all of) its input */
+        spawn_close(&c->in_fd); /* EPIPE: the command does not read (all of) its input */
     if (c->in_done == c->in_len)
-        close_fd(&c->in_fd);
+        spawn_close(&c->in_fd);
 }
 
 static void drain_stdout(struct child *c)
@@ -297,7 +247,7 @@ static void drain_stdout(struct child *c)
     if (n > 0)
         c->out_got += (size_t)n;
     else if (n == 0 || (errno != EAGAIN && errno != EINTR))
-        close_fd(&c->out_fd);
+        spawn_close(&c->out_fd);
 }
 
 static void drain_stderr(struct child *c)
@@ -305,7 +255,7 @@ static void drain_stderr(struct child *c)
     char buf[TAIL_MAX];
     ssize_t n = read(c->err_fd, buf, sizeof buf);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        close_fd(&c->err_fd);
+        spawn_close(&c->err_fd);
         return;
     }
     if (n < 0)
@@ -370,7 +320,7 @@ static enum child_end pump(const struct command *cmd, struct child *c, double de
         if (pf[0].revents & POLLOUT)
             feed_stdin(c);
         else if (pf[0].revents & (POLLERR | POLLHUP | POLLNVAL))
-            close_fd(&c->in_fd);
+            spawn_close(&c->in_fd);
         if (pf[1].revents)
             drain_stdout(c);
         if (pf[2].revents)
@@ -456,10 +406,10 @@ static int command_run(struct proc *p, const struct proc_request *rq, struct err
     struct running_cmd node = {.pgid = c->pid};
     register_child(cmd, &node);
     enum child_end end = pump(cmd, c, deadline);
-    close_fd(&c->in_fd);
-    close_fd(&c->out_fd);
-    close_fd(&c->err_fd);
-    close_fd(&c->pid_fd);
+    spawn_close(&c->in_fd);
+    spawn_close(&c->out_fd);
+    spawn_close(&c->err_fd);
+    spawn_close(&c->pid_fd);
     if (cmd->slurm && end != END_EOF) { /* srun still runs: Slurm must end the step */
         char job[48];
         snprintf(job, sizeof job, "roifs-roi-%zu", rq->roi);

@@ -6,6 +6,7 @@
  * many ROIs; the protocol travels through srun. */
 #include "proc.h"
 #include "slurm.h"
+#include "spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,13 +91,6 @@ struct exchange {
     size_t out_got;
 };
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /* ---- environment ---- */
 
 /* Where roifs_worker.py lives: $ROIFS_PYTHONPATH, else the source tree for a binary run from
@@ -149,63 +143,19 @@ static void build_env(struct worker_pool *wp)
 
 /* ---- starting a worker ---- */
 
-/* A close-on-exec pipe whose ends are not 0, 1 or 2 (the child's dup2()s must not clobber
- * one another). */
-static int make_pipe(int fds[2])
-{
-    if (pipe2(fds, O_CLOEXEC) < 0)
-        return -errno;
-    for (int i = 0; i < 2; i++) {
-        if (fds[i] > 2)
-            continue;
-        int moved = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-        int e = errno;
-        close(fds[i]);
-        fds[i] = moved;
-        if (moved < 0) {
-            close_fd(&fds[!i]);
-            return -e;
-        }
-    }
-    return 0;
-}
-
 static int spawn_shell(const struct worker_pool *wp, const int child_fds[3], pid_t *pid)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, dfl;
-    static const int reset[] = {SIGPIPE, SIGCHLD, SIGINT,  SIGQUIT, SIGTERM,
-                                SIGHUP,  SIGUSR1, SIGUSR2, SIGXFSZ};
-    posix_spawn_file_actions_init(&fa);
-    for (int i = 0; i < 3; i++)
-        posix_spawn_file_actions_adddup2(&fa, child_fds[i], i);
-    if (wp->dir)
-        posix_spawn_file_actions_addchdir_np(&fa, wp->dir);
-    /* The daemon ignores SIGPIPE and its threads block signals: neither may reach the worker. */
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
-        sigaddset(&dfl, reset[i]);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
     char *argv[] = {"sh", "-c", wp->cmdline, NULL};
-    int rc = wp->slurm ? posix_spawn(pid, wp->slurm->srun, &fa, &attr, wp->srun_argv, wp->env)
-                       : posix_spawn(pid, "/bin/sh", &fa, &attr, argv, wp->env);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    return -rc;
+    if (wp->slurm)
+        return spawn_process(wp->slurm->srun, wp->srun_argv, wp->env, wp->dir, child_fds, pid);
+    return spawn_process("/bin/sh", argv, wp->env, wp->dir, child_fds, pid);
 }
 
 static int worker_start(const struct worker_pool *wp, struct worker *w, struct errbuf *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, rc = 0;
     for (int i = 0; i < 3 && !rc; i++)
-        rc = make_pipe(p[i]);
+        rc = spawn_pipe(p[i]);
     if (!rc) {
         int child_fds[3] = {p[0][0], p[1][1], p[2][1]};
         rc = spawn_shell(wp, child_fds, &w->pid);
@@ -213,13 +163,13 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
     w->in_fd = p[0][1];
     w->out_fd = p[1][0];
     w->err_fd = p[2][0];
-    close_fd(&p[0][0]);
-    close_fd(&p[1][1]);
-    close_fd(&p[2][1]);
+    spawn_close(&p[0][0]);
+    spawn_close(&p[1][1]);
+    spawn_close(&p[2][1]);
     if (rc) {
-        close_fd(&w->in_fd);
-        close_fd(&w->out_fd);
-        close_fd(&w->err_fd);
+        spawn_close(&w->in_fd);
+        spawn_close(&w->out_fd);
+        spawn_close(&w->err_fd);
         w->pid = 0;
         return err_set(err, -EIO, "cannot start worker %s/bin/sh -c '%s' in %s: %s",
                        wp->slurm ? "srun ... " : "", wp->cmdline, wp->dir ? wp->dir : ".",
@@ -276,7 +226,7 @@ static void drain_stderr(struct worker *w)
         return;
     if (n <= 0) {
         emit_line(w);
-        close_fd(&w->err_fd);
+        spawn_close(&w->err_fd);
         return;
     }
     for (ssize_t i = 0; i < n; i++) {
@@ -329,10 +279,10 @@ static int worker_reap(struct worker *w)
     int status = -1;
     if (w->pid <= 0)
         return status;
-    close_fd(&w->in_fd);
-    close_fd(&w->out_fd);
-    close_fd(&w->err_fd);
-    close_fd(&w->pid_fd);
+    spawn_close(&w->in_fd);
+    spawn_close(&w->out_fd);
+    spawn_close(&w->err_fd);
+    spawn_close(&w->pid_fd);
     emit_line(w);
     if (w->srun) /* Slurm must end the step; srun's pipes may be closed for that */
         slurm_stop(w->pid, "roifs-worker");
@@ -762,7 +712,7 @@ static int worker_run(struct proc *p, const struct proc_request *rq, struct errb
 static void reap_all(struct worker **ws, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        close_fd(&ws[i]->in_fd);
+        spawn_close(&ws[i]->in_fd);
     double until = now_monotonic() + EXIT_GRACE;
     for (size_t i = 0; i < n; i++)
         if (ws[i]->pid > 0)
@@ -820,7 +770,7 @@ static void worker_destroy(struct proc *p)
     for (size_t i = 0; i < wp->nworkers; i++)
         worker_free(wp->workers[i]);
     free(wp->workers);
-    close_fd(&wp->stop_fd);
+    spawn_close(&wp->stop_fd);
     free(wp->env);
     for (int i = 0; i < 3; i++)
         free(wp->env_own[i]);
