@@ -23,7 +23,8 @@ typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 
 /* Starts cfg.threads compute threads. The engine borrows t and c. */
 int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err);
-/* Stops the processor, fails every waiter with -ESHUTDOWN... (-EIO), joins the threads. */
+/* Stops the processor, fails every waiter with -EIO, joins the threads, and keeps results
+ * finished but not yet assembled in the cache. */
 void engine_destroy(struct engine *e);
 
 /* Asks for chunk `id` (which must be present: task_chunk_present). cb may run before this
