@@ -162,6 +162,18 @@ uint64_t engine_chunk_signature(struct engine *e, uint64_t id)
 
 /* ---- scheduling (lock held) ---- */
 
+/* Forgets the result of a done ROI that is not in memory (its stored copy is stale or gone),
+ * so that the next chunk needing it computes it again. */
+static void roi_forget(struct engine *e, uint32_t r)
+{
+    struct roi_slot *s = &e->rois[r];
+    if (s->state != RS_DONE || s->result)
+        return;
+    s->state = RS_IDLE;
+    s->on_disk = false;
+    e->n_done--;
+}
+
 /* Makes sure ROI r will be computed; returns true when the chunk must wait for it. */
 static bool want_roi(struct engine *e, uint32_t r, enum roi_prio prio)
 {
@@ -208,14 +220,10 @@ static void job_start(struct engine *e, struct chunk_job *job)
         size_t n;
         const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
         for (size_t i = 0; i < n; i++) {
-            struct roi_slot *s = &e->rois[rois[i]];
+            const struct roi_slot *s = &e->rois[rois[i]];
             if (s->state == RS_DONE && s->on_disk &&
-                cache_roi_check(e->c, rois[i], roi_input_sig(e, rois[i])) < 0) {
-                /* Its stored result was made from input that has changed since. */
-                s->state = RS_IDLE;
-                s->on_disk = false;
-                e->n_done--;
-            }
+                cache_roi_check(e->c, rois[i], roi_input_sig(e, rois[i])) < 0)
+                roi_forget(e, rois[i]); /* made from input that has changed since */
             if (want_roi(e, rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
                 job->pending++;
         }
@@ -348,10 +356,8 @@ static void chunk_discard(struct engine *e, uint64_t id)
     for (size_t i = 0; i < n; i++) {
         struct roi_slot *s = &e->rois[rois[i]];
         if (s->state == RS_DONE && !s->result) {
-            s->state = RS_IDLE;
-            s->on_disk = false;
             s->remaining++;
-            e->n_done--;
+            roi_forget(e, rois[i]);
         }
     }
     pthread_mutex_unlock(&e->lock);
@@ -689,13 +695,8 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
          * again and assemble once more, rather than fail the reader. */
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
         pthread_mutex_lock(&e->lock);
-        struct roi_slot *s = &e->rois[bad_roi];
         job->attempts++;
-        if (s->state == RS_DONE && !s->result) {
-            s->state = RS_IDLE;
-            s->on_disk = false;
-            e->n_done--;
-        }
+        roi_forget(e, bad_roi);
         if (want_roi(e, bad_roi, job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
             job->pending++;
         else
@@ -723,10 +724,8 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
                 s->on_disk = false;
             }
         }
-    } else if (bad_roi != UINT32_MAX && e->rois[bad_roi].state == RS_DONE) {
-        e->rois[bad_roi].state = RS_IDLE; /* its stored result vanished: compute it again */
-        e->rois[bad_roi].on_disk = false;
-        e->n_done--;
+    } else if (bad_roi != UINT32_MAX) {
+        roi_forget(e, bad_roi); /* its stored result vanished: compute it again */
     }
     int flags = ENGINE_COMPUTED | (job->replaced ? ENGINE_REPLACED : 0);
     struct waiter *w = job_remove(e, job);

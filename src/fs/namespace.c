@@ -241,6 +241,17 @@ static int list_children(const struct ns *ns, int d, uint64_t p, uint64_t off, n
     return 0;
 }
 
+/* The .roifs directory: ".", ".." and the status file. */
+static int list_roifs_dir(uint64_t off, ns_emit emit, void *ctx)
+{
+    static const char *const names[] = {".", "..", "status"};
+    static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
+    for (uint64_t i = off; i < 3; i++)
+        if (emit(ctx, names[i], inos[i], i < 2, i + 1))
+            return 0;
+    return 0;
+}
+
 static int arr_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
 {
     struct ns_node dir;
@@ -254,14 +265,8 @@ static int arr_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit 
     static const char *const v3_names[] = {".", "..", "zarr.json", ".roifs", "c"};
     static const uint64_t v3_inos[] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ROIFS,
                                        NS_INO_CDIR};
-    if (ino == NS_INO_ROIFS) {
-        static const char *const names[] = {".", "..", "status"};
-        static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
-        for (uint64_t i = off; i < 3; i++)
-            if (emit(ctx, names[i], inos[i], i < 2, i + 1))
-                return 0;
-        return 0;
-    }
+    if (ino == NS_INO_ROIFS)
+        return list_roifs_dir(off, emit, ctx);
     if (ino == NS_INO_ROOT && ns->v3) {
         /* "c" is listed when the chunks are nested under it, else the flat keys c.0.1 */
         uint64_t nfixed = ns->nested ? 5 : 4;
@@ -427,14 +432,8 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
-    if (ino == NS_INO_ROIFS) {
-        static const char *const names[] = {".", "..", "status"};
-        static const uint64_t inos[] = {NS_INO_ROIFS, NS_INO_ROOT, NS_INO_STATUS};
-        for (uint64_t i = off; i < 3; i++)
-            if (emit(ctx, names[i], inos[i], i < 2, i + 1))
-                return 0;
-        return 0;
-    }
+    if (ino == NS_INO_ROIFS)
+        return list_roifs_dir(off, emit, ctx);
     /* ".", "..", the group metadata, .roifs, then the levels "0".. */
     const char *names[4] = {".", "..", ns->v3 ? "zarr.json" : ".zgroup", ".zattrs"};
     uint64_t inos[4] = {NS_INO_ROOT, NS_INO_ROOT, NS_INO_ZARRAY, NS_INO_ZATTRS};
