@@ -1,19 +1,26 @@
 """Warm reads: a full read of an already computed array through the mount vs the same chunk
 files in a plain folder, with the same reader.
 
-Array: 8x4096x4096 uint16 (256 MiB decoded), chunks 1x1024x1024 (2 MiB), a smooth image with
-noise, computed by builtin copy (`roifs warm`), for two encodings: none and blosc lz4.  The
-plain folder is `cp -r` of the mount (byte-identical chunk files, in the page cache).
+Arrays (uint16, a smooth image with noise, computed by builtin copy with `roifs warm`), each
+for two encodings, none and blosc lz4; the plain folder is `cp -r` of the mount
+(byte-identical chunk files, in the page cache):
+- "2 MiB chunks": 8x4096x4096 (256 MiB decoded), chunks 1x1024x1024, 128 chunk files;
+- "FOV chunks": 10x2160x2560 (105 MiB), Fractal-like chunks 1x2160x2560 (10.5 MiB), 10 files.
 
 Readers: zarr-python `z[:]`; raw Python reads (open, read() whole, close, every file);
 `cat` of every chunk file to /dev/null.  Mount states:
-- fresh: remounted just before the read (the FUSE page cache is empty; every byte goes through
-  the daemon, which reads the cache files from the host page cache);
-- repeat: the same mount read a second time (served from the FUSE inodes' page cache,
-  keep_cache).
-The mount's bdi read_ahead_kb is what roifs leaves (the kernel's 128); the benchmark also forces
-1024 on a fresh mount (/sys/class/bdi/0:N/read_ahead_kb) to show what raising it is worth.  Target: >= 0.8x of the
-plain folder."""
+- fresh: remounted just before the read;
+- repeat: the same mount read a second time.
+Mount variants (2 MiB chunks; the FOV array is read as shipped only):
+- as shipped: FUSE passthrough (the kernel reads the cache files itself; the daemon answers
+  LOOKUP/GETATTR/OPEN/IOCTL/RELEASE only);
+- passthrough = false: every READ goes through the daemon (fresh), or is served from the
+  FUSE inodes' page cache (repeat, keep_cache);
+- passthrough = false with the bdi read_ahead_kb raised from the kernel's 128 to 1024
+  (/sys/class/bdi/0:N/read_ahead_kb), to show what a larger READ size is worth.
+Per-call breakdown: the raw reader's open(), isatty() (Python's open() asks), read() and
+close() timed separately and summed over the 128 files, plain folder vs mount (repeat).
+Target: >= 0.8x of the plain folder."""
 import json
 import os
 import subprocess
@@ -28,7 +35,9 @@ from numcodecs import Blosc
 import common as C
 
 REPS = int(os.environ.get("REPS", 5))
-SHAPE, CHUNKS = (8, 4096, 4096), (1, 1024, 1024)
+ARRAYS = {"2 MiB chunks": ((8, 4096, 4096), (1, 1024, 1024)),
+          "FOV chunks": ((10, 2160, 2560), (1, 2160, 2560))}
+SMALL = "2 MiB chunks"
 ENCODINGS = {"none": {"compressor": "none"},
              "blosc-lz4": {"compressor": "blosc", "cname": "lz4", "clevel": 5,
                            "shuffle": "shuffle"}}
@@ -73,12 +82,31 @@ def readers(enc):
     return {k: v for k, v in READERS.items() if enc != "none" or "blosc" not in k}
 
 
-def make_input(path):
-    z = zarr.open(str(path), mode="w", shape=SHAPE, chunks=CHUNKS, dtype="<u2",
+def per_call(root):
+    """Seconds spent in each call of a raw read of every chunk file, summed over the files."""
+    t = {"open": 0.0, "isatty": 0.0, "read": 0.0, "close": 0.0}
+    for p in chunk_files(root):
+        t0 = time.perf_counter()
+        fd = os.open(p, os.O_RDONLY)
+        t1 = time.perf_counter()
+        os.isatty(fd)
+        t2 = time.perf_counter()
+        os.read(fd, os.fstat(fd).st_size + 1)
+        t3 = time.perf_counter()
+        os.close(fd)
+        t4 = time.perf_counter()
+        for k, a, b in (("open", t0, t1), ("isatty", t1, t2), ("read", t2, t3),
+                        ("close", t3, t4)):
+            t[k] += b - a
+    return t
+
+
+def make_input(path, shape, chunks):
+    z = zarr.open(str(path), mode="w", shape=shape, chunks=chunks, dtype="<u2",
                   compressor=Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE))
-    yy, xx = np.mgrid[0:SHAPE[1], 0:SHAPE[2]].astype(np.float32)
+    yy, xx = np.mgrid[0:shape[1], 0:shape[2]].astype(np.float32)
     rng = np.random.default_rng(0)
-    for i in range(SHAPE[0]):
+    for i in range(shape[0]):
         img = 2000 + 1000 * np.sin(yy / (50.0 + i)) * np.cos(xx / 70.0)
         z[i] = (img + rng.normal(0, 30, img.shape)).astype("<u2")
 
@@ -93,103 +121,169 @@ def get_ra(mnt):
 
 def main():
     info = C.machine()
-    res, ra_seen, sizes = {}, {}, {}
+    ra_seen, sizes = {}, {}
     with C.scratch("warm") as d:
-        make_input(d / "in.zarr")
         cases = {}
-        for enc, out in ENCODINGS.items():
-            cfg = C.write_config(d / f"{enc}.ini", {
-                "input": {"path": d / "in.zarr"},
-                "rois": {"grid": ",".join(map(str, CHUNKS))},
-                "process": {"builtin": "copy"},
-                "output": out,
-                "cache": {"dir": d / f"cache-{enc}"}})
-            subprocess.run([C.ROIFS, "warm", str(cfg)], check=True, capture_output=True)
-            plain = d / f"plain-{enc}.zarr"
-            mnt = d / f"mnt-{enc}"
-            with C.Mount(cfg, mnt) as m:
-                subprocess.run(["cp", "-r", str(m.mnt), str(plain)], check=True)
-                ra_seen[enc] = get_ra(m.mnt)
-            C.rmtree(plain / ".roifs")
-            sizes[enc] = sum(os.path.getsize(p) for p in chunk_files(plain))
-            ref = zarr.open(str(plain), mode="r")[:]
-            assert np.array_equal(ref, zarr.open(str(d / "in.zarr"), mode="r")[:])
-            del ref
-            for rname, fn in readers(enc).items():
-                def plain_case(fn=fn, plain=plain):
-                    fn(plain)  # make sure it is in the page cache
-                    return C.timed(lambda: fn(plain))
-
-                def mount_case(fn=fn, cfg=cfg, mnt=mnt, ra=None):
-                    with C.Mount(cfg, mnt) as m:
-                        if ra is not None:
-                            set_ra(m.mnt, ra)
-                        fresh = C.timed(lambda: fn(m.mnt))
-                        repeat = C.timed(lambda: fn(m.mnt))
-                        assert m.status()["calls"] == 0
-                    return {"fresh": fresh, "repeat": repeat}
-
-                cases[(enc, rname, "plain")] = plain_case
-                cases[(enc, rname, "mount")] = mount_case
-                cases[(enc, rname, "mount ra=1024")] = \
-                    lambda fn=fn, cfg=cfg, mnt=mnt: mount_case(fn, cfg, mnt, 1024)
+        for arr, (shape, chunks) in ARRAYS.items():
+            a = d / arr.split()[0]
+            a.mkdir()
+            make_input(a / "in.zarr", shape, chunks)
+            for enc, out in ENCODINGS.items():
+                add_cases(cases, a, arr, enc, out, ra_seen, sizes)
         keyed = {" | ".join(k): v for k, v in cases.items()}
         out = C.interleaved(REPS, keyed)
         res = {tuple(k.split(" | ")): v for k, v in out.items()}
 
     raw = {}
-    for enc in ENCODINGS:
-        for rname in readers(enc):
-            raw[f"{enc} | {rname}"] = {
-                "plain_s": res[(enc, rname, "plain")],
-                "mount_fresh_s": [x["fresh"] for x in res[(enc, rname, "mount")]],
-                "mount_repeat_s": [x["repeat"] for x in res[(enc, rname, "mount")]],
-                "mount_fresh_ra1024_s": [x["fresh"] for x in res[(enc, rname, "mount ra=1024")]]}
+    for (arr, enc, rname, var), v in res.items():
+        r = raw.setdefault(f"{arr} | {enc} | {rname}", {})
+        if var == "plain":
+            r["plain_s"] = v
+            continue
+        key = {"mount": "mount", "mount nopt": "nopt", "mount nopt ra=1024": "nopt_ra1024"}[var]
+        for state in v[0]:
+            r[f"{key}_{state}_s"] = [x[state] for x in v]
     report(raw, info | {"read_ahead_kb_by_roifs": ra_seen, "chunk_file_bytes": sizes}, REPS)
+
+
+def add_cases(cases, a, arr, enc, out, ra_seen, sizes):
+    sections = {"input": {"path": a / "in.zarr"},
+                "rois": {"grid": ",".join(map(str, ARRAYS[arr][1]))},
+                "process": {"builtin": "copy"},
+                "output": out,
+                "cache": {"dir": a / f"cache-{enc}"}}
+    cfg = C.write_config(a / f"{enc}.ini", sections)
+    cfg_nopt = C.write_config(a / f"{enc}-nopt.ini",
+                              sections | {"mount": {"passthrough": "false"}})
+    subprocess.run([C.ROIFS, "warm", str(cfg)], check=True, capture_output=True)
+    plain = a / f"plain-{enc}.zarr"
+    mnt = a / f"mnt-{enc}"
+    with C.Mount(cfg, mnt) as m:
+        subprocess.run(["cp", "-r", str(m.mnt), str(plain)], check=True)
+        ra_seen[enc] = get_ra(m.mnt)
+    C.rmtree(plain / ".roifs")
+    sizes[f"{arr} | {enc}"] = sum(os.path.getsize(p) for p in chunk_files(plain))
+    ref = zarr.open(str(plain), mode="r")[:]
+    assert np.array_equal(ref, zarr.open(str(a / "in.zarr"), mode="r")[:])
+    del ref
+
+    def mount_case(fn, cfg=cfg, ra=None, pt=True, states=("fresh", "repeat")):
+        with C.Mount(cfg, mnt) as m:
+            if ra is not None:
+                set_ra(m.mnt, ra)
+            got = {}
+            for state in states:
+                got[state] = C.timed(lambda: fn(m.mnt)) if state != "per call" else \
+                    per_call(m.mnt)
+            st = m.status()
+            assert st["calls"] == 0
+            assert st["fuse"]["passthrough"] == pt, st["fuse"]
+        return got
+
+    rs = readers(enc) if arr == SMALL else \
+        {k: READERS[k] for k in ("zarr-python z[:]", "raw Python read()")}
+    for rname, fn in rs.items():
+        def plain_case(fn=fn):
+            fn(plain)  # make sure it is in the page cache
+            return C.timed(lambda: fn(plain))
+
+        cases[(arr, enc, rname, "plain")] = plain_case
+        cases[(arr, enc, rname, "mount")] = lambda fn=fn: mount_case(fn)
+        if arr == SMALL:
+            cases[(arr, enc, rname, "mount nopt")] = \
+                lambda fn=fn: mount_case(fn, cfg_nopt, pt=False)
+            cases[(arr, enc, rname, "mount nopt ra=1024")] = \
+                lambda fn=fn: mount_case(fn, cfg_nopt, 1024, False)
+    if arr == SMALL and enc == "none":
+        def plain_calls():
+            per_call(plain)
+            return per_call(plain)
+
+        cases[(arr, enc, "per call", "plain")] = plain_calls
+        cases[(arr, enc, "per call", "mount")] = \
+            lambda: mount_case(read_raw, states=("fresh", "per call"))
 
 
 def report(raw, info, reps):
     """Tables, summary and plot from the measurements (also: warm.py --replot)."""
     sizes, ra_seen = info["chunk_file_bytes"], info["read_ahead_kb_by_roifs"]
-    rows, summary, plot = [], [], {}
+    cols = [("mount", "fresh"), ("mount", "repeat"), ("nopt", "fresh"), ("nopt", "repeat"),
+            ("nopt_ra1024", "fresh")]
+    tables = {arr: [] for arr in ARRAYS}
+    summary, plot, calls = [], {}, None
     for key, r in raw.items():
-        enc, rname = key.split(" | ")
-        mp, mmf, mmr, mra = (C.median(r[k]) for k in (
-            "plain_s", "mount_fresh_s", "mount_repeat_s", "mount_fresh_ra1024_s"))
-        plot[(enc, rname)] = (mp / mmf, mp / mmr, mp / mra)
-        rows.append([enc, rname, f"{mp:.3f}", f"{mmf:.3f}", f"**{mp / mmf:.2f}×**",
-                     f"{mmr:.3f}", f"{mp / mmr:.2f}×", f"{mra:.3f}", f"{mp / mra:.2f}×"])
-        summary.append({"scenario": f"warm read, {enc}, {rname}",
-                        "roifs": f"{mmf:.3f} s fresh / {mmr:.3f} s repeat",
+        arr, enc, rname = key.split(" | ")
+        if rname == "per call":
+            calls = r
+            continue
+        mp = C.median(r["plain_s"])
+        med = {c: C.median(r[f"{c[0]}_{c[1]}_s"]) for c in cols if f"{c[0]}_{c[1]}_s" in r}
+        plot[(arr, enc, rname)] = [mp / med[c] if c in med else 0 for c in cols]
+        row = [enc, rname, f"{mp:.3f}"]
+        for c in cols:
+            if c not in med:
+                continue
+            ratio = f"{mp / med[c]:.2f}×"
+            row += [f"{med[c]:.3f}", f"**{ratio}**" if c[0] == "mount" else ratio]
+        tables[arr].append(row)
+        mf, mr = med[("mount", "fresh")], med[("mount", "repeat")]
+        summary.append({"scenario": f"warm read, {arr}, {enc}, {rname}",
+                        "roifs": f"{mf:.3f} s fresh / {mr:.3f} s repeat",
                         "alternative": f"plain {mp:.3f} s",
-                        "ratio": f"{mp / mmf:.2f}× / {mp / mmr:.2f}×",
-                        "target": "≥ 0.8×", "met": mp / mmf >= 0.8})
-    mib = SHAPE[0] * SHAPE[1] * SHAPE[2] * 2 / 2**20
-    md = (f"{reps} repeats, interleaved; medians, seconds per full read ({mib:.0f} MiB "
-          f"decoded; chunk files: none {sizes['none'] / 2**20:.0f} MiB, blosc-lz4 "
-          f"{sizes['blosc-lz4'] / 2**20:.0f} MiB, 128 files). Ratio = plain time / mount "
-          f"time (1.0 = as fast as the plain folder, whose files are in the page cache). "
-          f"bdi read_ahead_kb left by roifs: "
-          f"{', '.join(f'{k}: {v}' for k, v in ra_seen.items())}. (Idle CPU of the mount "
-          f"cases includes mounting and unmounting.)\n\n" +
-          C.md_table(["encoding", "reader", "plain folder", "mount, fresh", "fresh ratio",
-                      "mount, repeat", "repeat ratio", "fresh, ra=1024", "ra=1024 ratio"], rows))
+                        "ratio": f"{mp / mf:.2f}× / {mp / mr:.2f}×",
+                        "target": "≥ 0.8×", "met": min(mp / mf, mp / mr) >= 0.8})
+    md = (f"{reps} repeats, interleaved; medians, seconds per full read. Ratio = plain time / "
+          f"mount time (1.0 = as fast as the plain folder, whose files are in the page cache). "
+          f"\"as shipped\" = FUSE passthrough (the status file said `fuse.passthrough: true` "
+          f"in every such case); \"no pt\" = `[mount] passthrough = false`. Fresh = first read "
+          f"after mounting, repeat = second read on the same mount. bdi read_ahead_kb left "
+          f"by roifs: {', '.join(f'{k}: {v}' for k, v in ra_seen.items())}. Chunk files: " +
+          ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sizes.items()) +
+          ". (Idle CPU of the mount cases includes mounting and unmounting.)\n\n")
+    for arr, (shape, chunks) in ARRAYS.items():
+        mib = np.prod(shape) * 2 / 2**20
+        nfiles = int(np.prod([s // c for s, c in zip(shape, chunks)]))
+        md += (f"**{arr}**: {'×'.join(map(str, shape))} uint16 ({mib:.0f} MiB decoded), chunks "
+               f"{'×'.join(map(str, chunks))}, {nfiles} chunk files.\n\n")
+        hdr = ["encoding", "reader", "plain folder", "as shipped, fresh", "ratio",
+               "as shipped, repeat", "ratio"]
+        if arr == SMALL:
+            hdr += ["no pt, fresh", "ratio", "no pt, repeat", "ratio",
+                    "no pt, ra=1024, fresh", "ratio"]
+        md += C.md_table(hdr, tables[arr]) + "\n\n"
+    if calls:
+        plain = {k: C.median([x[k] for x in calls["plain_s"]]) for k in calls["plain_s"][0]}
+        mount = {k: C.median([x[k] for x in calls["mount_per call_s"]])
+                 for k in calls["mount_per call_s"][0]}
+        rows = [[k, f"{plain[k] * 1e3:.1f}", f"{mount[k] * 1e3:.1f}",
+                 f"{(mount[k] - plain[k]) / 128 * 1e6:+.0f}"] for k in plain]
+        rows.append(["all", f"{sum(plain.values()) * 1e3:.1f}",
+                     f"{sum(mount.values()) * 1e3:.1f}",
+                     f"{(sum(mount.values()) - sum(plain.values())) / 128 * 1e6:+.0f}"])
+        md += ("Per call, raw reads of the 128 files of the 2 MiB-chunk array, no compressor "
+               "(ms summed over the files, medians; the mount read once before):\n\n" +
+               C.md_table(["call", "plain folder (ms)", "mount, passthrough (ms)",
+                           "difference per file (µs)"], rows))
 
     plt = C.pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.4))
     keys = list(plot)
     x = np.arange(len(keys))
-    labels = ["mount, fresh (through the daemon)", "mount, repeat (FUSE page cache)",
-              "mount, fresh, read_ahead_kb=1024"]
+    labels = ["as shipped (passthrough), fresh", "as shipped (passthrough), repeat",
+              "passthrough off, fresh (READs via the daemon)",
+              "passthrough off, repeat (FUSE page cache)",
+              "passthrough off, fresh, read_ahead_kb=1024"]
+    w = 0.16
     for j, lab in enumerate(labels):
-        ax.bar(x + (j - 1) * 0.27, [plot[k][j] for k in keys], 0.27, label=lab)
+        ax.bar(x + (j - 2) * w, [plot[k][j] for k in keys], w, label=lab)
     ax.axhline(0.8, color="k", ls="--", lw=0.8, label="target 0.8")
     ax.axhline(1.0, color="grey", ls=":", lw=0.8)
-    short = {"zarr-python z[:]": "zarr", "zarr-python, blosc threads off": "zarr\n1 blosc thread",
+    short = {"zarr-python z[:]": "zarr", "zarr-python, blosc threads off": "zarr\n1 blosc thr.",
              "raw Python read()": "raw read()", "cat": "cat"}
-    ax.set_xticks(x, [f"{e}\n{short.get(r, r)}" for e, r in keys], fontsize=7)
+    ax.set_xticks(x, [f"{'2 MiB' if a == SMALL else 'FOV'}\n{e}\n{short.get(r, r)}"
+                      for a, e, r in keys], fontsize=6)
     ax.set_ylabel("plain-folder time / mount time (median)")
-    ax.set_title("Warm full read of 256 MiB: mount vs the same files in a plain folder")
+    ax.set_title("Warm full read: mount vs the same files in a plain folder")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(C.RESULTS / "warm.png", dpi=90)
@@ -200,7 +294,6 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--replot"]:
         doc = json.loads((C.RESULTS / "warm.json").read_text())
         C.IDLE.update(doc.get("idle_cores", {}))
-        doc["machine"].setdefault("chunk_file_bytes", {"none": 256 << 20, "blosc-lz4": 0})
         report(doc["raw"], doc["machine"], len(next(iter(doc["raw"].values()))["plain_s"]))
     else:
         main()

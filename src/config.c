@@ -348,6 +348,7 @@ static const struct key_spec keys[] = {
     {"slurm", "time", .set = set_opt_str, .off = F(slurm_time)},
     {"slurm", "extra", .set = set_opt_str, .off = F(slurm_extra)},
     {"mount", "log", .set = set_path, .off = F(log_path)},
+    {"mount", "passthrough", .set = set_bool, .off = F(passthrough)},
     {"cache", "dir", .set = set_path, .off = F(cache_dir)},
     {"cache", "max_size", .set = set_size, .off = F(max_size)},
 };
@@ -659,6 +660,7 @@ static void set_defaults(struct config *cfg)
     cfg->shuffle = 1;
     cfg->dimension_separator = '.';
     cfg->levels = 4;
+    cfg->passthrough = true;
     cfg->downsample = xstrdup("mean");
     cfg->slurm_cpus_per_task = 1;
 }

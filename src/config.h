@@ -72,7 +72,8 @@ struct config {
     int slurm_cpus_per_task;
 
     /* [mount] */
-    char *log_path; /* absolute, or NULL */
+    char *log_path;   /* absolute, or NULL */
+    bool passthrough; /* use FUSE passthrough when the kernel allows (default true) */
 
     /* [cache] */
     char *cache_dir; /* absolute, or NULL for the default location */

@@ -34,8 +34,14 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
  * encoded size is not fixed in advance. Never computes. */
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known);
 
-/* The status document of SPEC §6 (malloc'd JSON text). */
-char *engine_status_json(struct engine *e);
+/* What the FUSE side adds to the status document. */
+struct engine_mount_info {
+    bool passthrough;            /* chunks are read through FUSE passthrough */
+    const char *passthrough_off; /* why not, when not */
+    uint64_t chunk_reads;        /* READ requests for chunks the daemon answered */
+};
+/* The status document of SPEC §6 (malloc'd JSON text); mi may be NULL. */
+char *engine_status_json(struct engine *e, const struct engine_mount_info *mi);
 
 /* ---- progress (progress.c): what warm, export and status show ---- */
 

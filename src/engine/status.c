@@ -5,7 +5,7 @@
 
 #include "engine_internal.h"
 
-char *engine_status_json(struct engine *e)
+char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
 {
     const struct task *t = e->t;
     /* Whole milliseconds: a rate needs no more, and the JSON stays short. */
@@ -32,6 +32,13 @@ char *engine_status_json(struct engine *e)
     pthread_mutex_unlock(&e->lock);
     if (t->nlevels > 1)
         json_object_set_new(doc, "levels", pyramid_status(e));
+    if (mi) {
+        json_t *f = json_pack("{s:b, s:I}", "passthrough", mi->passthrough, "chunk_reads",
+                              (json_int_t)mi->chunk_reads);
+        if (!mi->passthrough && mi->passthrough_off)
+            json_object_set_new(f, "passthrough_off", json_string(mi->passthrough_off));
+        json_object_set_new(doc, "fuse", f);
+    }
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     size_t n = strlen(text);

@@ -1,11 +1,13 @@
-/* fs.c: the only file that speaks FUSE. It maps low-level requests onto the namespace and the
- * engine; opens of uncomputed chunks are answered later from a compute thread, so FUSE
- * threads never wait on computation. */
+/* fs.c: the FUSE side (with passthrough.c). It maps low-level requests onto the namespace and
+ * the engine; opens of uncomputed chunks are answered later from a compute thread, so FUSE
+ * threads never wait on computation. Opens of chunks pass through to the cache files when
+ * the kernel allows it (passthrough.h); otherwise READs are served from them here. */
 #define FUSE_USE_VERSION 312
 #include "fs.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <fuse_lowlevel.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +17,21 @@
 
 #include "../engine/engine.h"
 #include "namespace.h"
+#include "passthrough.h"
 
 #define LONG_TIMEOUT 86400.0
+/* How long an open of a recomputed chunk waits for earlier opens of its previous version,
+ * which pass through to the previous cache file, to be closed (passthrough.h). */
+#define PT_WAIT_MS 2000
 
 /* What an open file handle refers to. Handles are listed so that those the kernel never
  * released (files still open at unmount) are freed too. */
 struct handle {
     struct handle *prev, *next;
     enum ns_kind kind;
-    int fd;    /* NS_CHUNK: the cached chunk */
+    int fd;  /* NS_CHUNK: the cached chunk */
+    bool pt; /* NS_CHUNK: opened with passthrough to fd (pt_release(ino) when freed) */
+    fuse_ino_t ino;
     char *buf; /* NS_STATUS: a snapshot taken at open */
     size_t len;
     const char *text; /* NS_META */
@@ -38,6 +46,8 @@ struct fs {
     gid_t gid;
     int ready_fd;
     struct fuse_session *se;
+    struct pt *pt;
+    _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
     pthread_mutex_t handles_lock;
     struct handle handles; /* list head */
 };
@@ -62,6 +72,8 @@ static void handle_free(struct fs *fs, struct handle *h)
     h->prev->next = h->next;
     h->next->prev = h->prev;
     pthread_mutex_unlock(&fs->handles_lock);
+    if (h->pt)
+        pt_release(fs->pt, h->ino);
     if (h->fd >= 0)
         close(h->fd);
     free(h->buf);
@@ -89,7 +101,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, struct stat *st, d
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
     st->st_atim = st->st_mtim = st->st_ctim = fs->mtime;
-    st->st_blksize = 1 << 20;
+    st->st_blksize = 4096;
     *timeout = LONG_TIMEOUT;
     switch (n->kind) {
     case NS_DIR:
@@ -223,17 +235,34 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
         free(po);
         return;
     }
-    struct handle *h = handle_new(po->fs, NS_CHUNK);
+    struct fs *fs = po->fs;
+    int32_t backing = 0;
+    int pt = pt_acquire(fs->pt, po->ino, fd, &backing, PT_WAIT_MS);
+    if (pt < 0) {
+        log_warn("open chunk %llu: busy: recomputed, and its previous version is still open "
+                 "after %d ms",
+                 (unsigned long long)po->id, PT_WAIT_MS);
+        close(fd);
+        fuse_reply_err(po->req, -pt);
+        free(po);
+        return;
+    }
+    struct handle *h = handle_new(fs, NS_CHUNK);
     h->fd = fd;
+    h->ino = po->ino;
+    h->pt = pt == 1;
     po->fi.fh = (uint64_t)(uintptr_t)h;
     /* A chunk served from the cache keeps the kernel's pages; one computed now (perhaps
-     * replacing a version made from older input) starts afresh. */
-    po->fi.keep_cache = !(flags & ENGINE_COMPUTED);
+     * replacing a version made from older input) starts afresh. With passthrough the pages
+     * are the cache file's own. */
+    po->fi.keep_cache = !h->pt && !(flags & ENGINE_COMPUTED);
     if (flags & ENGINE_REPLACED)
-        fuse_lowlevel_notify_inval_inode(po->fs->se, po->ino, -1, 0);
+        fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
     po->fi.noflush = 1;
-    if (fuse_reply_open(po->req, &po->fi) == -ENOENT)
-        handle_free(po->fs, h); /* the open was interrupted: no release will come */
+    int r = h->pt ? pt_reply_open(fs->pt, po->req, &po->fi, backing)
+                  : fuse_reply_open(po->req, &po->fi);
+    if (r == -ENOENT)
+        handle_free(fs, h); /* the open was interrupted: no release will come */
     free(po);
 }
 
@@ -265,7 +294,10 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     struct handle *h = handle_new(fs, n.kind);
     if (n.kind == NS_STATUS) {
-        h->buf = engine_status_json(fs->e);
+        struct engine_mount_info mi = {.passthrough = pt_active(fs->pt),
+                                       .passthrough_off = pt_reason(fs->pt),
+                                       .chunk_reads = atomic_load(&fs->chunk_reads)};
+        h->buf = engine_status_json(fs->e, &mi);
         h->len = strlen(h->buf);
         fi->direct_io = 1;
     } else {
@@ -295,6 +327,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(copy);
         return;
     }
+    atomic_fetch_add_explicit(&fs_of(req)->chunk_reads, 1, memory_order_relaxed);
     char *buf = xmalloc(size);
     size_t got = 0;
     int r = pread_full(h->fd, buf, size, (uint64_t)off, &got);
@@ -429,6 +462,16 @@ static struct fuse_session *new_session(struct fs *fs, const struct fs_options *
     return se;
 }
 
+static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
+{
+    return pt_on_read(((struct fs *)userdata)->pt, fd, buf, len);
+}
+
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+    return pt_on_writev(((struct fs *)userdata)->pt, fd, iov, count);
+}
+
 int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err)
 {
     struct fs fs = {.t = t, .uid = getuid(), .gid = getgid(), .ready_fd = o->ready_fd};
@@ -451,6 +494,10 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
         engine_destroy(fs.e);
         return err_set(err, -EIO, "%s: cannot mount", o->mountpoint);
     }
+    fs.pt = pt_new(t->cfg.passthrough);
+    r = pt_attach(fs.pt, se, io_read, io_writev);
+    if (r < 0)
+        log_warn("FUSE passthrough off: cannot hook the FUSE device: %s", strerror(-r));
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", t->cfg.path, o->mountpoint,
              t->rois.n, t->cfg.threads, cache_path(c));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
@@ -462,8 +509,11 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
-    while (fs.handles.next != &fs.handles)
+    while (fs.handles.next != &fs.handles) {
+        fs.handles.next->pt = false; /* backing files went with the connection */
         handle_free(&fs, fs.handles.next);
+    }
+    pt_free(fs.pt);
     pthread_mutex_destroy(&fs.handles_lock);
     log_info("unmounted %s", o->mountpoint);
     if (fs.ready_fd >= 0)

@@ -211,7 +211,7 @@ static void test_single_flight_and_remount(void)
             CHECK_EQ_INT(args[i].rc, 0);
         }
         CHECK_EQ_INT(t->proc->calls, round == 0 ? 3 : 0);
-        char *status = engine_status_json(e);
+        char *status = engine_status_json(e, NULL);
         CHECK_STR_CONTAINS(status, "\"done\": 3");
         CHECK_STR_CONTAINS(status, "\"cached\": 4");
         free(status);
@@ -245,14 +245,14 @@ static void test_failure_then_retry(void)
     CHECK_EQ_INT(read_chunk(e, 0, v), 0);
     CHECK_EQ_INT(v[5], input_at(1, 1));
     CHECK_EQ_INT(read_chunk(e, 3, v), -EIO);
-    char *status = engine_status_json(e);
+    char *status = engine_status_json(e, NULL);
     CHECK_STR_CONTAINS(status, "\"failed\": 1");
     CHECK_STR_CONTAINS(status, "boom");
     free(status);
     unlink(flag);
     CHECK_EQ_INT(read_chunk(e, 3, v), 0);
     CHECK_EQ_INT(v[0], 7);
-    status = engine_status_json(e);
+    status = engine_status_json(e, NULL);
     CHECK_STR_CONTAINS(status, "\"failed\": 0");
     free(status);
     engine_destroy(e);

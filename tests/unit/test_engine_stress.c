@@ -211,7 +211,7 @@ static void *poll_status(void *p)
 {
     struct poller *q = p;
     while (!atomic_load(q->stop)) {
-        char *s = engine_status_json(q->e);
+        char *s = engine_status_json(q->e, NULL);
         struct engine_progress pr;
         engine_progress(q->e, &pr);
         uint64_t size;

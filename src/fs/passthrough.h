@@ -1,0 +1,57 @@
+/* passthrough.h: FUSE passthrough for cached chunks on libfuse 3.14.
+ *
+ * With passthrough (Linux >= 6.9, CONFIG_FUSE_PASSTHROUGH, CAP_SYS_ADMIN) the kernel serves
+ * read(), splice and mmap of an open chunk straight from its cache file: no READ request
+ * reaches the daemon and the data is copied once, from the cache file's page cache, as for a
+ * file in a plain folder. libfuse exposes it from 3.17 on; Debian 12 ships 3.14, so this
+ * module negotiates it itself through libfuse's custom I/O hooks (3.14 has them): it sees the
+ * kernel's INIT request, adds the passthrough flag and a stack depth to libfuse's INIT reply,
+ * registers cache files with the FUSE device (FUSE_DEV_IOC_BACKING_OPEN) and adds
+ * FOPEN_PASSTHROUGH and the backing id to the OPEN replies it is asked to.
+ *
+ * The kernel allows one backing file per inode at a time, and refuses to mix passthrough and
+ * page-cache opens of one inode, so a backing id is shared by all opens of an inode and
+ * closed at the last release, and the first failure to register a cache file turns
+ * passthrough off for the rest of the mount (the cache directory is then on a file system
+ * that cannot back FUSE files). */
+#ifndef ROIFS_PASSTHROUGH_H
+#define ROIFS_PASSTHROUGH_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct pt;
+
+/* want = false: never negotiate (the [mount] passthrough = false key). */
+struct pt *pt_new(bool want);
+void pt_free(struct pt *pt);
+
+/* Installs the I/O hooks on se, which must be mounted. The hooks call pt_on_read and
+ * pt_on_writev with the session's userdata, so the caller provides thin wrappers that find
+ * pt in it. 0 or -errno. */
+int pt_attach(struct pt *pt, struct fuse_session *se, ssize_t (*rd)(int, void *, size_t, void *),
+              ssize_t (*wv)(int, struct iovec *, int, void *));
+ssize_t pt_on_read(struct pt *pt, int fd, void *buf, size_t len);
+ssize_t pt_on_writev(struct pt *pt, int fd, struct iovec *iov, int count);
+
+/* True once the kernel accepted passthrough and no cache file was refused. */
+bool pt_active(const struct pt *pt);
+/* Why passthrough is off ("" when it is on): for the log and the status file. */
+const char *pt_reason(const struct pt *pt);
+
+/* Makes the next open of inode ino pass through to fd. 1 when it will (then pt_release(ino)
+ * once that open is released, or if it is not answered after all), 0 when passthrough is off
+ * (serve the open the ordinary way). When earlier opens of ino still pass through to another
+ * file (the chunk was recomputed since: the kernel cannot switch files under an open inode),
+ * waits up to wait_ms for them to be released, then gives up with -EBUSY. */
+int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wait_ms);
+void pt_release(struct pt *pt, uint64_t ino);
+/* fuse_reply_open with FOPEN_PASSTHROUGH and backing_id added to the reply. */
+int pt_reply_open(struct pt *pt, fuse_req_t req, const struct fuse_file_info *fi,
+                  int32_t backing_id);
+
+#endif
