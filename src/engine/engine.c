@@ -1,5 +1,6 @@
-/* engine.c: scheduling, ROI computation and chunk assembly (see engine.h). One mutex guards
- * the ROI and chunk states; computation, I/O and callbacks run outside it. */
+/* engine.c: scheduling, ROI computation and the compute pool (see engine.h); building a
+ * chunk's bytes and input signatures are in assemble.c. One mutex guards the ROI and chunk
+ * states; computation, I/O and callbacks run outside it. */
 #include "engine_internal.h"
 
 #include <errno.h>
@@ -108,58 +109,6 @@ static void notify(struct engine *e, struct waiter *w, uint64_t id, int err, int
     }
 }
 
-/* ---- input signatures: what a result was made from ---- */
-
-static uint64_t roi_input_sig(struct engine *e, uint32_t r)
-{
-    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
-    roi_read_region(&e->t->rois, r, e->t->halo, e->t->in->shape, rstart, rshape);
-    task_input_signature(e->t, rstart, rshape, &sig);
-    return sig;
-}
-
-/* Signature of the input read for chunk id: the bounding box of the read regions of its
- * ROIs (and of the chunk itself with outside = input). */
-static uint64_t chunk_input_sig(struct engine *e, uint64_t id)
-{
-    const struct task *t = e->t;
-    int nd = t->out.ndim;
-    uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM];
-    uint64_t rs[ROIFS_MAX_DIM], rsh[ROIFS_MAX_DIM], sig = 0;
-    bool any = false;
-    nd_unlinear(id, t->grid, nd, idx);
-    if (t->cfg.outside == OUTSIDE_INPUT) {
-        for (int d = 0; d < nd; d++) {
-            lo[d] = idx[d] * t->out.chunks[d];
-            hi[d] = lo[d] + t->out.chunks[d] < t->out.shape[d] ? lo[d] + t->out.chunks[d]
-                                                               : t->out.shape[d];
-        }
-        any = true;
-    }
-    int64_t k = roi_index_find(t->index, id);
-    size_t n = 0;
-    const uint32_t *rois = k >= 0 ? roi_index_rois(t->index, (size_t)k, &n) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        roi_read_region(&t->rois, rois[i], t->halo, t->in->shape, rs, rsh);
-        for (int d = 0; d < nd; d++) {
-            if (!any || rs[d] < lo[d])
-                lo[d] = rs[d];
-            if (!any || rs[d] + rsh[d] > hi[d])
-                hi[d] = rs[d] + rsh[d];
-        }
-        any = true;
-    }
-    for (int d = 0; d < nd; d++)
-        shape[d] = any ? hi[d] - lo[d] : 0;
-    task_input_signature(t, lo, shape, &sig);
-    return sig;
-}
-
-uint64_t engine_chunk_signature(struct engine *e, uint64_t id)
-{
-    return chunk_input_sig(e, id);
-}
-
 /* ---- scheduling (lock held) ---- */
 
 /* Forgets the result of a done ROI that is not in memory (its stored copy is stale or gone),
@@ -222,7 +171,7 @@ static void job_start(struct engine *e, struct chunk_job *job)
         for (size_t i = 0; i < n; i++) {
             const struct roi_slot *s = &e->rois[rois[i]];
             if (s->state == RS_DONE && s->on_disk &&
-                cache_roi_check(e->c, rois[i], roi_input_sig(e, rois[i])) < 0)
+                cache_roi_check(e->c, rois[i], engine_roi_sig(e, rois[i])) < 0)
                 roi_forget(e, rois[i]); /* made from input that has changed since */
             if (want_roi(e, rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
                 job->pending++;
@@ -338,7 +287,7 @@ static bool chunk_current(struct engine *e, uint64_t id, int fd)
     uint64_t stored;
     if (cache_chunk_sig(fd, &stored) < 0)
         return true;
-    return stored == chunk_input_sig(e, id);
+    return stored == engine_chunk_signature(e, id);
 }
 
 /* Throws away a cached chunk made from older input; its ROIs will run again. */
@@ -443,15 +392,6 @@ static void *crop_to_box(const struct task *t, size_t r, void *out, const uint64
     nd_copy(box, bshape, zero, out, rshape, off, bshape, nd, isz);
     free(out);
     return box;
-}
-
-static size_t roi_box_nbytes(const struct task *t, size_t r)
-{
-    int nd = t->rois.ndim;
-    size_t n = t->out.dtype.size;
-    for (int d = 0; d < nd; d++)
-        n *= t->rois.stop[r * nd + d] - t->rois.start[r * nd + d];
-    return n;
 }
 
 /* Runs the processor on ROI r; returns its ROI-box result, or NULL with *rcp and err set. */
@@ -565,7 +505,7 @@ static void run_roi(struct engine *e, uint32_t r)
     int lock = multi ? cache_lock_roi(e->c, r) : -1;
     if (multi && lock < 0)
         log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r, strerror(-lock));
-    uint64_t sig = roi_input_sig(e, r); /* taken before reading: a change later shows */
+    uint64_t sig = engine_roi_sig(e, r); /* taken before reading: a change later shows */
     if (cache_roi_check(e->c, r, sig) == 0) {
         /* Computed by another process, or kept from before an unmount: not again. */
         cache_unlock(lock);
@@ -586,7 +526,7 @@ static void run_roi(struct engine *e, uint32_t r)
     }
     if (ok && multi) {
         /* Shared by several chunks that may be read far apart: keep it on disk. */
-        int rc = cache_roi_write(e->c, r, result, roi_box_nbytes(t, r), sig);
+        int rc = cache_roi_write(e->c, r, result, engine_roi_box_nbytes(t, r), sig);
         free(result);
         result = NULL;
         if (rc < 0) {
@@ -600,79 +540,7 @@ static void run_roi(struct engine *e, uint32_t r)
     roi_finish(e, r, ok, result, err.msg);
 }
 
-/* ---- chunk assembly (no lock) ---- */
-
-/* Pastes ROI r's result into the chunk buffer; -ENOENT when its stored result is gone. */
-static int paste_roi(struct engine *e, uint32_t r, void *buf, const uint64_t *c0,
-                     const uint64_t *c1, struct errbuf *err)
-{
-    const struct task *t = e->t;
-    int nd = t->rois.ndim;
-    const uint64_t *b0 = &t->rois.start[(size_t)r * nd], *b1 = &t->rois.stop[(size_t)r * nd];
-    uint64_t o0[ROIFS_MAX_DIM], o1[ROIFS_MAX_DIM], bshape[ROIFS_MAX_DIM];
-    uint64_t dst_off[ROIFS_MAX_DIM], src_off[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-    if (!nd_intersect(b0, b1, c0, c1, o0, o1, nd))
-        return 0;
-    for (int d = 0; d < nd; d++) {
-        bshape[d] = b1[d] - b0[d];
-        dst_off[d] = o0[d] - c0[d];
-        src_off[d] = o0[d] - b0[d];
-        ext[d] = o1[d] - o0[d];
-    }
-    void *res = e->rois[r].result, *tmp = NULL;
-    if (!res) {
-        size_t n = roi_box_nbytes(t, r);
-        tmp = res = xmalloc(n);
-        int rc = cache_roi_read(e->c, r, tmp, n, roi_input_sig(e, r));
-        if (rc < 0) {
-            free(tmp);
-            return err_set(err, rc == -ENOENT || rc == -ESTALE ? -ENOENT : -EIO,
-                           "the stored result of roi %u is unusable: %s", r, strerror(-rc));
-        }
-    }
-    nd_copy(buf, t->out.chunks, dst_off, res, bshape, src_off, ext, nd, t->out.dtype.size);
-    free(tmp);
-    return 0;
-}
-
-/* Builds and encodes chunk job->id. On -ENOENT, *bad_roi names a ROI whose result vanished. */
-static int assemble(struct engine *e, const struct chunk_job *job, void **out, size_t *out_len,
-                    uint32_t *bad_roi, struct errbuf *err)
-{
-    const struct task *t = e->t;
-    int nd = t->out.ndim;
-    uint64_t idx[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-    uint64_t zero[ROIFS_MAX_DIM] = {0};
-    nd_unlinear(job->id, t->grid, nd, idx);
-    for (int d = 0; d < nd; d++) {
-        c0[d] = idx[d] * t->out.chunks[d];
-        c1[d] =
-            c0[d] + t->out.chunks[d] < t->out.shape[d] ? c0[d] + t->out.chunks[d] : t->out.shape[d];
-        ext[d] = c1[d] - c0[d];
-    }
-    size_t isz = t->out.dtype.size;
-    void *buf = xmalloc(t->chunk_nbytes);
-    nd_fill(buf, t->chunk_nbytes / isz, t->out.fill, isz);
-    int rc = 0;
-    if (t->cfg.outside == OUTSIDE_INPUT) {
-        void *in = xmalloc(nd_prod(ext, nd) * isz);
-        rc = task_input_read(t, c0, ext, in, err);
-        if (rc == 0)
-            nd_copy(buf, t->out.chunks, zero, in, ext, zero, ext, nd, isz);
-        free(in);
-    }
-    if (rc == 0 && job->k >= 0) {
-        size_t n;
-        const uint32_t *rois = roi_index_rois(t->index, (size_t)job->k, &n);
-        for (size_t i = 0; i < n && rc == 0; i++)
-            if ((rc = paste_roi(e, rois[i], buf, c0, c1, err)) == -ENOENT)
-                *bad_roi = rois[i];
-    }
-    if (rc == 0)
-        rc = zarr_encode_chunk(&t->out, buf, t->chunk_nbytes, out, out_len, err);
-    free(buf);
-    return rc;
-}
+/* ---- chunk assembly ---- */
 
 static void run_assembly(struct engine *e, struct chunk_job *job)
 {
@@ -684,8 +552,8 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     uint64_t id = job->id;
     int rc = 0;
     if (!job->cached_already) {
-        uint64_t sig = chunk_input_sig(e, id); /* before reading: a change later shows */
-        rc = assemble(e, job, &data, &len, &bad_roi, &err);
+        uint64_t sig = engine_chunk_signature(e, id); /* before reading: a change later shows */
+        rc = engine_assemble(e, job, &data, &len, &bad_roi, &err);
         if (rc == 0 && (rc = cache_chunk_write(e->c, id, data, len, sig)) < 0)
             err_set(&err, rc, "cannot write it to the cache: %s", strerror(-rc));
     }
@@ -875,7 +743,8 @@ void engine_destroy(struct engine *e)
     for (size_t r = 0; r < e->t->rois.n; r++) {
         struct roi_slot *s = &e->rois[r];
         if (s->result && s->state == RS_DONE && s->remaining > 0)
-            cache_roi_write(e->c, r, s->result, roi_box_nbytes(e->t, r), roi_input_sig(e, r));
+            cache_roi_write(e->c, r, s->result, engine_roi_box_nbytes(e->t, r),
+                            engine_roi_sig(e, r));
         free(s->result);
     }
     for (size_t i = 0; i < e->nerrors; i++)

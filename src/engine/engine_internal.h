@@ -82,6 +82,16 @@ struct engine {
     struct cache *sub_cache[TASK_MAX_LEVELS];
 };
 
+/* assemble.c */
+/* Signature of the input ROI r reads (its read region). */
+uint64_t engine_roi_sig(struct engine *e, uint32_t r);
+/* Bytes of ROI r's result (its box, without the halo). */
+size_t engine_roi_box_nbytes(const struct task *t, size_t r);
+/* Builds and encodes chunk job->id from its ROIs' results (in memory or stored), over the
+ * fill value or the input. On -ENOENT, *bad_roi names a ROI whose stored result vanished. */
+int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, size_t *out_len,
+                    uint32_t *bad_roi, struct errbuf *err);
+
 int pyramid_engines_create(struct engine *e, struct errbuf *err);
 void pyramid_engines_destroy(struct engine *e);
 json_t *pyramid_status(struct engine *e);
