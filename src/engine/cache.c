@@ -30,16 +30,27 @@ const char *cache_path(const struct cache *c)
     return c->path;
 }
 
+/* A stream over directory fd with an open file description of its own: one made with dup()
+ * would share fd's offset, so a second walk (or one on another thread) would start where the
+ * last one ended. NULL with errno set on failure. */
+static DIR *walk(int fd)
+{
+    int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = own >= 0 ? fdopendir(own) : NULL;
+    if (!d && own >= 0) {
+        int e = errno;
+        close(own);
+        errno = e;
+    }
+    return d;
+}
+
 /* Removes every entry of directory fd (one level; our subdirectories hold only files). */
 static void empty_dir(int fd)
 {
-    int dup_fd = dup(fd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
+    DIR *d = walk(fd);
+    if (!d)
         return;
-    }
     struct dirent *de;
     while ((de = readdir(d)))
         if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
@@ -57,8 +68,7 @@ static int open_subdir(int dirfd, const char *name)
 
 static bool dir_is_empty(int fd)
 {
-    int dup_fd = dup(fd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    DIR *d = walk(fd);
     if (!d)
         return false;
     bool empty = true;
@@ -185,6 +195,18 @@ int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size)
     return 0;
 }
 
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns)
+{
+    char name[32];
+    struct stat st;
+    snprintf(name, sizeof name, "%" PRIu64, id);
+    if (fstatat(c->chunks_fd, name, &st, 0) < 0)
+        return -errno;
+    *size = (uint64_t)st.st_size;
+    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return 0;
+}
+
 bool cache_chunk_exists(struct cache *c, uint64_t id)
 {
     uint64_t size;
@@ -255,13 +277,9 @@ void cache_chunk_remove(struct cache *c, uint64_t id)
 /* Calls fn for each entry of fd whose name is a plain decimal number. */
 static int each_numbered(int fd, void (*fn)(void *ctx, uint64_t id), void *ctx)
 {
-    int dup_fd = dup(fd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
+    DIR *d = walk(fd);
+    if (!d)
         return -errno;
-    }
     struct dirent *de;
     while ((de = readdir(d))) {
         uint64_t id;

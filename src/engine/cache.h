@@ -30,6 +30,8 @@ int cache_chunk_open(struct cache *c, uint64_t id, int *fd);
 /* Size of a cached chunk: 0, or -ENOENT when not cached. */
 int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size);
 bool cache_chunk_exists(struct cache *c, uint64_t id);
+/* Size and modification time (ns since the epoch) of a cached chunk: 0 or -errno. */
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns);
 /* Writes chunk id atomically, tagged with sig, the signature of the input it was made from
  * (an extended attribute, so content and tag appear together). */
 int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, uint64_t sig);

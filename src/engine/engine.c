@@ -290,13 +290,19 @@ static bool chunk_current(struct engine *e, uint64_t id, int fd)
     return stored == engine_chunk_signature(e, id);
 }
 
-/* Throws away a cached chunk made from older input; its ROIs will run again. */
-static void chunk_discard(struct engine *e, uint64_t id)
+/* Throws away a cached chunk, made from older input or evicted to respect [cache] max_size;
+ * its ROIs will run again when it is wanted. */
+static void chunk_discard(struct engine *e, uint64_t id, bool evicted)
 {
-    log_info("chunk %llu: the input changed since it was computed; computing it again",
-             (unsigned long long)id);
+    if (evicted)
+        log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
+    else
+        log_info("chunk %llu: the input changed since it was computed; computing it again",
+                 (unsigned long long)id);
     cache_chunk_remove(e->c, id);
     pthread_mutex_lock(&e->lock);
+    if (e->evict && !evicted)
+        evict_remove(e->evict, id);
     if (e->n_cached)
         e->n_cached--;
     int64_t k = roi_index_find(e->t->index, id);
@@ -318,11 +324,13 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     bool replaced = false;
     if (cache_chunk_open(e->c, id, &fd) == 0 && !chunk_current(e, id, fd)) {
         close(fd);
-        chunk_discard(e, id);
+        chunk_discard(e, id, false);
         replaced = true;
     } else if (fd >= 0) {
         cb(ctx, 0, fd, 0);
         pthread_mutex_lock(&e->lock);
+        if (e->evict)
+            evict_touch(e->evict, id);
         if (!e->stopping)
             read_ahead(e, id);
         pthread_mutex_unlock(&e->lock);
@@ -579,8 +587,14 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     uint32_t *remove = NULL;
     const uint32_t *rois = job->k >= 0 ? roi_index_rois(t->index, (size_t)job->k, &n) : NULL;
     pthread_mutex_lock(&e->lock);
+    uint64_t *victims = NULL;
+    size_t nvictims = 0;
     if (rc == 0) {
         e->n_cached++;
+        if (e->evict && !job->cached_already) {
+            evict_add(e->evict, id, len);
+            nvictims = evict_victims(e->evict, id, &victims);
+        }
         remove = xmalloc((n ? n : 1) * sizeof *remove);
         for (size_t i = 0; i < n; i++) {
             struct roi_slot *s = &e->rois[rois[i]];
@@ -601,6 +615,11 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     for (size_t i = 0; i < nrm; i++)
         cache_roi_remove(e->c, remove[i]);
     free(remove);
+    /* Evicted before the readers hear of this chunk, so that the cache never holds more than
+     * the limit once a reader has its data. */
+    for (size_t i = 0; i < nvictims; i++)
+        chunk_discard(e, victims[i], true);
+    free(victims);
     notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
 }
 
@@ -698,6 +717,14 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
             e->n_done++;
         }
     cache_roi_each(c, scan_stored_roi, e);
+    if (t->cfg.max_size > 0) {
+        e->evict = evict_new(t->cfg.max_size);
+        uint64_t *victims;
+        size_t nv = evict_scan(e->evict, c, t, &victims);
+        for (size_t i = 0; i < nv; i++)
+            chunk_discard(e, victims[i], true);
+        free(victims);
+    }
     int rc = pthread_create(&e->remote_thread, NULL, remote_main, e);
     if (rc != 0) {
         engine_destroy(e);
@@ -750,6 +777,7 @@ void engine_destroy(struct engine *e)
     for (size_t i = 0; i < e->nerrors; i++)
         free(e->errors[i].message);
     free(e->rois);
+    evict_free(e->evict);
     free(e->demand.buf);
     free(e->ahead.buf);
     pthread_mutex_destroy(&e->lock);

@@ -79,8 +79,26 @@ struct engine {
     size_t nerrors, err_head;
     /* [output] ome, level 0: the engines and caches of levels 1.. (pyramid.c) */
     struct engine *sub[TASK_MAX_LEVELS];
+    /* [cache] max_size > 0: the cached chunks by last use (evict.c) */
+    struct evict *evict;
     struct cache *sub_cache[TASK_MAX_LEVELS];
 };
+
+/* evict.c: least-recently-used order and total size of the cached chunks this process
+ * computed or found at mount, for [cache] max_size. Callers hold the engine's lock. */
+struct evict *evict_new(uint64_t max_size);
+void evict_free(struct evict *ev);
+/* Adds (or updates) chunk id of size bytes as the most recently used. */
+void evict_add(struct evict *ev, uint64_t id, uint64_t size);
+void evict_touch(struct evict *ev, uint64_t id);
+void evict_remove(struct evict *ev, uint64_t id);
+/* Takes out the least recently used chunks, never keep, until the total is at most max_size;
+ * returns how many, their ids in *ids (malloc'd, or NULL). */
+size_t evict_victims(struct evict *ev, uint64_t keep, uint64_t **ids);
+void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, uint64_t *evicted);
+/* Fills ev with the chunks cached in c (older files less recently used) and returns, like
+ * evict_victims, those to remove now. */
+size_t evict_scan(struct evict *ev, struct cache *c, const struct task *t, uint64_t **victims);
 
 /* assemble.c */
 /* Signature of the input ROI r reads (its read region). */

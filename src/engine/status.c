@@ -32,6 +32,15 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
     pthread_mutex_unlock(&e->lock);
     if (t->nlevels > 1)
         json_object_set_new(doc, "levels", pyramid_status(e));
+    if (e->evict) {
+        uint64_t usage, max, evicted;
+        pthread_mutex_lock(&e->lock);
+        evict_stats(e->evict, &usage, &max, &evicted);
+        pthread_mutex_unlock(&e->lock);
+        json_object_set_new(doc, "cache",
+                            json_pack("{s:I, s:I, s:I}", "bytes", (json_int_t)usage, "max_size",
+                                      (json_int_t)max, "evicted", (json_int_t)evicted));
+    }
     if (mi) {
         json_t *f = json_pack("{s:b, s:I}", "passthrough", mi->passthrough, "chunk_reads",
                               (json_int_t)mi->chunk_reads);
