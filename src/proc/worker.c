@@ -7,6 +7,7 @@
 #include "proc.h"
 #include "slurm.h"
 #include "spawn.h"
+#include "worker_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,70 +27,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-/* Longest reply header line; also the read size while looking for it, so that a small reply
- * arrives with one read(). */
-#define HDR_MAX (64 * 1024)
-/* A stderr line is logged once complete, or in pieces of this size. */
-#define LINE_MAX_LOG 1024
-/* Best-effort pipe buffer for big arrays (see command.c). */
-#define PIPE_SIZE (256 * 1024)
-/* After EOF on stdin at shutdown, workers get this long to exit before their group is killed. */
-#define EXIT_GRACE 2.0
-/* A worker that died gets this long to finish its stderr (the traceback) and exit. */
-#define DEATH_GRACE 0.5
-/* Without pidfds, exits are noticed by polling this often. */
-#define TICK_MS 20
-
-/* One persistent process; its fds are -1 when closed, pid 0 when there is none. */
-struct worker {
-    pid_t pid;
-    int in_fd, out_fd, err_fd, pid_fd;
-    bool busy;   /* held by a run() or by the shutdown; guarded by the pool's lock */
-    bool exited; /* the shell has exited (not yet reaped) */
-    double exit_time;
-    bool retire;                 /* do not reuse: kill and reap at release */
-    int pipe_size;               /* what F_SETPIPE_SZ gave, 0 before */
-    char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
-    size_t line_len;
-    char last[512];       /* last non-empty stderr line, for error messages */
-    char slurm_last[256]; /* under srun: its (or slurmstepd's) last error line, kept apart */
-    bool srun;            /* a job step: stop it through srun, never with SIGKILL alone */
-    char *hdr;            /* HDR_MAX + 1 bytes: the reply header and what came after it */
-    size_t hdr_len;
-    struct strbuf req; /* the request header, reused */
-};
-
-struct worker_pool {
-    struct proc base;
-    char *cmdline;
-    char *dir; /* NULL: the daemon's cwd */
-    double timeout;
-    char *params_json; /* the "params" object, encoded once */
-    char **env;        /* environ with our PYTHONPATH; env_own[] are ours to free */
-    char *env_own[3];
-    struct slurm_launch *slurm; /* NULL: run locally */
-    char **srun_argv;           /* srun ... /bin/sh -c WORKER */
-    pthread_mutex_t lock;       /* guards workers, nworkers, busy flags, stop_fd */
-    struct worker **workers;
-    size_t nworkers;
-    int stop_fd; /* eventfd made readable by the shutdown; made at first use */
-    _Atomic bool stopping;
-};
-
-/* What became of one request. */
-enum outcome { OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
-
-/* One request in flight. */
-struct exchange {
-    const struct proc_request *rq;
-    struct iovec iov[2]; /* what is left to write */
-    size_t to_write;
-    bool in_closed; /* the worker stopped reading its stdin */
-    bool have_header;
-    bool ok; /* the header said ok: true */
-    size_t out_got;
-};
 
 /* ---- environment ---- */
 
@@ -397,184 +334,7 @@ static void check_idle(struct worker *w)
              chatty ? "wrote to its stdout" : what, worker_said(w, said, sizeof said));
 }
 
-/* ---- one request ---- */
-
-static void put_list(struct strbuf *sb, const char *key, const uint64_t *v, int n)
-{
-    sb_printf(sb, ", \"%s\": [", key);
-    for (int i = 0; i < n; i++)
-        sb_printf(sb, i ? ", %llu" : "%llu", (unsigned long long)v[i]);
-    sb_append(sb, "]", 1);
-}
-
-/* The request line: numbers and dtype names need no escaping; params were encoded by
- * jansson once. */
-static void build_request(const struct worker_pool *wp, const struct proc_request *rq,
-                          struct strbuf *sb)
-{
-    char in_dt[8], out_dt[8];
-    sb->len = 0;
-    sb_printf(sb, "{\"roi\": %zu", rq->roi);
-    put_list(sb, "start", rq->start, rq->ndim);
-    put_list(sb, "stop", rq->stop, rq->ndim);
-    put_list(sb, "in_start", rq->in_start, rq->ndim);
-    put_list(sb, "in_shape", rq->in_shape, rq->ndim);
-    sb_printf(sb, ", \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"nbytes\": %zu, \"params\": ",
-              dtype_typestr_le(&rq->in_dtype, in_dt), dtype_typestr_le(&rq->out_dtype, out_dt),
-              rq->in_nbytes);
-    sb_append(sb, wp->params_json, strlen(wp->params_json));
-    sb_append(sb, "}\n", 2);
-}
-
-/* Bigger pipes for big arrays: fewer wakeups per ROI. */
-static void size_pipes(struct worker *w, const struct proc_request *rq)
-{
-    size_t want = rq->in_nbytes > rq->out_nbytes ? rq->in_nbytes : rq->out_nbytes;
-    if (want <= 65536 || w->pipe_size >= PIPE_SIZE || (size_t)w->pipe_size >= want)
-        return;
-    int size = want < PIPE_SIZE ? (int)want : PIPE_SIZE;
-    int got = fcntl(w->in_fd, F_SETPIPE_SZ, size);
-    fcntl(w->out_fd, F_SETPIPE_SZ, size);
-    w->pipe_size = got > 0 ? got : PIPE_SIZE; /* do not retry a refusal at every ROI */
-}
-
-static void write_request(struct worker *w, struct exchange *x)
-{
-    while (x->to_write > 0) {
-        int iovcnt = x->iov[0].iov_len ? 2 : 1;
-        struct iovec *iov = x->iov[0].iov_len ? &x->iov[0] : &x->iov[1];
-        ssize_t n = writev(w->in_fd, iov, iovcnt);
-        if (n < 0) {
-            if (errno != EAGAIN && errno != EINTR)
-                x->in_closed = true; /* EPIPE: it stopped reading; its stdout will say why */
-            if (errno != EINTR)
-                return;
-            continue;
-        }
-        x->to_write -= (size_t)n;
-        for (int i = 0; i < 2 && n > 0; i++) {
-            size_t k = (size_t)n < x->iov[i].iov_len ? (size_t)n : x->iov[i].iov_len;
-            x->iov[i].iov_base = (char *)x->iov[i].iov_base + k;
-            x->iov[i].iov_len -= k;
-            n -= (ssize_t)k;
-        }
-    }
-}
-
-/* Shows the start of a bad header: printable ASCII, at most 60 characters. */
-static const char *header_excerpt(const char *s, size_t len, char buf[72])
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len && n < 60; i++)
-        buf[n++] = s[i] >= 32 && s[i] < 127 ? s[i] : '?';
-    snprintf(buf + n, 72 - n, "%s", len > 60 ? "..." : "");
-    return buf;
-}
-
-/* Parses the reply header hdr[0, len). */
-static enum outcome parse_header(struct worker *w, struct exchange *x, size_t len,
-                                 struct errbuf *err)
-{
-    char ex[72];
-    json_error_t jerr;
-    json_t *root = json_loadb(w->hdr, len, 0, &jerr), *ok = json_object_get(root, "ok");
-    enum outcome rc = OUT_BROKEN;
-    if (!json_is_boolean(ok)) {
-        err_set(err, -EIO,
-                "worker %d broke the protocol: expected a JSON reply line with \"ok\", "
-                "got '%s'",
-                (int)w->pid, header_excerpt(w->hdr, len, ex));
-    } else if (json_is_false(ok)) {
-        const char *msg = json_string_value(json_object_get(root, "error"));
-        err_set(err, -EIO, "%s", msg && *msg ? msg : "the worker reported an error");
-        rc = OUT_REFUSED;
-    } else {
-        json_t *nb = json_object_get(root, "nbytes");
-        if (!json_is_integer(nb))
-            err_set(err, -EIO, "worker %d broke the protocol: reply without nbytes: '%s'",
-                    (int)w->pid, header_excerpt(w->hdr, len, ex));
-        else if ((uint64_t)json_integer_value(nb) != x->rq->out_nbytes ||
-                 json_integer_value(nb) < 0)
-            err_set(err, -EIO, "worker %d broke the protocol: reply has nbytes %lld, expected %zu",
-                    (int)w->pid, (long long)json_integer_value(nb), x->rq->out_nbytes);
-        else
-            rc = OUT_OK;
-        x->ok = true;
-    }
-    json_decref(root);
-    return rc;
-}
-
-/* Reads what the worker sent. OUT_OK with x->have_header set (and all the output read when
- * ok) means the reply is complete; -1 means more is to come. */
-static int read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
-{
-    const struct proc_request *rq = x->rq;
-    if (x->have_header) {
-        ssize_t n = read(w->out_fd, (char *)rq->out + x->out_got, rq->out_nbytes - x->out_got);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return -1;
-        if (n <= 0)
-            return OUT_DIED;
-        x->out_got += (size_t)n;
-        return x->out_got == rq->out_nbytes ? OUT_OK : -1;
-    }
-    ssize_t n = read(w->out_fd, w->hdr + w->hdr_len, HDR_MAX - w->hdr_len);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return -1;
-    if (n <= 0)
-        return OUT_DIED;
-    char *nl = memchr(w->hdr + w->hdr_len, '\n', (size_t)n);
-    w->hdr_len += (size_t)n;
-    if (!nl && w->hdr_len == HDR_MAX)
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: no reply line in its first %d "
-                       "bytes",
-                       (int)w->pid, HDR_MAX),
-               OUT_BROKEN;
-    if (!nl)
-        return -1;
-    size_t hlen = (size_t)(nl - w->hdr), extra = w->hdr_len - hlen - 1;
-    x->have_header = true;
-    int rc = parse_header(w, x, hlen, err);
-    if (rc != OUT_OK && rc != OUT_REFUSED)
-        return rc;
-    if (extra > (x->ok ? rq->out_nbytes : 0))
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced",
-                       (int)w->pid, x->ok ? rq->out_nbytes : 0),
-               OUT_BROKEN;
-    memcpy(rq->out, nl + 1, extra);
-    x->out_got = extra;
-    if (rc == OUT_REFUSED)
-        return rc;
-    return x->out_got == rq->out_nbytes ? OUT_OK : -1;
-}
-
-/* A finished reply: the whole request must have been read, and nothing may follow. */
-static enum outcome check_complete(struct worker *w, struct exchange *x, enum outcome got,
-                                   struct errbuf *err)
-{
-    if (x->to_write > 0) {
-        char said[sizeof err->msg];
-        snprintf(said, sizeof said, "%s", got == OUT_REFUSED ? err->msg : "");
-        err_set(err, -EIO, "worker %d broke the protocol: replied before reading its input%s%.600s",
-                (int)w->pid, *said ? "; it said: " : "", said);
-        return OUT_BROKEN;
-    }
-    char c;
-    ssize_t n = read(w->out_fd, &c, 1);
-    if (n > 0)
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced",
-                       (int)w->pid, x->ok ? x->rq->out_nbytes : 0),
-               OUT_BROKEN;
-    if (n == 0) /* it closed stdout after replying: this reply stands, the worker is done */
-        w->retire = true;
-    return got;
-}
+/* ---- one request (the wire format is in worker_wire.c) ---- */
 
 static int poll_ms(const struct worker_pool *wp, const struct worker *w, double now,
                    double deadline)
@@ -596,7 +356,7 @@ static int poll_ms(const struct worker_pool *wp, const struct worker *w, double 
 static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct exchange *x,
                              double deadline, struct errbuf *err)
 {
-    write_request(w, x);
+    wire_write_request(w, x);
     for (;;) {
         struct pollfd pf[5] = {
             {.fd = x->to_write && !x->in_closed ? w->in_fd : -1, .events = POLLOUT},
@@ -612,7 +372,7 @@ static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct ex
         if (pf[4].revents || wp->stopping)
             return OUT_SHUTDOWN;
         if (pf[0].revents & POLLOUT)
-            write_request(w, x);
+            wire_write_request(w, x);
         else if (pf[0].revents)
             x->in_closed = true;
         if (pf[2].revents)
@@ -624,9 +384,9 @@ static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct ex
         if (w->pid_fd < 0)
             note_exit(w);
         if (pf[1].revents) {
-            int rc = read_reply(w, x, err);
+            int rc = wire_read_reply(w, x, err);
             if (rc == OUT_OK || rc == OUT_REFUSED)
-                return check_complete(w, x, (enum outcome)rc, err);
+                return wire_check_complete(w, x, (enum outcome)rc, err);
             if (rc >= 0)
                 return (enum outcome)rc;
         }
@@ -669,8 +429,8 @@ static int worker_run(struct proc *p, const struct proc_request *rq, struct errb
         return rc;
     }
     double deadline = wp->timeout > 0 ? now_monotonic() + wp->timeout : 0;
-    size_pipes(w, rq);
-    build_request(wp, rq, &w->req);
+    wire_size_pipes(w, rq);
+    wire_build_request(wp, rq, &w->req);
     struct exchange x = {
         .rq = rq,
         .iov = {{w->req.buf, w->req.len}, {(void *)rq->in, rq->in_nbytes}},
