@@ -188,7 +188,8 @@ size_t evict_scan(struct evict *ev, struct cache *c, const struct task *t, uint6
     struct scan s = {.c = c, .t = t};
     cache_chunk_each(c, scan_one, &s);
     /* Oldest first, so that the most recently written chunk ends up the most recently used. */
-    qsort(s.v, s.n, sizeof *s.v, by_mtime);
+    if (s.n)
+        qsort(s.v, s.n, sizeof *s.v, by_mtime);
     for (size_t i = 0; i < s.n; i++)
         evict_add(ev, s.v[i].id, s.v[i].size);
     free(s.v);
