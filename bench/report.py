@@ -30,7 +30,7 @@ def main():
            "side in one run, interleaving the repeats (the machine is shared with other "
            "builds and tests), and reports medians and ratios.", "",
            "Run everything: `bench/run.sh` (as root; installs what is missing, builds; "
-           "about 20 minutes on this machine, each benchmark under 5). One benchmark: "
+           "about 25 minutes on this machine, each benchmark under 7). One benchmark: "
            "`bench/run.sh warm`. Fewer repeats: `REPS=2 bench/run.sh seed`.", ""]
     if docs:
         latest = max(docs.values(), key=lambda d: d["machine"].get("date", ""))
