@@ -184,17 +184,6 @@ int cache_chunk_open(struct cache *c, uint64_t id, int *fd)
     return 0;
 }
 
-int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size)
-{
-    char name[32];
-    struct stat st;
-    snprintf(name, sizeof name, "%" PRIu64, id);
-    if (fstatat(c->chunks_fd, name, &st, 0) < 0)
-        return -errno;
-    *size = (uint64_t)st.st_size;
-    return 0;
-}
-
 int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns)
 {
     char name[32];
@@ -205,6 +194,12 @@ int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtim
     *size = (uint64_t)st.st_size;
     *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     return 0;
+}
+
+int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size)
+{
+    int64_t mtime_ns;
+    return cache_chunk_stat(c, id, size, &mtime_ns);
 }
 
 bool cache_chunk_exists(struct cache *c, uint64_t id)

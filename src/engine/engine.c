@@ -671,6 +671,10 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
     if (!task_chunk_present(e->t, id))
         return;
     e->n_cached++;
+    uint64_t size;
+    int64_t mtime_ns;
+    if (e->evict && cache_chunk_stat(e->c, id, &size, &mtime_ns) == 0)
+        evict_found(e->evict, id, size, mtime_ns);
     int64_t k = roi_index_find(e->t->index, id);
     if (k < 0)
         return;
@@ -709,6 +713,8 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
     e->rois = xcalloc(t->rois.n, sizeof *e->rois);
     for (size_t r = 0; r < t->rois.n; r++)
         e->rois[r].remaining = roi_index_roi_nchunks(t->index, r);
+    if (t->cfg.max_size > 0)
+        e->evict = evict_new(t->cfg.max_size);
     /* What a previous mount (or another process) already finished. */
     cache_chunk_each(c, scan_cached_chunk, e);
     for (size_t r = 0; r < t->rois.n; r++)
@@ -717,10 +723,9 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
             e->n_done++;
         }
     cache_roi_each(c, scan_stored_roi, e);
-    if (t->cfg.max_size > 0) {
-        e->evict = evict_new(t->cfg.max_size);
+    if (e->evict) {
         uint64_t *victims;
-        size_t nv = evict_scan(e->evict, c, t, &victims);
+        size_t nv = evict_settle(e->evict, &victims);
         for (size_t i = 0; i < nv; i++)
             chunk_discard(e, victims[i], true);
         free(victims);

@@ -96,9 +96,10 @@ void evict_remove(struct evict *ev, uint64_t id);
  * returns how many, their ids in *ids (malloc'd, or NULL). */
 size_t evict_victims(struct evict *ev, uint64_t keep, uint64_t **ids);
 void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, uint64_t *evicted);
-/* Fills ev with the chunks cached in c (older files less recently used) and returns, like
- * evict_victims, those to remove now. */
-size_t evict_scan(struct evict *ev, struct cache *c, const struct task *t, uint64_t **victims);
+/* At mount: notes a chunk found in the cache; then evict_settle orders them (older files less
+ * recently used) and returns, like evict_victims, those to remove now. */
+void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns);
+size_t evict_settle(struct evict *ev, uint64_t **victims);
 
 /* assemble.c */
 /* Signature of the input ROI r reads (its read region). */

@@ -29,18 +29,16 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
         (json_int_t)e->n_cached, "calls", (json_int_t)t->proc->calls, "errors", errors, "queue",
         "demand", (json_int_t)e->demand.len, "readahead", (json_int_t)e->ahead.len, "chunk_jobs",
         (json_int_t)e->njobs, "elsewhere", (json_int_t)e->nremote, "uptime", uptime);
-    pthread_mutex_unlock(&e->lock);
-    if (t->nlevels > 1)
-        json_object_set_new(doc, "levels", pyramid_status(e));
     if (e->evict) {
         uint64_t usage, max, evicted;
-        pthread_mutex_lock(&e->lock);
         evict_stats(e->evict, &usage, &max, &evicted);
-        pthread_mutex_unlock(&e->lock);
         json_object_set_new(doc, "cache",
                             json_pack("{s:I, s:I, s:I}", "bytes", (json_int_t)usage, "max_size",
                                       (json_int_t)max, "evicted", (json_int_t)evicted));
     }
+    pthread_mutex_unlock(&e->lock);
+    if (t->nlevels > 1)
+        json_object_set_new(doc, "levels", pyramid_status(e));
     if (mi) {
         json_t *f = json_pack("{s:b, s:I}", "passthrough", mi->passthrough, "chunk_reads",
                               (json_int_t)mi->chunk_reads);

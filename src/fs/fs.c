@@ -259,8 +259,7 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
     if (flags & ENGINE_REPLACED)
         fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
     po->fi.noflush = 1;
-    int r = h->pt ? pt_reply_open(fs->pt, po->req, &po->fi, backing)
-                  : fuse_reply_open(po->req, &po->fi);
+    int r = h->pt ? pt_reply_open(po->req, &po->fi, backing) : fuse_reply_open(po->req, &po->fi);
     if (r == -ENOENT)
         handle_free(fs, h); /* the open was interrupted: no release will come */
     free(po);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../idlru.h"
 #include "../util.h"
 
 /* Kernel ABI from protocol 7.40 (Linux 6.9), newer than Debian 12's <linux/fuse.h> (7.38). */
@@ -52,12 +53,9 @@ _Static_assert(sizeof(struct pt_open_out) == sizeof(struct fuse_open_out), "fuse
  * the kernel's limit. A roifs mount then cannot be a layer of an overlayfs itself. */
 #define PT_STACK_DEPTH 2
 
-#define NBUCKETS 256
-
 struct backing {
-    struct backing *next;
-    uint64_t ino;
-    dev_t dev; /* the cache file it passes through to */
+    struct idlru_node node; /* node.id: the inode */
+    dev_t dev;              /* the cache file it passes through to */
     ino_t file_ino;
     int32_t id;
     unsigned refs;
@@ -72,7 +70,7 @@ struct pt {
     _Atomic uint64_t init_unique; /* of the INIT request, once seen */
     pthread_mutex_t lock;
     pthread_cond_t released; /* a backing id was closed */
-    struct backing *buckets[NBUCKETS];
+    struct idlru backings;   /* by inode (the order of use is not used) */
     char reason[160];
 };
 
@@ -94,21 +92,24 @@ struct pt *pt_new(bool want)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&pt->released, &ca);
     pthread_condattr_destroy(&ca);
+    idlru_init(&pt->backings);
     snprintf(pt->reason, sizeof pt->reason, "%s",
              want ? "the kernel did not offer it" : "turned off ([mount] passthrough = false)");
     return pt;
+}
+
+static void free_backing(struct idlru_node *n, void *ctx)
+{
+    (void)ctx;
+    free(IDLRU_ENTRY(n, struct backing, node));
 }
 
 void pt_free(struct pt *pt)
 {
     if (!pt)
         return;
-    for (size_t i = 0; i < NBUCKETS; i++)
-        while (pt->buckets[i]) {
-            struct backing *b = pt->buckets[i];
-            pt->buckets[i] = b->next;
-            free(b);
-        }
+    idlru_each(&pt->backings, free_backing, NULL);
+    idlru_destroy(&pt->backings);
     pthread_mutex_destroy(&pt->lock);
     pthread_cond_destroy(&pt->released);
     free(pt);
@@ -172,7 +173,6 @@ ssize_t pt_on_writev(struct pt *pt, int fd, struct iovec *iov, int count)
         iov_gather(iov, count, &o, sizeof o);
         if (o.fh == pending.fh) {
             o.open_flags |= PT_FOPEN_PASSTHROUGH;
-            o.open_flags &= ~(uint32_t)(FOPEN_KEEP_CACHE | FOPEN_DIRECT_IO);
             o.backing_id = pending.id;
             struct iovec v[2] = {iov[0], {&o, sizeof o}};
             return writev(fd, v, 2);
@@ -211,12 +211,10 @@ const char *pt_reason(const struct pt *pt)
     return pt_active(pt) ? "" : pt->reason;
 }
 
-static struct backing **slot(struct pt *pt, uint64_t ino)
+static struct backing *find(struct pt *pt, uint64_t ino)
 {
-    struct backing **b = &pt->buckets[(ino * 0x9E3779B97F4A7C15ull) >> 56];
-    while (*b && (*b)->ino != ino)
-        b = &(*b)->next;
-    return b;
+    struct idlru_node *n = idlru_find(&pt->backings, ino);
+    return n ? IDLRU_ENTRY(n, struct backing, node) : NULL;
 }
 
 int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wait_ms)
@@ -236,12 +234,11 @@ int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wai
     }
     pthread_mutex_lock(&pt->lock);
     int r = 1;
-    struct backing **s = slot(pt, ino), *b = *s;
+    struct backing *b = find(pt, ino);
     while (b && (b->dev != st.st_dev || b->file_ino != st.st_ino)) {
         if (pthread_cond_timedwait(&pt->released, &pt->lock, &deadline) == ETIMEDOUT)
             break;
-        s = slot(pt, ino);
-        b = *s;
+        b = find(pt, ino);
     }
     if (b) {
         if (b->dev == st.st_dev && b->file_ino == st.st_ino) {
@@ -266,12 +263,12 @@ int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wai
             r = 0;
         } else {
             b = xcalloc(1, sizeof *b);
-            b->ino = ino;
+            b->node.id = ino;
             b->dev = st.st_dev;
             b->file_ino = st.st_ino;
             b->id = id;
             b->refs = 1;
-            *s = b;
+            idlru_add(&pt->backings, &b->node);
             *backing_id = id;
         }
     }
@@ -282,22 +279,20 @@ int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wai
 void pt_release(struct pt *pt, uint64_t ino)
 {
     pthread_mutex_lock(&pt->lock);
-    struct backing **s = slot(pt, ino), *b = *s;
+    struct backing *b = find(pt, ino);
     if (b && --b->refs == 0) {
         uint32_t id = (uint32_t)b->id;
         if (ioctl(pt->fd, PT_IOC_BACKING_CLOSE, &id) < 0)
             log_warn("cannot close FUSE backing file %u: %s", id, strerror(errno));
-        *s = b->next;
+        idlru_del(&pt->backings, &b->node);
         free(b);
         pthread_cond_broadcast(&pt->released);
     }
     pthread_mutex_unlock(&pt->lock);
 }
 
-int pt_reply_open(struct pt *pt, fuse_req_t req, const struct fuse_file_info *fi,
-                  int32_t backing_id)
+int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int32_t backing_id)
 {
-    (void)pt;
     pending.armed = true;
     pending.fh = fi->fh;
     pending.id = backing_id;

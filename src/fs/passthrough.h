@@ -51,7 +51,6 @@ const char *pt_reason(const struct pt *pt);
 int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wait_ms);
 void pt_release(struct pt *pt, uint64_t ino);
 /* fuse_reply_open with FOPEN_PASSTHROUGH and backing_id added to the reply. */
-int pt_reply_open(struct pt *pt, fuse_req_t req, const struct fuse_file_info *fi,
-                  int32_t backing_id);
+int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int32_t backing_id);
 
 #endif

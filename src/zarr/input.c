@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../idlru.h"
 #include "../nd.h"
 
 /* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
@@ -27,15 +28,15 @@ struct file_id {
  * decoded shard index (id with INDEX_ENTRY set). data == NULL: the chunk file is missing (or
  * the inner chunk is empty): fill value. */
 struct chunk {
-    uint64_t id; /* C-order linear index in the read-unit grid, or INDEX_ENTRY | shard id */
+    /* node.id: C-order linear index in the read-unit grid, or INDEX_ENTRY | shard id. In the
+     * order of use only once loaded. */
+    struct idlru_node node;
     struct file_id fid;
     void *data;
     size_t cost;  /* bytes charged to the LRU */
     int refs;     /* readers copying out of data; never evicted while > 0 */
     bool loading; /* being read and decoded by one thread; others wait */
     bool stale;   /* replaced by a newer version of the file; freed by its last reader */
-    struct chunk *hnext;
-    struct chunk *prev, *next; /* LRU list, most recent first; only loaded chunks */
 };
 
 struct zarr_input {
@@ -51,100 +52,36 @@ struct zarr_input {
 
     pthread_mutex_t lock;
     pthread_cond_t loaded; /* a loading chunk finished (or failed) */
-    struct chunk **buckets;
-    size_t nbuckets, count;
-    struct chunk *head, *tail;
+    struct idlru lru;      /* the chunks, by id and by use */
     size_t bytes, cap;
     struct zarr_input_stats stats;
 };
 
 #define INDEX_ENTRY (1ULL << 63)
 
-/* ---- hash table and LRU list (callers hold in->lock) ---- */
-
-static size_t bucket_of(const struct zarr_input *in, uint64_t id)
-{
-    return (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 32) & (in->nbuckets - 1);
-}
+/* ---- the cache of decoded chunks (callers hold in->lock) ---- */
 
 static struct chunk *lookup(struct zarr_input *in, uint64_t id)
 {
-    for (struct chunk *c = in->buckets[bucket_of(in, id)]; c; c = c->hnext)
-        if (c->id == id)
-            return c;
-    return NULL;
-}
-
-static void hash_insert(struct zarr_input *in, struct chunk *c)
-{
-    if (in->count >= in->nbuckets) {
-        size_t old_n = in->nbuckets;
-        struct chunk **old = in->buckets;
-        in->nbuckets *= 2;
-        in->buckets = xcalloc(in->nbuckets, sizeof *in->buckets);
-        for (size_t i = 0; i < old_n; i++)
-            for (struct chunk *e = old[i], *next; e; e = next) {
-                next = e->hnext;
-                size_t b = bucket_of(in, e->id);
-                e->hnext = in->buckets[b];
-                in->buckets[b] = e;
-            }
-        free(old);
-    }
-    size_t b = bucket_of(in, c->id);
-    c->hnext = in->buckets[b];
-    in->buckets[b] = c;
-    in->count++;
-}
-
-static void hash_remove(struct zarr_input *in, struct chunk *c)
-{
-    struct chunk **pp = &in->buckets[bucket_of(in, c->id)];
-    while (*pp != c)
-        pp = &(*pp)->hnext;
-    *pp = c->hnext;
-    in->count--;
-}
-
-static void lru_unlink(struct zarr_input *in, struct chunk *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        in->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        in->tail = c->prev;
-    c->prev = c->next = NULL;
-}
-
-static void lru_push_front(struct zarr_input *in, struct chunk *c)
-{
-    c->prev = NULL;
-    c->next = in->head;
-    if (in->head)
-        in->head->prev = c;
-    in->head = c;
-    if (!in->tail)
-        in->tail = c;
+    struct idlru_node *n = idlru_find(&in->lru, id);
+    return n ? IDLRU_ENTRY(n, struct chunk, node) : NULL;
 }
 
 /* Drops least recently used, unpinned chunks until the cache fits its budget. */
 static void evict(struct zarr_input *in)
 {
-    struct chunk *c = in->tail;
-    while (in->bytes > in->cap && c) {
-        struct chunk *prev = c->prev;
+    struct idlru_node *n = idlru_oldest(&in->lru);
+    while (in->bytes > in->cap && n) {
+        struct idlru_node *newer = idlru_newer(&in->lru, n);
+        struct chunk *c = IDLRU_ENTRY(n, struct chunk, node);
         if (c->refs == 0) {
-            lru_unlink(in, c);
-            hash_remove(in, c);
+            idlru_del(&in->lru, n);
             in->bytes -= c->cost;
             in->stats.evictions++;
             free(c->data);
             free(c);
         }
-        c = prev;
+        n = newer;
     }
 }
 
@@ -449,8 +386,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     }
     if (c && !same_file(&c->fid, now)) {
         /* The file changed since it was decoded: forget that version. */
-        hash_remove(in, c);
-        lru_unlink(in, c);
+        idlru_del(&in->lru, &c->node);
         in->bytes -= c->cost;
         c->stale = true;
         if (c->refs == 0) {
@@ -462,20 +398,17 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     if (c) {
         c->refs++;
         in->stats.hits++;
-        if (c != in->head) {
-            lru_unlink(in, c);
-            lru_push_front(in, c);
-        }
+        idlru_use(&in->lru, &c->node);
         pthread_mutex_unlock(&in->lock);
         *out = c;
         return 0;
     }
     c = xcalloc(1, sizeof *c);
-    c->id = id;
+    c->node.id = id;
     c->fid = *now;
     c->loading = true;
     c->refs = 1;
-    hash_insert(in, c);
+    idlru_add(&in->lru, &c->node);
     in->stats.loads++;
     pthread_mutex_unlock(&in->lock);
 
@@ -485,7 +418,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
 
     pthread_mutex_lock(&in->lock);
     if (r < 0) {
-        hash_remove(in, c);
+        idlru_del(&in->lru, &c->node);
         free(c);
         c = NULL;
     } else {
@@ -493,7 +426,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         c->loading = false;
         c->cost = sizeof *c + cost;
         in->bytes += c->cost;
-        lru_push_front(in, c);
+        idlru_use(&in->lru, &c->node);
         evict(in);
     }
     pthread_cond_broadcast(&in->loaded);
@@ -670,8 +603,7 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
     /* two read units, and a shard index that stays while its inner chunks are read */
     size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk)) + in->index_nbytes;
     in->cap = lru_bytes > min_cap ? lru_bytes : min_cap;
-    in->nbuckets = 64;
-    in->buckets = xcalloc(in->nbuckets, sizeof *in->buckets);
+    idlru_init(&in->lru);
     pthread_mutex_init(&in->lock, NULL);
     pthread_cond_init(&in->loaded, NULL);
     *out = in;
@@ -706,17 +638,20 @@ void zarr_input_get_stats(struct zarr_input *in, struct zarr_input_stats *st)
     pthread_mutex_unlock(&in->lock);
 }
 
+static void free_chunk(struct idlru_node *n, void *ctx)
+{
+    (void)ctx;
+    struct chunk *c = IDLRU_ENTRY(n, struct chunk, node);
+    free(c->data);
+    free(c);
+}
+
 void zarr_input_close(struct zarr_input *in)
 {
     if (!in)
         return;
-    for (size_t i = 0; i < in->nbuckets; i++)
-        for (struct chunk *c = in->buckets[i], *next; c; c = next) {
-            next = c->hnext;
-            free(c->data);
-            free(c);
-        }
-    free(in->buckets);
+    idlru_each(&in->lru, free_chunk, NULL);
+    idlru_destroy(&in->lru);
     pthread_mutex_destroy(&in->lock);
     pthread_cond_destroy(&in->loaded);
     close(in->dirfd);
