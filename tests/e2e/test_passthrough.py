@@ -1,4 +1,4 @@
-"""FUSE passthrough (README "Performance"): where the kernel allows it, an open chunk is read by
+"""FUSE passthrough (docs/design.md): where the kernel allows it, an open chunk is read by
 the kernel straight from its cache file, so the daemon answers no READ for it; the bytes are
 the same as through the daemon, every reader sees them (read, mmap, many threads at once),
 and a chunk recomputed while its previous version is still open is never served stale."""
