@@ -1,0 +1,55 @@
+/* table_write.h: encodes a masking ROI table (SPEC section 11) as the files of its Zarr group
+ * tables/NAME/, in memory: AnnData's Zarr encoding or ngio's CSV back end, Zarr v2 or v3. */
+#ifndef ROIFS_TABLE_WRITE_H
+#define ROIFS_TABLE_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+/* How the table is stored: an AnnData object, or table.csv next to the group attributes. */
+enum table_backend { TABLE_ANNDATA, TABLE_CSV };
+
+/* One object: its id in the label image and its bounding box in micrometres, per axis in the
+ * order z, y, x. An image without a z axis has start[0] = 0 and length[0] = 1 (SPEC 11). */
+struct table_row {
+    uint64_t label;
+    double start[3];
+    double length[3];
+};
+
+struct table_spec {
+    int zarr_format; /* 2 or 3: the format of the image the table belongs to */
+    enum table_backend backend;
+    const char *region_path; /* the label image, relative to the table group: "../labels/NAME" */
+};
+
+/* One file of the table group; path is relative to tables/NAME/ ("X/.zarray", "table.csv").
+ * Directories are the paths' prefixes; data is not NUL-terminated. */
+struct table_file {
+    char *path;
+    unsigned char *data;
+    size_t len;
+};
+
+/* The whole group, sorted by path (strcmp), so that lookups can bisect. */
+struct table_files {
+    struct table_file *v;
+    size_t n;
+};
+
+/* Largest number of rows table_encode accepts (every array is one chunk). */
+#define TABLE_MAX_ROWS ((size_t)1 << 24)
+
+/* Encodes rows[0..nrows) (any order; written sorted by label, so the same set of rows always
+ * gives the same bytes) into *out. Refuses (-EINVAL with a message) a format other than 2 or
+ * 3, a missing region path, label 0, a label given twice, a non-finite number or one beyond
+ * float32's range, and more than TABLE_MAX_ROWS rows (-EFBIG). *out is untouched on failure. */
+int table_encode(const struct table_spec *spec, const struct table_row *rows, size_t nrows,
+                 struct table_files *out, struct errbuf *err);
+/* The file at path, or NULL. */
+const struct table_file *table_files_find(const struct table_files *f, const char *path);
+void table_files_free(struct table_files *f);
+
+#endif
