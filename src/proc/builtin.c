@@ -1,6 +1,8 @@
-/* builtin.c: the builtin processors of SPEC §7 (copy, add, multiply, threshold, gaussian), for
- * demos, tests and benchmarks. Elementwise ops stream through small blocks; gaussian works on
- * the whole read region in double precision, matching scipy.ndimage.gaussian_filter. */
+/* builtin.c: the builtin processors of SPEC §7 (copy, add, multiply, threshold, gaussian,
+ * label), for demos, tests and benchmarks. Elementwise ops stream through small blocks; gaussian
+ * works on the whole read region in double precision, matching scipy.ndimage.gaussian_filter;
+ * label is label.c. */
+#include "label.h"
 #include "proc.h"
 
 #include <errno.h>
@@ -12,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-enum builtin_op { OP_COPY, OP_ADD, OP_MULTIPLY, OP_THRESHOLD, OP_GAUSSIAN };
+enum builtin_op { OP_COPY, OP_ADD, OP_MULTIPLY, OP_THRESHOLD, OP_GAUSSIAN, OP_LABEL };
 
 /* Elements converted per block: small enough to stay in cache, large enough to amortise. */
 #define BLOCK_ELEMS 4096
@@ -35,12 +37,14 @@ static const struct builtin_def {
     {"multiply", OP_MULTIPLY, "value", 1},
     {"threshold", OP_THRESHOLD, "value", 0},
     {"gaussian", OP_GAUSSIAN, "sigma", 1},
+    {"label", OP_LABEL, "value", 0},
 };
 
 struct builtin {
     struct proc base;
     enum builtin_op op;
     double value;
+    struct label_value threshold; /* label: `value` as written, exact for 64-bit integers */
     double sigma[ROIFS_MAX_DIM];
     int nsigma; /* 1: the same for every axis */
     double delay;
@@ -109,6 +113,8 @@ static int parse_params(const struct config *cfg, const struct builtin_def *def,
             rc = parse_sigma(cfg, pm, b, err);
         } else if (def->param && !strcmp(pm->name, def->param)) {
             rc = parse_param_number(cfg, pm, pm->value, &b->value, err);
+            if (!rc && def->op == OP_LABEL) /* accepts what parse_double accepts */
+                (void)label_value_parse(pm->value, &b->threshold);
         } else {
             rc = conf_error(
                 cfg, pm->line, err, "param.%s: unknown parameter (builtin %s takes %s%sdelay)",
@@ -348,6 +354,10 @@ static int builtin_run(struct proc *p, const struct proc_request *rq, struct err
                        rq->out_nbytes, n, rq->out_dtype.size);
     if (b->op == OP_GAUSSIAN)
         return run_gaussian(b, rq, n, err);
+    if (b->op == OP_LABEL) {
+        struct label_block blk = {rq->ndim, rq->in_shape, rq->in_dtype};
+        return label_run(&blk, rq->in, &b->threshold, &rq->out_dtype, rq->out, NULL, NULL, err);
+    }
     if (b->op == OP_COPY && rq->in_dtype.kind == rq->out_dtype.kind &&
         rq->in_dtype.size == rq->out_dtype.size) {
         if (n)
@@ -390,7 +400,7 @@ int proc_builtin_create(const struct config *cfg, struct proc **out, struct errb
     if (!def)
         return conf_error(cfg, config_line(cfg, "process", "builtin"), err,
                           "[process] builtin: unknown '%s' (expected copy, add, multiply, "
-                          "threshold or gaussian)",
+                          "threshold, gaussian or label)",
                           cfg->proc_value ? cfg->proc_value : "");
     struct builtin *b = xcalloc(1, sizeof *b);
     b->base.ops = &builtin_ops;
@@ -398,6 +408,7 @@ int proc_builtin_create(const struct config *cfg, struct proc **out, struct errb
     b->value = def->def;
     b->sigma[0] = def->def;
     b->nsigma = 1;
+    label_value_parse("0", &b->threshold);
     int rc = parse_params(cfg, def, b, err);
     if (rc) {
         free(b);
