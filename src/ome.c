@@ -206,3 +206,110 @@ void ome_image_free(struct ome_image *img)
     free(img->axes_json);
     memset(img, 0, sizeof *img);
 }
+
+/* ---- the axes of an OME-Zarr output ---- */
+
+static const char *const generic_names[] = {"t", "c", "z", "y", "x"};
+static const char *const generic_types[] = {"time", "channel", "space", "space", "space"};
+
+static const char *type_of_name(const char *name)
+{
+    for (int k = 0; k < 5; k++)
+        if (strcmp(name, generic_names[k]) == 0)
+            return generic_types[k];
+    return NULL;
+}
+
+/* img's axes as objects, each with a "type" where its name says it. */
+static json_t *input_axes(const struct ome_image *img)
+{
+    json_t *a = json_loads(img->axes_json, 0, NULL), *res = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+    {
+        json_t *o = json_is_string(v) ? json_pack("{s:O}", "name", v) : json_deep_copy(v);
+        const char *name = json_string_value(json_object_get(o, "name"));
+        const char *type = name ? type_of_name(name) : NULL;
+        if (json_is_object(o) && !json_object_get(o, "type") && type)
+            json_object_set_new(o, "type", json_string(type));
+        json_array_append_new(res, o);
+    }
+    json_decref(a);
+    return res;
+}
+
+/* 0 when axes keep the MUST rules of OME-NGFF 0.4 and 0.5 on "axes"; else -EINVAL. */
+static int check_axes(const json_t *axes, struct errbuf *err)
+{
+    size_t n = json_array_size(axes), nspace = 0, ntime = 0, nother = 0;
+    int rank_prev = 0;
+    for (size_t d = 0; d < n; d++) {
+        json_t *a = json_array_get(axes, d);
+        const char *name = json_string_value(json_object_get(a, "name"));
+        if (!json_is_object(a) || !name)
+            return err_set(err, -EINVAL, "axis %zu has no name", d);
+        for (size_t e = 0; e < d; e++) /* the earlier axes have names: checked */
+            if (strcmp(name, json_string_value(json_object_get(json_array_get(axes, e), "name"))) ==
+                0)
+                return err_set(err, -EINVAL, "the axis name '%s' is used twice", name);
+        json_t *tv = json_object_get(a, "type");
+        if (tv && !json_is_string(tv))
+            return err_set(err, -EINVAL, "the type of axis '%s' is not a string", name);
+        const char *type = json_string_value(tv);
+        int rank = type && strcmp(type, "time") == 0    ? 0
+                   : type && strcmp(type, "space") == 0 ? 2
+                                                        : 1;
+        if (rank < rank_prev)
+            return err_set(err, -EINVAL,
+                           "axis '%s' comes after a %s axis (the order must be time, then channel "
+                           "or custom, then space)",
+                           name, rank_prev == 2 ? "space" : "channel or custom");
+        rank_prev = rank;
+        nspace += rank == 2;
+        ntime += rank == 0;
+        nother += rank == 1;
+    }
+    if (nspace < 2 || nspace > 3)
+        return err_set(err, -EINVAL, "%zu axes of type space (2 or 3 are needed)", nspace);
+    if (ntime > 1 || nother > 1)
+        return err_set(err, -EINVAL, "more than one %s axis",
+                       ntime > 1 ? "time" : "channel or custom");
+    return 0;
+}
+
+json_t *ome_output_axes(const struct ome_image *img, int ndim, struct errbuf *err)
+{
+    if (ndim < 2 || ndim > 5) {
+        err_set(err, -EINVAL, "OME-NGFF images have 2 to 5 axes, the input has %d dimensions",
+                ndim);
+        return NULL;
+    }
+    json_t *axes;
+    bool from_input = img->found && img->ndim == ndim && img->axes_json;
+    if (from_input) {
+        axes = input_axes(img);
+    } else {
+        axes = json_array();
+        for (int k = 5 - ndim; k < 5; k++)
+            json_array_append_new(
+                axes, json_pack("{s:s, s:s}", "name", generic_names[k], "type", generic_types[k]));
+    }
+    struct errbuf e;
+    if (check_axes(axes, &e) < 0) {
+        char *text = json_dumps(axes, JSON_COMPACT);
+        err_set(err, -EINVAL, "the input's axes %s are not valid OME-NGFF axes: %s", text, e.msg);
+        free(text);
+        json_decref(axes);
+        return NULL;
+    }
+    return axes;
+}
+
+json_t *ome_axes_names(const json_t *axes)
+{
+    json_t *names = json_array();
+    for (size_t i = 0; i < json_array_size(axes); i++)
+        json_array_append(names, json_object_get(json_array_get(axes, i), "name"));
+    return names;
+}

@@ -3,6 +3,7 @@
 #ifndef ROIFS_OME_H
 #define ROIFS_OME_H
 
+#include <jansson.h>
 #include <stdbool.h>
 
 #include "util.h"
@@ -25,5 +26,15 @@ struct ome_image {
  * left for the array reader to refuse (array_path = path). 0 or -EINVAL with a message. */
 int ome_resolve(const char *path, int level, struct ome_image *img, struct errbuf *err);
 void ome_image_free(struct ome_image *img);
+
+/* The OME-NGFF "axes" of an image of ndim dimensions made from img: img's axes when they
+ * describe ndim dimensions (string axes become objects; a missing "type" is inferred from
+ * the names t, c, z, y, x), else the last ndim of t, c, z, y, x. NULL with err->msg saying
+ * why when they break a MUST of OME-NGFF 0.4 and 0.5: 2 to 5 axes with unique names, 2 or 3
+ * of type space, at most one time and one channel or custom axis, in that order. */
+json_t *ome_output_axes(const struct ome_image *img, int ndim, struct errbuf *err);
+
+/* The names of axes as a JSON list (new reference). */
+json_t *ome_axes_names(const json_t *axes);
 
 #endif

@@ -128,6 +128,47 @@ static int resolve_v3(struct task *t, struct errbuf *err)
     return 0;
 }
 
+/* True when v is a list of n strings: dimension names a Zarr v2 reader (xarray) can use. */
+static bool names_are_strings(const json_t *v, int n)
+{
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return false;
+    for (size_t i = 0; i < json_array_size(v); i++)
+        if (!json_is_string(json_array_get(v, i)))
+            return false;
+    return true;
+}
+
+/* The presented array's dimension names. With ome, the names of the OME axes, since
+ * OME-NGFF 0.5 requires every level's dimension_names to match them (and axes that break
+ * OME-NGFF's rules are refused here). Otherwise the input's, from its zarr.json
+ * dimension_names or its _ARRAY_DIMENSIONS attribute (xarray's Zarr v2 convention), so that
+ * they survive a change of format. */
+static int resolve_dimension_names(struct task *t, struct errbuf *err)
+{
+    json_t *names = NULL;
+    const char *text = zarr_input_dimension_names_text(t->input);
+    if (t->cfg.ome) {
+        struct errbuf e;
+        json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
+        if (!axes)
+            TASK_ERR(t, err, "output", "ome", "[output] ome = true: %s", e.msg);
+        names = ome_axes_names(axes);
+        json_decref(axes);
+    } else if (text) {
+        names = json_loads(text, 0, NULL);
+    } else if ((text = zarr_input_zattrs_text(t->input))) {
+        json_t *attrs = json_loads(text, 0, NULL);
+        json_t *a = json_object_get(attrs, "_ARRAY_DIMENSIONS");
+        if (names_are_strings(a, t->out.ndim))
+            names = json_incref(a);
+        json_decref(attrs);
+    }
+    t->dimension_names = names ? json_dumps(names, JSON_COMPACT) : NULL;
+    json_decref(names);
+    return 0;
+}
+
 static int resolve_output(struct task *t, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
@@ -136,8 +177,6 @@ static int resolve_output(struct task *t, struct errbuf *err)
     o->format = cfg->format == 3 ? 3 : 2;
     if (cfg->shard_ndim && o->format != 3)
         TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
-    if (cfg->ome && t->in->ndim < 2)
-        TASK_ERR(t, err, "output", "ome", "[output] ome = true needs at least 2 dimensions");
     o->ndim = t->in->ndim;
     memcpy(o->shape, t->in->shape, sizeof o->shape);
     int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
@@ -172,7 +211,7 @@ static int resolve_output(struct task *t, struct errbuf *err)
     }
     t->chunk_nbytes = zarr_meta_chunk_nbytes(o);
     t->chunk_fixed_size = zarr_chunk_fixed_size(o);
-    return 0;
+    return resolve_dimension_names(t, err);
 }
 
 /* [rois] table: micrometers to indices with the pixel size of the input's OME metadata. */
@@ -306,6 +345,13 @@ static void build_zattrs(struct task *t)
                   proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params", params,
                   "rois", (json_int_t)t->rois.n, "fingerprint", fp);
     json_object_set_new(attrs, "roifs", prov);
+    /* dimension names live in zarr.json for format 3, in this attribute for format 2 */
+    json_t *names = t->dimension_names ? json_loads(t->dimension_names, 0, NULL) : NULL;
+    if (t->out.format == 3 && names)
+        json_object_del(attrs, "_ARRAY_DIMENSIONS");
+    else if (names_are_strings(names, t->out.ndim))
+        json_object_set(attrs, "_ARRAY_DIMENSIONS", names);
+    json_decref(names);
     t->zattrs_json = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
     json_decref(attrs);
 }
@@ -337,16 +383,15 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
         goto fail;
     if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
-    const char *dimnames = zarr_input_dimension_names_text(t->input);
     if (t->out.format == 3)
-        t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, dimnames);
+        t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, t->dimension_names);
     else
         t->zarray_json = zarr_meta_emit_v2(&t->out);
     build_manifest(t);
     build_zattrs(t);
     if (t->out.format == 3) {
         free(t->zarr_json);
-        t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, dimnames);
+        t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, t->dimension_names);
     }
     resolve_cache_dir(t);
     if (t->cfg.ome && (r = pyramid_build(t, err)) < 0)
@@ -380,6 +425,7 @@ void task_close(struct task *t)
     free(t->zarray_json);
     free(t->zattrs_json);
     free(t->zarr_json);
+    free(t->dimension_names);
     free(t->manifest);
     free(t->cache_dir);
     if (t->level == 0) /* pyramid levels borrow level 0's configuration */

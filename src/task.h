@@ -47,6 +47,9 @@ struct task {
     char *manifest;    /* canonical description of everything that defines the result */
     uint64_t fingerprint;
     char *cache_dir; /* absolute */
+    /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
+     * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
+    char *dimension_names;
     /* ---- [output] ome = true: an image group of nlevels arrays (pyramid.c) ---- */
     struct input_source src;              /* level >= 1: reads level-1 through up_engine */
     int level;                            /* this task's pyramid level (0: the computed array) */

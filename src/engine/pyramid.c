@@ -288,6 +288,42 @@ static int level_signature(void *ctx, const uint64_t *start, const uint64_t *sha
     return 0;
 }
 
+/* ---- metadata ---- */
+
+/* A level's array metadata: level 0's dimension names (the OME axes names), in zarr.json for
+ * format 3 (OME-NGFF 0.5 requires them there) and as _ARRAY_DIMENSIONS for format 2. */
+static void level_meta(struct task *t, const char *dimension_names)
+{
+    const struct zarr_meta *o = &t->out;
+    t->dimension_names = dimension_names ? xstrdup(dimension_names) : NULL;
+    if (o->format == 3) {
+        t->zattrs_json = xstrdup("{}");
+        t->zarr_json = zarr_meta_emit_v3(o, NULL, t->dimension_names);
+        return;
+    }
+    json_t *attrs = json_object();
+    if (t->dimension_names)
+        json_object_set_new(attrs, "_ARRAY_DIMENSIONS", json_loads(t->dimension_names, 0, NULL));
+    t->zattrs_json = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
+    json_decref(attrs);
+    t->zarray_json = zarr_meta_emit_v2(o);
+}
+
+/* The multiscale's "metadata" (a SHOULD of OME-NGFF that the strict schemas require): how
+ * the levels were made. */
+static json_t *downsample_metadata(const struct task *t)
+{
+    return json_pack("{s:s, s:s, s:s}", "description",
+                     t->nearest ? "each level takes the top-left element of each 2x2 block of y "
+                                  "and x of the level before"
+                                : "each level is the mean of each 2x2 block of y and x of the "
+                                  "level before (of the part inside the array; integers rounded "
+                                  "half to even)",
+                     "method",
+                     t->nearest ? "roifs downsample = nearest" : "roifs downsample = mean",
+                     "version", ROIFS_VERSION);
+}
+
 /* ---- the level tasks ---- */
 
 static int level_task(struct task *l0, struct task *up, int level, struct task **out,
@@ -362,12 +398,7 @@ static int level_task(struct task *l0, struct task *up, int level, struct task *
     struct proc *p = xcalloc(1, sizeof *p);
     p->ops = &copy_ops;
     t->proc = p;
-    const char *dimnames = zarr_input_dimension_names_text(l0->input);
-    t->zattrs_json = xstrdup("{}");
-    if (o->format == 3)
-        t->zarr_json = zarr_meta_emit_v3(o, NULL, dimnames);
-    else
-        t->zarray_json = zarr_meta_emit_v2(o);
+    level_meta(t, l0->dimension_names);
     t->manifest =
         xasprintf("roifs-level 1\nlevel %d\nupstream %016llx\nmethod %s\naxes %d %d\n"
                   "output %s\n",
@@ -379,43 +410,12 @@ static int level_task(struct task *l0, struct task *up, int level, struct task *
     return 0;
 }
 
-/* The multiscales axes: the input's OME axes when they describe it, else generic names. */
-static json_t *group_axes(const struct task *t)
+static int build_group(struct task *t, struct errbuf *err)
 {
     int nd = t->out.ndim;
-    if (t->ome.found && t->ome.ndim == nd && t->ome.axes_json) {
-        json_t *a = json_loads(t->ome.axes_json, 0, NULL), *res = json_array();
-        size_t i;
-        json_t *v;
-        json_array_foreach(a, i, v)
-        {
-            if (json_is_string(v))
-                json_array_append_new(res, json_pack("{s:O}", "name", v));
-            else
-                json_array_append(res, v);
-        }
-        json_decref(a);
-        return res;
-    }
-    static const char *const names[] = {"t", "c", "z", "y", "x"};
-    static const char *const types[] = {"time", "channel", "space", "space", "space"};
-    json_t *res = json_array();
-    for (int d = 0; d < nd; d++) {
-        int k = 5 - nd + d;
-        if (k >= 0)
-            json_array_append_new(res, json_pack("{s:s, s:s}", "name", names[k], "type", types[k]));
-        else {
-            char name[16];
-            snprintf(name, sizeof name, "dim_%d", d);
-            json_array_append_new(res, json_pack("{s:s}", "name", name));
-        }
-    }
-    return res;
-}
-
-static void build_group(struct task *t)
-{
-    int nd = t->out.ndim;
+    json_t *axes = ome_output_axes(&t->ome, nd, err); /* checked by task_open: no error */
+    if (!axes)
+        return -EINVAL;
     bool ome_ok = t->ome.found && t->ome.ndim == nd;
     json_t *datasets = json_array();
     for (int l = 0; l < t->nlevels; l++) {
@@ -432,8 +432,9 @@ static void build_group(struct task *t)
                                                   "coordinateTransformations", "type", "scale",
                                                   "scale", scale));
     }
-    json_t *ms = json_pack("{s:s, s:o, s:o, s:s}", "name", "roifs", "axes", group_axes(t),
-                           "datasets", datasets, "type", t->nearest ? "nearest" : "mean");
+    json_t *ms =
+        json_pack("{s:s, s:o, s:o, s:s, s:o}", "name", "roifs", "axes", axes, "datasets", datasets,
+                  "type", t->nearest ? "nearest" : "mean", "metadata", downsample_metadata(t));
     json_t *attrs = json_object();
     json_t *a0 = json_loads(t->zattrs_json, 0, NULL);
     json_t *prov = json_object_get(a0, "roifs");
@@ -454,6 +455,7 @@ static void build_group(struct task *t)
         t->group_meta_json = xstrdup("{\n    \"zarr_format\": 2\n}");
         json_decref(attrs);
     }
+    return 0;
 }
 
 int pyramid_build(struct task *t, struct errbuf *err)
@@ -476,8 +478,7 @@ int pyramid_build(struct task *t, struct errbuf *err)
         if (r < 0)
             return r;
     }
-    build_group(t);
-    return 0;
+    return build_group(t, err);
 }
 
 void pyramid_free(struct task *t)
