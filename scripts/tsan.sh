@@ -8,7 +8,7 @@ scripts/install-deps.sh
 build=${ROIFS_TSAN_BUILD:-build-tsan}
 tests=(test_engine test_engine_stress test_input test_proc test_slurm)
 if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
+    meson setup "$build" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dwerror=true \
         >/dev/null
 fi
 # everything: test_proc also loads the example plugins

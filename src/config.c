@@ -682,7 +682,16 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
     size_t len;
     int r = file_read_all(path, &text, &len);
     if (r < 0)
-        return err_set(err, r, "%s: cannot read: %s", path, strerror(-r));
+        return err_set(err, r, "%s: cannot read: %s", path, file_strerror(r));
+    /* inih stops at a NUL: "builtin = add\0junk" would be taken for "add" */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        int line = 1;
+        for (const char *c = text; c < nul; c++)
+            line += *c == '\n';
+        free(text);
+        return err_set(err, -EINVAL, "%s:%d: NUL byte (not a text file?)", path, line);
+    }
     set_defaults(cfg);
     cfg->path = path_absolute(path);
     cfg->dir = path_dirname(cfg->path);

@@ -9,36 +9,49 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Reads dir/name into *text; *text NULL when it does not exist. A file that exists but cannot
+ * be read (not a regular file, too large, ...) is an error naming it. */
+static int read_node_file(const char *dir, const char *name, char **text, size_t *len,
+                          struct errbuf *err)
+{
+    char *p = path_join(dir, name);
+    int r = file_read_all(p, text, len);
+    if (r == -ENOENT || r == -ENOTDIR) {
+        *text = NULL;
+        r = 0;
+    } else if (r < 0) {
+        err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
+        r = -EINVAL;
+    }
+    free(p);
+    return r;
+}
+
 /* The node metadata of dir: .zattrs (v2) or zarr.json's "attributes" (v3), and whether the
- * node is an array. NULL attributes when there are none. */
-static json_t *node_attrs(const char *dir, bool *is_array)
+ * node is an array. *attrs NULL when there are none. */
+static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct errbuf *err)
 {
     char *p = path_join(dir, ".zarray");
     struct stat st;
     *is_array = stat(p, &st) == 0;
     free(p);
+    *attrs = NULL;
     char *text;
     size_t len;
-    json_t *attrs = NULL;
-    p = path_join(dir, "zarr.json");
-    if (file_read_all(p, &text, &len) == 0) {
+    int r = read_node_file(dir, "zarr.json", &text, &len, err);
+    if (r == 0 && text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         free(text);
         const char *nt = json_string_value(json_object_get(root, "node_type"));
         if (nt && strcmp(nt, "array") == 0)
             *is_array = true;
-        attrs = json_incref(json_object_get(root, "attributes"));
+        *attrs = json_incref(json_object_get(root, "attributes"));
         json_decref(root);
-    } else {
-        char *z = path_join(dir, ".zattrs");
-        if (file_read_all(z, &text, &len) == 0) {
-            attrs = json_loadb(text, len, 0, NULL);
-            free(text);
-        }
-        free(z);
+    } else if (r == 0 && (r = read_node_file(dir, ".zattrs", &text, &len, err)) == 0 && text) {
+        *attrs = json_loadb(text, len, 0, NULL);
+        free(text);
     }
-    free(p);
-    return attrs;
+    return r;
 }
 
 /* attributes.ome.multiscales (0.5) or attributes.multiscales (0.4); the first one. */
@@ -142,9 +155,11 @@ int ome_resolve(const char *path, int level, struct ome_image *img, struct errbu
 {
     memset(img, 0, sizeof *img);
     bool is_array;
-    json_t *attrs = node_attrs(path, &is_array);
+    json_t *attrs;
+    int r = node_attrs(path, &is_array, &attrs, err);
+    if (r < 0)
+        return r;
     json_t *ms = is_array ? NULL : first_multiscale(attrs);
-    int r = 0;
     if (ms) { /* an image group: datasets[level] */
         json_t *datasets = json_object_get(ms, "datasets");
         if ((size_t)level >= json_array_size(datasets)) {
@@ -175,8 +190,9 @@ int ome_resolve(const char *path, int level, struct ome_image *img, struct errbu
     char *parent = path_dirname(img->array_path);
     char *name = base_name(img->array_path);
     bool parent_is_array;
-    json_t *pattrs = node_attrs(parent, &parent_is_array);
-    json_t *pms = parent_is_array ? NULL : first_multiscale(pattrs);
+    json_t *pattrs;
+    r = node_attrs(parent, &parent_is_array, &pattrs, err);
+    json_t *pms = r < 0 || parent_is_array ? NULL : first_multiscale(pattrs);
     size_t k;
     json_t *ds;
     json_array_foreach(json_object_get(pms, "datasets"), k, ds)

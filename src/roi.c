@@ -6,11 +6,14 @@
 #include "roi.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- the ROI list ---- */
 
@@ -227,77 +230,170 @@ static const char *parse_line_fast(struct roi_parser *p, const char *s, const ch
     return s;
 }
 
-static int parse_buffer(const char *name, const char *text, size_t len, int ndim,
-                        const uint64_t *shape, struct roi_set *out, struct errbuf *err)
+/* The ROI list is read in blocks, never whole: it may hold millions of ROIs, and memory per
+ * line is bounded, so that a huge file without newlines fails fast. */
+#define ROI_READ_BLOCK ((size_t)1 << 20)
+#define ROI_LINE_MAX   ((size_t)1 << 16)
+
+static int line_error(struct roi_parser *p, const char *s, size_t len)
+{
+    if (memchr(s, '\0', len))
+        return parse_fail(p, "NUL byte (not a text file?)");
+    return parse_fail(p, "line longer than %zu bytes", ROI_LINE_MAX);
+}
+
+/* Parses the complete line [s, e) (its newline, if any, included). */
+static int parse_one_line(struct roi_parser *p, const char *s, const char *e)
+{
+    p->line++;
+    if ((size_t)(e - s) > ROI_LINE_MAX || memchr(s, '\0', (size_t)(e - s)))
+        return line_error(p, s, (size_t)(e - s));
+    if (parse_line_fast(p, s, e))
+        return 0;
+    const char *nl = memchr(s, '\n', (size_t)(e - s));
+    const char *end = nl ? nl : e;
+    const char *hash = memchr(s, '#', (size_t)(end - s));
+    const char *c = s, *ce = hash ? hash : end;
+    trim(&c, &ce);
+    return c < ce ? parse_line(p, c, ce) : 0;
+}
+
+/* Parses every line of [s, end) that ends in a newline, and at the end of the input
+ * (`final`) the last one without. Returns where the unparsed rest starts, or NULL on error. */
+static const char *parse_lines(struct roi_parser *p, const char *s, const char *end, bool final)
+{
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        if (!nl && !final)
+            break;
+        const char *e = nl ? nl + 1 : end;
+        if (parse_one_line(p, s, e) < 0)
+            return NULL;
+        s = e;
+    }
+    return s;
+}
+
+static int start_set(const char *name, int ndim, struct roi_set *out, struct errbuf *err)
 {
     memset(out, 0, sizeof *out);
     if (ndim < 1 || ndim > ROIFS_MAX_DIM)
         return err_set(err, -EINVAL, "%s: cannot hold ROIs of an array with %d dimensions", name,
                        ndim);
     out->ndim = ndim;
-    struct roi_parser p = {.name = name, .ndim = ndim, .shape = shape, .out = out, .err = err};
-    const char *end = text + len;
-    /* room for one ROI per line up front: no copying while the list grows */
-    p.cap = 1;
-    for (const char *c = text; (c = memchr(c, '\n', (size_t)(end - c))) != NULL; c++)
-        p.cap++;
-    out->start = xmalloc(p.cap * (size_t)ndim * sizeof(uint64_t));
-    out->stop = xmalloc(p.cap * (size_t)ndim * sizeof(uint64_t));
-    for (const char *s = text; s < end;) {
-        p.line++;
-        const char *next = parse_line_fast(&p, s, end);
-        if (next) {
-            s = next;
-            continue;
-        }
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        const char *e = nl ? nl : end;
-        const char *hash = memchr(s, '#', (size_t)(e - s));
-        const char *c = s, *ce = hash ? hash : e;
-        trim(&c, &ce);
-        if (c < ce && parse_line(&p, c, ce) < 0) {
-            roi_set_free(out);
-            return -EINVAL;
-        }
-        s = nl ? nl + 1 : end;
-    }
-    if (out->n == 0) {
+    return 0;
+}
+
+static int finish_set(struct roi_parser *p, int r)
+{
+    struct roi_set *out = p->out;
+    if (r == 0 && out->n == 0)
+        r = err_set(p->err, -EINVAL, "%s: no ROIs (only blank lines and comments)", p->name);
+    if (r < 0) {
         roi_set_free(out);
-        return err_set(err, -EINVAL, "%s: no ROIs (only blank lines and comments)", name);
+        return r;
     }
-    if (out->n < p.cap) {
-        out->start = xrealloc(out->start, out->n * (size_t)ndim * sizeof(uint64_t));
-        out->stop = xrealloc(out->stop, out->n * (size_t)ndim * sizeof(uint64_t));
+    if (out->n < p->cap) {
+        out->start = xrealloc(out->start, out->n * (size_t)out->ndim * sizeof(uint64_t));
+        out->stop = xrealloc(out->stop, out->n * (size_t)out->ndim * sizeof(uint64_t));
     }
     return 0;
+}
+
+static bool skip_bom(const char **s, const char *end)
+{
+    if (end - *s >= 3 && memcmp(*s, "\xef\xbb\xbf", 3) == 0) {
+        *s += 3;
+        return true;
+    }
+    return false;
 }
 
 int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
                    struct roi_set *out, struct errbuf *err)
 {
-    return parse_buffer(name, text, strlen(text), ndim, shape, out, err);
+    int r = start_set(name, ndim, out, err);
+    if (r < 0)
+        return r;
+    struct roi_parser p = {.name = name, .ndim = ndim, .shape = shape, .out = out, .err = err};
+    const char *s = text, *end = text + strlen(text);
+    skip_bom(&s, end);
+    return finish_set(&p, parse_lines(&p, s, end, true) ? 0 : -EINVAL);
+}
+
+/* Opens path for reading: a regular file (or a symlink to one); a FIFO must not block. */
+static int open_list(const char *path, struct errbuf *err)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, -errno, "%s: cannot read: %s", path, strerror(errno));
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && !S_ISREG(st.st_mode))
+        r = S_ISDIR(st.st_mode) ? -EISDIR : FILE_ERR_NOT_REGULAR;
+    if (r < 0) { /* -EIO, not -EINVAL: the message has no line (see roi_parse_file) */
+        close(fd);
+        return err_set(err, -EIO, "%s: cannot read: %s", path, file_strerror(r));
+    }
+    return fd;
+}
+
+/* Reads fd block by block, parsing complete lines; the incomplete last one moves to the front. */
+static int parse_stream(struct roi_parser *p, int fd)
+{
+    char *buf = xmalloc(ROI_READ_BLOCK + ROI_LINE_MAX);
+    size_t have = 0;
+    bool first = true;
+    int r = 0;
+    for (;;) {
+        ssize_t got = read(fd, buf + have, ROI_READ_BLOCK + ROI_LINE_MAX - have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            r = err_set(p->err, -errno, "%s: cannot read: %s", p->name, strerror(errno));
+            break;
+        }
+        const char *s = buf, *end = buf + have + (size_t)got;
+        if (first && (end - s >= 3 || got == 0)) {
+            skip_bom(&s, end); /* a UTF-8 byte order mark, as editors on Windows write */
+            first = false;
+        }
+        if (first) { /* fewer than 3 bytes so far: wait for more before parsing */
+            have = (size_t)(end - buf);
+            continue;
+        }
+        const char *rest = parse_lines(p, s, end, got == 0);
+        if (!rest) {
+            r = -EINVAL;
+            break;
+        }
+        if (got == 0)
+            break;
+        have = (size_t)(end - rest);
+        if (have > ROI_LINE_MAX) {
+            p->line++;
+            r = line_error(p, rest, have);
+            break;
+        }
+        memmove(buf, rest, have);
+    }
+    free(buf);
+    return r;
 }
 
 int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi_set *out,
                    struct errbuf *err)
 {
-    char *text;
-    size_t len;
-    memset(out, 0, sizeof *out);
-    int r = file_read_all(path, &text, &len);
+    int r = start_set(path, ndim, out, err);
     if (r < 0)
-        return err_set(err, r, "%s: cannot read: %s", path, strerror(-r));
-    const char *nul = memchr(text, '\0', len);
-    if (nul) {
-        int line = 1;
-        for (const char *c = text; c < nul; c++)
-            line += *c == '\n';
-        free(text);
-        return err_set(err, -EINVAL, "%s:%d: NUL byte (not a text file?)", path, line);
-    }
-    r = parse_buffer(path, text, len, ndim, shape, out, err);
-    free(text);
-    return r;
+        return r;
+    int fd = open_list(path, err);
+    if (fd < 0)
+        return fd;
+    struct roi_parser p = {.name = path, .ndim = ndim, .shape = shape, .out = out, .err = err};
+    r = parse_stream(&p, fd);
+    close(fd);
+    return finish_set(&p, r);
 }
 
 void roi_set_free(struct roi_set *rs)
@@ -425,9 +521,15 @@ static int count_contacts(const struct roi_set *rs, const uint64_t *shape, const
             if (__builtin_mul_overflow(n, c1[d] > c0[d] ? c1[d] - c0[d] : 0, &n))
                 return err_set(err, -ENOMEM, "ROI %zu touches more than 2^64 chunks", i);
         counts[i] = n;
+        /* the index is built in two arrays of contacts: they must fit in memory */
         if (__builtin_add_overflow(sum, n, &sum) ||
-            sum > SIZE_MAX / (2 * sizeof(struct roi_contact)))
-            return err_set(err, -ENOMEM, "the ROIs touch too many chunks to index");
+            sum > mem_physical_bytes() / (2 * sizeof(struct roi_contact)))
+            return err_set(
+                err, -E2BIG,
+                "the ROIs touch more than %llu chunks in all (counting each ROI's "
+                "chunks), more than the index of ROIs by chunk can hold in this "
+                "machine's memory",
+                (unsigned long long)(mem_physical_bytes() / (2 * sizeof(struct roi_contact))));
     }
     *total = (size_t)sum;
     return 0;

@@ -29,28 +29,39 @@ static bool exists(const char *dir, const char *name)
     return r;
 }
 
-/* .zattrs, or zarr.json's "attributes"; NULL when there are none. */
-static json_t *group_attrs(const char *dir)
+/* Reads dir/name into *text; *text NULL when it does not exist. */
+static int read_group_file(const char *dir, const char *name, char **text, size_t *len,
+                           struct errbuf *err)
+{
+    char *p = path_join(dir, name);
+    int r = file_read_all(p, text, len);
+    if (r == -ENOENT || r == -ENOTDIR) {
+        *text = NULL;
+        r = 0;
+    } else if (r < 0) {
+        r = err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
+    }
+    free(p);
+    return r;
+}
+
+/* .zattrs, or zarr.json's "attributes"; *attrs NULL when there are none. */
+static int group_attrs(const char *dir, json_t **attrs, struct errbuf *err)
 {
     char *text;
     size_t len;
-    json_t *attrs = NULL;
-    char *p = path_join(dir, ".zattrs");
-    if (file_read_all(p, &text, &len) == 0) {
-        attrs = json_loadb(text, len, 0, NULL);
+    *attrs = NULL;
+    int r = read_group_file(dir, ".zattrs", &text, &len, err);
+    if (r == 0 && text) {
+        *attrs = json_loadb(text, len, 0, NULL);
         free(text);
-    } else {
-        free(p);
-        p = path_join(dir, "zarr.json");
-        if (file_read_all(p, &text, &len) == 0) {
-            json_t *root = json_loadb(text, len, 0, NULL);
-            attrs = json_incref(json_object_get(root, "attributes"));
-            json_decref(root);
-            free(text);
-        }
+    } else if (r == 0 && (r = read_group_file(dir, "zarr.json", &text, &len, err)) == 0 && text) {
+        json_t *root = json_loadb(text, len, 0, NULL);
+        *attrs = json_incref(json_object_get(root, "attributes"));
+        json_decref(root);
+        free(text);
     }
-    free(p);
-    return attrs;
+    return r;
 }
 
 /* Finds each of the six ROI columns among names; cols[c] = index into names. */
@@ -110,7 +121,7 @@ static int read_string_array(const char *dir, char ***out, size_t *count, struct
         if (r == -ENOENT && exists(dir, "zarr.json"))
             err_set(err, -EINVAL, "%s: AnnData tables in Zarr v3 are not supported", dir);
         else
-            err_set(err, r == -ENOENT ? -EINVAL : r, "%s: %s", p, strerror(-r));
+            err_set(err, r == -ENOENT ? -EINVAL : r, "%s: %s", p, file_strerror(r));
         free(p);
         return r == -ENOENT ? -EINVAL : r;
     }
@@ -134,7 +145,7 @@ static int read_string_array(const char *dir, char ***out, size_t *count, struct
         size_t rawlen;
         r = file_read_all(kp, &raw, &rawlen);
         if (r < 0) {
-            err_set(err, -EINVAL, "%s: %s", kp, strerror(-r));
+            err_set(err, -EINVAL, "%s: %s", kp, file_strerror(r));
             r = -EINVAL;
         } else {
             void *dec = NULL;
@@ -164,14 +175,19 @@ static int read_string_array(const char *dir, char ***out, size_t *count, struct
 static int read_anndata(const char *path, struct roi_table *t, struct errbuf *err)
 {
     char *var = path_join(path, "var");
-    json_t *vattrs = group_attrs(var);
+    json_t *vattrs;
+    int r = group_attrs(var, &vattrs, err);
+    if (r < 0) {
+        free(var);
+        return r;
+    }
     const char *iname = json_string_value(json_object_get(vattrs, "_index"));
     char *idir = path_join(var, iname ? iname : "_index");
     json_decref(vattrs);
     free(var);
     char **names = NULL;
     size_t ncols = 0, cols[ROI_TCOLS];
-    int r = read_string_array(idir, &names, &ncols, err);
+    r = read_string_array(idir, &names, &ncols, err);
     if (r == 0)
         r = find_columns(idir, names, ncols, cols, err);
     free_strings(names, ncols);
@@ -266,7 +282,7 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
     size_t len;
     int r = file_read_all(p, &text, &len);
     if (r < 0) {
-        err_set(err, -EINVAL, "%s: %s", p, strerror(-r));
+        err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
         free(p);
         return -EINVAL;
     }
@@ -317,11 +333,13 @@ int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err)
     if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return err_set(err, -EINVAL, "%s: %s", path,
                        errno == ENOENT ? "no such table" : "not a table group (a directory)");
-    json_t *attrs = group_attrs(path);
+    json_t *attrs;
+    int r = group_attrs(path, &attrs, err);
+    if (r < 0)
+        return r;
     const char *backend = json_string_value(json_object_get(attrs, "backend"));
     bool csv =
         backend ? strcmp(backend, "csv") == 0 : !exists(path, "X") && exists(path, "table.csv");
-    int r;
     if (backend && !csv && strncmp(backend, "anndata", 7) != 0)
         r = err_set(err, -EINVAL, "%s: table backend \"%s\" is not supported (anndata or csv)",
                     path, backend);

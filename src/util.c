@@ -165,42 +165,57 @@ char *xasprintf(const char *fmt, ...)
 
 /* ---- files ---- */
 
-int file_read_all_at(int dirfd, const char *path, char **data, size_t *len)
+int file_read_max(int dirfd, const char *path, size_t max, char **data, size_t *len)
 {
-    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = openat(dirfd, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = -errno;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && S_ISDIR(st.st_mode))
+        r = -EISDIR;
+    else if (r == 0 && !S_ISREG(st.st_mode)) /* a FIFO, a device such as /dev/zero, ... */
+        r = FILE_ERR_NOT_REGULAR;
+    else if (r == 0 && (uint64_t)st.st_size > max)
+        r = -EFBIG;
+    if (r < 0) {
         close(fd);
-        return e;
+        return r;
     }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return -EISDIR;
-    }
+    /* Read up to max + 1 bytes whatever st_size says: a file may grow while it is read, and
+     * some (in /proc) report size 0. */
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
+    if (cap > max)
+        cap = max < SIZE_MAX ? max + 1 : max;
     char *buf = xmalloc(cap + 1);
     for (;;) {
         if (n == cap) {
-            cap *= 2;
+            if (cap > max) {
+                r = -EFBIG;
+                break;
+            }
+            cap = cap <= max / 2 ? cap * 2 : max < SIZE_MAX ? max + 1 : max;
             buf = xrealloc(buf, cap + 1);
         }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = -errno;
-            free(buf);
-            close(fd);
-            return e;
-        }
-        if (r == 0)
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            r = -errno;
             break;
-        n += (size_t)r;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
     }
     close(fd);
+    if (r == 0 && n > max)
+        r = -EFBIG;
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
     buf[n] = '\0';
     *data = buf;
     if (len)
@@ -208,9 +223,23 @@ int file_read_all_at(int dirfd, const char *path, char **data, size_t *len)
     return 0;
 }
 
+int file_read_all_at(int dirfd, const char *path, char **data, size_t *len)
+{
+    return file_read_max(dirfd, path, FILE_READ_MAX, data, len);
+}
+
 int file_read_all(const char *path, char **data, size_t *len)
 {
     return file_read_all_at(AT_FDCWD, path, data, len);
+}
+
+const char *file_strerror(int rc)
+{
+    if (rc == FILE_ERR_NOT_REGULAR)
+        return "not a regular file";
+    if (rc == -EFBIG)
+        return "too large (more than 64 MiB)";
+    return strerror(-rc);
 }
 
 int write_full(int fd, const void *buf, size_t n)
@@ -328,6 +357,15 @@ char *path_absolute(const char *path)
     if (!getcwd(cwd, sizeof cwd))
         return xstrdup(path);
     return path_join(cwd, path);
+}
+
+uint64_t mem_physical_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    uint64_t bytes;
+    if (pages <= 0 || size <= 0 || __builtin_mul_overflow((uint64_t)pages, (uint64_t)size, &bytes))
+        return (uint64_t)1 << 40;
+    return bytes;
 }
 
 double now_monotonic(void)

@@ -2,6 +2,7 @@
 #ifndef ROIFS_UTIL_H
 #define ROIFS_UTIL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,10 +46,19 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Reads a whole file (NUL-terminated for convenience; *len excludes the NUL).
- * Returns 0 or -errno (-ENOENT when missing). */
+/* Reads a whole regular file (or a symlink to one), NUL-terminated for convenience (*len
+ * excludes the NUL), of at most FILE_READ_MAX bytes: metadata, configurations, tables.
+ * Returns 0 or -errno: -ENOENT when missing, -EISDIR for a directory, FILE_ERR_NOT_REGULAR for
+ * anything else (a FIFO is refused without blocking, a device such as /dev/zero without
+ * reading it) and -EFBIG when larger; file_strerror() says which. */
+#define FILE_READ_MAX        ((size_t)64 << 20)
+#define FILE_ERR_NOT_REGULAR (-EINVAL)
 int file_read_all(const char *path, char **data, size_t *len);
 int file_read_all_at(int dirfd, const char *path, char **data, size_t *len);
+/* The same with another limit (SIZE_MAX: none, for files roifs wrote itself). */
+int file_read_max(int dirfd, const char *path, size_t max, char **data, size_t *len);
+/* strerror() for the errors of file_read_all(): "not a regular file", "too large (...)". */
+const char *file_strerror(int rc);
 /* Writes data to dirfd/name atomically: a temporary file in the same directory, optional
  * fsync, then rename. Returns 0 or -errno. */
 int file_write_atomic(int dirfd, const char *name, const void *data, size_t len, bool durable);
@@ -64,6 +74,10 @@ char *path_absolute(const char *path);
 /* Writes/reads exactly n bytes, retrying on EINTR and short transfers. 0 or -errno. */
 int write_full(int fd, const void *buf, size_t n);
 int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got);
+
+/* Physical memory of this machine in bytes (2^40 when unknown): what no single buffer
+ * computed from a configuration or metadata may exceed. */
+uint64_t mem_physical_bytes(void);
 
 /* Monotonic clock in seconds. */
 double now_monotonic(void);

@@ -1,6 +1,7 @@
 /* misc.c: `check`, `status` and `clean`, and what every command shares (messages, loading
  * the task, -j). */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,14 +78,14 @@ static const char *codec_name(const struct zarr_codec *c)
 static void print_cache_state(const struct task *t)
 {
     char *path = path_join(t->cache_dir, "manifest"), *manifest = NULL;
-    int r = file_read_all(path, &manifest, NULL);
+    int r = file_read_max(AT_FDCWD, path, strlen(t->manifest), &manifest, NULL);
     free(path);
     printf("cache:     %s", t->cache_dir);
-    if (r < 0) {
+    if (r < 0 && r != -EFBIG) { /* -EFBIG: larger than ours, so another configuration's */
         printf(" (empty)\n");
         return;
     }
-    if (strcmp(manifest, t->manifest) != 0) {
+    if (r < 0 || strcmp(manifest, t->manifest) != 0) {
         printf(" (made for another configuration; it will be emptied at mount)\n");
         free(manifest);
         return;

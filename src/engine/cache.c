@@ -87,13 +87,14 @@ static int check_manifest(struct cache *c, const struct task *t, struct errbuf *
 {
     char *old = NULL;
     size_t len = 0;
-    int r = file_read_all_at(c->dirfd, "manifest", &old, &len);
+    /* As large as the ROI list: no fixed cap; a larger one is another task's */
+    int r = file_read_max(c->dirfd, "manifest", strlen(t->manifest), &old, &len);
     if (r == 0 && strcmp(old, t->manifest) == 0) {
         free(old);
         return 0;
     }
-    if (r < 0 && r != -ENOENT)
-        return err_set(err, r, "%s/manifest: %s", c->path, strerror(-r));
+    if (r < 0 && r != -ENOENT && r != -EFBIG)
+        return err_set(err, r, "%s/manifest: %s", c->path, file_strerror(r));
     free(old);
     if (r == 0)
         log_warn("cache %s was made for another configuration or input; emptying it", c->path);

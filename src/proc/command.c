@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +51,7 @@ struct command {
     _Atomic bool stopping;
 };
 
-enum child_end { END_EOF, END_TIMEOUT, END_SHUTDOWN, END_ORPHANED, END_POLL_FAILED };
+enum child_end { END_EOF, END_TIMEOUT, END_SHUTDOWN, END_ORPHANED, END_POLL_FAILED, END_TOO_MUCH };
 
 /* One command's pipes and progress; fds are our ends, -1 once closed. */
 struct child {
@@ -137,7 +136,7 @@ static int spawn_shell(const struct command *cmd, const struct proc_request *rq,
         argv = slurm_argv(cmd->slurm, job, false, cmd->cmdline);
     }
     int rc = spawn_process(cmd->slurm ? cmd->slurm->srun : "/bin/sh", argv, env, cmd->dir,
-                           child_fds, pid);
+                           child_fds, cmd->slurm != NULL, pid);
     if (cmd->slurm)
         slurm_argv_free(argv);
     return rc;
@@ -295,7 +294,7 @@ static int poll_timeout(const struct child *c, double now, double deadline)
 }
 
 /* Feeds stdin and drains stdout and stderr until the shell has exited with its output closed,
- * or the deadline passes, or a shutdown comes. */
+ * or the deadline passes, or a shutdown comes, or the command writes more than expected. */
 static enum child_end pump(const struct command *cmd, struct child *c, double deadline)
 {
     for (;;) {
@@ -325,6 +324,8 @@ static enum child_end pump(const struct command *cmd, struct child *c, double de
             drain_stdout(c);
         if (pf[2].revents)
             drain_stderr(c);
+        if (c->out_got > c->out_len) /* it may never stop: fail now, do not wait for it */
+            return END_TOO_MUCH;
     }
 }
 
@@ -371,6 +372,9 @@ static int report(const struct command *cmd, const struct proc_request *rq, stru
         err_set(err, rc, "timed out after %g s", cmd->timeout);
     else if (end == END_POLL_FAILED)
         err_set(err, rc, "poll failed while the command ran");
+    else if (end == END_TOO_MUCH)
+        err_set(err, rc, "wrote more than the %zu bytes expected on stdout; killed%s%.700s",
+                c->out_len, sep, last);
     else if (WIFSIGNALED(status))
         err_set(err, rc, "killed by signal %d%s%.700s", WTERMSIG(status), sep, last);
     else if (WEXITSTATUS(status) != 0)
@@ -421,9 +425,7 @@ static int command_run(struct proc *p, const struct proc_request *rq, struct err
     kill(c->pid, SIGKILL); /* in case it left its group (exec setsid ...) */
     unregister_child(cmd, &node);
     int status = 0;
-    pid_t waited;
-    while ((waited = waitpid(c->pid, &status, 0)) < 0 && errno == EINTR)
-        ;
+    pid_t waited = spawn_reap(c->pid, &status);
     if (waited < 0) /* someone else reaped it (SIGCHLD ignored, or waitpid(-1)) */
         rc = err_set(err, -EIO, "lost the command's exit status: %s", strerror(errno));
     else

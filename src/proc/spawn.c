@@ -1,10 +1,14 @@
-/* spawn.c: starting the processes of the command and worker processors (see spawn.h). */
+/* spawn.c: starting the processes of the command and worker processors (see spawn.h). fork and
+ * exec rather than posix_spawn: the child must set PR_SET_PDEATHSIG before exec. */
 #include "spawn.h"
+#include "guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 void spawn_close(int *fd)
@@ -33,33 +37,104 @@ int spawn_pipe(int fds[2])
     return 0;
 }
 
-int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
-                  const int child_fds[3], pid_t *pid)
+struct child_args {
+    const char *path, *dir;
+    char *const *argv, *const *env;
+    const int *fds;
+    int death_signal;
+    pid_t parent;
+    int err_fd; /* close-on-exec: end of file on the other end means exec succeeded */
+};
+
+static _Noreturn void child_fail(const struct child_args *a, int e)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, dfl;
-    static const int reset[] = {SIGPIPE, SIGCHLD, SIGINT,  SIGQUIT, SIGTERM,
-                                SIGHUP,  SIGUSR1, SIGUSR2, SIGXFSZ};
-    posix_spawn_file_actions_init(&fa);
+    while (write(a->err_fd, &e, sizeof e) < 0 && errno == EINTR)
+        ;
+    _exit(127);
+}
+
+/* In the child of a threaded process: async-signal-safe calls only. */
+static _Noreturn void child_exec(const struct child_args *a)
+{
+    /* The signal comes when the forking thread ends; compute threads outlive their
+     * processors (they are joined after the processor's shutdown). */
+    if (prctl(PR_SET_PDEATHSIG, a->death_signal) < 0)
+        child_fail(a, errno);
+    if (getppid() != a->parent) /* roifs died before the line above: do not run orphaned */
+        _exit(127);
+    if (setpgid(0, 0) < 0)
+        child_fail(a, errno);
     for (int i = 0; i < 3; i++)
-        posix_spawn_file_actions_adddup2(&fa, child_fds[i], i);
-    if (dir)
-        posix_spawn_file_actions_addchdir_np(&fa, dir);
-    /* The daemon ignores SIGPIPE and its threads block signals; ignored dispositions and the
-     * mask would otherwise survive exec into the child. */
+        if (dup2(a->fds[i], i) < 0)
+            child_fail(a, errno);
+    if (a->dir && chdir(a->dir) < 0)
+        child_fail(a, errno);
+    /* The daemon ignores SIGPIPE (and more); ignored dispositions would survive exec. Handlers
+     * go too, so that none runs here once signals are unblocked. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, sa;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+            continue;
+        if (sa.sa_handler != SIG_DFL)
+            sigaction(sig, &dfl, NULL);
+    }
+    sigset_t none;
     sigemptyset(&none);
-    sigemptyset(&dfl);
-    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
-        sigaddset(&dfl, reset[i]);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
-    int rc = posix_spawn(pid, path, &fa, &attr, argv, env);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    return -rc;
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->path, a->argv, a->env);
+    child_fail(a, errno);
+}
+
+int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
+                  const int child_fds[3], bool srun, pid_t *pid)
+{
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) < 0)
+        return -errno;
+    struct child_args a = {.path = path,
+                           .dir = dir,
+                           .argv = argv,
+                           .env = env,
+                           .fds = child_fds,
+                           .death_signal = srun ? SIGTERM : SIGKILL,
+                           .parent = getpid(),
+                           .err_fd = ep[1]};
+    /* No handler of ours may run in the child before its dispositions are reset. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t child = fork();
+    if (child == 0)
+        child_exec(&a);
+    int e = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(ep[1]);
+    if (child < 0) {
+        close(ep[0]);
+        return -e;
+    }
+    int child_errno = 0;
+    ssize_t n;
+    while ((n = read(ep[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR)
+        ;
+    close(ep[0]);
+    if (n > 0) {
+        int status;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+        return -(child_errno > 0 ? child_errno : EIO);
+    }
+    if (!srun)
+        guard_watch(child);
+    *pid = child;
+    return 0;
+}
+
+pid_t spawn_reap(pid_t pid, int *status)
+{
+    guard_forget(pid);
+    pid_t got;
+    while ((got = waitpid(pid, status, 0)) < 0 && errno == EINTR)
+        ;
+    return got;
 }

@@ -1,9 +1,11 @@
 /* spawn.h: starting the processes of the command and worker processors (and their srun
- * steps): pipes that concurrent spawns never inherit, a process group of their own, and
- * signal dispositions reset to what a fresh program expects. */
+ * steps): pipes that concurrent spawns never inherit, a process group of their own, signal
+ * dispositions reset to what a fresh program expects, and a tie to roifs's life (they die
+ * with it, kill -9 included). */
 #ifndef ROIFS_SPAWN_H
 #define ROIFS_SPAWN_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* A close-on-exec pipe whose ends are not 0, 1 or 2, so that the child's dup2()s never
@@ -12,8 +14,13 @@ int spawn_pipe(int fds[2]);
 /* Closes *fd if open and sets it to -1. */
 void spawn_close(int *fd);
 /* Runs path with argv and env in a new process group, child_fds as its standard input, output
- * and error, in directory dir (NULL: the current one). 0 or -errno. */
+ * and error, in directory dir (NULL: the current one). The child gets SIGKILL when roifs dies
+ * (srun: SIGTERM, on which it ends its job step), and so does the rest of its process group
+ * (not for srun, which a SIGKILL would keep from ending its step). 0 or -errno (also for a
+ * program that cannot be run, or a directory that cannot be entered). */
 int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
-                  const int child_fds[3], pid_t *pid);
+                  const int child_fds[3], bool srun, pid_t *pid);
+/* Reaps a child of spawn_process() (retrying on EINTR); what waitpid() returns. */
+pid_t spawn_reap(pid_t pid, int *status);
 
 #endif

@@ -16,7 +16,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +83,9 @@ static int spawn_shell(const struct worker_pool *wp, const int child_fds[3], pid
 {
     char *argv[] = {"sh", "-c", wp->cmdline, NULL};
     if (wp->slurm)
-        return spawn_process(wp->slurm->srun, wp->srun_argv, wp->env, wp->dir, child_fds, pid);
-    return spawn_process("/bin/sh", argv, wp->env, wp->dir, child_fds, pid);
+        return spawn_process(wp->slurm->srun, wp->srun_argv, wp->env, wp->dir, child_fds, true,
+                             pid);
+    return spawn_process("/bin/sh", argv, wp->env, wp->dir, child_fds, false, pid);
 }
 
 static int worker_start(const struct worker_pool *wp, struct worker *w, struct errbuf *err)
@@ -226,8 +226,7 @@ static int worker_reap(struct worker *w)
     /* Not reaped yet, so the pid still names the group: leftovers die with it. */
     kill(-w->pid, SIGKILL);
     kill(w->pid, SIGKILL); /* in case it left its group */
-    while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    spawn_reap(w->pid, &status);
     w->pid = 0;
     return status;
 }

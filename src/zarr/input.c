@@ -329,8 +329,16 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct er
     int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(errno));
-    void *raw;
-    r = read_range(in, fd, key, off, (size_t)n, &raw, err);
+    void *raw = NULL;
+    /* as read_chunk_file: no codec makes a chunk this much larger than its data */
+    if (n > 2 * (uint64_t)in->chunk_nbytes + (1u << 20))
+        r = err_set(err, -EIO,
+                    "%s/%s: inner chunk %llu: %llu bytes is too large for a chunk of "
+                    "%zu bytes",
+                    in->path, key, (unsigned long long)pos, (unsigned long long)n,
+                    in->chunk_nbytes);
+    else
+        r = read_range(in, fd, key, off, (size_t)n, &raw, err);
     close(fd);
     if (r < 0)
         return r;
@@ -524,7 +532,7 @@ static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
                        "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no zarr.json)",
                        in->path);
     if (r < 0)
-        return err_set(err, r, "%s/zarr.json: %s", in->path, strerror(-r));
+        return err_set(err, r, "%s/zarr.json: %s", in->path, file_strerror(r));
     r = zarr_meta_parse_v3(in->zarray, len, &in->meta, &in->zattrs, &in->dimnames, err);
     if (r < 0)
         return err_prefix(err, r, "%s/zarr.json", in->path);
@@ -538,7 +546,7 @@ static int read_metadata(struct zarr_input *in, struct errbuf *err)
     if (r == -ENOENT)
         return read_v3_metadata(in, err);
     if (r < 0)
-        return err_set(err, r, "%s/.zarray: %s", in->path, strerror(-r));
+        return err_set(err, r, "%s/.zarray: %s", in->path, file_strerror(r));
     r = zarr_meta_parse_v2(in->zarray, len, &in->meta, err);
     if (r < 0)
         return err_prefix(err, r, "%s/.zarray", in->path);
@@ -548,7 +556,7 @@ static int read_metadata(struct zarr_input *in, struct errbuf *err)
         return 0;
     }
     if (r < 0)
-        return err_set(err, r, "%s/.zattrs: %s", in->path, strerror(-r));
+        return err_set(err, r, "%s/.zattrs: %s", in->path, file_strerror(r));
     json_error_t jerr;
     json_t *attrs = json_loadb(in->zattrs, len, 0, &jerr);
     bool ok = json_is_object(attrs);

@@ -218,6 +218,30 @@ def test_unmount_cancels_steps(tmp_path, mount):
     assert "did not stop" not in m.log_text()  # srun stopped on SIGTERM, nothing was killed
 
 
+def test_kill_9_ends_steps(tmp_path, roifs_bin):
+    # Issue 14.2: `roifs warm` killed with SIGKILL while two ROIs run as job steps: srun gets
+    # SIGTERM when roifs dies (PR_SET_PDEATHSIG) and ends its step.
+    (tmp_path / "slow.sh").write_text('sleep 120\n')
+    rois = [((0, 4), (0, 5)), ((4, 8), (5, 10))]
+    task, _ = slurm_task(tmp_path, {"command": "sh slow.sh", "threads": 2}, rois=rois)
+    proc = subprocess.Popen([roifs_bin, "warm", str(task.config)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            steps = [j for j in roifs_jobs(tmp_path) if "." in j.partition("|")[0]]
+            if len(steps) == 2:
+                break
+            time.sleep(0.1)
+        assert len(steps) == 2, roifs_jobs(tmp_path)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    left = wait_no_jobs(tmp_path, 15)
+    assert not left, f"still on the cluster 15 s after kill -9 of roifs warm: {left}"
+
+
 def test_two_mounts_share_one_cache(tmp_path, roifs_bin):
     # Two mounts of one configuration (as on two hosts sharing the cache directory) read at
     # the same time: each ROI still runs once, on the cluster.

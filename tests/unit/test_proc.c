@@ -507,7 +507,14 @@ static void test_command_failures(void)
     uint16_t in2[500] = {0};
     uint8_t out2[500];
     CHECK_EQ_INT(run_command("cat", NULL, 0, 0, U2, in2, U1, out2, 500, &err), -EIO);
-    CHECK(!strcmp(err.msg, "wrote 1000 bytes, expected 500"));
+    CHECK(!strcmp(err.msg, "wrote more than the 500 bytes expected on stdout; killed"));
+    /* issue 14.3: a command that never stops writing fails at once, without a timeout */
+    double t_endless = now_monotonic();
+    CHECK_EQ_INT(
+        run_command("cat >/dev/null; exec cat /dev/zero", NULL, 0, 0, U1, in, U1, out, 10, &err),
+        -EIO);
+    CHECK(!strcmp(err.msg, "wrote more than the 10 bytes expected on stdout; killed"));
+    CHECK(now_monotonic() - t_endless < 5);
     CHECK_EQ_INT(run_command("no-such-command-xyz", NULL, 0, 0, U1, in, U1, out, 10, &err), -EIO);
     CHECK_STR_CONTAINS(err.msg, "exit status 127: ");
     CHECK_STR_CONTAINS(err.msg, "not found");
