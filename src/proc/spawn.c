@@ -1,5 +1,7 @@
-/* spawn.c: starting the processes of the command and worker processors (see spawn.h). fork and
- * exec rather than posix_spawn: the child must set PR_SET_PDEATHSIG before exec. */
+/* spawn.c: starting the processes of the command and worker processors (see spawn.h). vfork and
+ * exec rather than posix_spawn, since the child must set PR_SET_PDEATHSIG before exec; vfork, not
+ * fork, since a fork of the threaded daemon marks all its memory copy-on-write (measured: 2.8 ms
+ * more per command, in page faults), while the vfork child borrows it until exec. */
 #include "spawn.h"
 #include "guard.h"
 
@@ -53,7 +55,8 @@ static _Noreturn void child_fail(const struct child_args *a, int e)
     _exit(127);
 }
 
-/* In the child of a threaded process: async-signal-safe calls only. */
+/* In the vfork child of a threaded process: async-signal-safe calls only, nothing written to
+ * memory (the parent's), no return; errno is the parent thread's, which is fine. */
 static _Noreturn void child_exec(const struct child_args *a)
 {
     /* The signal comes when the forking thread ends; compute threads outlive their
@@ -85,6 +88,15 @@ static _Noreturn void child_exec(const struct child_args *a)
     child_fail(a, errno);
 }
 
+/* Apart, so that no local of the caller lives across vfork(). */
+static pid_t vfork_exec(const struct child_args *a)
+{
+    pid_t pid = vfork();
+    if (pid == 0)
+        child_exec(a);
+    return pid;
+}
+
 int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
                   const int child_fds[3], bool srun, pid_t *pid)
 {
@@ -103,9 +115,7 @@ int spawn_process(const char *path, char *const argv[], char *const env[], const
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t child = fork();
-    if (child == 0)
-        child_exec(&a);
+    pid_t child = vfork_exec(&a);
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(ep[1]);
