@@ -219,8 +219,9 @@ def test_unmount_cancels_steps(tmp_path, mount):
 
 
 def test_kill_9_ends_steps(tmp_path, roifs_bin):
-    # Issue 14.2: `roifs warm` killed with SIGKILL while two ROIs run as job steps: srun gets
-    # SIGTERM when roifs dies (PR_SET_PDEATHSIG) and ends its step.
+    # Issue 14.2: `roifs warm` killed with SIGKILL while its ROIs run as job steps (or wait for
+    # an allocation, when other tests hold the cluster's CPUs): srun gets SIGTERM when roifs
+    # dies (PR_SET_PDEATHSIG) and ends its step or withdraws its job.
     (tmp_path / "slow.sh").write_text('sleep 120\n')
     rois = [((0, 4), (0, 5)), ((4, 8), (5, 10))]
     task, _ = slurm_task(tmp_path, {"command": "sh slow.sh", "threads": 2}, rois=rois)
@@ -231,10 +232,10 @@ def test_kill_9_ends_steps(tmp_path, roifs_bin):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             steps = [j for j in roifs_jobs(tmp_path) if "." in j.partition("|")[0]]
-            if len(steps) == 2:
+            if steps:
                 break
             time.sleep(0.1)
-        assert len(steps) == 2, roifs_jobs(tmp_path)
+        assert steps, roifs_jobs(tmp_path)
     finally:
         proc.kill()
         proc.wait(timeout=10)
