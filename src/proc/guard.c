@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../util.h"
@@ -20,8 +21,10 @@
 /* Process groups watched at once: far more than threads (commands) plus workers can be. */
 #define GUARD_MAX 65536
 
+enum guard_op { GUARD_FORGET, GUARD_KILL, GUARD_SRUN };
+
 struct guard_msg {
-    int32_t watch; /* 1: watch, 0: forget */
+    int32_t op; /* enum guard_op */
     int32_t pgid;
 };
 
@@ -33,6 +36,66 @@ static bool guard_failed; /* warned once; not retried */
 /* Only in the guard, which is forked from a threaded process and never execs: nothing here
  * may allocate or take a lock (async-signal-safe calls only). */
 static pid_t guarded[GUARD_MAX];
+static bool guarded_srun[GUARD_MAX];
+
+/* Whether pid runs (not a zombie), from /proc/PID/stat: no stdio, no allocation. */
+static bool guard_running(pid_t pid)
+{
+    char path[32] = "/proc/", digits[16], buf[512];
+    int nd = 0, k = 6;
+    for (unsigned v = (unsigned)pid; v && nd < 15; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    while (nd > 0)
+        path[k++] = digits[--nd];
+    memcpy(path + k, "/stat", 6);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+static void guard_sleep(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static void guard_signal_sruns(size_t n, int sig)
+{
+    for (size_t i = 0; i < n; i++)
+        if (guarded_srun[i] && guard_running(guarded[i]))
+            kill(guarded[i], sig);
+}
+
+/* roifs is gone: local groups die at once. srun got SIGTERM from PR_SET_PDEATHSIG, on which it
+ * ends its step; one that is still there (a signal that came while it was launching) gets
+ * srun's abort sequence, two SIGINTs, as slurm_stop() does, and at last SIGKILL. */
+static _Noreturn void guard_fire(size_t n)
+{
+    bool sruns = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!guarded_srun[i])
+            kill(-guarded[i], SIGKILL);
+        sruns = sruns || guarded_srun[i];
+    }
+    if (sruns) {
+        guard_signal_sruns(n, SIGTERM);
+        guard_sleep(2000);
+        guard_signal_sruns(n, SIGINT);
+        guard_sleep(300);
+        guard_signal_sruns(n, SIGINT);
+        guard_sleep(3000);
+        guard_signal_sruns(n, SIGKILL);
+    }
+    _exit(0);
+}
 
 static void guard_close_others(int keep)
 {
@@ -77,19 +140,20 @@ static _Noreturn void guard_main(int fd)
             break; /* end of file: roifs is gone */
         if (got != sizeof m || m.pgid <= 1)
             continue;
-        if (m.watch && n < GUARD_MAX) {
+        if (m.op != GUARD_FORGET && n < GUARD_MAX) {
+            guarded_srun[n] = m.op == GUARD_SRUN;
             guarded[n++] = m.pgid;
-        } else if (!m.watch) {
+        } else if (m.op == GUARD_FORGET) {
             for (size_t i = n; i-- > 0;)
                 if (guarded[i] == m.pgid) {
-                    guarded[i] = guarded[--n];
+                    n--;
+                    guarded[i] = guarded[n];
+                    guarded_srun[i] = guarded_srun[n];
                     break;
                 }
         }
     }
-    for (size_t i = 0; i < n; i++)
-        kill(-guarded[i], SIGKILL);
-    _exit(0);
+    guard_fire(n);
 }
 
 /* Under guard_lock. */
@@ -111,9 +175,9 @@ static int guard_start(void)
     return 0;
 }
 
-static void guard_send(int32_t watch, pid_t pgid)
+static void guard_send(enum guard_op op, pid_t pgid)
 {
-    struct guard_msg m = {.watch = watch, .pgid = (int32_t)pgid};
+    struct guard_msg m = {.op = op, .pgid = (int32_t)pgid};
     pthread_mutex_lock(&guard_lock);
     if (guard_owner != getpid()) { /* first use, or a forked copy of the process */
         if (guard_fd >= 0)
@@ -122,7 +186,7 @@ static void guard_send(int32_t watch, pid_t pgid)
         guard_failed = false;
         guard_owner = getpid();
     }
-    if (watch && guard_fd < 0 && !guard_failed) {
+    if (op != GUARD_FORGET && guard_fd < 0 && !guard_failed) {
         int r = guard_start();
         if (r < 0) {
             guard_failed = true;
@@ -144,12 +208,12 @@ static void guard_send(int32_t watch, pid_t pgid)
     pthread_mutex_unlock(&guard_lock);
 }
 
-void guard_watch(pid_t pgid)
+void guard_watch(pid_t pgid, bool srun)
 {
-    guard_send(1, pgid);
+    guard_send(srun ? GUARD_SRUN : GUARD_KILL, pgid);
 }
 
 void guard_forget(pid_t pgid)
 {
-    guard_send(0, pgid);
+    guard_send(GUARD_FORGET, pgid);
 }

@@ -134,8 +134,7 @@ int spawn_process(const char *path, char *const argv[], char *const env[], const
             ;
         return -(child_errno > 0 ? child_errno : EIO);
     }
-    if (!srun)
-        guard_watch(child);
+    guard_watch(child, srun);
     *pid = child;
     return 0;
 }

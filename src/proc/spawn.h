@@ -14,10 +14,11 @@ int spawn_pipe(int fds[2]);
 /* Closes *fd if open and sets it to -1. */
 void spawn_close(int *fd);
 /* Runs path with argv and env in a new process group, child_fds as its standard input, output
- * and error, in directory dir (NULL: the current one). The child gets SIGKILL when roifs dies
- * (srun: SIGTERM, on which it ends its job step), and so does the rest of its process group
- * (not for srun, which a SIGKILL would keep from ending its step). 0 or -errno (also for a
- * program that cannot be run, or a directory that cannot be entered). */
+ * and error, in directory dir (NULL: the current one). The child gets SIGKILL when roifs dies,
+ * and so does the rest of its process group (guard.h); an srun gets SIGTERM instead, on which
+ * it ends its job step (a SIGKILL would leave the step running), then srun's abort sequence
+ * if it is still there. 0 or -errno (also for a program that cannot be run, or a directory
+ * that cannot be entered). */
 int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
                   const int child_fds[3], bool srun, pid_t *pid);
 /* Reaps a child of spawn_process() (retrying on EINTR); what waitpid() returns. */

@@ -222,9 +222,11 @@ def test_kill_9_ends_steps(tmp_path, roifs_bin):
     # Issue 14.2: `roifs warm` killed with SIGKILL while its ROIs run as job steps (or wait for
     # an allocation, when other tests hold the cluster's CPUs): srun gets SIGTERM when roifs
     # dies (PR_SET_PDEATHSIG) and ends its step or withdraws its job.
-    (tmp_path / "slow.sh").write_text('sleep 120\n')
+    # One process per task (exec): the cluster's proctrack/linuxproc loses track of a task's
+    # children once the task's shell is gone, and the step would wait for them.
+    (tmp_path / "slow.sh").write_text('exec sleep 120\n')
     rois = [((0, 4), (0, 5)), ((4, 8), (5, 10))]
-    task, _ = slurm_task(tmp_path, {"command": "sh slow.sh", "threads": 2}, rois=rois)
+    task, _ = slurm_task(tmp_path, {"command": "exec sh slow.sh", "threads": 2}, rois=rois)
     proc = subprocess.Popen([roifs_bin, "warm", str(task.config)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -239,8 +241,8 @@ def test_kill_9_ends_steps(tmp_path, roifs_bin):
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    left = wait_no_jobs(tmp_path, 15)
-    assert not left, f"still on the cluster 15 s after kill -9 of roifs warm: {left}"
+    left = wait_no_jobs(tmp_path, 20)
+    assert not left, f"still on the cluster 20 s after kill -9 of roifs warm: {left}"
 
 
 def test_two_mounts_share_one_cache(tmp_path, roifs_bin):
