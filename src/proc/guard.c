@@ -175,9 +175,9 @@ static int guard_start(void)
     return 0;
 }
 
-static void guard_send(enum guard_op op, pid_t pgid)
+/* The guard's socket, the guard started first if need be; -1 when there is none. */
+static int guard_socket(bool start)
 {
-    struct guard_msg m = {.op = op, .pgid = (int32_t)pgid};
     pthread_mutex_lock(&guard_lock);
     if (guard_owner != getpid()) { /* first use, or a forked copy of the process */
         if (guard_fd >= 0)
@@ -186,7 +186,7 @@ static void guard_send(enum guard_op op, pid_t pgid)
         guard_failed = false;
         guard_owner = getpid();
     }
-    if (op != GUARD_FORGET && guard_fd < 0 && !guard_failed) {
+    if (start && guard_fd < 0 && !guard_failed) {
         int r = guard_start();
         if (r < 0) {
             guard_failed = true;
@@ -195,25 +195,40 @@ static void guard_send(enum guard_op op, pid_t pgid)
                      strerror(-r));
         }
     }
-    if (guard_fd >= 0) {
-        ssize_t sent;
-        while ((sent = send(guard_fd, &m, sizeof m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-            ;
-        if (sent < 0 && !guard_failed) {
-            guard_failed = true;
-            log_warn("the process guard is gone (%s): processors may outlive a killed roifs",
-                     strerror(errno));
-        }
-    }
+    int fd = guard_fd;
     pthread_mutex_unlock(&guard_lock);
+    return fd;
 }
 
-void guard_watch(pid_t pgid, bool srun)
+static int guard_send(int fd, enum guard_op op, pid_t pgid)
 {
-    guard_send(srun ? GUARD_SRUN : GUARD_KILL, pgid);
+    struct guard_msg m = {.op = op, .pgid = (int32_t)pgid};
+    ssize_t sent;
+    while ((sent = send(fd, &m, sizeof m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    return sent < 0 ? -errno : 0;
+}
+
+int guard_prepare(void)
+{
+    return guard_socket(true);
+}
+
+void guard_watch_self(int fd, bool srun)
+{
+    if (fd >= 0)
+        guard_send(fd, srun ? GUARD_SRUN : GUARD_KILL, getpid());
 }
 
 void guard_forget(pid_t pgid)
 {
-    guard_send(GUARD_FORGET, pgid);
+    int fd = guard_socket(false);
+    int r = fd >= 0 ? guard_send(fd, GUARD_FORGET, pgid) : 0;
+    pthread_mutex_lock(&guard_lock);
+    if (r < 0 && !guard_failed) {
+        guard_failed = true;
+        log_warn("the process guard is gone (%s): processors may outlive a killed roifs",
+                 strerror(-r));
+    }
+    pthread_mutex_unlock(&guard_lock);
 }

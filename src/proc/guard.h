@@ -7,11 +7,14 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-/* Kills process group pgid (with SIGKILL) if this process dies before guard_forget(pgid);
- * with srun, pgid is an srun, which is asked to end its job step instead (SIGTERM, then
- * srun's abort sequence, SIGKILL last). Best effort: when the guard cannot run, a warning is
- * logged once. */
-void guard_watch(pid_t pgid, bool srun);
+/* Starts the guard if it is not running; its socket for guard_watch_self(), or -1 (a warning
+ * is logged once) when it cannot run. Call before starting the child. */
+int guard_prepare(void);
+/* In the child, before exec (async-signal-safe): kills this process's group (with SIGKILL)
+ * if roifs dies before guard_forget(); with srun, this process is an srun, which is asked to
+ * end its job step instead (SIGTERM, then srun's abort sequence, SIGKILL last). Registered by
+ * the child itself, so that nothing it starts runs unwatched. fd < 0: nothing. */
+void guard_watch_self(int fd, bool srun);
 /* Call before reaping the group's leader, so that its number is never killed once reused. */
 void guard_forget(pid_t pgid);
 

@@ -44,6 +44,8 @@ struct child_args {
     char *const *argv, *const *env;
     const int *fds;
     int death_signal;
+    bool srun;
+    int guard_fd; /* the process guard's socket, or -1 */
     pid_t parent;
     int err_fd; /* close-on-exec: end of file on the other end means exec succeeded */
 };
@@ -67,6 +69,7 @@ static _Noreturn void child_exec(const struct child_args *a)
         _exit(127);
     if (setpgid(0, 0) < 0)
         child_fail(a, errno);
+    guard_watch_self(a->guard_fd, a->srun); /* before anything of the group runs */
     for (int i = 0; i < 3; i++)
         if (dup2(a->fds[i], i) < 0)
             child_fail(a, errno);
@@ -109,6 +112,8 @@ int spawn_process(const char *path, char *const argv[], char *const env[], const
                            .env = env,
                            .fds = child_fds,
                            .death_signal = srun ? SIGTERM : SIGKILL,
+                           .srun = srun,
+                           .guard_fd = guard_prepare(),
                            .parent = getpid(),
                            .err_fd = ep[1]};
     /* No handler of ours may run in the child before its dispositions are reset. */
@@ -130,11 +135,9 @@ int spawn_process(const char *path, char *const argv[], char *const env[], const
     close(ep[0]);
     if (n > 0) {
         int status;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-            ;
+        spawn_reap(child, &status);
         return -(child_errno > 0 ? child_errno : EIO);
     }
-    guard_watch(child, srun);
     *pid = child;
     return 0;
 }
