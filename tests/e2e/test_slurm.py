@@ -188,10 +188,10 @@ def test_unmount_cancels_steps(tmp_path, mount):
     # resources. Its unmount must end the steps and withdraw the waiting job.
     (tmp_path / "slow.sh").write_text(
         'echo "$SLURM_JOB_ID.$SLURM_STEP_ID" >> started.txt\n'
-        '[ "$ROIFS_ROI" = 0 ] || sleep 60\n'
+        '[ "$ROIFS_ROI" = 0 ] || exec sleep 60\n'  # exec: see test_kill_9_ends_steps
         'head -c $((4 * 4 * 5)) /dev/zero\n')
     rois = [((0, 4), (0, 5)), ((0, 4), (5, 10)), ((4, 8), (0, 5)), ((4, 8), (5, 10))]
-    task, _ = slurm_task(tmp_path, {"command": "sh slow.sh", "threads": 1, "readahead": 0},
+    task, _ = slurm_task(tmp_path, {"command": "exec sh slow.sh", "threads": 1, "readahead": 0},
                          rois=rois)
     started = tmp_path / "started.txt"
     with mount(task.config) as m:
@@ -205,7 +205,10 @@ def test_unmount_cancels_steps(tmp_path, mount):
         while time.monotonic() < deadline:
             jobs = roifs_jobs(tmp_path)
             steps = [j for j in jobs if "." in j.partition("|")[0]]
-            if len(steps) == 2 and len(jobs) == 5:  # 2 steps, their 2 jobs, 1 pending job
+            # 2 steps, their 2 jobs, 1 pending job, and both steps' scripts started (a step
+            # shows in squeue before its task runs)
+            if (len(steps) == 2 and len(jobs) == 5 and started.exists()
+                    and len(started.read_text().split()) == 3):
                 break
             time.sleep(0.1)
         assert len(steps) == 2 and len(jobs) == 5, jobs
