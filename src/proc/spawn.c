@@ -1,7 +1,7 @@
 /* spawn.c: starting the processes of the command and worker processors (see spawn.h). vfork and
  * exec rather than posix_spawn, since the child must set PR_SET_PDEATHSIG before exec; vfork, not
- * fork, since a fork of the threaded daemon marks all its memory copy-on-write (measured: 2.8 ms
- * more per command, in page faults), while the vfork child borrows it until exec. */
+ * fork, since a fork of the threaded daemon marks all its memory copy-on-write (every page it
+ * writes afterwards faults), while the vfork child borrows it until exec. */
 #include "spawn.h"
 #include "guard.h"
 
