@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 build=${ROIFS_TSAN_BUILD:-build-tsan}
-tests=(test_engine test_engine_stress test_input test_proc test_slurm)
+tests=(test_engine test_engine_stress test_input test_proc test_slurm test_versions)
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dwerror=true \
         >/dev/null

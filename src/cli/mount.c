@@ -3,15 +3,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../fs/fs.h"
+#include "../fs/runfile.h"
 #include "cli.h"
 
 /* ---- mount options ---- */
@@ -273,50 +277,6 @@ int cmd_mount_helper(int argc, char **argv)
 
 /* ---- unmount ---- */
 
-static void unescape_mountinfo(char *s)
-{
-    char *w = s;
-    for (char *r = s; *r; r++) {
-        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '7' && r[2] >= '0' && r[2] <= '7' &&
-            r[3] >= '0' && r[3] <= '7') {
-            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-            r += 3;
-        } else {
-            *w++ = *r;
-        }
-    }
-    *w = '\0';
-}
-
-/* The file system type and source of the topmost mount at path (absolute): 0, or -ENOENT
- * when nothing is mounted there. */
-static int find_mount(const char *path, char *type, size_t tn, char *source, size_t sn)
-{
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    if (!f)
-        return -errno;
-    char *line = NULL;
-    size_t cap = 0;
-    int r = -ENOENT;
-    while (getline(&line, &cap, f) > 0) {
-        char mp[PATH_MAX], fstype[256], src[PATH_MAX];
-        const char *sep = strstr(line, " - ");
-        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1 ||
-            sscanf(sep + 3, "%255s %4095s", fstype, src) != 2)
-            continue;
-        unescape_mountinfo(mp);
-        if (strcmp(mp, path) != 0)
-            continue;
-        unescape_mountinfo(src);
-        snprintf(type, tn, "%s", fstype);
-        snprintf(source, sn, "%s", src);
-        r = 0; /* keep reading: a later line is mounted on top */
-    }
-    free(line);
-    fclose(f);
-    return r;
-}
-
 static char *strndup_or_die(const char *s, size_t n)
 {
     char *d = xmalloc(n + 1);
@@ -348,30 +308,72 @@ static char *mountpoint_path(const char *path)
     return out;
 }
 
-int cmd_unmount(int argc, char **argv)
+/* How long unmount waits for a daemon to exit after SIGTERM. Its own stop takes at most a
+ * few seconds (fs.c STOP_GRACE_S); longer means it is stopped or hung. */
+#define UNMOUNT_WAIT_MS 10000
+
+static bool is_roifs(const struct mount_entry *me)
 {
-    if (argc != 2)
-        return cli_usage_error("unmount needs exactly one MOUNTPOINT%s", "");
-    const char *mnt = argv[1];
-    char *abs = mountpoint_path(mnt);
-    char type[256], source[PATH_MAX];
-    int found = find_mount(abs, type, sizeof type, source, sizeof source);
-    free(abs);
-    if (found == 0 && strcmp(type, "fuse.roifs") != 0 &&
-        !(strncmp(type, "fuse", 4) == 0 && strcmp(source, "roifs") == 0)) {
-        fprintf(stderr, "roifs: %s: not a roifs mount (%s from %s); not unmounting it\n", mnt, type,
-                source);
+    return strcmp(me->fstype, "fuse.roifs") == 0 ||
+           (strncmp(me->fstype, "fuse", 4) == 0 && strcmp(me->source, "roifs") == 0);
+}
+
+/* Asks the daemon pid of the mount at mnt (device me->minor) to stop, as SIGTERM does for
+ * `mount -f`, and waits for it to exit: 0, 1 (EXIT_RUNTIME) when it does not, or -ESRCH when
+ * it was gone already. */
+static int stop_daemon(const char *mnt, const char *abs, const struct mount_entry *me, pid_t pid,
+                       unsigned long long started)
+{
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0 || proc_start_time(pid) != started) {
+        if (pfd >= 0)
+            close(pfd);
+        return -ESRCH; /* the pid now names another process, or nothing */
+    }
+    if (syscall(SYS_pidfd_send_signal, pfd, SIGTERM, NULL, 0) < 0) {
+        int e = errno;
+        close(pfd);
+        if (e == ESRCH)
+            return -ESRCH;
+        fprintf(stderr, "roifs: %s: cannot signal its daemon (pid %ld): %s\n", mnt, (long)pid,
+                strerror(e));
         return EXIT_RUNTIME;
     }
+    struct pollfd p = {.fd = pfd, .events = POLLIN};
+    int n;
+    while ((n = poll(&p, 1, UNMOUNT_WAIT_MS)) < 0 && errno == EINTR)
+        ;
+    close(pfd);
+    if (n == 0) {
+        fprintf(stderr,
+                "roifs: %s: its daemon (pid %ld) did not exit within %d s of SIGTERM; it is "
+                "still mounted\n",
+                mnt, (long)pid, UNMOUNT_WAIT_MS / 1000);
+        return EXIT_RUNTIME;
+    }
+    /* Normally it unmounted itself; one that died without doing so leaves the mount dead. */
+    struct mount_entry now;
+    if (mountinfo_find(abs, &now) == 0 && now.minor == me->minor && umount2(mnt, MNT_DETACH) < 0 &&
+        errno != EINVAL) {
+        fprintf(stderr, "roifs: %s: cannot unmount: %s\n", mnt, strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+/* Unmounts a mount whose daemon is unknown (no run file) or dead. */
+static int unmount_plain(const char *mnt, bool daemon_dead)
+{
     if (umount2(mnt, 0) == 0)
         return 0;
     int e = errno;
-    if (e == ENOTCONN || e == EBUSY) {
-        /* A dead daemon ("Transport endpoint is not connected") or busy files: detach. */
-        if (umount2(mnt, MNT_DETACH) == 0)
-            return 0;
+    /* A dead daemon ("Transport endpoint is not connected"), whose files may still be open:
+     * detach. A busy mount whose daemon is alive but unknown is left alone: detaching it would
+     * leave the daemon computing. */
+    if ((e == ENOTCONN || (e == EBUSY && daemon_dead)) && umount2(mnt, MNT_DETACH) == 0)
+        return 0;
+    if (e == ENOTCONN)
         e = errno;
-    }
     if (e == EPERM) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -384,6 +386,33 @@ int cmd_unmount(int argc, char **argv)
             return 0;
     }
     fprintf(stderr, "roifs: %s: cannot unmount: %s\n", mnt,
-            e == EINVAL ? "not a mount point" : strerror(e));
+            e == EINVAL  ? "not a mount point"
+            : e == EBUSY ? "files are open and its daemon is not known (no run file)"
+                         : strerror(e));
     return EXIT_RUNTIME;
+}
+
+int cmd_unmount(int argc, char **argv)
+{
+    if (argc != 2)
+        return cli_usage_error("unmount needs exactly one MOUNTPOINT%s", "");
+    const char *mnt = argv[1];
+    char *abs = mountpoint_path(mnt);
+    struct mount_entry me;
+    int found = mountinfo_find(abs, &me);
+    if (found == 0 && !is_roifs(&me)) {
+        fprintf(stderr, "roifs: %s: not a roifs mount (%s from %s); not unmounting it\n", mnt,
+                me.fstype, me.source);
+        free(abs);
+        return EXIT_RUNTIME;
+    }
+    pid_t pid;
+    unsigned long long started;
+    int r = found == 0 ? runfile_daemon(me.minor, me.owner, &pid, &started) : -ENOENT;
+    if (r == 0)
+        r = stop_daemon(mnt, abs, &me, pid, started);
+    free(abs);
+    if (r >= 0)
+        return r;
+    return unmount_plain(mnt, r == -ESRCH);
 }

@@ -1,107 +1,102 @@
-/* fs.c: the FUSE side (with passthrough.c). It maps low-level requests onto the namespace and
- * the engine; opens of uncomputed chunks are answered later from a compute thread, so FUSE
- * threads never wait on computation. Opens of chunks pass through to the cache files when
- * the kernel allows it (passthrough.h); otherwise READs are served from them here. */
-#define FUSE_USE_VERSION 312
-#include "fs.h"
+/* fs.c: the FUSE side (with open.c, versions.c and passthrough.c). It maps low-level requests
+ * onto the namespace and the engine, mounts and serves until unmounted, and then stops within
+ * a few seconds whatever runs: it answers the opens still waiting, unmounts, and stops the
+ * engine (which kills the running processors). Opens of chunks pass through to the cache
+ * files when the kernel allows it (passthrough.h); otherwise READs are served from them here. */
+#include "fs_internal.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <fuse_lowlevel.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
-#include "namespace.h"
-#include "passthrough.h"
+#include "runfile.h"
 
-#define LONG_TIMEOUT 86400.0
-/* How long an open of a recomputed chunk waits for earlier opens of its previous version,
- * which pass through to the previous cache file, to be closed (passthrough.h). */
-#define PT_WAIT_MS 2000
+/* How long the engine may take to stop after the unmount (an in-process computation cannot
+ * be killed) before the daemon exits without it. */
+#define STOP_GRACE_S 5
 
-/* What an open file handle refers to. Handles are listed so that those the kernel never
- * released (files still open at unmount) are freed too. */
-struct handle {
-    struct handle *prev, *next;
-    enum ns_kind kind;
-    int fd;  /* NS_CHUNK: the cached chunk */
-    bool pt; /* NS_CHUNK: opened with passthrough to fd (pt_release(ino) when freed) */
-    fuse_ino_t ino;
-    char *buf; /* NS_STATUS: a snapshot taken at open */
-    size_t len;
-    const char *text; /* NS_META */
-};
-
-struct fs {
-    struct task *t;
-    struct engine *e;
-    struct ns ns;
-    struct timespec mtime;
-    uid_t uid;
-    gid_t gid;
-    int ready_fd;
-    struct fuse_session *se;
-    struct pt *pt;
-    _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
-    pthread_mutex_t handles_lock;
-    struct handle handles; /* list head */
-};
-
-static struct handle *handle_new(struct fs *fs, enum ns_kind kind)
+struct handle *handle_new(enum ns_kind kind)
 {
     struct handle *h = xcalloc(1, sizeof *h);
     h->kind = kind;
     h->fd = -1;
-    pthread_mutex_lock(&fs->handles_lock);
-    h->next = fs->handles.next;
-    h->prev = &fs->handles;
-    h->next->prev = h;
-    fs->handles.next = h;
-    pthread_mutex_unlock(&fs->handles_lock);
     return h;
 }
 
-static void handle_free(struct fs *fs, struct handle *h)
+void handle_add(struct fs *fs, struct handle *h)
+{
+    struct handle *head = h->kind == NS_STATUS ? &fs->status : &fs->handles;
+    pthread_mutex_lock(&fs->handles_lock);
+    h->next = head->next;
+    h->prev = head;
+    h->next->prev = h;
+    head->next = h;
+    pthread_mutex_unlock(&fs->handles_lock);
+}
+
+void handle_free(struct fs *fs, struct handle *h)
 {
     pthread_mutex_lock(&fs->handles_lock);
     h->prev->next = h->next;
     h->next->prev = h->prev;
     pthread_mutex_unlock(&fs->handles_lock);
-    if (h->pt)
-        pt_release(fs->pt, h->ino);
+    if (h->kind == NS_CHUNK && h->fd >= 0 && fs->vt) /* no vt: the session is gone */
+        vt_release(fs->vt, h->ino);
     if (h->fd >= 0)
         close(h->fd);
     free(h->buf);
     free(h);
 }
 
-struct pending_open {
-    fuse_req_t req;
-    struct fuse_file_info fi;
-    uint64_t id;
-    fuse_ino_t ino;
-    struct fs *fs;
-};
-
 static struct fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
 }
 
-/* Attributes of node n; *timeout is how long the kernel may keep them. */
-static void node_attr(struct fs *fs, const struct ns_node *n, struct stat *st, double *timeout)
+int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n)
+{
+    uint64_t base = ino, size;
+    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) != 1)
+        return -ENOENT;
+    return ns_get(&fs->ns, base, n);
+}
+
+/* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it. */
+static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino, double *timeout)
+{
+    uint64_t base, size;
+    if (vt_attr(fs->vt, ino, &base, &size) == 1)
+        return size; /* the version this inode serves: fixed while it is open */
+    bool known;
+    engine_chunk_size(engine_level(fs->e, n->level), n->prefix, &size, &known);
+    if (known)
+        return size;
+    /* Not computed yet, and its encoded size depends on the data: an upper bound, which the
+     * kernel must ask again for after the open (which computes it). A reader that trusts the
+     * size seen before opening finds the file shorter and fails; none can copy a short or
+     * empty chunk as if it were whole (docs/mounted-tree.md, "Size contract"). */
+    *timeout = 0;
+    return fs->bound[n->level];
+}
+
+/* Attributes of node n shown as inode ino to process pid; *timeout is how long the kernel
+ * may keep them. */
+static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t pid,
+                      struct stat *st, double *timeout)
 {
     memset(st, 0, sizeof *st);
-    st->st_ino = n->ino;
+    st->st_ino = ino;
     st->st_uid = fs->uid;
     st->st_gid = fs->gid;
     st->st_atim = st->st_mtim = st->st_ctim = fs->mtime;
     st->st_blksize = 4096;
+    st->st_nlink = 1;
+    st->st_mode = S_IFREG | 0444;
     *timeout = LONG_TIMEOUT;
     switch (n->kind) {
     case NS_DIR:
@@ -109,29 +104,22 @@ static void node_attr(struct fs *fs, const struct ns_node *n, struct stat *st, d
         st->st_nlink = 2;
         break;
     case NS_META:
-        st->st_mode = S_IFREG | 0444;
-        st->st_nlink = 1;
         st->st_size = (off_t)n->len;
         break;
     case NS_STATUS:
-        st->st_mode = S_IFREG | 0444;
-        st->st_nlink = 1;
-        *timeout = 0; /* served with direct_io: size 0, content current at every open */
+        /* Read with direct_io, a snapshot per open: its opener sees that snapshot's size,
+         * others the document's size now (never 0, which archivers would store as empty). */
+        st->st_size = (off_t)fs_status_size(fs, pid);
+        *timeout = 0;
         break;
     case NS_CHUNK: {
-        uint64_t size;
-        bool known;
-        engine_chunk_size(engine_level(fs->e, n->level), n->prefix, &size, &known);
-        st->st_mode = S_IFREG | 0444;
-        st->st_nlink = 1;
-        st->st_size = (off_t)size;
-        /* Until it is computed, size 0 that the kernel must ask again for after open. */
-        if (!known)
-            *timeout = 0;
+        uint64_t size = chunk_size(fs, n, ino, timeout);
+        st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
         break;
     }
     }
-    st->st_blocks = (st->st_size + 511) / 512;
+    /* nothing is stored for a chunk not computed yet */
+    st->st_blocks = *timeout == 0 && n->kind == NS_CHUNK ? 0 : (st->st_size + 511) / 512;
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -167,9 +155,9 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         fuse_reply_err(req, -r);
         return;
     }
-    e.ino = n.ino;
+    e.ino = n.kind == NS_CHUNK ? vt_current(fs->vt, n.ino) : n.ino;
     e.generation = 1;
-    node_attr(fs, &n, &e.attr, &e.attr_timeout);
+    node_attr(fs, &n, e.ino, fuse_req_ctx(req)->pid, &e.attr, &e.attr_timeout);
     e.entry_timeout = LONG_TIMEOUT;
     fuse_reply_entry(req, &e);
 }
@@ -179,19 +167,20 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     (void)fi;
     struct fs *fs = fs_of(req);
     struct ns_node n;
-    if (ns_get(&fs->ns, ino, &n) < 0) {
+    if (fs_node(fs, ino, &n) < 0) {
         fuse_reply_err(req, ENOENT);
         return;
     }
     struct stat st;
     double timeout;
-    node_attr(fs, &n, &st, &timeout);
+    node_attr(fs, &n, ino, fuse_req_ctx(req)->pid, &st, &timeout);
     log_debug("getattr %llu: size %lld", (unsigned long long)ino, (long long)st.st_size);
     fuse_reply_attr(req, &st, timeout);
 }
 
 struct dirbuf {
     fuse_req_t req;
+    struct vt *vt;
     char *buf;
     size_t size, len;
 };
@@ -201,7 +190,7 @@ static int dir_emit(void *ctx, const char *name, uint64_t ino, bool is_dir, uint
     struct dirbuf *db = ctx;
     struct stat st;
     memset(&st, 0, sizeof st);
-    st.st_ino = ino;
+    st.st_ino = is_dir ? ino : vt_current(db->vt, ino); /* as a lookup would answer */
     st.st_mode = is_dir ? S_IFDIR : S_IFREG;
     size_t need = fuse_add_direntry(db->req, NULL, 0, name, NULL, 0);
     if (db->len + need > db->size)
@@ -216,97 +205,13 @@ static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
     (void)fi;
     struct fs *fs = fs_of(req);
-    struct dirbuf db = {.req = req, .buf = xmalloc(size), .size = size};
+    struct dirbuf db = {.req = req, .vt = fs->vt, .buf = xmalloc(size), .size = size};
     int r = ns_readdir(&fs->ns, ino, (uint64_t)off, dir_emit, &db);
     if (r < 0)
         fuse_reply_err(req, -r);
     else
         fuse_reply_buf(req, db.buf, db.len);
     free(db.buf);
-}
-
-/* Called by the engine (on a compute thread, or inline when the chunk is cached). */
-static void chunk_opened(void *ctx, int err, int fd, int flags)
-{
-    struct pending_open *po = ctx;
-    log_debug("open chunk %llu: %s", (unsigned long long)po->id, err ? strerror(-err) : "ok");
-    if (err) {
-        fuse_reply_err(po->req, -err);
-        free(po);
-        return;
-    }
-    struct fs *fs = po->fs;
-    int32_t backing = 0;
-    int pt = pt_acquire(fs->pt, po->ino, fd, &backing, PT_WAIT_MS);
-    if (pt < 0) {
-        log_warn("open chunk %llu: busy: recomputed, and its previous version is still open "
-                 "after %d ms",
-                 (unsigned long long)po->id, PT_WAIT_MS);
-        close(fd);
-        fuse_reply_err(po->req, -pt);
-        free(po);
-        return;
-    }
-    struct handle *h = handle_new(fs, NS_CHUNK);
-    h->fd = fd;
-    h->ino = po->ino;
-    h->pt = pt == 1;
-    po->fi.fh = (uint64_t)(uintptr_t)h;
-    /* A chunk served from the cache keeps the kernel's pages; one computed now (perhaps
-     * replacing a version made from older input) starts afresh. With passthrough the pages
-     * are the cache file's own. */
-    po->fi.keep_cache = !h->pt && !(flags & ENGINE_COMPUTED);
-    if (flags & ENGINE_REPLACED)
-        fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
-    po->fi.noflush = 1;
-    int r = h->pt ? pt_reply_open(po->req, &po->fi, backing) : fuse_reply_open(po->req, &po->fi);
-    if (r == -ENOENT)
-        handle_free(fs, h); /* the open was interrupted: no release will come */
-    free(po);
-}
-
-static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    struct fs *fs = fs_of(req);
-    struct ns_node n;
-    if (ns_get(&fs->ns, ino, &n) < 0) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-        fuse_reply_err(req, EROFS);
-        return;
-    }
-    if (n.kind == NS_DIR) {
-        fuse_reply_err(req, EISDIR);
-        return;
-    }
-    if (n.kind == NS_CHUNK) {
-        struct pending_open *po = xmalloc(sizeof *po);
-        po->req = req;
-        po->fi = *fi;
-        po->id = n.prefix;
-        po->ino = ino;
-        po->fs = fs;
-        engine_open_chunk(engine_level(fs->e, n.level), n.prefix, chunk_opened, po);
-        return;
-    }
-    struct handle *h = handle_new(fs, n.kind);
-    if (n.kind == NS_STATUS) {
-        struct engine_mount_info mi = {.passthrough = pt_active(fs->pt),
-                                       .passthrough_off = pt_reason(fs->pt),
-                                       .chunk_reads = atomic_load(&fs->chunk_reads)};
-        h->buf = engine_status_json(fs->e, &mi);
-        h->len = strlen(h->buf);
-        fi->direct_io = 1;
-    } else {
-        h->text = n.text;
-        h->len = n.len;
-        fi->keep_cache = 1;
-    }
-    fi->fh = (uint64_t)(uintptr_t)h;
-    if (fuse_reply_open(req, fi) == -ENOENT)
-        handle_free(fs, h);
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -471,51 +376,194 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
     return pt_on_writev(((struct fs *)userdata)->pt, fd, iov, count);
 }
 
-int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err)
+static int32_t backing_open(void *ctx, int fd)
 {
-    struct fs fs = {.t = t, .uid = getuid(), .gid = getgid(), .ready_fd = o->ready_fd};
-    pthread_mutex_init(&fs.handles_lock, NULL);
-    fs.handles.next = fs.handles.prev = &fs.handles;
-    clock_gettime(CLOCK_REALTIME, &fs.mtime);
-    ns_init(&fs.ns, t);
-    int r = engine_create(t, c, &fs.e, err);
-    if (r < 0)
-        return r;
-    struct fuse_session *se = new_session(&fs, o, err);
-    fs.se = se;
-    if (!se) {
-        engine_destroy(fs.e);
-        return -EINVAL;
+    return pt_backing_open(ctx, fd);
+}
+
+static void backing_close(void *ctx, int32_t id)
+{
+    pt_backing_close(ctx, id);
+}
+
+static void state_init(struct fs *fs, struct task *t, const struct fs_options *o)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->t = t;
+    fs->uid = getuid();
+    fs->gid = getgid();
+    fs->ready_fd = o->ready_fd;
+    pthread_mutex_init(&fs->handles_lock, NULL);
+    pthread_mutex_init(&fs->pending_lock, NULL);
+    fs->handles.next = fs->handles.prev = &fs->handles;
+    fs->status.next = fs->status.prev = &fs->status;
+    clock_gettime(CLOCK_REALTIME, &fs->mtime);
+    fs->started_ns = (int64_t)fs->mtime.tv_sec * 1000000000 + fs->mtime.tv_nsec;
+    ns_init(&fs->ns, t);
+    fs->pt = pt_new(t->cfg.passthrough);
+    fs->vt = vt_new(backing_open, backing_close, fs->pt);
+    int nlevels = t->nlevels > 0 ? t->nlevels : 1;
+    for (int l = 0; l < nlevels && l < TASK_MAX_LEVELS; l++)
+        fs->bound[l] = zarr_chunk_size_bound(&(t->nlevels > 0 ? t->levels[l] : t)->out);
+}
+
+/* After the session: handles of files still open (the kernel will never release them) go
+ * with it, without a word to the closed FUSE device. */
+static void state_free(struct fs *fs)
+{
+    vt_free(fs->vt);
+    fs->vt = NULL;
+    while (fs->handles.next != &fs->handles)
+        handle_free(fs, fs->handles.next);
+    while (fs->status.next != &fs->status)
+        handle_free(fs, fs->status.next);
+    pt_free(fs->pt);
+    pthread_mutex_destroy(&fs->handles_lock);
+    pthread_mutex_destroy(&fs->pending_lock);
+}
+
+/* The engine's threads must not take the stop signals, which must reach the session loop's
+ * waiting thread (libfuse's own threads block every signal). */
+static int create_engine(struct fs *fs, struct cache *c, struct errbuf *err)
+{
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+    int r = engine_create(fs->t, c, &fs->e, err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
+/* ---- stopping ---- */
+
+struct stopper {
+    pthread_mutex_t lock;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    bool done;
+    long minor; /* of the mount's run file, or -1 */
+};
+
+/* Exits the process when the engine has not stopped STOP_GRACE_S after the unmount: what
+ * still runs is an in-process computation (builtin or plugin) that cannot be killed, and the
+ * mount is gone already. Results not stored yet are computed again by a later mount. */
+static void *stop_watch(void *arg)
+{
+    struct stopper *s = arg;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += STOP_GRACE_S;
+    pthread_mutex_lock(&s->lock);
+    while (!s->done)
+        if (pthread_cond_timedwait(&s->cv, &s->lock, &deadline) == ETIMEDOUT)
+            break;
+    bool done = s->done;
+    pthread_mutex_unlock(&s->lock);
+    if (!done) {
+        log_warn("computations still running %d s after the unmount; exiting without them",
+                 STOP_GRACE_S);
+        if (s->minor >= 0)
+            runfile_remove((unsigned)s->minor);
+        /* exit_group itself: leaving that thread behind is the point, so the sanitizers'
+         * _exit hooks (which would report it as leaked) are skipped */
+        syscall(SYS_exit_group, 0);
     }
-    if (fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, o->mountpoint) != 0) {
-        fuse_remove_signal_handlers(se);
-        fuse_session_destroy(se);
-        engine_destroy(fs.e);
+    return NULL;
+}
+
+/* Stops the engine (killing the running processors), within STOP_GRACE_S. */
+static void stop_engine(struct engine *e, long minor)
+{
+    struct stopper s = {.minor = minor};
+    pthread_mutex_init(&s.lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_t th;
+    bool watching = pthread_create(&th, NULL, stop_watch, &s) == 0;
+    engine_destroy(e);
+    pthread_mutex_lock(&s.lock);
+    s.done = true;
+    pthread_cond_signal(&s.cv);
+    pthread_mutex_unlock(&s.lock);
+    if (watching)
+        pthread_join(th, NULL);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.lock);
+}
+
+/* Records this process as the mount's daemon (runfile.h); the device minor, or -1. */
+static long record_daemon(const char *abs_mountpoint)
+{
+    struct mount_entry me;
+    if (!abs_mountpoint || mountinfo_find(abs_mountpoint, &me) < 0 ||
+        strcmp(me.fstype, "fuse.roifs") != 0)
+        return -1;
+    int r = runfile_write(me.minor);
+    if (r < 0) {
+        log_warn("cannot record the daemon for `roifs unmount`: %s", strerror(-r));
+        return -1;
+    }
+    return me.minor;
+}
+
+static int mount_session(struct fs *fs, const struct fs_options *o, struct errbuf *err)
+{
+    fs->se = new_session(fs, o, err);
+    if (!fs->se)
+        return -EINVAL;
+    if (fuse_set_signal_handlers(fs->se) != 0 || fuse_session_mount(fs->se, o->mountpoint) != 0) {
+        fuse_remove_signal_handlers(fs->se);
+        fuse_session_destroy(fs->se);
         return err_set(err, -EIO, "%s: cannot mount", o->mountpoint);
     }
-    fs.pt = pt_new(t->cfg.passthrough);
-    r = pt_attach(fs.pt, se, io_read, io_writev);
+    int r = pt_attach(fs->pt, fs->se, io_read, io_writev);
     if (r < 0)
         log_warn("FUSE passthrough off: cannot hook the FUSE device: %s", strerror(-r));
+    return 0;
+}
+
+int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err)
+{
+    struct fs fs;
+    state_init(&fs, t, o);
+    int r = create_engine(&fs, c, err);
+    if (r < 0) {
+        state_free(&fs);
+        return r;
+    }
+    /* resolved before mounting: afterwards the path would ask this very process */
+    char *abs = realpath(o->mountpoint, NULL);
+    if ((r = mount_session(&fs, o, err)) < 0) {
+        engine_destroy(fs.e);
+        state_free(&fs);
+        free(abs);
+        return r;
+    }
+    long minor = record_daemon(abs);
+    free(abs);
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", t->cfg.path, o->mountpoint,
              t->rois.n, t->cfg.threads, cache_path(c));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(lc, 64);
-    r = fuse_session_loop_mt(se, lc);
+    r = fuse_session_loop_mt(fs.se, lc);
     fuse_loop_cfg_destroy(lc);
-    /* Stop computing and answer every open still waiting before the session goes away. */
-    engine_destroy(fs.e);
-    fuse_session_unmount(se);
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    while (fs.handles.next != &fs.handles) {
-        fs.handles.next->pt = false; /* backing files went with the connection */
-        handle_free(&fs, fs.handles.next);
-    }
-    pt_free(fs.pt);
-    pthread_mutex_destroy(&fs.handles_lock);
-    log_info("unmounted %s", o->mountpoint);
+    /* Unmounted, or a stop signal: readers waiting for a chunk are answered now, the mount goes,
+     * then the computations stop. Files still open fail once the session is gone. */
+    fs_answer_pending(&fs, EIO);
+    fuse_session_unmount(fs.se);
+    stop_engine(fs.e, minor);
+    fuse_remove_signal_handlers(fs.se);
+    fuse_session_destroy(fs.se);
+    state_free(&fs);
+    if (minor >= 0)
+        runfile_remove((unsigned)minor);
     if (fs.ready_fd >= 0)
         close(fs.ready_fd);
+    log_info("unmounted %s", o->mountpoint);
     return r < 0 ? err_set(err, -EIO, "the FUSE loop failed: %s", strerror(-r)) : 0;
 }

@@ -9,11 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "../idlru.h"
 #include "../util.h"
 
 /* Kernel ABI from protocol 7.40 (Linux 6.9), newer than Debian 12's <linux/fuse.h> (7.38). */
@@ -53,14 +50,6 @@ _Static_assert(sizeof(struct pt_open_out) == sizeof(struct fuse_open_out), "fuse
  * the kernel's limit. A roifs mount then cannot be a layer of an overlayfs itself. */
 #define PT_STACK_DEPTH 2
 
-struct backing {
-    struct idlru_node node; /* node.id: the inode */
-    dev_t dev;              /* the cache file it passes through to */
-    ino_t file_ino;
-    int32_t id;
-    unsigned refs;
-};
-
 enum { PT_OFF, PT_OFFERED, PT_ON };
 
 struct pt {
@@ -68,9 +57,7 @@ struct pt {
     int fd; /* /dev/fuse */
     _Atomic int state;
     _Atomic uint64_t init_unique; /* of the INIT request, once seen */
-    pthread_mutex_t lock;
-    pthread_cond_t released; /* a backing id was closed */
-    struct idlru backings;   /* by inode (the order of use is not used) */
+    pthread_mutex_t lock;         /* turning passthrough off */
     char reason[160];
 };
 
@@ -87,31 +74,16 @@ struct pt *pt_new(bool want)
     pt->want = want;
     pt->fd = -1;
     pthread_mutex_init(&pt->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&pt->released, &ca);
-    pthread_condattr_destroy(&ca);
-    idlru_init(&pt->backings);
     snprintf(pt->reason, sizeof pt->reason, "%s",
              want ? "the kernel did not offer it" : "turned off ([mount] passthrough = false)");
     return pt;
-}
-
-static void free_backing(struct idlru_node *n, void *ctx)
-{
-    (void)ctx;
-    free(IDLRU_ENTRY(n, struct backing, node));
 }
 
 void pt_free(struct pt *pt)
 {
     if (!pt)
         return;
-    idlru_each(&pt->backings, free_backing, NULL);
-    idlru_destroy(&pt->backings);
     pthread_mutex_destroy(&pt->lock);
-    pthread_cond_destroy(&pt->released);
     free(pt);
 }
 
@@ -211,84 +183,33 @@ const char *pt_reason(const struct pt *pt)
     return pt_active(pt) ? "" : pt->reason;
 }
 
-static struct backing *find(struct pt *pt, uint64_t ino)
-{
-    struct idlru_node *n = idlru_find(&pt->backings, ino);
-    return n ? IDLRU_ENTRY(n, struct backing, node) : NULL;
-}
-
-int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wait_ms)
+int32_t pt_backing_open(struct pt *pt, int fd)
 {
     if (!pt_active(pt))
         return 0;
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return 0;
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += wait_ms / 1000;
-    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct pt_backing_map map = {.fd = fd};
+    int id = ioctl(pt->fd, PT_IOC_BACKING_OPEN, &map);
+    if (id > 0)
+        return id;
+    /* Deterministic for a cache directory (its file system's stack depth, missing privilege):
+     * use the ordinary path for every chunk from now on. */
     pthread_mutex_lock(&pt->lock);
-    int r = 1;
-    struct backing *b = find(pt, ino);
-    while (b && (b->dev != st.st_dev || b->file_ino != st.st_ino)) {
-        if (pthread_cond_timedwait(&pt->released, &pt->lock, &deadline) == ETIMEDOUT)
-            break;
-        b = find(pt, ino);
-    }
-    if (b) {
-        if (b->dev == st.st_dev && b->file_ino == st.st_ino) {
-            b->refs++;
-            *backing_id = b->id;
-        } else {
-            r = -EBUSY;
-        }
-    } else if (!pt_active(pt)) {
-        r = 0; /* turned off by another thread meanwhile */
-    } else {
-        struct pt_backing_map map = {.fd = fd};
-        int id = ioctl(pt->fd, PT_IOC_BACKING_OPEN, &map);
-        if (id < 0) {
-            /* Deterministic for a cache directory (its file system's stack depth, missing
-             * privilege): use the ordinary path for every chunk from now on, so that no inode
-             * mixes passthrough and page-cache opens. */
-            snprintf(pt->reason, sizeof pt->reason,
-                     "the kernel refused to pass through to the cache files: %s", strerror(errno));
-            atomic_store(&pt->state, PT_OFF);
-            log_warn("FUSE passthrough off: %s", pt->reason);
-            r = 0;
-        } else {
-            b = xcalloc(1, sizeof *b);
-            b->node.id = ino;
-            b->dev = st.st_dev;
-            b->file_ino = st.st_ino;
-            b->id = id;
-            b->refs = 1;
-            idlru_add(&pt->backings, &b->node);
-            *backing_id = id;
-        }
+    if (pt_active(pt)) {
+        snprintf(pt->reason, sizeof pt->reason,
+                 "the kernel refused to pass through to the cache files: %s",
+                 strerror(id < 0 ? errno : EINVAL));
+        atomic_store(&pt->state, PT_OFF);
+        log_warn("FUSE passthrough off: %s", pt->reason);
     }
     pthread_mutex_unlock(&pt->lock);
-    return r;
+    return 0;
 }
 
-void pt_release(struct pt *pt, uint64_t ino)
+void pt_backing_close(struct pt *pt, int32_t id)
 {
-    pthread_mutex_lock(&pt->lock);
-    struct backing *b = find(pt, ino);
-    if (b && --b->refs == 0) {
-        uint32_t id = (uint32_t)b->id;
-        if (ioctl(pt->fd, PT_IOC_BACKING_CLOSE, &id) < 0)
-            log_warn("cannot close FUSE backing file %u: %s", id, strerror(errno));
-        idlru_del(&pt->backings, &b->node);
-        free(b);
-        pthread_cond_broadcast(&pt->released);
-    }
-    pthread_mutex_unlock(&pt->lock);
+    uint32_t u = (uint32_t)id;
+    if (ioctl(pt->fd, PT_IOC_BACKING_CLOSE, &u) < 0)
+        log_warn("cannot close FUSE backing file %u: %s", u, strerror(errno));
 }
 
 int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int32_t backing_id)

@@ -11,9 +11,10 @@
  *
  * The kernel allows one backing file per inode at a time, and refuses to mix passthrough and
  * page-cache opens of one inode, so a backing id is shared by all opens of an inode and
- * closed at the last release, and the first failure to register a cache file turns
- * passthrough off for the rest of the mount (the cache directory is then on a file system
- * that cannot back FUSE files). */
+ * closed at the last release (versions.c keeps that count: an inode serves one cache file
+ * while it is open), and the first failure to register a cache file turns passthrough off
+ * for the rest of the mount (the cache directory is then on a file system that cannot back
+ * FUSE files). */
 #ifndef ROIFS_PASSTHROUGH_H
 #define ROIFS_PASSTHROUGH_H
 
@@ -43,13 +44,10 @@ bool pt_active(const struct pt *pt);
 /* Why passthrough is off ("" when it is on): for the log and the status file. */
 const char *pt_reason(const struct pt *pt);
 
-/* Makes the next open of inode ino pass through to fd. 1 when it will (then pt_release(ino)
- * once that open is released, or if it is not answered after all), 0 when passthrough is off
- * (serve the open the ordinary way). When earlier opens of ino still pass through to another
- * file (the chunk was recomputed since: the kernel cannot switch files under an open inode),
- * waits up to wait_ms for them to be released, then gives up with -EBUSY. */
-int pt_acquire(struct pt *pt, uint64_t ino, int fd, int32_t *backing_id, int wait_ms);
-void pt_release(struct pt *pt, uint64_t ino);
+/* Registers fd with the FUSE device as a backing file: its id (> 0), or 0 when passthrough
+ * is off (then serve the open the ordinary way). The first refusal turns passthrough off. */
+int32_t pt_backing_open(struct pt *pt, int fd);
+void pt_backing_close(struct pt *pt, int32_t id);
 /* fuse_reply_open with FOPEN_PASSTHROUGH and backing_id added to the reply. */
 int pt_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int32_t backing_id);
 

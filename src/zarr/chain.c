@@ -151,6 +151,15 @@ int64_t zarr_chain_fixed_size(const struct zarr_chain *ch, size_t raw_len)
     return size;
 }
 
+uint64_t zarr_chain_size_bound(const struct zarr_chain *ch, uint64_t raw_len)
+{
+    uint64_t size = raw_len;
+    for (int k = 0; k < ch->nbb && size != UINT64_MAX; k++)
+        size = ch->bb[k].crc32c ? (size > UINT64_MAX - 4 ? UINT64_MAX : size + 4)
+                                : zarr_codec_size_bound(&ch->bb[k].c, size);
+    return size;
+}
+
 /* ---- whole storage units ---- */
 
 /* The reversed dimension order: what v2's "order": "F" stores. */
@@ -224,4 +233,18 @@ int64_t zarr_chunk_fixed_size(const struct zarr_meta *m)
     if (inner < 0)
         return -1; /* inner chunks of fill may then be stored empty: the size varies */
     return (int64_t)n * inner + (int64_t)zarr_shard_index_size(m);
+}
+
+uint64_t zarr_chunk_size_bound(const struct zarr_meta *m)
+{
+    uint64_t nbytes = zarr_meta_chunk_nbytes(m);
+    if (m->format != 3)
+        return zarr_codec_size_bound(&m->compressor, nbytes);
+    if (!m->sharded)
+        return zarr_chain_size_bound(&m->codecs, nbytes);
+    uint64_t n = zarr_shard_count(m);
+    uint64_t inner = zarr_chain_size_bound(&m->shard.codecs, nbytes / n);
+    if (inner == UINT64_MAX || (n && inner > (UINT64_MAX - zarr_shard_index_size(m)) / n))
+        return UINT64_MAX;
+    return n * inner + zarr_shard_index_size(m);
 }

@@ -424,6 +424,39 @@ int64_t zarr_codec_fixed_size(const struct zarr_codec *c, size_t raw_len)
     return -1;
 }
 
+/* a + b, or UINT64_MAX when that overflows */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+uint64_t zarr_codec_size_bound(const struct zarr_codec *c, uint64_t raw_len)
+{
+    switch (c->id) {
+    case ZC_NONE:
+        return raw_len;
+    case ZC_BLOSC: /* what blosc_encode allocates, and blosc guarantees to fit in */
+        return add_sat(raw_len, BLOSC_MAX_OVERHEAD);
+    case ZC_ZSTD:
+        return raw_len > SIZE_MAX / 2 ? UINT64_MAX : ZSTD_compressBound((size_t)raw_len);
+    case ZC_ZLIB:
+    case ZC_GZIP: {
+        /* deflateBound of a stream set up as deflate_all does, plus the slack deflate_all
+         * allows itself for input split over several calls */
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        if (raw_len > ULONG_MAX / 2 ||
+            deflateInit2(&zs, c->level, Z_DEFLATED, c->id == ZC_GZIP ? 15 + 16 : 15, 8,
+                         Z_DEFAULT_STRATEGY) != Z_OK)
+            return UINT64_MAX;
+        uint64_t b = deflateBound(&zs, (uLong)raw_len);
+        deflateEnd(&zs);
+        return add_sat(b, 64 + raw_len / 1000);
+    }
+    }
+    return UINT64_MAX;
+}
+
 void *zarr_codec_to_json(const struct zarr_codec *c, unsigned typesize)
 {
     json_t *o;

@@ -99,6 +99,8 @@ int zarr_codec_encode(const struct zarr_codec *c, const void *src, size_t len, u
 /* Exact encoded size of a raw_len-byte chunk when it does not depend on the data (none;
  * blosc with clevel 0), else -1. */
 int64_t zarr_codec_fixed_size(const struct zarr_codec *c, size_t raw_len);
+/* An upper bound of the encoded size of raw_len bytes (UINT64_MAX when it does not fit). */
+uint64_t zarr_codec_size_bound(const struct zarr_codec *c, uint64_t raw_len);
 /* JSON object for .zarray "compressor" (a jansson json_t*, returned as void* to keep jansson
  * out of this header), or NULL for none. */
 void *zarr_codec_to_json(const struct zarr_codec *c, unsigned typesize);
@@ -133,6 +135,8 @@ int zarr_decode_chunk(const struct zarr_meta *m, const void *src, size_t len, vo
                       struct errbuf *err);
 /* Exact encoded size of a storage unit when it does not depend on the data, else -1. */
 int64_t zarr_chunk_fixed_size(const struct zarr_meta *m);
+/* An upper bound of the encoded size of any storage unit of m (UINT64_MAX: none fits). */
+uint64_t zarr_chunk_size_bound(const struct zarr_meta *m);
 
 /* ---- v3 chains and shards (chain.c, shard.c) ---- */
 
@@ -144,6 +148,8 @@ int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const
                       int ndim, const void *src, size_t len, void *dst, struct errbuf *err);
 /* Exact encoded size of raw_len bytes, or -1 when it depends on the data. */
 int64_t zarr_chain_fixed_size(const struct zarr_chain *ch, size_t raw_len);
+/* An upper bound of the encoded size of raw_len bytes (UINT64_MAX when it does not fit). */
+uint64_t zarr_chain_size_bound(const struct zarr_chain *ch, uint64_t raw_len);
 /* Number of inner chunks of one shard. */
 uint64_t zarr_shard_count(const struct zarr_meta *m);
 /* Encoded size of the shard index. */

@@ -149,6 +149,41 @@ static void test_fixed_size(void)
     CHECK_EQ_INT(mismatches, 0);
 }
 
+/* The size a chunk shows before its first open: no encoding of any data is ever larger. */
+static void test_size_bound(void)
+{
+    static const size_t sizes[] = {0, 1, 15, 16, 100, 4096, 65537, 300000, 1 << 21};
+    struct zarr_codec cs[] = {codec(ZC_NONE, 0), codec(ZC_BLOSC, 5), codec(ZC_BLOSC, 9),
+                              codec(ZC_ZLIB, 1), codec(ZC_ZLIB, 9),  codec(ZC_GZIP, 0),
+                              codec(ZC_GZIP, 6), codec(ZC_ZSTD, 1),  codec(ZC_ZSTD, 19)};
+    int over = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int smooth = 0; smooth < 2; smooth++) {
+            unsigned char *data = make_data(sizes[s], smooth);
+            for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+                void *enc;
+                size_t n;
+                struct errbuf err;
+                if (zarr_codec_encode(&cs[k], data, sizes[s], 2, &enc, &n, &err) < 0) {
+                    over++;
+                    continue;
+                }
+                uint64_t bound = zarr_codec_size_bound(&cs[k], sizes[s]);
+                if (n > bound) {
+                    fprintf(stderr, "  codec %d level %d: %zu bytes encode to %zu > bound %llu\n",
+                            (int)cs[k].id, cs[k].level, sizes[s], n, (unsigned long long)bound);
+                    over++;
+                }
+                free(enc);
+            }
+            free(data);
+        }
+    CHECK_EQ_INT(over, 0);
+    struct zarr_codec b = codec(ZC_BLOSC, 5), none = codec(ZC_NONE, 0);
+    CHECK(zarr_codec_size_bound(&b, UINT64_MAX - 3) == UINT64_MAX); /* saturates */
+    CHECK(zarr_codec_size_bound(&none, 12345) == 12345);
+}
+
 /* Encodes data with c and checks that every truncation decodes to -EIO. */
 static int truncations_fail(const struct zarr_codec *c, const unsigned char *data, size_t len)
 {
@@ -421,6 +456,7 @@ int main(void)
     RUN(test_round_trips);
     RUN(test_blosc_all_cnames_shuffles);
     RUN(test_fixed_size);
+    RUN(test_size_bound);
     RUN(test_truncated_streams);
     RUN(test_garbage);
     RUN(test_wrong_size);

@@ -1,0 +1,77 @@
+/* fs_internal.h: what fs.c (requests that answer at once, the session) and open.c (opens,
+ * answered later, their interrupts, and the answers owed at unmount) share. */
+#ifndef ROIFS_FS_INTERNAL_H
+#define ROIFS_FS_INTERNAL_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "../engine/engine.h"
+#include "fs.h"
+#include "namespace.h"
+#include "passthrough.h"
+#include "versions.h"
+
+#define LONG_TIMEOUT 86400.0
+
+/* What an open file handle refers to. Handles are listed so that those the kernel never
+ * released (files still open at unmount) are freed too. */
+struct handle {
+    struct handle *prev, *next;
+    enum ns_kind kind;
+    int fd;       /* NS_CHUNK: the cached chunk */
+    uint64_t ino; /* NS_CHUNK: the inode it was opened as (vt_release when freed) */
+    pid_t pid;    /* NS_STATUS: the process that opened it */
+    char *buf;    /* NS_STATUS: a snapshot taken at open */
+    size_t len;
+    const char *text; /* NS_META */
+};
+
+/* An open waiting for its answer (open.c). */
+struct pending_open;
+
+struct fs {
+    struct task *t;
+    struct engine *e;
+    struct ns ns;
+    struct timespec mtime;
+    int64_t started_ns; /* CLOCK_REALTIME at mount: cache files changed later are "fresh" */
+    uid_t uid;
+    gid_t gid;
+    int ready_fd;
+    struct fuse_session *se;
+    struct pt *pt;
+    struct vt *vt;
+    uint64_t bound[TASK_MAX_LEVELS]; /* per pyramid level: encoded chunk size at most */
+    _Atomic uint64_t chunk_reads;    /* READ requests for chunks answered here */
+    pthread_mutex_t handles_lock;
+    struct handle handles; /* list head: chunks and metadata */
+    struct handle status;  /* list head: open status files (few) */
+    pthread_mutex_t pending_lock;
+    struct pending_open *pending; /* opens waiting for the engine (doubly linked) */
+};
+
+/* A handle not listed yet: fill it, then handle_add (the list's readers see it whole). */
+struct handle *handle_new(enum ns_kind kind);
+void handle_add(struct fs *fs, struct handle *h);
+/* Unlists and frees h (releasing its inode's version). */
+void handle_free(struct fs *fs, struct handle *h);
+
+/* fs.c: the node behind inode ino, for any inode a lookup may have given (a later version's
+ * too: n->ino is then the namespace inode). 0 or -ENOENT. */
+int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
+
+/* open.c */
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+/* Size of the status document as process pid sees it: the snapshot it holds open, else the
+ * document as it is now. */
+size_t fs_status_size(struct fs *fs, pid_t pid);
+/* Answers every open still waiting with err (the session loop has ended: unmount). */
+void fs_answer_pending(struct fs *fs, int err);
+
+#endif

@@ -1,0 +1,265 @@
+/* open.c: opens. A chunk's open is answered once the engine has the chunk (at once when it is
+ * cached, else later from a compute thread), as the version its inode serves (versions.h).
+ * Until then the request waits in a list, from which an interrupt (the reader got a signal:
+ * FUSE_INTERRUPT) or the unmount answers it at once; exactly one of the three answers it,
+ * whoever takes it off the list first, and a late engine callback then only closes its fd.
+ * The status file is a snapshot per open, whose size its opener sees in stat. */
+#include "fs_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct pending_open {
+    struct pending_open *prev, *next;
+    bool waiting; /* on fs->pending: nobody has taken it to answer it yet */
+    fuse_req_t req;
+    struct fuse_file_info fi;
+    uint64_t id;    /* the chunk */
+    fuse_ino_t ino; /* the inode opened */
+    uint64_t base;  /* its namespace inode */
+    struct fs *fs;
+};
+
+/* The request whose interrupt handler this thread is registering: libfuse calls the handler
+ * from inside the registration when the interrupt came first, with the request's lock held,
+ * where answering it would free the request under that lock. */
+static _Thread_local fuse_req_t registering;
+static _Thread_local bool interrupted_now;
+
+static void pending_add(struct fs *fs, struct pending_open *po)
+{
+    pthread_mutex_lock(&fs->pending_lock);
+    po->waiting = true;
+    po->prev = NULL;
+    po->next = fs->pending;
+    if (fs->pending)
+        fs->pending->prev = po;
+    fs->pending = po;
+    pthread_mutex_unlock(&fs->pending_lock);
+}
+
+/* Lock held. */
+static void pending_unlink(struct fs *fs, struct pending_open *po)
+{
+    if (po->prev)
+        po->prev->next = po->next;
+    else
+        fs->pending = po->next;
+    if (po->next)
+        po->next->prev = po->prev;
+    po->waiting = false;
+}
+
+/* Takes po off the list to answer it: false when someone else has. */
+static bool pending_take(struct fs *fs, struct pending_open *po)
+{
+    pthread_mutex_lock(&fs->pending_lock);
+    bool mine = po->waiting;
+    if (mine)
+        pending_unlink(fs, po);
+    pthread_mutex_unlock(&fs->pending_lock);
+    return mine;
+}
+
+/* libfuse's interrupt handler (any thread but the one that answers interrupts inline). The
+ * open is answered EINTR at once; the computation goes on for other readers and the cache. */
+static void open_interrupted(fuse_req_t req, void *data)
+{
+    struct fs *fs = data;
+    uint64_t id = 0;
+    bool found = false;
+    pthread_mutex_lock(&fs->pending_lock);
+    for (struct pending_open *po = fs->pending; po; po = po->next)
+        if (po->req == req) {
+            id = po->id;
+            pending_unlink(fs, po); /* po now belongs to its engine callback alone */
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&fs->pending_lock);
+    if (!found)
+        return; /* answered already */
+    log_debug("open chunk %llu: interrupted", (unsigned long long)id);
+    if (req == registering)
+        interrupted_now = true; /* fs_open answers once the registration returns */
+    else
+        fuse_reply_err(req, EINTR);
+}
+
+void fs_answer_pending(struct fs *fs, int err)
+{
+    pthread_mutex_lock(&fs->pending_lock);
+    size_t n = 0;
+    for (struct pending_open *po = fs->pending; po; po = po->next)
+        n++;
+    fuse_req_t *reqs = xmalloc((n ? n : 1) * sizeof *reqs);
+    for (size_t i = 0; i < n; i++) {
+        reqs[i] = fs->pending->req;
+        pending_unlink(fs, fs->pending);
+    }
+    pthread_mutex_unlock(&fs->pending_lock);
+    for (size_t i = 0; i < n; i++)
+        fuse_reply_err(reqs[i], err);
+    if (n)
+        log_info("unmount: %zu open%s still computing answered with %s", n, n == 1 ? "" : "s",
+                 strerror(err));
+    free(reqs);
+}
+
+/* Answers po's open with fd, the cache file the engine gave (po is taken). */
+static void reply_chunk(struct fs *fs, struct pending_open *po, int fd, int flags)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        log_error("open chunk %llu: cannot stat its cache file: %s", (unsigned long long)po->id,
+                  strerror(errno));
+        close(fd);
+        fuse_reply_err(po->req, EIO);
+        return;
+    }
+    int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    struct vt_file f = {.dev = (uint64_t)st.st_dev,
+                        .ino = (uint64_t)st.st_ino,
+                        .size = (uint64_t)st.st_size,
+                        .ctime_ns = changed,
+                        .fresh = (flags & ENGINE_REPLACED) || changed >= fs->started_ns};
+    struct vt_grant g;
+    int r = vt_open(fs->vt, po->ino, po->base, fd, &f, &g);
+    if (r < 0) {
+        /* Files are open on the version this inode serves: the kernel looks the name up again
+         * and opens the inode that serves the new one. */
+        log_debug("open chunk %llu: its version changed while files are open on inode %llu; "
+                  "moved to a new inode",
+                  (unsigned long long)po->id, (unsigned long long)po->ino);
+        close(fd);
+        fuse_reply_err(po->req, -r);
+        return;
+    }
+    if (g.inval_attrs) /* attributes only: no page of a request's file is waited for */
+        fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
+    struct handle *h = handle_new(NS_CHUNK);
+    h->fd = fd;
+    h->ino = po->ino;
+    handle_add(fs, h);
+    po->fi.fh = (uint64_t)(uintptr_t)h;
+    /* With passthrough the pages are the cache file's own. */
+    po->fi.keep_cache = !g.backing && g.keep_cache;
+    po->fi.noflush = 1;
+    r = g.backing ? pt_reply_open(po->req, &po->fi, g.backing) : fuse_reply_open(po->req, &po->fi);
+    if (r == -ENOENT)
+        handle_free(fs, h); /* the reader is gone: no release will come */
+}
+
+/* Called by the engine (on a compute thread, or inline when the chunk is cached). */
+static void chunk_opened(void *ctx, int err, int fd, int flags)
+{
+    struct pending_open *po = ctx;
+    struct fs *fs = po->fs;
+    if (!pending_take(fs, po)) {
+        if (fd >= 0)
+            close(fd); /* answered already: interrupted, or the unmount */
+        free(po);
+        return;
+    }
+    log_debug("open chunk %llu: %s", (unsigned long long)po->id, err ? strerror(-err) : "ok");
+    if (err)
+        fuse_reply_err(po->req, -err);
+    else
+        reply_chunk(fs, po, fd, flags);
+    free(po);
+}
+
+static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
+                       struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    struct pending_open *po = xcalloc(1, sizeof *po);
+    po->req = req;
+    po->fi = *fi;
+    po->id = n->prefix;
+    po->ino = ino;
+    po->base = n->ino;
+    po->fs = fs;
+    pending_add(fs, po);
+    registering = req;
+    interrupted_now = false;
+    fuse_req_interrupt_func(req, open_interrupted, fs);
+    registering = NULL;
+    if (interrupted_now) {
+        fuse_reply_err(req, EINTR); /* po is off the list: the engine never heard of it */
+        free(po);
+        return;
+    }
+    engine_open_chunk(engine_level(fs->e, n->level), n->prefix, chunk_opened, po);
+}
+
+/* ---- the status file ---- */
+
+static char *status_snapshot(struct fs *fs)
+{
+    struct engine_mount_info mi = {.passthrough = pt_active(fs->pt),
+                                   .passthrough_off = pt_reason(fs->pt),
+                                   .chunk_reads = atomic_load(&fs->chunk_reads)};
+    return engine_status_json(fs->e, &mi);
+}
+
+size_t fs_status_size(struct fs *fs, pid_t pid)
+{
+    size_t len = 0;
+    bool found = false;
+    pthread_mutex_lock(&fs->handles_lock);
+    for (struct handle *h = fs->status.next; h != &fs->status; h = h->next)
+        if (h->pid == pid) {
+            len = h->len; /* the newest of its snapshots: handles are added in front */
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&fs->handles_lock);
+    if (!found) {
+        char *doc = status_snapshot(fs);
+        len = strlen(doc);
+        free(doc);
+    }
+    return len;
+}
+
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    struct ns_node n;
+    if (fs_node(fs, ino, &n) < 0) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (n.kind == NS_DIR) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    if (n.kind == NS_CHUNK) {
+        open_chunk(req, ino, &n, fi);
+        return;
+    }
+    struct handle *h = handle_new(n.kind);
+    if (n.kind == NS_STATUS) {
+        h->buf = status_snapshot(fs);
+        h->len = strlen(h->buf);
+        h->pid = fuse_req_ctx(req)->pid;
+        fi->direct_io = 1; /* its content is this snapshot, whatever the kernel cached */
+    } else {
+        h->text = n.text;
+        h->len = n.len;
+        fi->keep_cache = 1;
+    }
+    handle_add(fs, h);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (fuse_reply_open(req, fi) == -ENOENT)
+        handle_free(fs, h);
+}
