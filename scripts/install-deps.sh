@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-dev
       libjansson-dev libzstd-dev zlib1g-dev
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
-      python3-scipy python3-anndata python3-xarray
+      python3-scipy python3-anndata python3-xarray python3-skimage
       clang libclang-rt-14-dev)  # the last two: fuzz/run.sh (libFuzzer and its sanitizers)
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
 # packages only when the machine has none.
