@@ -26,6 +26,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
 
 import ctypes  # noqa: E402
 import importlib  # noqa: E402
+import io  # noqa: E402
 import importlib.util  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
@@ -147,7 +148,7 @@ def _serve_rois(sock, mem_fd, fn, params):
     dims_of = {}
     dtypes = {}
     mm, size, key, block, out = None, 0, None, None, None
-    ok = REP.pack(REP_OK, 0, 0)
+    ok, ok_wrote = REP.pack(REP_OK, 0, 0), REP.pack(REP_OK, 0, 1)
     Roi, store, describe = _array.Roi, _array.store, _array.describe
     while True:
         n = sock.recv_into(buf)
@@ -173,8 +174,27 @@ def _serve_rois(sock, mem_fd, fn, params):
             sys.stderr.write(f"roi {index}: " + "".join(traceback.format_exception(e)))
             sys.stderr.flush()
             sock.send(REP.pack(REP_ERROR, 0, 0) + describe(e).encode("utf-8", "replace")[:MSG_MAX])
+            _wrote[0] = False
             continue
-        sock.send(ok)
+        if _wrote[0]:  # roifs reads the worker's stderr pipe then
+            _wrote[0] = False
+            sock.send(ok_wrote)
+        else:
+            sock.send(ok)
+
+
+_wrote = [False]  # the worker wrote to sys.stdout or sys.stderr since its last reply
+
+
+class _NotingWriter(io.TextIOWrapper):
+    def write(self, s):
+        _wrote[0] = True
+        return super().write(s)
+
+
+def _noting(fd):
+    return _NotingWriter(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)),
+                         line_buffering=True, errors="backslashreplace")
 
 
 def _worker(fds, fn, params, server_pid):
@@ -187,8 +207,7 @@ def _worker(fds, fn, params, server_pid):
         os.dup2(err_fd, 1)
         os.dup2(err_fd, 2)
         os.close(err_fd)
-        sys.stdout.reconfigure(line_buffering=True)
-        sys.stderr.reconfigure(line_buffering=True)
+        sys.stdout, sys.stderr = _noting(1), _noting(2)
         # Dies with the server; the server dies with roifs (end of file on its control).
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != server_pid:
@@ -216,7 +235,8 @@ class Server:
         self.ctl, self.fn, self.params, self.target = ctl, fn, params, target
         self.poller = select.poll()
         self.poller.register(ctl, select.POLLIN)
-        self.children = {}  # pidfd -> (pid, the server's copy of the worker's socket)
+        # pidfd -> (pid, the server's copy of the worker's socket, its shared first page)
+        self.children = {}
 
     def fork(self, fds):
         if len(fds) != 3:
@@ -231,22 +251,26 @@ class Server:
         pid = os.fork()
         if pid == 0:
             self.ctl.close()
-            for pidfd, (_, sock) in self.children.items():
+            for pidfd, (_, sock, shared) in self.children.items():
                 os.close(pidfd)
                 sock.close()
+                shared.close()
             _worker(fds, self.fn, self.params, me)
         os.close(fds[1])
+        shared = mmap.mmap(fds[2], mmap.PAGESIZE)
         os.close(fds[2])
         pidfd = os.pidfd_open(pid)
-        self.children[pidfd] = (pid, socket.socket(fileno=fds[0]))
+        self.children[pidfd] = (pid, socket.socket(fileno=fds[0]), shared)
         self.poller.register(pidfd, select.POLLIN)
         return {"ok": True, "pid": pid}
 
     def reap(self, pidfd, block=True):
-        pid, sock = self.children.pop(pidfd)
+        pid, sock, shared = self.children.pop(pidfd)
         self.poller.unregister(pidfd)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        struct.pack_into("<I", shared, 0, 1)  # struct py_shared: dead, before the notice
+        shared.close()
         try:
             sock.send(REP.pack(REP_DIED, 0, status))
         except OSError:
@@ -254,7 +278,7 @@ class Server:
         sock.close()
 
     def kill(self, pid):
-        if any(p == pid for p, _ in self.children.values()):
+        if any(p == pid for p, _, _ in self.children.values()):
             os.kill(pid, signal.SIGKILL)
             return {"ok": True}
         return {"ok": False, "error": f"no worker {pid}"}
@@ -299,7 +323,7 @@ class Server:
             for fd, _ in self.poller.poll(max(1, int((deadline - time.monotonic()) * 1000))):
                 if fd in self.children:
                     self.reap(fd)
-        for pidfd, (pid, _) in list(self.children.items()):
+        for pidfd, (pid, _, _) in list(self.children.items()):
             os.kill(pid, signal.SIGKILL)
             self.reap(pidfd)
         _kill_group_but_me()

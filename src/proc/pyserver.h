@@ -14,9 +14,16 @@
 
 #include "../util.h"
 
+/* The first page of a worker's memfd, shared by roifs, the worker and the server: the server
+ * sets `dead` once it reaped the worker (before it sends PY_REP_DIED). */
+struct py_shared {
+    uint32_t dead, zero;
+};
+
 /* A ROI request on a worker's socket (SOCK_SEQPACKET), followed by ndim u64 each of start,
- * stop, in_start and in_shape. The block is at in_off of the worker's memfd (map_size bytes
- * mapped by both sides), the result goes to out_off. Little-endian, no padding. */
+ * stop, in_start and in_shape. The block is at in_off (after struct py_shared's page) of the
+ * worker's memfd (map_size bytes mapped by both sides), the result goes to out_off.
+ * Little-endian, no padding. */
 #define PY_REQ_ROI 1
 struct py_request {
     uint32_t kind, ndim;
@@ -25,8 +32,9 @@ struct py_request {
     char in_dtype[8], out_dtype[8]; /* numpy typestrs, NUL-padded */
 };
 
-/* A reply: OK (the result is in the memfd), ERROR (a UTF-8 message follows), or DIED (sent
- * by the server once it reaped the worker: value is the wait status). */
+/* A reply: OK (the result is in the memfd; value 1 when the worker wrote to its stdout or
+ * stderr meanwhile), ERROR (a UTF-8 message follows), or DIED (sent by the server once it
+ * reaped the worker: value is the wait status). */
 enum { PY_REP_OK = 1, PY_REP_ERROR = 2, PY_REP_DIED = 3 };
 struct py_reply {
     uint32_t kind, zero;

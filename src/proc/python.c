@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,13 +31,23 @@
 #define DEATH_GRACE 0.5
 /* The result starts at this alignment after the block in the shared memory. */
 #define MAP_ALIGN 64
+/* While a ROI runs, roifs sleeps in one recv() on the worker's socket (on this VM a system
+ * call costs about 2 us, a poll() and a recv() per ROI were a third of the overhead); it wakes
+ * this often to read the worker's stderr, notice the shutdown and the deadline. */
+#define TICK 1.0
+/* Its stderr pipe holds this much; the reply says when Python wrote to it, and roifs reads it
+ * then, at every tick, and every STDERR_EVERY ROIs for output from C code. */
+#define STDERR_PIPE (1 << 20)
+#define STDERR_EVERY 64
 
 struct pyworker {
     pid_t pid; /* 0: none; the next ROI forks one */
     int sock, err_fd, mem_fd;
     unsigned char *map;
     size_t map_size;
-    bool busy; /* guarded by the pool's lock */
+    bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
+    bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
+    unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
     char line[LINE_MAX_LOG + 1];
     size_t line_len;
     char last[512]; /* last line of its stderr, for messages */
@@ -51,7 +61,6 @@ struct pypool {
     pthread_mutex_t lock; /* guards workers, nworkers and busy flags */
     struct pyworker **workers;
     size_t nworkers;
-    int stop_fd; /* readable once shutting down */
     _Atomic bool stopping;
     pid_t creator;
     unsigned forks_at_create;
@@ -135,12 +144,14 @@ static void await_stderr(struct pyworker *w, double until)
 /* ---- a worker's life ---- */
 
 /* Forgets the process (dead, or killed through the server) and frees its descriptors. */
-static void worker_reset(struct pyworker *w)
+static void worker_reset(struct pypool *pp, struct pyworker *w)
 {
     if (w->err_fd >= 0)
         drain_stderr(w);
     emit_line(w);
+    pthread_mutex_lock(&pp->lock);
     spawn_close(&w->sock);
+    pthread_mutex_unlock(&pp->lock);
     spawn_close(&w->err_fd);
     spawn_close(&w->mem_fd);
     if (w->map)
@@ -155,7 +166,29 @@ static void worker_retire(struct pypool *pp, struct pyworker *w)
     struct errbuf kerr;
     if (w->pid > 0 && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
         log_warn("python worker %d: cannot kill it: %s", (int)w->pid, kerr.msg);
-    worker_reset(w);
+    worker_reset(pp, w);
+}
+
+static double tick_of(const struct pypool *pp)
+{
+    return pp->timeout > 0 && pp->timeout < TICK ? pp->timeout : TICK;
+}
+
+static void set_tick(int sock, double seconds)
+{
+    if (seconds < 0.001)
+        seconds = 0.001;
+    struct timeval tv = {.tv_sec = (time_t)seconds,
+                         .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+/* The server sets `dead` in the first page of the memfd when it reaps the worker, before it
+ * sends the notice: roifs looks at it before each ROI without a system call. */
+static bool worker_dead(const struct pyworker *w)
+{
+    const struct py_shared *sh = (const struct py_shared *)w->map;
+    return sh && __atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE) != 0;
 }
 
 static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err)
@@ -167,11 +200,15 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         rc = spawn_pipe(ep);
     if (!rc && (mfd = memfd_create("roifs-python", MFD_CLOEXEC)) < 0)
         rc = -errno;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!rc && ftruncate(mfd, (off_t)page) < 0) /* the first page: struct py_shared */
+        rc = -errno;
     if (rc) {
         for (int i = 0; i < 2; i++) {
             spawn_close(&sv[i]);
             spawn_close(&ep[i]);
         }
+        spawn_close(&mfd);
         return err_set(err, rc, "cannot set up a python worker: %s", strerror(-rc));
     }
     pid_t pid = 0;
@@ -185,12 +222,28 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         return err_prefix(err, rc, "cannot fork a python worker");
     }
     fcntl(ep[0], F_SETFL, fcntl(ep[0], F_GETFL) | O_NONBLOCK);
+    fcntl(ep[0], F_SETPIPE_SZ, STDERR_PIPE); /* best effort */
+    set_tick(sv[0], tick_of(pp));
     w->pid = pid;
+    pthread_mutex_lock(&pp->lock);
     w->sock = sv[0];
+    pthread_mutex_unlock(&pp->lock);
     w->err_fd = ep[0];
     w->mem_fd = mfd;
+    w->map = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    w->map_size = page;
+    if (w->map == MAP_FAILED) {
+        w->map = NULL;
+        w->map_size = 0;
+        rc = err_set(err, -errno, "cannot map the shared memory of a python worker: %s",
+                     strerror(errno));
+        worker_retire(pp, w);
+        return rc;
+    }
     w->line_len = 0;
     w->last[0] = '\0';
+    w->rois = 0;
+    w->tick_cut = false;
     return 0;
 }
 
@@ -205,25 +258,22 @@ static void describe_status(int status, char *buf, size_t len)
 
 /* An idle worker may have died since its last ROI: then it is replaced now rather than
  * failing the next ROI. */
-static void check_idle(struct pyworker *w)
+static void check_idle(struct pypool *pp, struct pyworker *w)
 {
-    struct pollfd pf[2] = {{.fd = w->sock, .events = POLLIN}, {.fd = w->err_fd, .events = POLLIN}};
-    if (poll(pf, 2, 0) <= 0)
-        return;
-    if (pf[1].revents)
-        drain_stderr(w);
-    if (!pf[0].revents)
+    if (!worker_dead(w))
         return;
     struct py_reply rep = {0};
-    ssize_t n = recv(w->sock, &rep, sizeof rep, MSG_DONTWAIT);
+    struct pollfd pf = {.fd = w->sock, .events = POLLIN};
     char what[64] = "is gone";
-    if (n == (ssize_t)sizeof rep && rep.kind == PY_REP_DIED)
+    if (poll(&pf, 1, (int)(DEATH_GRACE * 1000)) > 0 &&
+        recv(w->sock, &rep, sizeof rep, MSG_DONTWAIT) == (ssize_t)sizeof rep &&
+        rep.kind == PY_REP_DIED)
         describe_status((int)rep.value, what, sizeof what);
     pid_t pid = w->pid;
     await_stderr(w, now_monotonic() + DEATH_GRACE);
     log_warn("python worker %d %s while idle%s%s; forking a new one", (int)pid, what,
              *w->last ? ": " : "", w->last);
-    worker_reset(w);
+    worker_reset(pp, w);
 }
 
 /* ---- the pool ---- */
@@ -272,8 +322,9 @@ static size_t align_up(size_t n, size_t a)
     return (n + a - 1) / a * a;
 }
 
-/* The shared memory holds the block at 0 and the result at out_off; grown when a ROI needs
- * more, never shrunk, so that its pages are faulted in once. */
+/* The shared memory holds struct py_shared in its first page, the block after it and the
+ * result at out_off; grown when a ROI needs more, never shrunk, so that its pages are faulted
+ * in once. */
 static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
 {
     if (need <= w->map_size)
@@ -309,6 +360,7 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     h->roi = rq->roi;
     h->label = rq->label;
     h->map_size = w->map_size;
+    h->in_off = (size_t)sysconf(_SC_PAGESIZE);
     h->in_nbytes = rq->in_nbytes;
     h->out_off = out_off;
     h->out_nbytes = rq->out_nbytes;
@@ -325,33 +377,18 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     return sizeof *h + 4 * n;
 }
 
-/* Waits for the reply, watching stderr, the deadline and the shutdown. */
+/* Waits for the reply in recv(), waking every tick (SO_RCVTIMEO) to read stderr and to
+ * check the deadline and the shutdown (which also ends the recv with SHUT_RD). */
 static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double deadline,
                                struct py_reply *rep, struct errbuf *err)
 {
     char buf[sizeof *rep + 4096 + 1];
     for (;;) {
-        struct pollfd pf[3] = {{.fd = w->sock, .events = POLLIN},
-                               {.fd = w->err_fd, .events = POLLIN},
-                               {.fd = pp->stop_fd, .events = POLLIN}};
-        double now = now_monotonic();
-        int ms = deadline > 0 ? (deadline > now ? (int)((deadline - now) * 1000) + 1 : 0) : -1;
-        if (poll(pf, 3, ms) < 0 && errno != EINTR)
-            return err_set(err, -EIO, "python worker %d: poll: %s", (int)w->pid, strerror(errno)),
-                   PY_BROKEN;
-        if (pf[2].revents || pp->stopping)
-            return PY_SHUTDOWN;
-        if (pf[1].revents)
-            drain_stderr(w);
-        if (pf[0].revents) {
-            ssize_t n = recv(w->sock, buf, sizeof buf - 1, MSG_DONTWAIT);
-            if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                continue;
-            if (n <= 0) /* the worker and the server are gone */
-                return PY_GONE;
+        ssize_t n = recv(w->sock, buf, sizeof buf - 1, 0);
+        if (n > 0) {
             if ((size_t)n < sizeof *rep)
-                return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes", (int)w->pid,
-                               n),
+                return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes",
+                               (int)w->pid, n),
                        PY_BROKEN;
             memcpy(rep, buf, sizeof *rep);
             buf[n] = '\0';
@@ -365,13 +402,29 @@ static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double dea
                            rep->kind),
                    PY_BROKEN;
         }
-        if (deadline > 0 && now_monotonic() >= deadline)
-            return PY_TIMEOUT;
+        if (pp->stopping)
+            return PY_SHUTDOWN;
+        if (n == 0) /* the worker and the server are gone */
+            return PY_GONE;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return err_set(err, -EIO, "python worker %d: recv: %s", (int)w->pid, strerror(errno)),
+                   PY_BROKEN;
+        drain_stderr(w);
+        if (deadline > 0) {
+            double left = deadline - now_monotonic();
+            if (left <= 0)
+                return PY_TIMEOUT;
+            if (left < tick_of(pp)) {
+                set_tick(w->sock, left);
+                w->tick_cut = true;
+            }
+        }
     }
 }
 
 /* The message for a worker that went away mid-ROI. */
-static int report_death(struct pyworker *w, enum outcome end, int status, struct errbuf *err)
+static int report_death(struct pypool *pp, struct pyworker *w, enum outcome end, int status,
+                        struct errbuf *err)
 {
     char what[64] = "is gone (and so is the fork server)";
     if (end == PY_DIED)
@@ -381,19 +434,24 @@ static int report_death(struct pyworker *w, enum outcome end, int status, struct
     int rc = err_set(err, -EIO, "python worker %d %s before replying%s%.700s", (int)pid, what,
                      *w->last ? ": " : "", w->last);
     log_warn("%s; forking a new one", err->msg);
-    worker_reset(w);
+    worker_reset(pp, w);
     return rc;
 }
 
 static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_request *rq,
                     struct errbuf *err)
 {
-    size_t out_off = align_up(rq->in_nbytes, MAP_ALIGN);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t out_off = page + align_up(rq->in_nbytes, MAP_ALIGN);
     int rc = map_for(w, out_off + rq->out_nbytes, err);
     if (rc)
         return rc;
-    memcpy(w->map, rq->in, rq->in_nbytes);
+    memcpy(w->map + page, rq->in, rq->in_nbytes);
     size_t len = build_request(w, rq, out_off);
+    if (w->tick_cut) {
+        set_tick(w->sock, tick_of(pp));
+        w->tick_cut = false;
+    }
     double deadline = pp->timeout > 0 ? now_monotonic() + pp->timeout : 0;
     struct py_reply rep = {0};
     enum outcome end;
@@ -404,12 +462,15 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     switch (end) {
     case PY_OK:
         memcpy(rq->out, w->map + out_off, rq->out_nbytes);
+        if (rep.value || ++w->rois % STDERR_EVERY == 0) /* it wrote to stderr */
+            drain_stderr(w);
         return 0;
     case PY_REFUSED:
+        drain_stderr(w); /* the traceback */
         return -EIO;
     case PY_DIED:
     case PY_GONE:
-        return report_death(w, end, (int)rep.value, err);
+        return report_death(pp, w, end, (int)rep.value, err);
     case PY_TIMEOUT:
         rc = err_set(err, -EIO, "python worker %d timed out after %g s", (int)w->pid, pp->timeout);
         break;
@@ -442,7 +503,7 @@ static int python_run(struct proc *p, const struct proc_request *rq, struct errb
     if (!w)
         return err_set(err, -ECANCELED, "shut down");
     if (w->pid > 0)
-        check_idle(w);
+        check_idle(pp, w);
     int rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
     if (!rc) {
         rc = exchange(pp, w, rq, err);
@@ -455,12 +516,17 @@ static int python_run(struct proc *p, const struct proc_request *rq, struct errb
 
 /* ---- the end ---- */
 
+/* Busy workers' recv() ends at once (SHUT_RD on roifs's end), the ROI fails with -ECANCELED
+ * and the worker is killed; one forked meanwhile is noticed within a tick. */
 static void python_shutdown(struct proc *p)
 {
     struct pypool *pp = (struct pypool *)p;
+    pthread_mutex_lock(&pp->lock);
     pp->stopping = true;
-    if (eventfd_write(pp->stop_fd, 1) < 0)
-        log_warn("python: cannot signal the shutdown: %s", strerror(errno));
+    for (size_t i = 0; i < pp->nworkers; i++)
+        if (pp->workers[i]->busy && pp->workers[i]->sock >= 0)
+            shutdown(pp->workers[i]->sock, SHUT_RD);
+    pthread_mutex_unlock(&pp->lock);
 }
 
 /* No run() is in progress any more. Workers get end of file on their sockets and exit; the
@@ -481,7 +547,6 @@ static void python_destroy(struct proc *p)
     }
     free(pp->workers);
     pyserver_stop(pp->srv, owner);
-    spawn_close(&pp->stop_fd);
     pthread_mutex_destroy(&pp->lock);
     free(pp);
 }
@@ -584,7 +649,6 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     pp->base.ops = &python_ops;
     pp->srv = srv;
     pp->timeout = cfg->timeout;
-    pp->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pp->creator = getpid();
     pp->forks_at_create = fork_count;
     pthread_mutex_init(&pp->lock, NULL);

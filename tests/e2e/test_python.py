@@ -5,6 +5,7 @@ scenario, start-up errors (exit 2 with the Python error), per-ROI exceptions and
 mid-ROI and replaced, timeouts, and no interpreter left after unmount or after kill -9."""
 import errno
 import json
+import re
 import os
 import signal
 import subprocess
@@ -339,13 +340,19 @@ def test_result_cast_like_builtins(tmp_path, mount, kind, out, want):
 def test_worker_script_serves_as_python(tmp_path, mount):
     """A `worker =` script (its run() call unguarded) opts in by being named in `python =`."""
     (tmp_path / "w.py").write_text("import numpy as np\nfrom roifs_worker import run\n\n"
-                                   "def process(block, roi):\n    return block + 1\n\n"
+                                   "def process(block, roi):\n"
+                                   "    print('computing', roi.index)\n"
+                                   "    return block + 1\n\n"
                                    "run(process)\n")
     inp = np.arange(6, dtype="<u2")
     task = make_task(tmp_path, inp, (3,), rois=[((0, 6),)],
                      process={"python": "w.py:process", "threads": 1})
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], inp + 1)
+        deadline = time.monotonic() + 5
+        while ": computing 0" not in m.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert re.search(r"python worker \d+: computing 0", m.log_text()), m.log_text()
 
 
 # ---------------------------------------------------------------- workers that die or hang
@@ -425,6 +432,22 @@ def test_worker_timeout(tmp_path, mount):
         assert victim not in interpreters(task.dir), "the worker past its timeout still runs"
         (task.dir / "flag").unlink()
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], want)
+
+
+def test_unmount_with_a_busy_worker(tmp_path, mount):
+    """An unmount while a ROI runs (60 s of sleep, queued by readahead) ends at once: the ROI's
+    worker is killed."""
+    task, want = slow_task(tmp_path, threads=1, readahead=3)
+    with mount(task.config) as m:
+        assert read_bytes(m / "0") == want[0:2].tobytes()
+        busy = task.dir / "busy.txt"
+        deadline = time.monotonic() + 20
+        while not busy.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert busy.exists()
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 5, "the unmount waited for the busy worker"
+    assert not wait_no_interpreters(task.dir), "interpreters left after unmount"
 
 
 def test_worker_exits_while_idle(tmp_path, mount):
