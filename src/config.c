@@ -742,10 +742,10 @@ void config_free(struct config *cfg)
         &cfg->dtype,      &cfg->fill_value,  &cfg->compressor,      &cfg->cname,
         &cfg->downsample, &cfg->slurm_mem,   &cfg->slurm_partition, &cfg->slurm_gres,
         &cfg->slurm_time, &cfg->slurm_extra, &cfg->log_path,        &cfg->cache_dir,
-        &cfg->interpreter,
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
         free(*strings[i]);
+    free(cfg->interpreter);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

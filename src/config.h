@@ -40,9 +40,10 @@ struct config {
 
     /* [process] */
     enum proc_kind proc_kind;
-    char *proc_value;  /* builtin name, command line, worker command line, plugin path or
-                          python FILE.py:FUNCTION */
-    char *interpreter; /* python: NULL for /usr/bin/python3 */
+    /* builtin name, command line, worker command line, plugin path or FILE.py:FUNCTION */
+    char *proc_value;
+    /* python: the interpreter, NULL for /usr/bin/python3 */
+    char *interpreter;
     int threads;      /* resolved: 0 in the file becomes the number of online CPUs */
     int readahead;    /* resolved: -1 in the file becomes threads */
     double timeout;   /* seconds, 0 = none */

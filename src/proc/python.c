@@ -37,7 +37,7 @@
 #define TICK 1.0
 /* Its stderr pipe holds this much; the reply says when Python wrote to it, and roifs reads it
  * then, at every tick, and every STDERR_EVERY ROIs for output from C code. */
-#define STDERR_PIPE (1 << 20)
+#define STDERR_PIPE  (1 << 20)
 #define STDERR_EVERY 64
 
 struct pyworker {
@@ -335,14 +335,14 @@ static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
                        "cannot size the shared memory of a python worker to %zu "
                        "bytes: %s",
                        size, strerror(errno));
-    void *m = w->map ? mremap(w->map, w->map_size, size, MREMAP_MAYMOVE)
-                     : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, w->mem_fd, 0);
+    /* A new mapping rather than mremap(), which ThreadSanitizer does not follow. */
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, w->mem_fd, 0);
+    if (w->map)
+        munmap(w->map, w->map_size);
+    w->map = NULL;
+    w->map_size = 0;
     if (m == MAP_FAILED) {
         int e = errno;
-        if (w->map)
-            munmap(w->map, w->map_size);
-        w->map = NULL;
-        w->map_size = 0;
         return err_set(err, -e, "cannot map %zu bytes of shared memory: %s", size, strerror(e));
     }
     w->map = m;
@@ -387,8 +387,8 @@ static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double dea
         ssize_t n = recv(w->sock, buf, sizeof buf - 1, 0);
         if (n > 0) {
             if ((size_t)n < sizeof *rep)
-                return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes",
-                               (int)w->pid, n),
+                return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes", (int)w->pid,
+                               n),
                        PY_BROKEN;
             memcpy(rep, buf, sizeof *rep);
             buf[n] = '\0';
