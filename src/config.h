@@ -44,9 +44,9 @@ struct config {
     char *proc_value;
     /* python: the interpreter, NULL for /usr/bin/python3 */
     char *interpreter;
-    int threads;      /* resolved: 0 in the file becomes the number of online CPUs */
-    int readahead;    /* resolved: -1 in the file becomes threads */
-    double timeout;   /* seconds, 0 = none */
+    int threads;    /* resolved: 0 in the file becomes the number of online CPUs */
+    int readahead;  /* resolved: -1 in the file becomes threads */
+    double timeout; /* seconds, 0 = none */
     int retries;
     char *executor; /* "local" or "slurm" */
     struct config_param *params;
