@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-dev
       libjansson-dev libzstd-dev zlib1g-dev
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
-      python3-scipy python3-anndata python3-xarray
+      python3-scipy python3-anndata python3-xarray python3-skimage
       clang libclang-rt-14-dev  # these two: fuzz/run.sh (libFuzzer and its sanitizers)
       zip unzip rsync nginx)    # readers of tests/e2e/test_size_contract.py (which starts its
                                 # own nginx on a loopback port; the service is not needed)

@@ -316,6 +316,9 @@ static const struct key_spec keys[] = {
      .kind = PROC_WORKER},
     {"process", "plugin", .set = set_path, .off = F(proc_value), .group = GROUP_PROC,
      .kind = PROC_PLUGIN},
+    {"process", "python", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
+     .kind = PROC_PYTHON},
+    {"process", "interpreter", .set = set_str, .off = F(interpreter)},
     {"process", "threads", .set = set_int, .off = F(threads), .min = 0, .max = 1024},
     {"process", "readahead", .set = set_int, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
@@ -433,7 +436,7 @@ static int claim_group(struct loader *ld, const struct key_spec *k)
 {
     static const char *const members[NGROUPS] = {
         [GROUP_ROIS] = "file, grid or table",
-        [GROUP_PROC] = "builtin, command, worker or plugin",
+        [GROUP_PROC] = "builtin, command, worker, plugin or python",
     };
     int g = k->group;
     if (ld->group_count[g]++ > 0)
@@ -587,11 +590,14 @@ static int check_required(struct loader *ld)
         return fail(ld, ld->section_line[1], "[rois] needs one of file, grid or table");
     if (cfg->proc_kind == PROC_NONE)
         return fail(ld, ld->section_line[2],
-                    "[process] needs one of builtin, command, worker or plugin");
+                    "[process] needs one of builtin, command, worker, plugin or python");
+    if (cfg->interpreter && cfg->proc_kind != PROC_PYTHON)
+        return fail(ld, config_line(cfg, "process", "interpreter"),
+                    "[process] interpreter: only for a python processor");
     if (strcmp(cfg->executor, "slurm") == 0 &&
         (cfg->proc_kind == PROC_BUILTIN || cfg->proc_kind == PROC_PLUGIN))
         return fail(ld, config_line(cfg, "process", "executor"),
-                    "[process] executor: slurm runs only command and worker processors");
+                    "[process] executor: slurm runs only command, worker and python processors");
     return 0;
 }
 
@@ -748,6 +754,7 @@ void config_free(struct config *cfg)
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
         free(*strings[i]);
+    free(cfg->interpreter);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

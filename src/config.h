@@ -11,7 +11,7 @@
 #include "util.h"
 
 enum rois_kind { ROIS_NONE, ROIS_FILE, ROIS_GRID, ROIS_TABLE };
-enum proc_kind { PROC_NONE, PROC_BUILTIN, PROC_COMMAND, PROC_WORKER, PROC_PLUGIN };
+enum proc_kind { PROC_NONE, PROC_BUILTIN, PROC_COMMAND, PROC_WORKER, PROC_PLUGIN, PROC_PYTHON };
 enum outside_mode { OUTSIDE_FILL, OUTSIDE_INPUT };
 
 struct config_param {
@@ -40,10 +40,13 @@ struct config {
 
     /* [process] */
     enum proc_kind proc_kind;
-    char *proc_value; /* builtin name, command line, worker command line or plugin path */
-    int threads;      /* resolved: 0 in the file becomes the number of online CPUs */
-    int readahead;    /* resolved: -1 in the file becomes threads */
-    double timeout;   /* seconds, 0 = none */
+    /* builtin name, command line, worker command line, plugin path or FILE.py:FUNCTION */
+    char *proc_value;
+    /* python: the interpreter, NULL for /usr/bin/python3 */
+    char *interpreter;
+    int threads;    /* resolved: 0 in the file becomes the number of online CPUs */
+    int readahead;  /* resolved: -1 in the file becomes threads */
+    double timeout; /* seconds, 0 = none */
     int retries;
     char *executor; /* "local" or "slurm" */
     struct config_param *params;

@@ -412,22 +412,6 @@ static void build_manifest(struct task *t)
     t->fingerprint = fnv64(FNV64_INIT, sb.buf, sb.len);
 }
 
-static const char *proc_kind_name(enum proc_kind k)
-{
-    switch (k) {
-    case PROC_BUILTIN:
-        return "builtin";
-    case PROC_COMMAND:
-        return "command";
-    case PROC_WORKER:
-        return "worker";
-    case PROC_PLUGIN:
-        return "plugin";
-    default:
-        return "none";
-    }
-}
-
 static void build_zattrs(struct task *t)
 {
     const char *text = zarr_input_zattrs_text(t->input);

@@ -1,5 +1,5 @@
 /* proc.h: processors, the f in out[roi] = f(in[roi]). Each kind (builtin, command, worker,
- * plugin) implements proc_ops; the engine calls run() from its compute threads,
+ * plugin, python) implements proc_ops; the engine calls run() from its compute threads,
  * several at once. */
 #ifndef ROIFS_PROC_H
 #define ROIFS_PROC_H
@@ -24,6 +24,7 @@ struct proc_request {
     size_t in_nbytes; /* prod(in_shape) * in_dtype.size */
     void *out;
     size_t out_nbytes; /* prod(in_shape) * out_dtype.size */
+    uint64_t label;    /* a masked ROI's label (SPEC §10), 0 for any other ROI */
 };
 
 struct proc;
@@ -51,6 +52,8 @@ static inline int proc_run(struct proc *p, const struct proc_request *rq, struct
     p->calls++;
     return p->ops->run(p, rq, err);
 }
+/* "builtin", "command", "worker", "plugin", "python" (the configuration's key). */
+const char *proc_kind_name(enum proc_kind k);
 void proc_shutdown(struct proc *p);
 void proc_destroy(struct proc *p);
 
@@ -60,5 +63,8 @@ int proc_command_create(const struct config *cfg, struct proc **out, struct errb
 int proc_worker_create(const struct config *cfg, struct proc **out, struct errbuf *err);
 /* Loads, checks and initialises the plugin: a bad one fails here, refusing the mount. */
 int proc_plugin_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+/* Starts the fork server (it imports the file and checks the function) and forks `threads`
+ * workers: a file that does not import, or has no such function, fails here. */
+int proc_python_create(const struct config *cfg, struct proc **out, struct errbuf *err);
 
 #endif

@@ -5,6 +5,7 @@
  * With `executor = slurm` each worker is `srun ... /bin/sh -c WORKER`, a job step that serves
  * many ROIs; the protocol travels through srun. */
 #include "proc.h"
+#include "pypath.h"
 #include "slurm.h"
 #include "spawn.h"
 #include "worker_internal.h"
@@ -29,52 +30,10 @@ extern char **environ;
 
 /* ---- environment ---- */
 
-/* Where roifs_worker.py lives: $ROIFS_PYTHONPATH, else the source tree for a binary run from
- * its build directory, else the installed copy. */
-static char *python_dir(void)
-{
-    const char *set = getenv("ROIFS_PYTHONPATH");
-    if (set && *set)
-        return xstrdup(set);
-#if defined(ROIFS_BUILD_ROOT) && defined(ROIFS_SOURCE_PYTHON)
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    size_t root = strlen(ROIFS_BUILD_ROOT);
-    if (n > 0) {
-        exe[n] = '\0';
-        if (!strncmp(exe, ROIFS_BUILD_ROOT, root) && exe[root] == '/')
-            return xstrdup(ROIFS_SOURCE_PYTHON);
-    }
-#endif
-#ifdef ROIFS_INSTALLED_PYTHON
-    return xstrdup(ROIFS_INSTALLED_PYTHON);
-#else
-    return xstrdup("/usr/local/share/roifs/python");
-#endif
-}
-
 /* environ with ROIFS_WORKER=1, ROIFS_PYTHONPATH set and that directory first in PYTHONPATH. */
 static void build_env(struct worker_pool *wp)
 {
-    char *dir = python_dir();
-    const char *old = getenv("PYTHONPATH");
-    wp->env_own[0] = xasprintf("ROIFS_PYTHONPATH=%s", dir);
-    wp->env_own[1] =
-        old && *old ? xasprintf("PYTHONPATH=%s:%s", dir, old) : xasprintf("PYTHONPATH=%s", dir);
-    wp->env_own[2] = xstrdup("ROIFS_WORKER=1");
-    free(dir);
-    size_t n = 0, k = 0;
-    while (environ && environ[n])
-        n++;
-    wp->env = xmalloc((n + 4) * sizeof *wp->env);
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "PYTHONPATH=", 11) &&
-            strncmp(environ[i], "ROIFS_PYTHONPATH=", 17) &&
-            strncmp(environ[i], "ROIFS_WORKER=", 13))
-            wp->env[k++] = environ[i];
-    for (int i = 0; i < 3; i++)
-        wp->env[k++] = wp->env_own[i];
-    wp->env[k] = NULL;
+    pypath_env(&wp->env, wp->env_own, true);
 }
 
 /* ---- starting a worker ---- */

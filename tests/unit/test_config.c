@@ -465,9 +465,9 @@ static void test_duplicates_and_groups(void)
     EXPECT_ERROR("[input]\npath = x\n[process]\nbuiltin = add\n",
                  "task.ini: [rois] needs one of file, grid or table");
     EXPECT_ERROR("[input]\npath = x\n[rois]\ngrid = 1\n[process]\nthreads = 1\n",
-                 "task.ini:5: [process] needs one of builtin, command, worker or plugin");
+                 "task.ini:5: [process] needs one of builtin, command, worker, plugin or python");
     EXPECT_ERROR("[input]\npath = x\n[rois]\ngrid = 1\n",
-                 "task.ini: [process] needs one of builtin, command, worker or plugin");
+                 "task.ini: [process] needs one of builtin, command, worker, plugin or python");
     EXPECT_ERROR("[rois]\ngrid = 1\n[process]\nbuiltin = copy\n",
                  "task.ini: [input] path is required");
     EXPECT_ERROR("[rois]\ngrid = 1\n[input]\nlevel = 1\n[process]\nbuiltin = copy\n",

@@ -1,0 +1,124 @@
+"""The seed scenario as a user writes it: f = `time.sleep(1); return x + 2` in a Python file
+that imports numpy, over a 4-element int64 array (chunks 1, 2, 4; ROI sets [i:i+1] x4 and
+[i:i+2] x3), threads = 4, read with zarr-python z[:] through a fresh mount (empty cache).
+
+roifs, side by side: `python = seed.py:f` (interpreters forked by a fork server that imported
+the file at mount), `worker = python3 seed_worker.py` (a script around roifs.worker.run,
+interpreters started at the first read), `command = python3 seed_command.py` (one
+interpreter per ROI). Alternative: dask from_delayed + setitem + to_zarr (bench/seed.py).
+Reported: the read time per case (the mount is timed apart), medians of interleaved runs.
+Target (issue 18): python <= 1.10 s per case."""
+import os
+import time
+
+import numpy as np
+import zarr
+
+import common as C
+from seed import EXPECTED, ROI_SETS, dask_seed
+
+REPS = int(os.environ.get("REPS", 5))
+TARGET = 1.10
+
+FUNC = """\
+import time
+import numpy as np
+
+def f(block, roi):
+    time.sleep(1)
+    return block + np.int64(2)
+"""
+WORKER = FUNC + """
+from roifs.worker import run
+run(f)
+"""
+COMMAND = """\
+import os, sys, time
+import numpy as np
+time.sleep(1)
+a = np.frombuffer(sys.stdin.buffer.read(), "<i8")
+sys.stdout.buffer.write((a + 2).tobytes())
+"""
+KINDS = {"python": {"python": "seed.py:f"},
+         "worker": {"worker": f"{C.PY} seed_worker.py"},
+         "command": {"command": f"{C.PY} seed_command.py"}}
+
+
+def main():
+    info = C.machine()
+    os.environ.setdefault("ROIFS_PYTHONPATH", str(C.REPO / "python"))
+    with C.scratch("seed_numpy") as d:
+        (d / "seed.py").write_text(FUNC)
+        (d / "seed_worker.py").write_text(WORKER)
+        (d / "seed_command.py").write_text(COMMAND)
+        cases, keys = {}, []
+        for chunk in (1, 2, 4):
+            inp = d / f"in{chunk}.zarr"
+            zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
+                      compressor=None)[:] = 0
+            for rname, rois in ROI_SETS.items():
+                key = f"chunk {chunk}, {rname}"
+                keys.append(key)
+                tag = f"c{chunk}{len(rois)}"
+                C.write_rois(d / f"rois{tag}.txt", rois)
+                for kind, proc in KINDS.items():
+                    cfg = C.write_config(d / f"{tag}-{kind}.ini", {
+                        "input": {"path": inp},
+                        "rois": {"file": d / f"rois{tag}.txt"},
+                        "process": {**proc, "threads": 4},
+                        "cache": {"dir": d / f"cache{tag}-{kind}"}})
+
+                    def run_roifs(cfg=cfg, cache=d / f"cache{tag}-{kind}", n=len(rois),
+                                  mnt=d / f"mnt{tag}-{kind}"):
+                        C.rmtree(cache)
+                        with C.Mount(cfg, mnt) as m:
+                            t0 = time.perf_counter()
+                            got = zarr.open(str(m.mnt), mode="r")[:]
+                            t = time.perf_counter() - t0
+                            calls = m.status()["calls"]
+                        assert (got == EXPECTED).all() and calls == n, (got, calls)
+                        return {"read_s": t, "mount_s": m.mount_s}
+
+                    cases[f"{key} | {kind}"] = run_roifs
+
+                def run_dask(inp=inp, rois=rois, tag=tag):
+                    out = d / f"dask{tag}.zarr"
+                    C.rmtree(out)
+                    t = C.timed(lambda: dask_seed(inp, out, rois))
+                    assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
+                    return {"read_s": t, "mount_s": 0.0}
+
+                cases[f"{key} | dask"] = run_dask
+        load0 = C.loadavg()
+        res = C.interleaved(REPS, cases)
+        load1 = C.loadavg()
+
+    kinds = list(KINDS) + ["dask"]
+    rows, summary, raw = [], [], {}
+    for key in keys:
+        med = {k: C.median([x["read_s"] for x in res[f"{key} | {k}"]]) for k in kinds}
+        mount = {k: C.median([x["mount_s"] for x in res[f"{key} | {k}"]]) for k in KINDS}
+        raw[key] = {k: res[f"{key} | {k}"] for k in kinds}
+        rows.append([key] + [f"{med[k]:.3f}" for k in kinds] +
+                    [" / ".join(f"{mount[k] * 1000:.0f}" for k in KINDS),
+                     "yes" if med["python"] <= TARGET else "**no**"])
+        summary.append({"scenario": f"seed with numpy: {key}",
+                        "roifs": f"python {med['python']:.3f} s",
+                        "alternative": f"worker {med['worker']:.3f} s, command "
+                                       f"{med['command']:.3f} s, dask {med['dask']:.3f} s",
+                        "ratio": f"{med['dask'] / med['python']:.2f}× (dask / python)",
+                        "target": f"≤ {TARGET} s", "met": med["python"] <= TARGET})
+    md = (f"{REPS} repeats per case, interleaved (order rotated every repeat); medians of the "
+          "read time (`zarr.open(MNT)[:]` on a fresh mount with an empty cache; dask: the whole "
+          "script). The mount is timed apart (`roifs mount` until it returns; for `python` it "
+          "includes the fork server's import of numpy and the file). Load average "
+          f"{' '.join(load0)} at the start, {' '.join(load1)} at the end.\n\n" +
+          C.md_table(["case", "python (s)", "worker (s)", "command (s)", "dask (s)",
+                      "mount ms (python / worker / command)", f"python ≤ {TARGET} s"], rows))
+    print(md)
+    C.save("seed_numpy", "Seed scenario with numpy: python, worker, command, dask", summary, md,
+           raw, info)
+
+
+if __name__ == "__main__":
+    main()

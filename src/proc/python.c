@@ -1,0 +1,670 @@
+/* python.c: the `python` processor (SPEC §8.4): FUNCTION(block, roi) in interpreters forked
+ * by one fork server (pyserver.c) that imported the user's file once, when the processor was
+ * created, so that no read waits for an interpreter. One ROI at a time per worker: a request
+ * header on its socket, the block and the result in a memfd that both sides map (grown to
+ * the largest ROI, reused, so no pipe copies and no fresh pages per ROI). A worker that dies
+ * or hangs fails its ROI and the next ROI forks a new one. With executor = slurm, a `worker`
+ * processor running `python3 -m roifs.worker --python SPEC` on the nodes instead. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "pyserver.h"
+#include "spawn.h"
+
+#define DEFAULT_INTERPRETER "/usr/bin/python3"
+/* A stderr line is logged once complete, or in pieces of this size. */
+#define LINE_MAX_LOG 1024
+/* A worker that died gets this long to finish its stderr (the traceback). */
+#define DEATH_GRACE 0.5
+/* The result starts at this alignment after the block in the shared memory. */
+#define MAP_ALIGN 64
+/* While a ROI runs, roifs sleeps in one recv() on the worker's socket (on this VM a system
+ * call costs about 2 us, a poll() and a recv() per ROI were a third of the overhead); it wakes
+ * this often to read the worker's stderr, notice the shutdown and the deadline. */
+#define TICK 1.0
+/* Its stderr pipe holds this much; the reply says when Python wrote to it, and roifs reads it
+ * then, at every tick, and every STDERR_EVERY ROIs for output from C code. */
+#define STDERR_PIPE  (1 << 20)
+#define STDERR_EVERY 64
+
+struct pyworker {
+    pid_t pid; /* 0: none; the next ROI forks one */
+    int sock, err_fd, mem_fd;
+    unsigned char *map;
+    size_t map_size;
+    bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
+    bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
+    unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
+    char line[LINE_MAX_LOG + 1];
+    size_t line_len;
+    char last[512]; /* last line of its stderr, for messages */
+    uint64_t req[(sizeof(struct py_request) + 4 * ROIFS_MAX_DIM * 8) / 8];
+};
+
+struct pypool {
+    struct proc base;
+    struct pyserver *srv;
+    double timeout;
+    pthread_mutex_t lock; /* guards workers, nworkers and busy flags */
+    struct pyworker **workers;
+    size_t nworkers;
+    _Atomic bool stopping;
+    pid_t creator;
+    unsigned forks_at_create;
+};
+
+/* What became of one request. */
+enum outcome { PY_OK, PY_REFUSED, PY_DIED, PY_GONE, PY_TIMEOUT, PY_SHUTDOWN, PY_BROKEN };
+
+/* ---- who ends the server ---- */
+
+/* `roifs mount` creates the processor, then forks the daemon, which inherits the server: the
+ * parent's copy is destroyed while the daemon's lives on. A fork since the creation means
+ * that: the creator then only closes its descriptors (the server ends when the last holder
+ * does). */
+static _Atomic unsigned fork_count;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+    fork_count++;
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, count_fork, NULL);
+}
+
+/* ---- a worker's stderr ---- */
+
+static void emit_line(struct pyworker *w)
+{
+    size_t n = w->line_len;
+    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
+        n--;
+    w->line[n] = '\0';
+    w->line_len = 0;
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (w->line[i] == '\0')
+            w->line[i] = '?';
+    log_info("python worker %d: %s", (int)w->pid, w->line);
+    snprintf(w->last, sizeof w->last, "%.511s", w->line);
+}
+
+static void drain_stderr(struct pyworker *w)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = w->err_fd >= 0 ? read(w->err_fd, buf, sizeof buf) : 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return;
+        if (n == 0) {
+            emit_line(w);
+            spawn_close(&w->err_fd);
+            return;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
+                emit_line(w);
+            if (buf[i] != '\n')
+                w->line[w->line_len++] = buf[i];
+        }
+    }
+}
+
+/* Waits up to `until` for the end of its stderr (it has exited: the traceback follows). */
+static void await_stderr(struct pyworker *w, double until)
+{
+    while (w->err_fd >= 0) {
+        double left = until - now_monotonic();
+        struct pollfd pf = {.fd = w->err_fd, .events = POLLIN};
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0)
+            return;
+        drain_stderr(w);
+    }
+}
+
+/* ---- a worker's life ---- */
+
+/* Forgets the process (dead, or killed through the server) and frees its descriptors. */
+static void worker_reset(struct pypool *pp, struct pyworker *w)
+{
+    if (w->err_fd >= 0)
+        drain_stderr(w);
+    emit_line(w);
+    pthread_mutex_lock(&pp->lock);
+    spawn_close(&w->sock);
+    pthread_mutex_unlock(&pp->lock);
+    spawn_close(&w->err_fd);
+    spawn_close(&w->mem_fd);
+    if (w->map)
+        munmap(w->map, w->map_size);
+    w->map = NULL;
+    w->map_size = 0;
+    w->pid = 0;
+}
+
+static void worker_retire(struct pypool *pp, struct pyworker *w)
+{
+    struct errbuf kerr;
+    if (w->pid > 0 && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
+        log_warn("python worker %d: cannot kill it: %s", (int)w->pid, kerr.msg);
+    worker_reset(pp, w);
+}
+
+static double tick_of(const struct pypool *pp)
+{
+    return pp->timeout > 0 && pp->timeout < TICK ? pp->timeout : TICK;
+}
+
+static void set_tick(int sock, double seconds)
+{
+    if (seconds < 0.001)
+        seconds = 0.001;
+    struct timeval tv = {.tv_sec = (time_t)seconds,
+                         .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+/* The server sets `dead` in the first page of the memfd when it reaps the worker, before it
+ * sends the notice: roifs looks at it before each ROI without a system call. */
+static bool worker_dead(const struct pyworker *w)
+{
+    const struct py_shared *sh = (const struct py_shared *)w->map;
+    return sh && __atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE) != 0;
+}
+
+static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err)
+{
+    int sv[2] = {-1, -1}, ep[2] = {-1, -1}, mfd = -1, rc = 0;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        rc = -errno;
+    if (!rc)
+        rc = spawn_pipe(ep);
+    if (!rc && (mfd = memfd_create("roifs-python", MFD_CLOEXEC)) < 0)
+        rc = -errno;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!rc && ftruncate(mfd, (off_t)page) < 0) /* the first page: struct py_shared */
+        rc = -errno;
+    if (rc) {
+        for (int i = 0; i < 2; i++) {
+            spawn_close(&sv[i]);
+            spawn_close(&ep[i]);
+        }
+        spawn_close(&mfd);
+        return err_set(err, rc, "cannot set up a python worker: %s", strerror(-rc));
+    }
+    pid_t pid = 0;
+    rc = pyserver_fork(pp->srv, sv[1], ep[1], mfd, &pid, err);
+    spawn_close(&sv[1]);
+    spawn_close(&ep[1]);
+    if (rc) {
+        spawn_close(&sv[0]);
+        spawn_close(&ep[0]);
+        spawn_close(&mfd);
+        return err_prefix(err, rc, "cannot fork a python worker");
+    }
+    fcntl(ep[0], F_SETFL, fcntl(ep[0], F_GETFL) | O_NONBLOCK);
+    fcntl(ep[0], F_SETPIPE_SZ, STDERR_PIPE); /* best effort */
+    set_tick(sv[0], tick_of(pp));
+    w->pid = pid;
+    pthread_mutex_lock(&pp->lock);
+    w->sock = sv[0];
+    pthread_mutex_unlock(&pp->lock);
+    w->err_fd = ep[0];
+    w->mem_fd = mfd;
+    w->map = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    w->map_size = page;
+    if (w->map == MAP_FAILED) {
+        w->map = NULL;
+        w->map_size = 0;
+        rc = err_set(err, -errno, "cannot map the shared memory of a python worker: %s",
+                     strerror(errno));
+        worker_retire(pp, w);
+        return rc;
+    }
+    w->line_len = 0;
+    w->last[0] = '\0';
+    w->rois = 0;
+    w->tick_cut = false;
+    return 0;
+}
+
+/* "exited with status 1", "was killed by signal 9" */
+static void describe_status(int status, char *buf, size_t len)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, len, "was killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* An idle worker may have died since its last ROI: then it is replaced now rather than
+ * failing the next ROI. */
+static void check_idle(struct pypool *pp, struct pyworker *w)
+{
+    if (!worker_dead(w))
+        return;
+    struct py_reply rep = {0};
+    struct pollfd pf = {.fd = w->sock, .events = POLLIN};
+    char what[64] = "is gone";
+    if (poll(&pf, 1, (int)(DEATH_GRACE * 1000)) > 0 &&
+        recv(w->sock, &rep, sizeof rep, MSG_DONTWAIT) == (ssize_t)sizeof rep &&
+        rep.kind == PY_REP_DIED)
+        describe_status((int)rep.value, what, sizeof what);
+    pid_t pid = w->pid;
+    await_stderr(w, now_monotonic() + DEATH_GRACE);
+    log_warn("python worker %d %s while idle%s%s; forking a new one", (int)pid, what,
+             *w->last ? ": " : "", w->last);
+    worker_reset(pp, w);
+}
+
+/* ---- the pool ---- */
+
+static struct pyworker *worker_new(void)
+{
+    struct pyworker *w = xcalloc(1, sizeof *w);
+    w->sock = w->err_fd = w->mem_fd = -1;
+    return w;
+}
+
+/* A worker for one request, marked busy; NULL once shutting down. */
+static struct pyworker *acquire(struct pypool *pp)
+{
+    pthread_mutex_lock(&pp->lock);
+    struct pyworker *w = NULL;
+    if (!pp->stopping) {
+        for (size_t i = 0; i < pp->nworkers && !w; i++)
+            if (!pp->workers[i]->busy && pp->workers[i]->pid > 0)
+                w = pp->workers[i];
+        for (size_t i = 0; i < pp->nworkers && !w; i++)
+            if (!pp->workers[i]->busy)
+                w = pp->workers[i];
+        if (!w) { /* at most one per concurrent run(), which the engine bounds by threads */
+            w = worker_new();
+            pp->workers = xrealloc(pp->workers, (pp->nworkers + 1) * sizeof *pp->workers);
+            pp->workers[pp->nworkers++] = w;
+        }
+        w->busy = true;
+    }
+    pthread_mutex_unlock(&pp->lock);
+    return w;
+}
+
+static void release(struct pypool *pp, struct pyworker *w)
+{
+    pthread_mutex_lock(&pp->lock);
+    w->busy = false;
+    pthread_mutex_unlock(&pp->lock);
+}
+
+/* ---- one request ---- */
+
+static size_t align_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+/* The shared memory holds struct py_shared in its first page, the block after it and the
+ * result at out_off; grown when a ROI needs more, never shrunk, so that its pages are faulted
+ * in once. */
+static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
+{
+    if (need <= w->map_size)
+        return 0;
+    size_t size = align_up(need, (size_t)sysconf(_SC_PAGESIZE));
+    if (ftruncate(w->mem_fd, (off_t)size) < 0)
+        return err_set(err, -errno,
+                       "cannot size the shared memory of a python worker to %zu "
+                       "bytes: %s",
+                       size, strerror(errno));
+    /* A new mapping rather than mremap(), which ThreadSanitizer does not follow. */
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, w->mem_fd, 0);
+    if (w->map)
+        munmap(w->map, w->map_size);
+    w->map = NULL;
+    w->map_size = 0;
+    if (m == MAP_FAILED) {
+        int e = errno;
+        return err_set(err, -e, "cannot map %zu bytes of shared memory: %s", size, strerror(e));
+    }
+    w->map = m;
+    w->map_size = size;
+    return 0;
+}
+
+static size_t build_request(struct pyworker *w, const struct proc_request *rq, size_t out_off)
+{
+    struct py_request *h = (struct py_request *)w->req;
+    char dt[8];
+    memset(h, 0, sizeof *h);
+    h->kind = PY_REQ_ROI;
+    h->ndim = (uint32_t)rq->ndim;
+    h->roi = rq->roi;
+    h->label = rq->label;
+    h->map_size = w->map_size;
+    h->in_off = (size_t)sysconf(_SC_PAGESIZE);
+    h->in_nbytes = rq->in_nbytes;
+    h->out_off = out_off;
+    h->out_nbytes = rq->out_nbytes;
+    const char *ts = dtype_typestr_le(&rq->in_dtype, dt);
+    memcpy(h->in_dtype, ts, strnlen(ts, sizeof h->in_dtype - 1));
+    ts = dtype_typestr_le(&rq->out_dtype, dt);
+    memcpy(h->out_dtype, ts, strnlen(ts, sizeof h->out_dtype - 1));
+    uint64_t *d = w->req + sizeof *h / 8;
+    size_t n = (size_t)rq->ndim * sizeof *d;
+    memcpy(d, rq->start, n);
+    memcpy(d + rq->ndim, rq->stop, n);
+    memcpy(d + 2 * rq->ndim, rq->in_start, n);
+    memcpy(d + 3 * rq->ndim, rq->in_shape, n);
+    return sizeof *h + 4 * n;
+}
+
+/* Waits for the reply in recv(), waking every tick (SO_RCVTIMEO) to read stderr and to
+ * check the deadline and the shutdown (which also ends the recv with SHUT_RD). */
+static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double deadline,
+                               struct py_reply *rep, struct errbuf *err)
+{
+    char buf[sizeof *rep + 4096 + 1];
+    for (;;) {
+        ssize_t n = recv(w->sock, buf, sizeof buf - 1, 0);
+        if (n > 0) {
+            if ((size_t)n < sizeof *rep)
+                return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes", (int)w->pid,
+                               n),
+                       PY_BROKEN;
+            memcpy(rep, buf, sizeof *rep);
+            buf[n] = '\0';
+            if (rep->kind == PY_REP_OK)
+                return PY_OK;
+            if (rep->kind == PY_REP_DIED)
+                return PY_DIED;
+            if (rep->kind == PY_REP_ERROR)
+                return err_set(err, -EIO, "%s", buf + sizeof *rep), PY_REFUSED;
+            return err_set(err, -EIO, "python worker %d sent a reply of kind %u", (int)w->pid,
+                           rep->kind),
+                   PY_BROKEN;
+        }
+        if (pp->stopping)
+            return PY_SHUTDOWN;
+        if (n == 0) /* the worker and the server are gone */
+            return PY_GONE;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return err_set(err, -EIO, "python worker %d: recv: %s", (int)w->pid, strerror(errno)),
+                   PY_BROKEN;
+        drain_stderr(w);
+        if (deadline > 0) {
+            double left = deadline - now_monotonic();
+            if (left <= 0)
+                return PY_TIMEOUT;
+            if (left < tick_of(pp)) {
+                set_tick(w->sock, left);
+                w->tick_cut = true;
+            }
+        }
+    }
+}
+
+/* The message for a worker that went away mid-ROI. */
+static int report_death(struct pypool *pp, struct pyworker *w, enum outcome end, int status,
+                        struct errbuf *err)
+{
+    char what[64] = "is gone (and so is the fork server)";
+    if (end == PY_DIED)
+        describe_status(status, what, sizeof what);
+    pid_t pid = w->pid;
+    await_stderr(w, now_monotonic() + DEATH_GRACE);
+    int rc = err_set(err, -EIO, "python worker %d %s before replying%s%.700s", (int)pid, what,
+                     *w->last ? ": " : "", w->last);
+    log_warn("%s; forking a new one", err->msg);
+    worker_reset(pp, w);
+    return rc;
+}
+
+static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_request *rq,
+                    struct errbuf *err)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t out_off = page + align_up(rq->in_nbytes, MAP_ALIGN);
+    int rc = map_for(w, out_off + rq->out_nbytes, err);
+    if (rc)
+        return rc;
+    memcpy(w->map + page, rq->in, rq->in_nbytes);
+    size_t len = build_request(w, rq, out_off);
+    if (w->tick_cut) {
+        set_tick(w->sock, tick_of(pp));
+        w->tick_cut = false;
+    }
+    double deadline = pp->timeout > 0 ? now_monotonic() + pp->timeout : 0;
+    struct py_reply rep = {0};
+    enum outcome end;
+    if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0)
+        end = PY_GONE; /* both ends of its socket closed: worker and server */
+    else
+        end = wait_reply(pp, w, deadline, &rep, err);
+    switch (end) {
+    case PY_OK:
+        memcpy(rq->out, w->map + out_off, rq->out_nbytes);
+        if (rep.value || ++w->rois % STDERR_EVERY == 0) /* it wrote to stderr */
+            drain_stderr(w);
+        return 0;
+    case PY_REFUSED:
+        drain_stderr(w); /* the traceback */
+        return -EIO;
+    case PY_DIED:
+    case PY_GONE:
+        return report_death(pp, w, end, (int)rep.value, err);
+    case PY_TIMEOUT:
+        rc = err_set(err, -EIO, "python worker %d timed out after %g s", (int)w->pid, pp->timeout);
+        break;
+    case PY_SHUTDOWN:
+        rc = err_set(err, -ECANCELED, "shut down");
+        break;
+    case PY_BROKEN:
+        rc = -EIO;
+        break;
+    }
+    if (end != PY_SHUTDOWN)
+        log_warn("%s; killing it, forking a new one", err->msg);
+    worker_retire(pp, w);
+    return rc;
+}
+
+/* A worker that died or was killed is replaced at once, so that `threads` stay ready; if
+ * that fails, the next ROI tries again. */
+static void replace(struct pypool *pp, struct pyworker *w)
+{
+    struct errbuf ferr;
+    if (w->pid == 0 && !pp->stopping && worker_fork(pp, w, &ferr) < 0)
+        log_warn("python: %s", ferr.msg);
+}
+
+static int python_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
+{
+    struct pypool *pp = (struct pypool *)p;
+    struct pyworker *w = acquire(pp);
+    if (!w)
+        return err_set(err, -ECANCELED, "shut down");
+    if (w->pid > 0)
+        check_idle(pp, w);
+    int rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
+    if (!rc) {
+        rc = exchange(pp, w, rq, err);
+        if (rc)
+            replace(pp, w);
+    }
+    release(pp, w);
+    return rc;
+}
+
+/* ---- the end ---- */
+
+/* Busy workers' recv() ends at once (SHUT_RD on roifs's end), the ROI fails with -ECANCELED
+ * and the worker is killed; one forked meanwhile is noticed within a tick. */
+static void python_shutdown(struct proc *p)
+{
+    struct pypool *pp = (struct pypool *)p;
+    pthread_mutex_lock(&pp->lock);
+    pp->stopping = true;
+    for (size_t i = 0; i < pp->nworkers; i++)
+        if (pp->workers[i]->busy && pp->workers[i]->sock >= 0)
+            shutdown(pp->workers[i]->sock, SHUT_RD);
+    pthread_mutex_unlock(&pp->lock);
+}
+
+/* No run() is in progress any more. Workers get end of file on their sockets and exit; the
+ * server reaps them and quits (or, in the parent of a forked daemon, lives on). */
+static void python_destroy(struct proc *p)
+{
+    struct pypool *pp = (struct pypool *)p;
+    pp->stopping = true;
+    bool owner = getpid() != pp->creator || fork_count == pp->forks_at_create;
+    for (size_t i = 0; i < pp->nworkers; i++) {
+        struct pyworker *w = pp->workers[i];
+        spawn_close(&w->sock);
+        spawn_close(&w->err_fd);
+        spawn_close(&w->mem_fd);
+        if (w->map)
+            munmap(w->map, w->map_size);
+        free(w);
+    }
+    free(pp->workers);
+    pyserver_stop(pp->srv, owner);
+    pthread_mutex_destroy(&pp->lock);
+    free(pp);
+}
+
+static const struct proc_ops python_ops = {
+    .run = python_run,
+    .shutdown = python_shutdown,
+    .destroy = python_destroy,
+};
+
+/* ---- creation ---- */
+
+/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
+static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
+{
+    json_t *obj = json_object();
+    for (int i = 0; i < cfg->nparams; i++) {
+        const struct config_param *pm = &cfg->params[i];
+        json_t *v = json_string(pm->value);
+        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
+            json_decref(obj);
+            return err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path, pm->line,
+                           pm->name);
+        }
+    }
+    *out = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return 0;
+}
+
+/* "FILE:LINE: [process] python: " before the message in err. */
+static int config_error(const struct config *cfg, int rc, struct errbuf *err)
+{
+    int line = config_line(cfg, "process", "python");
+    if (line > 0)
+        return err_prefix(err, rc, "%s:%d: [process] python", cfg->path, line);
+    return err_prefix(err, rc, "%s: [process] python", cfg->path);
+}
+
+static int check_spec(const char *spec, struct errbuf *err)
+{
+    const char *colon = spec ? strrchr(spec, ':') : NULL;
+    if (!colon || colon == spec || !colon[1] || strspn(spec, " \t") == strlen(spec))
+        return err_set(err, -EINVAL, "expected FILE.py:FUNCTION or MODULE:FUNCTION, got '%s'",
+                       spec ? spec : "");
+    return 0;
+}
+
+static char *shell_quote(const char *s)
+{
+    struct strbuf sb = {0};
+    sb_append(&sb, "'", 1);
+    for (; *s; s++)
+        if (*s == '\'')
+            sb_append(&sb, "'\\''", 4);
+        else
+            sb_append(&sb, s, 1);
+    sb_append(&sb, "'", 1);
+    return sb.buf;
+}
+
+/* executor = slurm: the nodes start interpreters as workers do (no fork server there). */
+static int create_slurm(const struct config *cfg, const char *interp, struct proc **out,
+                        struct errbuf *err)
+{
+    char *qi = shell_quote(interp), *qs = shell_quote(cfg->proc_value);
+    struct config c = *cfg;
+    c.proc_kind = PROC_WORKER;
+    c.proc_value = xasprintf("%s -m roifs.worker --python %s", qi, qs);
+    int rc = proc_worker_create(&c, out, err);
+    free(c.proc_value);
+    free(qi);
+    free(qs);
+    return rc;
+}
+
+int proc_python_create(const struct config *cfg, struct proc **out, struct errbuf *err)
+{
+    const char *interp = cfg->interpreter ? cfg->interpreter : DEFAULT_INTERPRETER;
+    char *params = NULL;
+    int rc = check_spec(cfg->proc_value, err);
+    if (rc)
+        return config_error(cfg, rc, err);
+    if ((rc = encode_params(cfg, &params, err)))
+        return rc;
+    struct pyserver_opts o = {
+        .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
+    struct pyserver *srv = NULL;
+    rc = pyserver_start(&o, &srv, err);
+    free(params);
+    if (rc)
+        return config_error(cfg, rc, err);
+    bool slurm = cfg->executor && strcmp(cfg->executor, "slurm") == 0;
+    if (slurm) { /* the file imports and has its function: the nodes run it */
+        pyserver_stop(srv, true);
+        return create_slurm(cfg, interp, out, err);
+    }
+    pthread_once(&atfork_once, register_atfork);
+    struct pypool *pp = xcalloc(1, sizeof *pp);
+    pp->base.ops = &python_ops;
+    pp->srv = srv;
+    pp->timeout = cfg->timeout;
+    pp->creator = getpid();
+    pp->forks_at_create = fork_count;
+    pthread_mutex_init(&pp->lock, NULL);
+    /* A worker that exits while we write to it must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+    /* Ready before the first read: one worker per compute thread. */
+    for (int i = 0; i < cfg->threads && !rc; i++) {
+        struct pyworker *w = worker_new();
+        pp->workers = xrealloc(pp->workers, (pp->nworkers + 1) * sizeof *pp->workers);
+        pp->workers[pp->nworkers++] = w;
+        rc = worker_fork(pp, w, err);
+    }
+    if (rc) {
+        python_destroy(&pp->base);
+        return config_error(cfg, rc, err);
+    }
+    *out = &pp->base;
+    return 0;
+}
