@@ -3,12 +3,15 @@
 #include "task.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "nd.h"
 
@@ -381,6 +384,126 @@ static int load_rois(struct task *t, struct errbuf *err)
     return 0;
 }
 
+/* Files larger than this count by their size and modification time, not their contents. */
+#define IDENTITY_MAX_CONTENT (256ULL << 20)
+
+/* True when path, a regular file, is code a processor runs: executable, or a script or
+ * library by its name. Data and output files named on a command line (a log the command
+ * appends to, a counter) are not: a change of them must not look like new code. */
+static bool is_code(const char *path, const struct stat *st)
+{
+    static const char *const ext[] = {".py",     ".sh",  ".bash", ".R",     ".r",   ".jl", ".pl",
+                                      ".pm",     ".rb",  ".js",   ".mjs",   ".lua", ".m",  ".ijm",
+                                      ".groovy", ".jar", ".so",   ".ipynb", ".awk", ".tcl"};
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    const char *dot = strrchr(base, '.');
+    if ((st->st_mode & 0111) || strstr(base, ".so.")) /* libfoo.so.1 */
+        return true;
+    for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
+        if (strcmp(dot, ext[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Adds "file PATH SIZE HASH" for path when it is code (is_code): its contents' key, or for a
+ * huge file its size and modification time. always: the plugin, whatever its name. */
+static void add_file_identity(struct strbuf *sb, const char *path, bool always)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (!always && !is_code(path, &st))) {
+        close(fd);
+        return;
+    }
+    struct keyhash h;
+    key_init(&h, "roifs file");
+    if ((uint64_t)st.st_size > IDENTITY_MAX_CONTENT) {
+        key_add_u64(&h, (uint64_t)st.st_mtim.tv_sec);
+        key_add_u64(&h, (uint64_t)st.st_mtim.tv_nsec);
+    } else {
+        char *buf = xmalloc(1 << 20);
+        ssize_t n;
+        while ((n = read(fd, buf, 1 << 20)) > 0)
+            key_add(&h, buf, (size_t)n);
+        free(buf);
+    }
+    close(fd);
+    char hex[33];
+    key_hex(key_final(&h), hex);
+    sb_printf(sb, "file %s %lld %s\n", path, (long long)st.st_size, hex);
+}
+
+/* The files a processor runs: the plugin, and every word of a command or worker line that
+ * names code (is_code; relative to the configuration's directory, or absolute), except the
+ * targets of output redirections (> FILE, >> FILE), which the command writes. Quotes are
+ * dropped; ; & | ( ) ` < separate words as spaces do. */
+static void add_processor_files(struct strbuf *sb, const struct config *cfg)
+{
+    if (cfg->proc_kind == PROC_PLUGIN) {
+        add_file_identity(sb, cfg->proc_value, true);
+        return;
+    }
+    if (cfg->proc_kind != PROC_COMMAND && cfg->proc_kind != PROC_WORKER)
+        return;
+    const char *p = cfg->proc_value;
+    char *word = xmalloc(strlen(p) + 1);
+    bool output = false; /* the next word is written, not run */
+    while (*p) {
+        size_t n = 0;
+        while (*p && !strchr(" \t\n;&|()`<>", *p)) {
+            if (*p != '\'' && *p != '"')
+                word[n++] = *p;
+            p++;
+        }
+        word[n] = '\0';
+        if (n && !output) {
+            char *path = path_join(cfg->dir, word);
+            add_file_identity(sb, path, false);
+            free(path);
+        }
+        if (n)
+            output = false;
+        if (*p == '>')
+            output = true;
+        if (*p)
+            p++;
+    }
+    free(word);
+}
+
+void task_identity_keys(struct task *t)
+{
+    struct keyhash h;
+    key_init(&h, "roifs result identity");
+    key_add_str(&h, t->result_identity);
+    t->result_id = key_final(&h);
+    key_init(&h, "roifs chunk encoding");
+    key_add_str(&h, t->out.format == 3 ? t->zarr_json : t->zarray_json);
+    key_add_u64(&h, (uint64_t)t->cfg.outside);
+    t->encoding_id = key_final(&h);
+}
+
+/* What every ROI result depends on besides its box and its input (CACHE.md). */
+static void build_result_identity(struct task *t)
+{
+    const struct config *cfg = &t->cfg;
+    struct strbuf sb = {0};
+    char dt[8];
+    sb_printf(&sb, "roifs-result 2\nroifs %s\ninput %s\n", ROIFS_VERSION, t->ome.array_path);
+    sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
+    add_processor_files(&sb, cfg);
+    for (int i = 0; i < cfg->nparams; i++)
+        sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
+    sb_printf(&sb, "halo");
+    for (int d = 0; d < t->in->ndim; d++)
+        sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
+    sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
+    t->result_identity = sb.buf;
+    task_identity_keys(t);
+}
+
 /* The canonical text of everything that defines the output bytes. */
 static void build_manifest(struct task *t)
 {
@@ -410,6 +533,7 @@ static void build_manifest(struct task *t)
     }
     t->manifest = sb.buf;
     t->fingerprint = fnv64(FNV64_INIT, sb.buf, sb.len);
+    build_result_identity(t);
 }
 
 static void build_zattrs(struct task *t)
@@ -513,6 +637,7 @@ void task_close(struct task *t)
     free(t->zarr_json);
     free(t->dimension_names);
     free(t->manifest);
+    free(t->result_identity);
     free(t->cache_dir);
     if (t->level == 0) /* pyramid levels borrow level 0's configuration */
         config_free(&t->cfg);

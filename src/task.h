@@ -9,17 +9,21 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "key.h"
 #include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
 #include "zarr/zarr.h"
 
 /* Where a task's input comes from when it is not a Zarr array on disk (pyramid levels:
- * the level above, read through its engine). NULL read: t->input. */
+ * the level above, read through its engine). NULL read: t->input. read gives (sig not NULL)
+ * the signature of what it read; signature that of the input as it is now, through memo
+ * (which only the Zarr input at the bottom uses). */
 struct input_source {
-    int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
+    int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst, uint64_t *sig,
                 struct errbuf *err);
-    int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape, uint64_t *sig);
+    int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape,
+                     struct zarr_sigmemo *memo, uint64_t *sig);
     void *ctx;
 };
 
@@ -41,11 +45,17 @@ struct task {
     size_t chunk_nbytes;          /* decoded bytes of one output chunk */
     int64_t chunk_fixed_size;     /* encoded size when known in advance, else -1 */
     struct proc *proc;
-    char *zarray_json; /* format 2: served as .zarray (NULL for format 3) */
-    char *zattrs_json; /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
-    char *zarr_json;   /* format 3: served as zarr.json (NULL for format 2) */
-    char *manifest;    /* canonical description of everything that defines the result */
-    uint64_t fingerprint;
+    char *zarray_json;    /* format 2: served as .zarray (NULL for format 3) */
+    char *zattrs_json;    /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
+    char *zarr_json;      /* format 3: served as zarr.json (NULL for format 2) */
+    char *manifest;       /* canonical description of everything that defines the result */
+    uint64_t fingerprint; /* of the manifest: names the default cache directory */
+    /* What every ROI result depends on besides its box and input (CACHE.md "processor
+     * identity"): the processor, its params and the contents of the files it runs, the
+     * output dtype, the halo, the input's path; and what every chunk's encoding depends on
+     * (the served array metadata without attributes, outside). */
+    char *result_identity;
+    struct key128 result_id, encoding_id;
     char *cache_dir; /* absolute */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
@@ -64,17 +74,23 @@ struct task {
     char *group_zattrs_json;              /* level 0 with ome, format 2: the group's .zattrs */
 };
 
+/* Reads a box of the input; *sig (when not NULL) gets the signature of what was read. */
 static inline int task_input_read(const struct task *t, const uint64_t *start,
-                                  const uint64_t *shape, void *dst, struct errbuf *err)
+                                  const uint64_t *shape, void *dst, uint64_t *sig,
+                                  struct errbuf *err)
 {
-    return t->src.read ? t->src.read(t->src.ctx, start, shape, dst, err)
-                       : zarr_input_read(t->input, start, shape, dst, err);
+    if (t->src.read)
+        return t->src.read(t->src.ctx, start, shape, dst, sig, err);
+    return sig ? zarr_input_read_sig(t->input, start, shape, dst, sig, err)
+               : zarr_input_read(t->input, start, shape, dst, err);
 }
+/* The signature of a box of the input as it is now. */
 static inline int task_input_signature(const struct task *t, const uint64_t *start,
-                                       const uint64_t *shape, uint64_t *sig)
+                                       const uint64_t *shape, struct zarr_sigmemo *memo,
+                                       uint64_t *sig)
 {
-    return t->src.signature ? t->src.signature(t->src.ctx, start, shape, sig)
-                            : zarr_input_signature(t->input, start, shape, sig);
+    return t->src.signature ? t->src.signature(t->src.ctx, start, shape, memo, sig)
+                            : zarr_input_signature_memo(t->input, start, shape, memo, sig);
 }
 
 /* pyramid.c: builds levels 1..cfg.levels-1 and the group metadata of an ome task (level 0
@@ -87,6 +103,9 @@ void pyramid_free(struct task *t);
  * with err->msg = "FILE[:LINE]: ..." naming the offending key or value. */
 int task_open(const char *config_path, struct task **out, struct errbuf *err);
 void task_close(struct task *t);
+
+/* Computes result_id and encoding_id from result_identity and the served metadata. */
+void task_identity_keys(struct task *t);
 
 /* True when an output chunk with this linear id exists in the presented tree. */
 bool task_chunk_present(const struct task *t, uint64_t chunk_id);

@@ -62,9 +62,15 @@ void log_open_stderr(bool debug)
 
 int log_open_file(const char *path, bool debug)
 {
-    FILE *f = fopen(path, "ae");
-    if (!f)
-        return -errno;
+    /* 0600 whatever the umask: the log names files and carries processors' stderr */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        int e = -errno;
+        if (fd >= 0)
+            close(fd);
+        return e;
+    }
     setvbuf(f, NULL, _IOLBF, 0);
     log_file = f;
     log_sink = SINK_FILE;

@@ -17,6 +17,9 @@
 int cli_usage_error(const char *fmt, const char *arg);
 /* task_open with the error printed: 0 or EXIT_USAGE. */
 int cli_load_task(const char *path, struct task **t);
+/* cache_open with the error printed: 0, EXIT_USAGE (a directory roifs may not use) or
+ * EXIT_RUNTIME. */
+int cli_open_cache(const struct task *t, struct cache **c);
 /* Parses the N of "-j N": 0 or EXIT_USAGE (message printed). */
 int cli_parse_threads(const char *cmd, const char *arg, int *threads);
 /* Sets the compute threads of t (and readahead, when the file leaves it to follow). */
@@ -44,9 +47,11 @@ struct run_spec {
     const int *levels;   /* [output] ome: the pyramid level of each (NULL: all level 0) */
     size_t n;
     /* Called once per chunk that is in the cache (on a compute thread, or the calling one),
-     * with k its index in ids and fd the cached chunk (borrowed). NULL: nothing to do.
-     * Returns 0, or -errno with a message in err (the chunk counts as failed). */
-    int (*chunk_ready)(void *ctx, size_t k, int fd, struct errbuf *err);
+     * with k its index in ids, fd the cached chunk (borrowed) and meta its record (what it
+     * was made of; NULL when it has none). NULL: nothing to do. Returns 0, or -errno with a
+     * message in err (the chunk counts as failed). */
+    int (*chunk_ready)(void *ctx, size_t k, int fd, const struct cache_chunk_meta *meta,
+                       struct errbuf *err);
     void *ctx;
 };
 

@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "../fs/namespace.h"
+#include "../zarr/zarr.h"
 #include "cli.h"
 
 #define MARKER     ".roifs-export"
@@ -35,45 +38,89 @@ struct export
     struct meta_file *meta;
     size_t nmeta;
     atomic_size_t written, kept;
+    _Atomic bool warned_xattr;
 };
 
 /* ---- writing files ---- */
 
-static int copy_fd(int out, int in, off_t size)
+/* What a chunk file in DEST was made of, in the extended attribute user.roifs.export (set on
+ * the temporary file before its rename): resuming keeps a file only when this matches the
+ * chunk as the cache has it now and the file's bytes verify. */
+#define EXPORT_XATTR "user.roifs.export"
+
+struct export_record {
+    char magic[4]; /* "rxp1" */
+    uint32_t crc;  /* crc32c of the file's bytes */
+    uint64_t key_lo, key_hi, length;
+    uint32_t pad, record_crc; /* of the bytes above */
+};
+
+static void record_fill(struct export_record *rec, const struct cache_chunk_meta *m)
 {
-    off_t off = 0;
-    while (off < size) {
-        ssize_t n = copy_file_range(in, &off, out, NULL, (size_t)(size - off), 0);
-        if (n > 0)
-            continue;
-        if (n == 0)
-            return -EIO; /* the source shrank */
-        if (errno == EINTR)
-            continue;
-        if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
-            return -errno;
-        /* No in-kernel copy between these file systems: copy by hand. */
-        char buf[1 << 16];
-        while (off < size) {
-            size_t want = size - off < (off_t)sizeof buf ? (size_t)(size - off) : sizeof buf;
-            size_t got = 0;
-            int r = pread_full(in, buf, want, (uint64_t)off, &got);
-            if (r < 0)
-                return r;
-            if (got == 0)
-                return -EIO;
-            if ((r = write_full(out, buf, got)) < 0)
-                return r;
-            off += (off_t)got;
+    memset(rec, 0, sizeof *rec);
+    memcpy(rec->magic, "rxp1", 4);
+    rec->crc = m->crc;
+    rec->key_lo = m->key.lo;
+    rec->key_hi = m->key.hi;
+    rec->length = m->length;
+    rec->record_crc = zarr_crc32c(0, rec, offsetof(struct export_record, record_crc));
+}
+
+/* crc32c of the first size bytes of fd, and (out >= 0) a copy of them into out: mapped when
+ * large, so that checking costs no extra copy. */
+static int copy_and_crc(int out, int in, uint64_t size, uint32_t *crc)
+{
+    if (size >= (64u << 10) && size <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, in, 0);
+        if (p != MAP_FAILED) {
+            *crc = zarr_crc32c(0, p, (size_t)size);
+            int r = out >= 0 ? write_full(out, p, (size_t)size) : 0;
+            munmap(p, (size_t)size);
+            return r;
         }
     }
+    char buf[1 << 16];
+    uint32_t c = 0;
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < sizeof buf ? (size_t)(size - off) : sizeof buf, got = 0;
+        int r = pread_full(in, buf, want, off, &got);
+        if (r == 0 && got != want)
+            r = -EIO; /* the source shrank */
+        if (r == 0 && out >= 0)
+            r = write_full(out, buf, got);
+        if (r < 0)
+            return r;
+        c = zarr_crc32c(c, buf, got);
+        off += got;
+    }
+    *crc = c;
     return 0;
 }
 
-/* Writes DEST/rel from fd (size bytes) or from data: a temporary file beside it, then a
- * rename, so that DEST never holds part of a file under its final name. */
+/* True when DEST/rel holds exactly the chunk m describes: its record names m's key, length
+ * and checksum, and its bytes have that length and checksum. */
+static bool dest_is_current(struct export *x, const char *rel, const struct cache_chunk_meta *m)
+{
+    int fd = openat(x->destfd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    struct export_record rec, want;
+    record_fill(&want, m);
+    uint32_t crc;
+    bool yes = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == m->length &&
+               fgetxattr(fd, EXPORT_XATTR, &rec, sizeof rec) == (ssize_t)sizeof rec &&
+               memcmp(&rec, &want, sizeof rec) == 0 && copy_and_crc(-1, fd, m->length, &crc) == 0 &&
+               crc == m->crc;
+    close(fd);
+    return yes;
+}
+
+/* Writes DEST/rel from fd (size bytes, with record meta: checked while copied and attached)
+ * or from data: a temporary file beside it, then a rename, so that DEST never holds part of a
+ * file under its final name. */
 static int write_atomic(struct export *x, const char *rel, int fd, off_t size, const char *data,
-                        struct errbuf *err)
+                        const struct cache_chunk_meta *meta, struct errbuf *err)
 {
     static atomic_ulong counter;
     const char *slash = strrchr(rel, '/');
@@ -82,8 +129,22 @@ static int write_atomic(struct export *x, const char *rel, int fd, off_t size, c
                           (unsigned long)++counter);
     int out = openat(x->destfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     int r = out < 0 ? -errno : 0;
+    uint32_t crc = 0;
     if (r == 0)
-        r = data ? write_full(out, data, (size_t)size) : copy_fd(out, fd, size);
+        r = data ? write_full(out, data, (size_t)size)
+                 : copy_and_crc(out, fd, (uint64_t)size, &crc);
+    if (r == 0 && meta && crc != meta->crc)
+        r = -EBADMSG; /* the cache's copy does not match its record */
+    if (r == 0 && meta) {
+        struct export_record rec;
+        record_fill(&rec, meta);
+        if (fsetxattr(out, EXPORT_XATTR, &rec, sizeof rec, 0) < 0 && !x->warned_xattr) {
+            x->warned_xattr = true; /* resuming then rewrites every chunk */
+            run_message("roifs: %s: cannot record what chunk files are made of (%s); an "
+                        "interrupted export will write every chunk again",
+                        x->dest, strerror(errno));
+        }
+    }
     if (out >= 0 && close(out) < 0 && r == 0)
         r = -errno;
     if (r == 0 && renameat(x->destfd, tmp, x->destfd, rel) < 0)
@@ -91,26 +152,28 @@ static int write_atomic(struct export *x, const char *rel, int fd, off_t size, c
     if (r < 0) {
         if (out >= 0)
             unlinkat(x->destfd, tmp, 0);
-        err_set(err, r, "%s/%s: cannot write: %s", x->dest, rel, strerror(-r));
+        err_set(err, r, "%s/%s: cannot write: %s", x->dest, rel,
+                r == -EBADMSG ? "the cached chunk does not match its checksum" : strerror(-r));
     }
     free(tmp);
     return r;
 }
 
-/* The resume rule: a chunk file already in DEST with the size of the cached chunk is complete
- * (files appear only by rename of a complete copy) and is kept. */
-static int export_chunk(void *ctx, size_t k, int fd, struct errbuf *err)
+/* The resume rule: a chunk file already in DEST is kept when it was made of exactly what the
+ * cache's chunk is made of now and its bytes verify; any other is written again. */
+static int export_chunk(void *ctx, size_t k, int fd, const struct cache_chunk_meta *meta,
+                        struct errbuf *err)
 {
     struct export *x = ctx;
-    struct stat src, dst;
+    struct stat src;
     if (fstat(fd, &src) < 0)
         return err_set(err, -errno, "chunk %s: %s", x->rel[k], strerror(errno));
-    if (fstatat(x->destfd, x->rel[k], &dst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(dst.st_mode) &&
-        dst.st_size == src.st_size) {
+    if (meta && (uint64_t)src.st_size == meta->length && dest_is_current(x, x->rel[k], meta)) {
         x->kept++;
         return 0;
     }
-    int r = write_atomic(x, x->rel[k], fd, src.st_size, NULL, err);
+    int r = write_atomic(x, x->rel[k], fd, src.st_size, NULL,
+                         meta && (uint64_t)src.st_size == meta->length ? meta : NULL, err);
     if (r == 0)
         x->written++;
     return r;
@@ -123,7 +186,7 @@ static int write_meta(struct export *x, const struct meta_file *m, struct errbuf
     bool same = file_read_all_at(x->destfd, m->rel, &old, &len) == 0 && len == m->len &&
                 memcmp(old, m->text, len) == 0;
     free(old);
-    return same ? 0 : write_atomic(x, m->rel, -1, (off_t)m->len, m->text, err);
+    return same ? 0 : write_atomic(x, m->rel, -1, (off_t)m->len, m->text, NULL, err);
 }
 
 /* ---- the tree to write ---- */
@@ -312,10 +375,9 @@ static int export_run(struct export *x, struct task *t)
         return EXIT_RUNTIME;
     }
     struct cache *c = NULL;
-    if (cache_open(t, &c, &err) < 0) {
-        fprintf(stderr, "roifs: %s\n", err.msg);
-        return EXIT_RUNTIME;
-    }
+    int rc = cli_open_cache(t, &c);
+    if (rc)
+        return rc;
     struct run_spec spec = {.verb = "export",
                             .ids = x->ids,
                             .levels = x->levels,

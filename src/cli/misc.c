@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../engine/engine.h"
+#include "../engine/store.h"
 #include "cli.h"
 
 #define FUSE_SUPER_MAGIC 0x65735546
@@ -30,6 +31,17 @@ int cli_load_task(const char *path, struct task **t)
     if (task_open(path, t, &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_USAGE;
+    }
+    return 0;
+}
+
+int cli_open_cache(const struct task *t, struct cache **c)
+{
+    struct errbuf err = {{0}};
+    int r = cache_open(t, c, &err);
+    if (r < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return r == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
     }
     return 0;
 }
@@ -74,32 +86,86 @@ static const char *codec_name(const struct zarr_codec *c)
     return names[c->id];
 }
 
-/* How much of t's cache exists, without creating or changing anything. */
+/* The text of dir/name (a small regular file), or NULL. */
+static char *read_marker(const char *dir, const char *name)
+{
+    char *path = path_join(dir, name), *text = NULL;
+    struct stat st;
+    if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > 4096 ||
+        file_read_all(path, &text, NULL) < 0)
+        text = NULL;
+    free(path);
+    return text;
+}
+
+/* "cache 2", "cache 1" (an older roifs's layout) or NULL: what dir holds. */
+static const char *cache_layout(const char *dir)
+{
+    char *format = read_marker(dir, "format"), *manifest = NULL;
+    const char *what = NULL;
+    if (format && strcmp(format, "roifs-cache 2\n") == 0)
+        what = "cache 2";
+    else if ((manifest = read_marker(dir, "manifest")) && strncmp(manifest, "roifs-", 6) == 0)
+        what = "cache 1";
+    free(format);
+    free(manifest);
+    return what;
+}
+
+/* True when chunk id's file is current for the input as it is now: its record names the key
+ * and its length matches (the checksum is left to the mount: check reads no chunk data). */
+static bool chunk_is_current(struct cache *c, const struct task *t, uint64_t id,
+                             struct zarr_sigmemo *memo)
+{
+    int fd;
+    if (cache_chunk_open_plain(c, id, &fd) < 0)
+        return false;
+    struct chunk_keys k;
+    engine_chunk_keys_now(t, id, memo, &k);
+    struct cache_chunk_meta m;
+    struct stat st;
+    bool yes = cache_chunk_meta_of(c, id, fd, &m) == 0 && key_eq(m.key, k.chunk) &&
+               fstat(fd, &st) == 0 && (uint64_t)st.st_size == m.length;
+    chunk_keys_free(&k);
+    close(fd);
+    return yes;
+}
+
+/* How much of t's cache is current: chunk files and ROI results made from the input and
+ * configuration as they are now. Creates nothing in a directory that is not a cache. */
 static void print_cache_state(const struct task *t)
 {
-    char *path = path_join(t->cache_dir, "manifest"), *manifest = NULL;
-    int r = file_read_max(AT_FDCWD, path, strlen(t->manifest), &manifest, NULL);
-    free(path);
+    struct stat st;
     printf("cache:     %s", t->cache_dir);
-    if (r < 0 && r != -EFBIG) { /* -EFBIG: larger than ours, so another configuration's */
+    if (stat(t->cache_dir, &st) < 0) {
         printf(" (empty)\n");
         return;
     }
-    if (r < 0 || strcmp(manifest, t->manifest) != 0) {
-        printf(" (made for another configuration; it will be emptied at mount)\n");
-        free(manifest);
+    const char *layout = cache_layout(t->cache_dir);
+    if (layout && strcmp(layout, "cache 1") == 0) {
+        printf(" (made by an older roifs; it will be emptied at the next mount)\n");
         return;
     }
-    free(manifest);
     struct cache *c;
-    struct errbuf err;
-    size_t cached = 0;
-    if (cache_open(t, &c, &err) == 0) {
-        for (size_t k = 0; k < roi_index_nchunks(t->index); k++)
-            cached += cache_chunk_exists(c, roi_index_chunk_id(t->index, k));
-        cache_close(c);
+    struct errbuf err = {{0}};
+    if (cache_open(t, &c, &err) < 0) {
+        printf(" (not usable: %s)\n", err.msg);
+        return;
     }
-    printf(" (%zu of %zu touched chunks computed)\n", cached, roi_index_nchunks(t->index));
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    size_t cached = 0, nk = roi_index_nchunks(t->index), stored = 0;
+    bool all = t->cfg.outside == OUTSIDE_INPUT;
+    uint64_t total = all ? t->nchunks : nk;
+    for (uint64_t k = 0; k < total; k++)
+        cached += chunk_is_current(c, t, all ? k : roi_index_chunk_id(t->index, (size_t)k), memo);
+    for (size_t r = 0; r < t->rois.n; r++)
+        stored +=
+            store_has(cache_store(c),
+                      engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)));
+    zarr_sigmemo_free(memo);
+    cache_close(c);
+    printf(" (cached: %zu of %llu chunks, %zu of %zu ROI results)\n", cached,
+           (unsigned long long)total, stored, t->rois.n);
 }
 
 int cmd_check(int argc, char **argv)
@@ -257,16 +323,6 @@ static int remove_tree(const char *path)
                : -1;
 }
 
-/* True when dir holds a roifs cache: a manifest that roifs wrote. */
-static bool is_roifs_cache(const char *dir)
-{
-    char *path = path_join(dir, "manifest"), *text = NULL;
-    bool yes = file_read_all(path, &text, NULL) == 0 && strncmp(text, "roifs-cache ", 12) == 0;
-    free(text);
-    free(path);
-    return yes;
-}
-
 int cmd_clean(int argc, char **argv)
 {
     if (argc != 2)
@@ -278,9 +334,10 @@ int cmd_clean(int argc, char **argv)
     struct stat st;
     if (stat(t->cache_dir, &st) < 0) {
         printf("nothing to delete: no cache at %s\n", t->cache_dir);
-    } else if (!is_roifs_cache(t->cache_dir)) {
+    } else if (!cache_layout(t->cache_dir)) {
         fprintf(stderr,
-                "roifs: %s: not a roifs cache directory (no roifs manifest); not deleting it\n",
+                "roifs: %s: not a roifs cache directory (no roifs format marker); not deleting "
+                "it\n",
                 t->cache_dir);
         r = EXIT_RUNTIME;
     } else if (remove_tree(t->cache_dir) < 0) {

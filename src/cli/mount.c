@@ -212,12 +212,8 @@ static int do_mount(struct mount_args *a)
     int r;
     if ((r = cli_load_task(a->config, &t)) || (r = check_mountpoint(a->mountpoint)))
         goto out;
-    struct errbuf err = {{0}};
-    if (cache_open(t, &c, &err) < 0) {
-        fprintf(stderr, "roifs: %s\n", err.msg);
-        r = EXIT_RUNTIME;
+    if ((r = cli_open_cache(t, &c)))
         goto out;
-    }
     if ((r = setup_log(t, a)))
         goto out;
     r = a->foreground ? serve(t, c, a, -1) : mount_background(t, c, a);

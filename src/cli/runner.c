@@ -81,7 +81,7 @@ static void show_progress(const struct tally *ta, bool final)
     double frac = p->rois_total ? (double)settled / (double)p->rois_total : 1.0;
     if (frac > 1)
         frac = 1;
-    size_t computed = p->rois_done > ta->done0 ? p->rois_done - ta->done0 : 0;
+    size_t computed = p->rois_computed;
     double rate = elapsed > 0 ? (double)computed / elapsed : 0;
     bool rate_known = computed > 0 && elapsed >= 0.5;
     char left[32] = "", rate_s[32] = "", failed[32] = "";
@@ -166,6 +166,7 @@ struct run_state {
 
 struct chunk_req {
     struct run_state *st;
+    struct engine *e; /* the engine (pyramid level) that served it */
     size_t k;
 };
 
@@ -177,7 +178,9 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
     int r = err;
     if (r == 0 && st->spec->chunk_ready) {
         struct errbuf eb = {{0}};
-        if ((r = st->spec->chunk_ready(st->spec->ctx, rq->k, fd, &eb)) < 0)
+        struct cache_chunk_meta meta;
+        bool has = cache_chunk_meta_of(engine_cache(rq->e), st->spec->ids[rq->k], fd, &meta) == 0;
+        if ((r = st->spec->chunk_ready(st->spec->ctx, rq->k, fd, has ? &meta : NULL, &eb)) < 0)
             run_message("roifs: %s", eb.msg);
     }
     if (fd >= 0)
@@ -233,6 +236,7 @@ static void drive(struct engine *e, struct run_state *st, struct tally *ta, size
             } else {
                 struct chunk_req *rq = xmalloc(sizeof *rq);
                 rq->st = st;
+                rq->e = le;
                 rq->k = k;
                 engine_open_chunk(le, spec->ids[k], chunk_opened, rq);
             }
@@ -312,7 +316,7 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
         if (display.tty)
             show_progress(&ta, true); /* the bar, complete, ends its line */
         double took_s = now_monotonic() - ta.start;
-        size_t computed = ta.p.rois_done > ta.done0 ? ta.p.rois_done - ta.done0 : 0;
+        size_t computed = ta.p.rois_computed; /* not those found in the cache */
         char took[24], rate[64] = "";
         cli_format_duration(took_s, took, sizeof took);
         if (computed && took_s > 0)

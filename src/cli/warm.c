@@ -48,11 +48,9 @@ int cmd_warm(int argc, char **argv)
     cli_set_threads(t, threads);
     log_open_stderr(false);
     struct cache *c = NULL;
-    struct errbuf err = {{0}};
-    if (cache_open(t, &c, &err) < 0) {
-        fprintf(stderr, "roifs: %s\n", err.msg);
+    if ((r = cli_open_cache(t, &c))) {
         task_close(t);
-        return EXIT_RUNTIME;
+        return r;
     }
     struct run_spec spec = {.verb = "warm"};
     int *levels;

@@ -1,38 +1,79 @@
-/* cache.c: the backing directory (see cache.h for its layout): atomic writes, lookups, and
- * the manifest check that keeps results of one task from being served for another. */
-#include "cache.h"
+/* cache.c: the backing directory (see cache.h): trusted only when it is the user's own, its
+ * format marker, the conversion of an older layout, the registry of processes using it (one
+ * configuration at a time), byte-range locks, and its recreation when removed under a mount.
+ * Chunk files are in chunkfile.c, ROI results in store.c. */
+#include "cache_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
-struct cache {
-    char *path;
-    char *manifest;
-    /* Replaced (never closed before cache_close) when the directory is recreated. */
-    _Atomic int dirfd, chunks_fd, rois_fd, locks_fd;
-    int old_fds[64];
-    int nold;
-    pthread_mutex_t repair_lock;
-    bool warned_xattr;
-};
+#include "store.h"
+
+#define FORMAT_TEXT "roifs-cache 2\n"
+
+/* Lock bytes of locks/all: appends (store.c) and the users/ check below; chunks; results. */
+#define LOCK_USERS       1
+#define LOCK_CHUNK_BASE  16ULL
+#define LOCK_RESULT_BASE (1ULL << 62)
 
 const char *cache_path(const struct cache *c)
 {
     return c->path;
 }
 
-/* A stream over directory fd with an open file description of its own: one made with dup()
- * would share fd's offset, so a second walk (or one on another thread) would start where the
- * last one ended. NULL with errno set on failure. */
+struct store *cache_store(struct cache *c)
+{
+    return c->store;
+}
+
+/* ---- trust ---- */
+
+/* 0 when the directory fd (named path) belongs to us and only we may write to it. */
+static int check_trusted(int fd, const char *path, struct errbuf *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return err_set(err, -errno, "%s: %s", path, strerror(errno));
+    uid_t me = geteuid();
+    if (st.st_uid != me)
+        return err_set(err, -EINVAL, "%s: owned by uid %u, not by you (uid %u); refusing to use it",
+                       path, (unsigned)st.st_uid, (unsigned)me);
+    if (st.st_mode & 022)
+        return err_set(err, -EINVAL, "%s: is writable by %s (mode %04o); refusing to use it", path,
+                       st.st_mode & 02 ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* Creates (0700) and opens subdirectory name of dirfd, which must be a trusted directory and
+ * not a symbolic link. A descriptor, or -errno (-EINVAL: untrusted) with err set. */
+static int open_subdir(int dirfd, const char *dirpath, const char *name, struct errbuf *err)
+{
+    char *path = xasprintf("%s/%s", dirpath, name);
+    int fd = -1, r = 0;
+    if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST) {
+        r = err_set(err, -errno, "%s: cannot create: %s", path, strerror(errno));
+    } else if ((fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        r = errno == ELOOP || errno == ENOTDIR
+                ? err_set(err, -EINVAL,
+                          "%s: is a symbolic link or not a directory; refusing to use it", path)
+                : err_set(err, -errno, "%s: %s", path, strerror(errno));
+    } else if ((r = check_trusted(fd, path, err)) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    free(path);
+    return r < 0 ? r : fd;
+}
+
+/* A stream over directory fd with an open file description of its own (a dup() would share
+ * fd's offset). NULL with errno set on failure. */
 static DIR *walk(int fd)
 {
     int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -45,26 +86,46 @@ static DIR *walk(int fd)
     return d;
 }
 
-/* Removes every entry of directory fd (one level; our subdirectories hold only files). */
-static void empty_dir(int fd)
+/* Removes everything in directory fd, subdirectories to depth levels. */
+static void empty_dir(int fd, int depth)
 {
     DIR *d = walk(fd);
     if (!d)
         return;
     struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            unlinkat(fd, de->d_name, 0);
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (unlinkat(fd, de->d_name, 0) == 0 || errno != EISDIR || depth == 0)
+            continue;
+        int sub = openat(fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+            empty_dir(sub, depth - 1);
+            close(sub);
+        }
+        unlinkat(fd, de->d_name, AT_REMOVEDIR);
+    }
     closedir(d);
 }
 
-static int open_subdir(int dirfd, const char *name)
+/* Reads the small regular file name of dirfd (not following links) into buf (NUL ended):
+ * its length, or -errno. */
+static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 {
-    if (mkdirat(dirfd, name, 0700) < 0 && errno != EEXIST)
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return -errno;
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    struct stat st;
+    size_t got = 0;
+    int r = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+    if (r == 0)
+        r = pread_full(fd, buf, cap - 1, 0, &got);
+    close(fd);
+    buf[got] = '\0';
+    return r < 0 ? r : (ssize_t)got;
 }
+
+/* ---- the format ---- */
 
 static bool dir_is_empty(int fd)
 {
@@ -73,38 +134,183 @@ static bool dir_is_empty(int fd)
         return false;
     bool empty = true;
     struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-            empty = false;
-            break;
-        }
+    while (empty && (de = readdir(d)))
+        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
     closedir(d);
     return empty;
 }
 
-/* Checks the manifest: reuse on a match, start afresh on a mismatch. */
-static int check_manifest(struct cache *c, const struct task *t, struct errbuf *err)
+/* Makes the directory a cache of layout 2: kept as it is, made from nothing, or converted by
+ * emptying from the older layout; anything else is refused. */
+static int check_format(struct cache *c, struct errbuf *err)
 {
-    char *old = NULL;
-    size_t len = 0;
-    /* As large as the ROI list: no fixed cap; a larger one is another task's */
-    int r = file_read_max(c->dirfd, "manifest", strlen(t->manifest), &old, &len);
-    if (r == 0 && strcmp(old, t->manifest) == 0) {
-        free(old);
+    char text[256];
+    if (read_small(c->dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, FORMAT_TEXT))
         return 0;
+    if (!dir_is_empty(c->dirfd)) {
+        bool v1 = read_small(c->dirfd, "manifest", text, sizeof text) >= 0 &&
+                  (!strncmp(text, "roifs-cache 1\n", 14) || !strncmp(text, "roifs-level 1\n", 14));
+        if (!v1)
+            return err_set(err, -EINVAL,
+                           "%s: not a roifs cache directory (not empty, no roifs format marker); "
+                           "refusing to use it",
+                           c->path);
+        log_warn("cache %s: made by an older roifs (cache layout 1); emptying it", c->path);
+        empty_dir(c->dirfd, 3);
     }
-    if (r < 0 && r != -ENOENT && r != -EFBIG)
-        return err_set(err, r, "%s/manifest: %s", c->path, file_strerror(r));
-    free(old);
-    if (r == 0)
-        log_warn("cache %s was made for another configuration or input; emptying it", c->path);
-    /* Drop the manifest first so a crash in between never leaves old results under it. */
-    unlinkat(c->dirfd, "manifest", 0);
-    empty_dir(c->chunks_fd);
-    empty_dir(c->rois_fd);
-    r = file_write_atomic(c->dirfd, "manifest", t->manifest, strlen(t->manifest), true);
+    int r = file_write_atomic(c->dirfd, "format", FORMAT_TEXT, strlen(FORMAT_TEXT), true);
     if (r < 0)
-        return err_set(err, r, "%s/manifest: cannot write: %s", c->path, strerror(-r));
+        return err_set(err, r, "%s/format: cannot write: %s", c->path, strerror(-r));
+    return 0;
+}
+
+/* ---- locks ---- */
+
+/* Locks are byte ranges of DIR/locks/all taken with open-file-description locks: released by
+ * the kernel when the holder dies, carried by NFS's lock manager. Each handle is an open file
+ * description of its own, so two holders conflict even inside one process; it is closed with
+ * the lock, since a descriptor open for writing would keep the file system from being
+ * remounted read-only. */
+static int take_lock(struct cache *c, uint64_t byte, short type, bool wait)
+{
+    int fd = openat(c->locks_fd, "all", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno == EAGAIN || errno == EACCES ? -EWOULDBLOCK : -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+void cache_unlock(struct cache *c, int lock)
+{
+    (void)c;
+    if (lock >= 0)
+        close(lock); /* closing its open file description releases the lock */
+}
+
+int cache_lock_chunk(struct cache *c, uint64_t id, bool wait)
+{
+    return take_lock(c, LOCK_CHUNK_BASE + id % (LOCK_RESULT_BASE - LOCK_CHUNK_BASE), F_WRLCK, wait);
+}
+
+int cache_lock_result(struct cache *c, struct key128 key)
+{
+    return take_lock(c, LOCK_RESULT_BASE + (key.lo >> 2), F_WRLCK, true);
+}
+
+/* ---- users: one configuration at a time ---- */
+
+/* Refuses when a live process serves another configuration from this directory; removes the
+ * registrations of processes that are gone. users_fd: DIR/users; mine: our name's prefix. */
+static int check_users(struct cache *c, int users_fd, const char *mine, struct errbuf *err)
+{
+    DIR *d = walk(users_fd);
+    if (!d)
+        return err_set(err, -errno, "%s/users: %s", c->path, strerror(errno));
+    int r = 0;
+    struct dirent *de;
+    while (r == 0 && (de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        int fd = openat(users_fd, de->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            unlinkat(users_fd, de->d_name, 0); /* not a file of ours */
+            continue;
+        }
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+            unlinkat(users_fd, de->d_name, 0); /* its process is gone */
+        } else if (strncmp(de->d_name, mine, strlen(mine)) != 0) {
+            char text[4200] = "";
+            size_t got = 0;
+            pread_full(fd, text, sizeof text - 1, 0, &got);
+            text[got] = '\0';
+            char *nl = strchr(text, '\n');
+            long pid = nl ? strtol(nl + 1, NULL, 10) : 0;
+            if (nl)
+                *nl = '\0';
+            r = err_set(err, -EINVAL,
+                        "%s: in use by %s (pid %ld); a cache directory serves one configuration "
+                        "at a time",
+                        c->path, text[0] ? text : "another configuration", pid);
+        }
+        close(fd);
+    }
+    closedir(d);
+    return r;
+}
+
+/* Writes "CONFIG\nPID\n" into our registration (through a descriptor of its own: the one
+ * holding the lock is read-only, like every descriptor that stays open). */
+static int write_registration(struct cache *c, int users_fd)
+{
+    char *text = xasprintf("%s\n%ld\n", c->config_path, (long)getpid());
+    int w = openat(users_fd, c->user_name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    int r = w < 0 || ftruncate(w, 0) < 0 ? -errno : 0;
+    if (r == 0)
+        r = write_full(w, text, strlen(text));
+    if (w >= 0)
+        close(w);
+    free(text);
+    return r;
+}
+
+/* Registers this process in DIR/users (a shared lock on its own file, held until it exits),
+ * after checking, under the users lock, that no other configuration is served from here. */
+static int register_user(struct cache *c, const char *config_path, struct errbuf *err)
+{
+    int users_fd = open_subdir(c->dirfd, c->path, "users", err);
+    if (users_fd < 0)
+        return users_fd;
+    char mine[24];
+    snprintf(mine, sizeof mine, "%016" PRIx64 "-",
+             fnv64(FNV64_INIT, config_path, strlen(config_path)));
+    int lock = take_lock(c, LOCK_USERS, F_WRLCK, true);
+    int r = lock < 0 ? err_set(err, lock, "%s/locks/all: %s", c->path, strerror(-lock)) : 0;
+    if (r == 0)
+        r = check_users(c, users_fd, mine, err);
+    if (r == 0) {
+        static _Atomic unsigned counter;
+        c->config_path = xstrdup(config_path);
+        c->user_name = xasprintf("%s%ld.%u", mine, (long)getpid(), ++counter);
+        int made = openat(users_fd, c->user_name,
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (made >= 0)
+            close(made);
+        c->user_fd =
+            made < 0 ? -1 : openat(users_fd, c->user_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (c->user_fd < 0 || fcntl(c->user_fd, F_OFD_SETLK, &fl) < 0 ||
+            write_registration(c, users_fd) < 0)
+            r = err_set(err, -errno, "%s/users/%s: cannot register: %s", c->path, c->user_name,
+                        strerror(errno));
+    }
+    cache_unlock(c, lock);
+    c->users_fd = users_fd;
+    return r;
+}
+
+void cache_adopt(struct cache *c)
+{
+    if (c->user_fd >= 0)
+        write_registration(c, c->users_fd);
+}
+
+/* ---- opening ---- */
+
+/* Opens chunks/, results/ and locks/ of the directory dirfd into fds. */
+static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *err)
+{
+    static const char *const names[] = {"chunks", "results", "locks"};
+    for (int i = 0; i < 3; i++)
+        if ((fds[i] = open_subdir(dirfd, path, names[i], err)) < 0)
+            return fds[i];
     return 0;
 }
 
@@ -112,41 +318,39 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
     c->path = xstrdup(t->cache_dir);
-    c->manifest = xstrdup(t->manifest);
+    c->level = t->level;
+    c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
-    c->dirfd = c->chunks_fd = c->rois_fd = c->locks_fd = -1;
-    int r = mkdir_p(c->path, 0700);
+    pthread_mutex_init(&c->verified_lock, NULL);
+    c->dirfd = c->chunks_fd = c->results_fd = c->locks_fd = -1;
+    int r = mkdir_p(c->path, 0700), fds[3] = {-1, -1, -1};
     if (r < 0) {
         err_set(err, r, "%s: cannot create the cache directory: %s", c->path, strerror(-r));
         goto fail;
     }
     c->dirfd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (c->dirfd < 0) {
-        r = -errno;
-        err_set(err, r, "%s: %s", c->path, strerror(-r));
+        r = err_set(err, -errno, "%s: %s", c->path, strerror(errno));
         goto fail;
     }
-    bool fresh = dir_is_empty(c->dirfd);
-    if (!fresh && faccessat(c->dirfd, "manifest", F_OK, 0) < 0) {
-        r = err_set(err, -ENOTEMPTY,
-                    "%s: not a roifs cache directory (not empty, no manifest); refusing to use it",
-                    c->path);
+    if ((r = check_trusted(c->dirfd, c->path, err)) < 0 || (r = check_format(c, err)) < 0)
         goto fail;
-    }
-    int fds[3];
-    const char *names[] = {"chunks", "rois", "locks"};
-    for (int i = 0; i < 3; i++)
-        fds[i] = open_subdir(c->dirfd, names[i]);
+    r = open_subdirs(c->path, c->dirfd, fds, err);
     c->chunks_fd = fds[0];
-    c->rois_fd = fds[1];
+    c->results_fd = fds[1];
     c->locks_fd = fds[2];
-    if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) {
-        r = fds[0] < 0 ? fds[0] : fds[1] < 0 ? fds[1] : fds[2];
-        err_set(err, r, "%s: cannot create its subdirectories: %s", c->path, strerror(-r));
+    if (r < 0)
         goto fail;
-    }
-    if ((r = check_manifest(c, t, err)) < 0)
+    if (t->level == 0 && (r = register_user(c, t->cfg.path, err)) < 0)
         goto fail;
+    struct store *s;
+    char *rpath = xasprintf("%s/results", c->path);
+    r = store_open(c->results_fd, c->locks_fd, rpath, &s, err);
+    free(rpath);
+    if (r < 0)
+        goto fail;
+    c->store = s;
+    chunkfile_probe(c);
     *out = c;
     return 0;
 fail:
@@ -158,288 +362,67 @@ void cache_close(struct cache *c)
 {
     if (!c)
         return;
-    if (c->dirfd >= 0)
-        close(c->dirfd);
-    if (c->chunks_fd >= 0)
-        close(c->chunks_fd);
-    if (c->rois_fd >= 0)
-        close(c->rois_fd);
-    if (c->locks_fd >= 0)
-        close(c->locks_fd);
+    /* The registration stays: after a fork the serving child holds the same lock, and a
+     * registration whose lock nobody holds is removed by the next process to look. */
+    if (c->user_fd >= 0)
+        close(c->user_fd);
+    if (c->users_fd >= 0)
+        close(c->users_fd);
+    store_close(c->store);
+    for (int i = 0; i < c->nold_stores; i++)
+        store_close(c->old_stores[i]);
+    int fds[] = {c->dirfd, c->chunks_fd, c->results_fd, c->locks_fd};
+    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
     for (int i = 0; i < c->nold; i++)
         close(c->old_fds[i]);
+    chunkfile_forget_verified(c);
     pthread_mutex_destroy(&c->repair_lock);
-    free(c->manifest);
+    pthread_mutex_destroy(&c->verified_lock);
+    free(c->user_name);
+    free(c->config_path);
     free(c->path);
     free(c);
 }
 
-int cache_chunk_open(struct cache *c, uint64_t id, int *fd)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%" PRIu64, id);
-    int f = openat(c->chunks_fd, name, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-        return -errno;
-    *fd = f;
-    return 0;
-}
-
-int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns)
-{
-    char name[32];
-    struct stat st;
-    snprintf(name, sizeof name, "%" PRIu64, id);
-    if (fstatat(c->chunks_fd, name, &st, 0) < 0)
-        return -errno;
-    *size = (uint64_t)st.st_size;
-    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    return 0;
-}
-
-int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size)
-{
-    int64_t mtime_ns;
-    return cache_chunk_stat(c, id, size, &mtime_ns);
-}
-
-bool cache_chunk_exists(struct cache *c, uint64_t id)
-{
-    uint64_t size;
-    return cache_chunk_size(c, id, &size) == 0;
-}
-
-#define SIG_XATTR "user.roifs.input"
-
-/* Like file_write_atomic, with the signature attached to the file before it appears. */
-static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
-                            uint64_t sig);
-static int cache_repair(struct cache *c);
-
-int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, uint64_t sig)
-{
-    int r = chunk_write_once(c, id, data, len, sig);
-    if (r == -ENOENT && cache_repair(c) == 0)
-        r = chunk_write_once(c, id, data, len, sig);
-    return r;
-}
-
-static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
-                            uint64_t sig)
-{
-    static _Atomic unsigned long counter;
-    char name[32], tmp[96];
-    snprintf(name, sizeof name, "%" PRIu64, id);
-    snprintf(tmp, sizeof tmp, ".tmp.%ld.%lu", (long)getpid(), ++counter);
-    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    int r = write_full(fd, data, len);
-    if (r == 0 && fsetxattr(fd, SIG_XATTR, &sig, sizeof sig, 0) < 0) {
-        if (errno != ENOTSUP && errno != EOPNOTSUPP)
-            r = -errno;
-        else if (!c->warned_xattr) {
-            c->warned_xattr = true;
-            log_warn("%s: no extended attributes here; changes of the input will not be noticed",
-                     c->path);
-        }
-    }
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && renameat(c->chunks_fd, tmp, c->chunks_fd, name) < 0)
-        r = -errno;
-    if (r < 0)
-        unlinkat(c->chunks_fd, tmp, 0);
-    return r;
-}
-
-int cache_chunk_sig(int fd, uint64_t *sig)
-{
-    ssize_t n = fgetxattr(fd, SIG_XATTR, sig, sizeof *sig);
-    if (n == (ssize_t)sizeof *sig)
-        return 0;
-    if (n >= 0)
-        return -ENODATA;
-    return errno == EOPNOTSUPP ? -ENOTSUP : -errno;
-}
-
-void cache_chunk_remove(struct cache *c, uint64_t id)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%" PRIu64, id);
-    unlinkat(c->chunks_fd, name, 0);
-}
-
-/* Calls fn for each entry of fd whose name is a plain decimal number. */
-static int each_numbered(int fd, void (*fn)(void *ctx, uint64_t id), void *ctx)
-{
-    DIR *d = walk(fd);
-    if (!d)
-        return -errno;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        uint64_t id;
-        if (de->d_name[0] >= '0' && de->d_name[0] <= '9' && parse_u64(de->d_name, &id) == 0)
-            fn(ctx, id);
-    }
-    closedir(d);
-    return 0;
-}
-
-int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx)
-{
-    return each_numbered(c->chunks_fd, fn, ctx);
-}
-
-int cache_roi_each(struct cache *c, void (*fn)(void *ctx, uint64_t roi), void *ctx)
-{
-    return each_numbered(c->rois_fd, fn, ctx);
-}
-
-/* A stored ROI result: this header, then the raw ROI-box bytes. */
-struct roi_header {
-    char magic[8]; /* "roifsR1" */
-    uint64_t sig;
-};
-
-int cache_roi_write(struct cache *c, size_t roi, const void *data, size_t len, uint64_t sig)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%zu", roi);
-    struct roi_header h = {.magic = "roifsR1", .sig = sig};
-    char *buf = xmalloc(sizeof h + len);
-    memcpy(buf, &h, sizeof h);
-    memcpy(buf + sizeof h, data, len);
-    int r = file_write_atomic(c->rois_fd, name, buf, sizeof h + len, false);
-    if (r == -ENOENT && cache_repair(c) == 0)
-        r = file_write_atomic(c->rois_fd, name, buf, sizeof h + len, false);
-    free(buf);
-    return r;
-}
-
-static int open_roi(struct cache *c, size_t roi, uint64_t sig, int *fd)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%zu", roi);
-    *fd = openat(c->rois_fd, name, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0)
-        return -errno;
-    struct roi_header h;
-    size_t got = 0;
-    int r = pread_full(*fd, &h, sizeof h, 0, &got);
-    if (r == 0 && (got != sizeof h || memcmp(h.magic, "roifsR1", 8) != 0 || h.sig != sig))
-        r = -ESTALE;
-    if (r < 0) {
-        close(*fd);
-        *fd = -1;
-    }
-    return r;
-}
-
-int cache_roi_check(struct cache *c, size_t roi, uint64_t sig)
-{
-    int fd;
-    int r = open_roi(c, roi, sig, &fd);
-    if (r == 0)
-        close(fd);
-    return r;
-}
-
-int cache_roi_read(struct cache *c, size_t roi, void *data, size_t len, uint64_t sig)
-{
-    int fd;
-    int r = open_roi(c, roi, sig, &fd);
-    if (r < 0)
-        return r;
-    size_t got = 0;
-    r = pread_full(fd, data, len, sizeof(struct roi_header), &got);
-    close(fd);
-    if (r < 0)
-        return r;
-    return got == len ? 0 : -EIO;
-}
-
-void cache_roi_remove(struct cache *c, size_t roi)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%zu", roi);
-    unlinkat(c->rois_fd, name, 0);
-}
-
-/* Locks are byte ranges of one file, DIR/locks/all, taken with open-file-description locks:
- * no file per chunk, released by the kernel when the holder dies, carried by NFS's lock
- * manager on shared file systems. Each lock gets its own open file description, so two
- * holders conflict even inside one process. Chunk id N is byte 2N, ROI i byte 2i + 1. */
-static int take_lock(struct cache *c, uint64_t byte, bool wait)
-{
-    int fd = openat(c->locks_fd, "all", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
-    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
-        if (errno == EINTR)
-            continue;
-        int e = errno == EAGAIN || errno == EACCES ? -EWOULDBLOCK : -errno;
-        close(fd);
-        return e;
-    }
-    return fd;
-}
-
-int cache_lock_chunk(struct cache *c, uint64_t id, bool wait)
-{
-    return take_lock(c, 2 * id, wait);
-}
-
-int cache_lock_roi(struct cache *c, size_t roi)
-{
-    return take_lock(c, 2 * (uint64_t)roi + 1, true);
-}
-
-void cache_unlock(int lock)
-{
-    if (lock >= 0)
-        close(lock); /* closing its open file description releases the lock */
-}
-
-/* The cache directory was removed under a running mount: recreate it (with its manifest) and
- * point new writes there. Descriptors of the old one stay open until cache_close, since other
- * threads may be using them. 0 or -errno. */
-static int cache_repair(struct cache *c)
+/* The cache directory was removed under a running mount: recreate it and point new writes
+ * there. Descriptors and the store of the old one stay open until cache_close, since other
+ * threads may be using them. */
+int cache_repair(struct cache *c)
 {
     pthread_mutex_lock(&c->repair_lock);
     struct stat st;
-    int r = 0;
     if (fstatat(c->chunks_fd, ".", &st, 0) == 0 && st.st_nlink > 0) {
         pthread_mutex_unlock(&c->repair_lock); /* another thread repaired it already */
         return 0;
     }
     log_warn("%s: the cache directory disappeared; recreating it", c->path);
-    int fds[4] = {-1, -1, -1, -1};
-    if ((r = mkdir_p(c->path, 0700)) < 0)
-        goto out;
-    fds[0] = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fds[0] < 0) {
+    struct errbuf err = {{0}};
+    int fds[4] = {-1, -1, -1, -1}, r = mkdir_p(c->path, 0700);
+    struct store *s = NULL;
+    if (r == 0 && (fds[0] = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         r = -errno;
-        goto out;
-    }
-    const char *names[] = {"chunks", "rois", "locks"};
-    for (int i = 0; i < 3; i++)
-        if ((fds[i + 1] = open_subdir(fds[0], names[i])) < 0) {
-            r = fds[i + 1];
-            goto out;
-        }
-    r = file_write_atomic(fds[0], "manifest", c->manifest, strlen(c->manifest), true);
-out:
-    if (r == 0 && c->nold + 4 <= (int)(sizeof c->old_fds / sizeof c->old_fds[0])) {
-        int old[4] = {c->dirfd, c->chunks_fd, c->rois_fd, c->locks_fd};
+    if (r == 0)
+        r = file_write_atomic(fds[0], "format", FORMAT_TEXT, strlen(FORMAT_TEXT), true);
+    if (r == 0)
+        r = open_subdirs(c->path, fds[0], fds + 1, &err);
+    char *rpath = xasprintf("%s/results", c->path);
+    if (r == 0)
+        r = store_open(fds[2], fds[3], rpath, &s, &err);
+    free(rpath);
+    if (r == 0 && c->nold + 4 <= CACHE_MAX_OLD && c->nold_stores < CACHE_MAX_OLD) {
+        int old[4] = {c->dirfd, c->chunks_fd, c->results_fd, c->locks_fd};
+        c->old_stores[c->nold_stores++] = c->store;
+        c->store = s;
         c->dirfd = fds[0];
         c->chunks_fd = fds[1];
-        c->rois_fd = fds[2];
+        c->results_fd = fds[2];
         c->locks_fd = fds[3];
         for (int i = 0; i < 4; i++)
             c->old_fds[c->nold++] = old[i];
     } else {
+        store_close(s);
         for (int i = 0; i < 4; i++)
             if (fds[i] >= 0)
                 close(fds[i]);

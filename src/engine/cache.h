@@ -1,12 +1,19 @@
-/* cache.h: the backing directory, the only persistent state of roifs.
- *   DIR/manifest        canonical description of the task (must match to reuse the cache)
- *   DIR/chunks/<id>     encoded output chunks, by linear chunk id
- *   DIR/rois/<i>        raw results of ROIs that span several chunks, kept until every chunk
- *                       they touch is cached (so each ROI runs once even across remounts)
- *   DIR/locks/all       byte-range locks (one byte per chunk and per ROI) that make computing
- *                       a chunk, or a ROI spanning chunks, exclusive between processes sharing
- *                       the directory; the kernel drops the locks of a process that dies
- * Every file appears by rename of a complete temporary file: a reader sees all or nothing. */
+/* cache.h: the backing directory, the only persistent state of roifs (layout 2):
+ *   DIR/format          "roifs-cache 2"
+ *   DIR/chunks/<id>     encoded output chunks by linear chunk id, each with its record
+ *                       {version, chunk key, length, crc32c}: the extended attribute
+ *                       user.roifs.chunk, or on file systems without user xattrs the sidecar
+ *                       chunks/<id>.meta (valid only for the data file's inode)
+ *   DIR/results/        every ROI result, by key (store.h)
+ *   DIR/locks/all       byte-range locks that make computing a chunk, a ROI result or an
+ *                       append exclusive between processes; the kernel drops a dead
+ *                       process's locks
+ *   DIR/users/          one file per process using the directory, naming its configuration
+ *   DIR/L<n>/           the cache of pyramid level n ([output] ome), laid out the same
+ * The directory is used only when it and its subdirectories belong to the user running roifs
+ * and nobody else may write there; every entry is opened relative to it without following
+ * symbolic links. Keys name what every result was made from, so nothing made for another
+ * configuration or input is ever taken for current. */
 #ifndef ROIFS_CACHE_H
 #define ROIFS_CACHE_H
 
@@ -14,49 +21,69 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../key.h"
 #include "../task.h"
 
 struct cache;
+struct store;
 
-/* Opens (creating with mode 0700) the cache directory of t. A directory holding the cache of
- * another task is emptied and reused; a non-empty directory that is not a roifs cache is
- * refused. 0 or -errno. */
+/* Opens (creating with mode 0700) the cache directory of t. -EINVAL (a configuration error,
+ * exit status 2) with the reason in err when the directory is not trusted (owner, mode,
+ * symbolic links), not a roifs cache, or in use by a process serving another configuration;
+ * a cache of the older layout is emptied (and logged). Other failures are -errno. */
 int cache_open(const struct task *t, struct cache **out, struct errbuf *err);
 void cache_close(struct cache *c);
 const char *cache_path(const struct cache *c);
+/* The result store in DIR/results (replaced, never freed before cache_close, when the
+ * directory is recreated). */
+struct store *cache_store(struct cache *c);
+/* Called by the process that serves the cache (after a fork): its pid is what users/ names. */
+void cache_adopt(struct cache *c);
 
-/* Opens a cached chunk read-only: 0 and *fd, -ENOENT when not cached, or -errno. */
-int cache_chunk_open(struct cache *c, uint64_t id, int *fd);
-/* Size of a cached chunk: 0, or -ENOENT when not cached. */
-int cache_chunk_size(struct cache *c, uint64_t id, uint64_t *size);
-bool cache_chunk_exists(struct cache *c, uint64_t id);
-/* Size and modification time (ns since the epoch) of a cached chunk: 0 or -errno. */
+/* ---- chunk files (chunkfile.c) ---- */
+
+/* What a chunk file was made of, as recorded with it. */
+struct cache_chunk_meta {
+    struct key128 key;
+    uint64_t length;
+    uint32_t crc;
+};
+
+/* Why cache_chunk_open_current refused a chunk file. */
+enum cache_chunk_state { CHUNK_ABSENT, CHUNK_CURRENT, CHUNK_STALE, CHUNK_DAMAGED };
+
+/* Opens chunk id read-only if it is current: a regular file whose record names key want and
+ * whose length (always) and crc32c (once per file version and process) match. Returns the
+ * state; *fd is set only for CHUNK_CURRENT. A stale or damaged file is left for the next
+ * write to replace (a symbolic link or other non-regular entry is removed at once); each is
+ * logged with the reason. *meta (when not NULL) gets the file's record. */
+enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, struct key128 want,
+                                                int *fd, struct cache_chunk_meta *meta);
+/* Opens chunk id read-only as it is, without checking it (one just written or verified):
+ * 0 and *fd, -ENOENT, or -errno (-ELOOP for a symbolic link). */
+int cache_chunk_open_plain(struct cache *c, uint64_t id, int *fd);
+/* The record of the open chunk file fd of chunk id: 0, or -ENODATA when it has none. */
+int cache_chunk_meta_of(struct cache *c, uint64_t id, int fd, struct cache_chunk_meta *meta);
+/* Size and modification time (ns since the epoch) of a cached chunk (a regular file): 0 or
+ * -errno. */
 int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns);
-/* Writes chunk id atomically, tagged with sig, the signature of the input it was made from
- * (an extended attribute, so content and tag appear together). */
-int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, uint64_t sig);
-/* The input signature a cached chunk was made from: 0, or -ENODATA / -ENOTSUP when the file
- * system keeps none (then nothing can be checked). */
-int cache_chunk_sig(int fd, uint64_t *sig);
+bool cache_chunk_exists(struct cache *c, uint64_t id);
+/* Writes chunk id atomically (temporary file, record, rename) as made of key. Returns 1 when
+ * it replaced an existing file, 0 when it is new, or -errno. */
+int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len,
+                      struct key128 key);
 void cache_chunk_remove(struct cache *c, uint64_t id);
-/* Calls fn for every cached chunk id. */
+/* Calls fn for every chunk file's id. */
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx);
 
-/* A stored ROI result carries the signature of the input it was made from. */
-int cache_roi_write(struct cache *c, size_t roi, const void *data, size_t len, uint64_t sig);
-/* Reads exactly len bytes of a stored ROI result made from input signature sig: 0, -ENOENT,
- * -ESTALE when it was made from other input, or -EIO on a short file. */
-int cache_roi_read(struct cache *c, size_t roi, void *data, size_t len, uint64_t sig);
-/* 0 when a result of ROI roi made from input signature sig is stored, else -ENOENT/-ESTALE. */
-int cache_roi_check(struct cache *c, size_t roi, uint64_t sig);
-void cache_roi_remove(struct cache *c, size_t roi);
-int cache_roi_each(struct cache *c, void (*fn)(void *ctx, uint64_t roi), void *ctx);
+/* ---- locks ---- */
 
 /* Takes the lock of chunk id (wait = false: -EWOULDBLOCK when another process holds it).
- * Returns a lock descriptor to pass to cache_unlock, or -errno. */
+ * Returns a lock handle for cache_unlock, or -errno. */
 int cache_lock_chunk(struct cache *c, uint64_t id, bool wait);
-/* Takes the lock of ROI roi, waiting for it. Returns a lock descriptor or -errno. */
-int cache_lock_roi(struct cache *c, size_t roi);
-void cache_unlock(int lock);
+/* Takes (waiting) the lock of the ROI result named key: one computation of it at a time
+ * across processes. Returns a lock handle or -errno. */
+int cache_lock_result(struct cache *c, struct key128 key);
+void cache_unlock(struct cache *c, int lock);
 
 #endif

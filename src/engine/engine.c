@@ -1,5 +1,7 @@
-/* engine.c: scheduling, ROI computation and the compute pool (see engine.h); building a
- * chunk's bytes and input signatures are in assemble.c. One mutex guards the ROI and chunk
+/* engine.c: scheduling and the compute pool (see engine.h): chunk opens, checked against the
+ * keys of what the chunk is made of; one job per chunk being made, with its waiters; ROI
+ * states, single-flight per mount; the poller of chunks another process is making. ROIs run
+ * in compute.c; keys and assembly are in assemble.c. One mutex guards the ROI and chunk
  * states; computation, I/O and callbacks run outside it. */
 #include "engine_internal.h"
 
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
+#include "store.h"
 
 /* ---- small containers ---- */
 
@@ -51,7 +54,21 @@ static struct chunk_job *job_find(struct engine *e, uint64_t id)
     return *job_slot(e, id);
 }
 
-/* Unlinks job from the table, releases its lock and returns its waiters; frees the job. */
+/* Where ROI r is in job's list, or job->nrois. */
+static size_t job_index_of(const struct chunk_job *job, uint32_t r)
+{
+    size_t lo = 0, hi = job->nrois;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (job->rois[mid] < r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < job->nrois && job->rois[lo] == r ? lo : job->nrois;
+}
+
+/* Unlinks job from the table, releases its lock and pins and returns its waiters. */
 static struct waiter *job_remove(struct engine *e, struct chunk_job *job)
 {
     struct chunk_job **p = job_slot(e, job->id);
@@ -59,8 +76,16 @@ static struct waiter *job_remove(struct engine *e, struct chunk_job *job)
     e->njobs--;
     if (job->remote)
         e->nremote--;
-    cache_unlock(job->lock);
+    cache_unlock(e->c, job->lock);
+    if (job->scheduled)
+        for (size_t i = 0; i < job->nrois; i++) {
+            e->rois[job->rois[i]].pins--;
+            slot_settle(e, job->rois[i]);
+        }
     struct waiter *w = job->waiters;
+    chunk_keys_free(&job->want);
+    free(job->use);
+    free(job->waits);
     free(job);
     pthread_cond_broadcast(&e->done_cv);
     return w;
@@ -77,7 +102,7 @@ static void asm_enqueue(struct engine *e, struct chunk_job *job)
     pthread_cond_signal(&e->work_cv);
 }
 
-static void record_error(struct engine *e, size_t roi, const char *msg)
+void engine_record_error(struct engine *e, size_t roi, const char *msg)
 {
     struct engine_error *slot;
     if (e->nerrors < ENGINE_MAX_ERRORS) {
@@ -92,13 +117,12 @@ static void record_error(struct engine *e, size_t roi, const char *msg)
     slot->message = xstrdup(msg);
 }
 
-/* Calls back every waiter in the list (outside the lock). */
-static void notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags)
+void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags)
 {
     while (w) {
         struct waiter *next = w->next;
         int fd = -1, r = err;
-        if (r == 0 && (r = cache_chunk_open(e->c, id, &fd)) < 0) {
+        if (r == 0 && (r = cache_chunk_open_plain(e->c, id, &fd)) < 0) {
             log_error("chunk %llu: cannot open its cache file: %s", (unsigned long long)id,
                       strerror(-r));
             r = -EIO;
@@ -111,36 +135,17 @@ static void notify(struct engine *e, struct waiter *w, uint64_t id, int err, int
 
 /* ---- scheduling (lock held) ---- */
 
-/* Forgets the result of a done ROI that is not in memory (its stored copy is stale or gone),
- * so that the next chunk needing it computes it again. */
-static void roi_forget(struct engine *e, uint32_t r)
-{
-    struct roi_slot *s = &e->rois[r];
-    if (s->state != RS_DONE || s->result)
-        return;
-    s->state = RS_IDLE;
-    s->on_disk = false;
-    e->n_done--;
-}
-
-/* Makes sure ROI r will be computed; returns true when the chunk must wait for it. */
-static bool want_roi(struct engine *e, uint32_t r, enum roi_prio prio)
+/* Makes sure ROI r will be computed, asked for as key want; true when a chunk must wait. */
+static bool want_roi(struct engine *e, uint32_t r, struct key128 want, enum roi_prio prio)
 {
     struct roi_slot *s = &e->rois[r];
     switch (s->state) {
-    case RS_DONE:
-        if (s->result || (s->on_disk && s->remaining > 0))
-            return false;
-        /* Its chunks were all cached, yet one is wanted again (the cache file vanished):
-         * compute it again rather than serve nothing. */
-        e->n_done--;
-        s->remaining = 1;
-        /* fall through */
     case RS_IDLE:
     case RS_FAILED:
         if (s->state == RS_FAILED)
             e->n_failed--;
         s->state = RS_QUEUED;
+        s->key = want;
         s->prio = (uint8_t)prio;
         queue_push(prio == PRIO_DEMAND ? &e->demand : &e->ahead, r);
         pthread_cond_signal(&e->work_cv);
@@ -152,46 +157,64 @@ static bool want_roi(struct engine *e, uint32_t r, enum roi_prio prio)
             pthread_cond_signal(&e->work_cv);
         }
         return true;
-    default: /* RS_RUNNING */
+    case RS_RUNNING:
         return true;
+    default: /* RS_DONE: callers decide before */
+        return false;
     }
 }
 
-/* Schedules the ROIs of a job whose chunk lock we hold (or could not take). */
-static void job_start(struct engine *e, struct chunk_job *job)
+/* Decides, for each ROI of the job, which result it pastes: the one done with the key the
+ * input has now, one in the store under that key, or one to compute. */
+static void job_schedule(struct engine *e, struct chunk_job *job)
 {
-    if (cache_chunk_exists(e->c, job->id)) {
-        job->cached_already = true; /* another process finished it */
-        asm_enqueue(e, job);
-        return;
-    }
-    if (job->k >= 0) {
-        size_t n;
-        const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
-        for (size_t i = 0; i < n; i++) {
-            const struct roi_slot *s = &e->rois[rois[i]];
-            if (s->state == RS_DONE && s->on_disk &&
-                cache_roi_check(e->c, rois[i], engine_roi_sig(e, rois[i])) < 0)
-                roi_forget(e, rois[i]); /* made from input that has changed since */
-            if (want_roi(e, rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
-                job->pending++;
+    job->scheduled = true;
+    struct store *st = cache_store(e->c);
+    for (size_t i = 0; i < job->nrois; i++) {
+        uint32_t r = job->rois[i];
+        struct roi_slot *s = &e->rois[r];
+        struct key128 w = job->want.rois[i];
+        s->pins++;
+        job->use[i] = w;
+        if (s->state == RS_DONE && !key_eq(s->key, w))
+            slot_forget(e, r); /* made from input that has changed since */
+        if (s->state == RS_DONE)
+            continue;
+        if ((s->state == RS_IDLE || s->state == RS_FAILED) && store_has(st, w)) {
+            if (s->state == RS_FAILED)
+                e->n_failed--;
+            s->state = RS_DONE;
+            s->key = w;
+            s->stored = true;
+            e->n_done++;
+            e->n_reused++;
+            continue;
+        }
+        if (want_roi(e, r, w, job->demanded ? PRIO_DEMAND : PRIO_AHEAD)) {
+            job->waits[i] = 1;
+            job->pending++;
         }
     }
     if (job->pending == 0)
         asm_enqueue(e, job);
 }
 
-/* Creates the job for chunk id (not cached, no job yet); schedules its ROIs once the chunk's
- * lock is ours, which makes computing it exclusive between processes sharing the cache. */
-static struct chunk_job *job_create(struct engine *e, uint64_t id, bool demanded)
+/* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
+ * once the chunk's lock is ours, which makes making it exclusive between processes. */
+static struct chunk_job *job_create(struct engine *e, uint64_t id, bool demanded,
+                                    struct chunk_keys *keys)
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
     job->id = id;
     job->k = roi_index_find(e->t->index, id);
+    job->rois = job->k >= 0 ? roi_index_rois(e->t->index, (size_t)job->k, &job->nrois) : NULL;
+    job->want = *keys;
+    keys->rois = NULL;
+    job->use = xcalloc(job->nrois ? job->nrois : 1, sizeof *job->use);
+    job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->demanded = demanded;
     job->lock = -1;
-    struct chunk_job **p = job_slot(e, id);
-    *p = job;
+    *job_slot(e, id) = job;
     e->njobs++;
     int lock = cache_lock_chunk(e->c, id, false);
     if (lock == -EWOULDBLOCK) {
@@ -204,12 +227,57 @@ static struct chunk_job *job_create(struct engine *e, uint64_t id, bool demanded
         log_warn("chunk %llu: cannot take its lock (%s); computing it unlocked",
                  (unsigned long long)id, strerror(-lock));
     job->lock = lock;
-    job_start(e, job);
+    job_schedule(e, job);
     return job;
 }
 
-/* Polls the locks of chunks another process is computing; takes over when it finishes or
- * dies (the kernel releases a dead process's lock). */
+static void job_promote(struct engine *e, struct chunk_job *job)
+{
+    if (job->demanded || job->k < 0)
+        return;
+    job->demanded = true;
+    if (!job->scheduled)
+        return; /* its ROIs are asked for, with demand priority, once the lock is ours */
+    for (size_t i = 0; i < job->nrois; i++)
+        if (e->rois[job->rois[i]].state == RS_QUEUED)
+            want_roi(e, job->rois[i], e->rois[job->rois[i]].key, PRIO_DEMAND);
+}
+
+/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it. */
+static bool has_failed_roi(struct engine *e, size_t k)
+{
+    size_t n;
+    const uint32_t *rois = roi_index_rois(e->t->index, k, &n);
+    for (size_t i = 0; i < n; i++)
+        if (e->rois[rois[i]].state == RS_FAILED)
+            return true;
+    return false;
+}
+
+/* ---- other processes ---- */
+
+/* A job whose chunk lock was held by another process, now ours: serve what it made when that
+ * is current, else make the chunk (no lock held; takes it). */
+static void remote_acquired(struct engine *e, struct chunk_job *job)
+{
+    int fd = -1;
+    enum cache_chunk_state st = cache_chunk_open_current(e->c, job->id, job->want.chunk, &fd, NULL);
+    if (fd >= 0)
+        close(fd);
+    if (st != CHUNK_CURRENT)
+        store_refresh(cache_store(e->c)); /* results it made on the way */
+    pthread_mutex_lock(&e->lock);
+    if (st == CHUNK_CURRENT) {
+        job->cached_already = true;
+        asm_enqueue(e, job);
+    } else {
+        job_schedule(e, job);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Polls the locks of chunks another process is making; takes over when it finishes or dies
+ * (the kernel releases a dead process's lock). */
 static void *remote_main(void *arg)
 {
     struct engine *e = arg;
@@ -227,6 +295,7 @@ static void *remote_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&e->remote_cv, &e->lock, &ts);
+        struct chunk_job *got = NULL;
         for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->nremote && !e->stopping; b++)
             for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
                 if (!job->remote)
@@ -237,133 +306,115 @@ static void *remote_main(void *arg)
                 job->remote = false;
                 e->nremote--;
                 job->lock = lock >= 0 ? lock : -1;
-                job_start(e, job);
+                job->qnext = got; /* the job stays in the table: nobody else starts it */
+                got = job;
             }
+        pthread_mutex_unlock(&e->lock);
+        while (got) {
+            struct chunk_job *next = got->qnext;
+            remote_acquired(e, got);
+            got = next;
+        }
+        pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;
 }
 
-static void job_promote(struct engine *e, struct chunk_job *job)
-{
-    if (job->demanded || job->k < 0)
-        return;
-    job->demanded = true;
-    if (job->remote)
-        return; /* its ROIs are scheduled, with demand priority, once the lock is ours */
-    size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, (size_t)job->k, &n);
-    for (size_t i = 0; i < n; i++)
-        if (e->rois[rois[i]].state == RS_QUEUED)
-            want_roi(e, rois[i], PRIO_DEMAND);
-}
+/* ---- opening a chunk ---- */
 
-/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it. */
-static bool has_failed_roi(struct engine *e, size_t k)
-{
-    size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, k, &n);
-    for (size_t i = 0; i < n; i++)
-        if (e->rois[rois[i]].state == RS_FAILED)
-            return true;
-    return false;
-}
-
-/* Queues, behind demanded work, the ROIs of the chunks that follow id in C order. */
+/* Queues, behind demanded work, the ROIs of the chunks that follow id in C order. Takes the
+ * lock (their keys are computed outside it). */
 static void read_ahead(struct engine *e, uint64_t id)
 {
     int n = e->t->cfg.readahead;
-    size_t nk = roi_index_nchunks(e->t->index);
-    for (size_t k = roi_index_lower_bound(e->t->index, id + 1); n > 0 && k < nk; k++, n--) {
-        uint64_t next = roi_index_chunk_id(e->t->index, k);
-        if (!job_find(e, next) && !has_failed_roi(e, k) && !cache_chunk_exists(e->c, next))
-            job_create(e, next, false);
-    }
-}
-
-/* True when cached chunk fd was made from the input as it is now (or nothing can tell). */
-static bool chunk_current(struct engine *e, uint64_t id, int fd)
-{
-    uint64_t stored;
-    if (cache_chunk_sig(fd, &stored) < 0)
-        return true;
-    return stored == engine_chunk_signature(e, id);
-}
-
-/* Throws away a cached chunk, made from older input or evicted to respect [cache] max_size;
- * its ROIs will run again when it is wanted. */
-static void chunk_discard(struct engine *e, uint64_t id, bool evicted)
-{
-    if (evicted)
-        log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
-    else
-        log_info("chunk %llu: the input changed since it was computed; computing it again",
-                 (unsigned long long)id);
-    cache_chunk_remove(e->c, id);
+    if (n <= 0)
+        return;
+    uint64_t *next = xmalloc((size_t)n * sizeof *next);
+    size_t m = 0, nk = roi_index_nchunks(e->t->index);
     pthread_mutex_lock(&e->lock);
-    if (e->evict && !evicted)
-        evict_remove(e->evict, id);
-    if (e->n_cached)
-        e->n_cached--;
-    int64_t k = roi_index_find(e->t->index, id);
-    size_t n = 0;
-    const uint32_t *rois = k >= 0 ? roi_index_rois(e->t->index, (size_t)k, &n) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        struct roi_slot *s = &e->rois[rois[i]];
-        if (s->state == RS_DONE && !s->result) {
-            s->remaining++;
-            roi_forget(e, rois[i]);
-        }
+    for (size_t k = roi_index_lower_bound(e->t->index, id + 1); n > 0 && k < nk; k++, n--) {
+        uint64_t cid = roi_index_chunk_id(e->t->index, k);
+        if (!e->stopping && !job_find(e, cid) && !has_failed_roi(e, k))
+            next[m++] = cid;
     }
     pthread_mutex_unlock(&e->lock);
+    bool refreshed = false;
+    for (size_t i = 0; i < m; i++) {
+        if (cache_chunk_exists(e->c, next[i]))
+            continue; /* cached: checked when it is opened */
+        struct chunk_keys keys;
+        engine_chunk_keys_now(e->t, next[i], NULL, &keys);
+        if (!refreshed)
+            store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
+        refreshed = true;
+        pthread_mutex_lock(&e->lock);
+        if (!e->stopping && !job_find(e, next[i]))
+            job_create(e, next[i], false, &keys);
+        pthread_mutex_unlock(&e->lock);
+        chunk_keys_free(&keys);
+    }
+    free(next);
+}
+
+/* Serves fd of a current chunk. */
+static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
+                         void *ctx)
+{
+    /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
+    cb(ctx, 0, fd, replaced ? ENGINE_REPLACED | ENGINE_COMPUTED : 0);
+    if (e->evict) {
+        pthread_mutex_lock(&e->lock);
+        evict_touch(e->evict, id);
+        pthread_mutex_unlock(&e->lock);
+    }
+    read_ahead(e, id);
 }
 
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
 {
-    int fd = -1;
+    struct chunk_keys keys;
+    engine_chunk_keys_now(e->t, id, NULL, &keys);
     bool replaced = false;
-    if (cache_chunk_open(e->c, id, &fd) == 0 && !chunk_current(e, id, fd)) {
-        close(fd);
-        chunk_discard(e, id, false);
-        replaced = true;
-    } else if (fd >= 0) {
-        cb(ctx, 0, fd, 0);
+    for (int attempt = 0;; attempt++) {
+        int fd = -1;
+        enum cache_chunk_state st = cache_chunk_open_current(e->c, id, keys.chunk, &fd, NULL);
+        if (st == CHUNK_CURRENT) {
+            chunk_keys_free(&keys);
+            serve_cached(e, id, fd, replaced, cb, ctx);
+            return;
+        }
+        replaced = replaced || st != CHUNK_ABSENT;
+        store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
         pthread_mutex_lock(&e->lock);
-        if (e->evict)
-            evict_touch(e->evict, id);
-        if (!e->stopping)
-            read_ahead(e, id);
+        if (e->stopping) {
+            pthread_mutex_unlock(&e->lock);
+            chunk_keys_free(&keys);
+            cb(ctx, -EIO, -1, 0);
+            return;
+        }
+        struct chunk_job *job = job_find(e, id);
+        if (!job && attempt == 0 && cache_chunk_exists(e->c, id)) {
+            /* made (or replaced) by another thread between our look and the lock */
+            pthread_mutex_unlock(&e->lock);
+            continue;
+        }
+        struct waiter *w = xmalloc(sizeof *w);
+        w->cb = cb;
+        w->ctx = ctx;
+        if (!job) {
+            job = job_create(e, id, true, &keys);
+            job->replaced = replaced;
+        } else {
+            job_promote(e, job);
+        }
+        w->next = job->waiters;
+        job->waiters = w;
         pthread_mutex_unlock(&e->lock);
+        chunk_keys_free(&keys);
+        read_ahead(e, id);
         return;
     }
-    struct waiter *w = xmalloc(sizeof *w);
-    w->cb = cb;
-    w->ctx = ctx;
-    pthread_mutex_lock(&e->lock);
-    if (e->stopping) {
-        pthread_mutex_unlock(&e->lock);
-        free(w);
-        cb(ctx, -EIO, -1, 0);
-        return;
-    }
-    struct chunk_job *job = job_find(e, id);
-    if (!job && cache_chunk_exists(e->c, id)) {
-        /* Finished between our first look and taking the lock. */
-        pthread_mutex_unlock(&e->lock);
-        w->next = NULL;
-        notify(e, w, id, 0, 0);
-        return;
-    }
-    if (!job) {
-        job = job_create(e, id, true);
-        job->replaced = replaced;
-    } else {
-        job_promote(e, job);
-    }
-    w->next = job->waiters;
-    job->waiters = w;
-    read_ahead(e, id);
-    pthread_mutex_unlock(&e->lock);
 }
 
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known)
@@ -373,78 +424,16 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         *known = true;
         return;
     }
-    *known = cache_chunk_size(e->c, id, size) == 0;
+    int64_t mtime_ns;
+    *known = cache_chunk_stat(e->c, id, size, &mtime_ns) == 0;
     if (!*known)
         *size = 0;
 }
 
-/* ---- ROI computation (no lock) ---- */
+/* ---- ROI outcomes ---- */
 
-/* Copies the ROI box out of the read-region result (they differ when there is a halo). */
-static void *crop_to_box(const struct task *t, size_t r, void *out, const uint64_t *rstart,
-                         const uint64_t *rshape)
-{
-    int nd = t->rois.ndim;
-    const uint64_t *b0 = &t->rois.start[r * nd], *b1 = &t->rois.stop[r * nd];
-    uint64_t bshape[ROIFS_MAX_DIM], off[ROIFS_MAX_DIM], zero[ROIFS_MAX_DIM] = {0};
-    bool same = true;
-    for (int d = 0; d < nd; d++) {
-        bshape[d] = b1[d] - b0[d];
-        off[d] = b0[d] - rstart[d];
-        same = same && bshape[d] == rshape[d];
-    }
-    if (same)
-        return out;
-    size_t isz = t->out.dtype.size;
-    void *box = xmalloc(nd_prod(bshape, nd) * isz);
-    nd_copy(box, bshape, zero, out, rshape, off, bshape, nd, isz);
-    free(out);
-    return box;
-}
-
-/* Runs the processor on ROI r; returns its ROI-box result, or NULL with *rcp and err set. */
-static void *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
-{
-    const struct task *t = e->t;
-    int nd = t->rois.ndim;
-    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
-    size_t n = nd_prod(rshape, nd);
-    struct proc_request rq = {
-        .roi = r,
-        .ndim = nd,
-        .start = &t->rois.start[(size_t)r * nd],
-        .stop = &t->rois.stop[(size_t)r * nd],
-        .in_start = rstart,
-        .in_shape = rshape,
-        .in_dtype = t->in->dtype,
-        .out_dtype = t->out.dtype,
-        .in_nbytes = n * t->in->dtype.size,
-        .out_nbytes = n * t->out.dtype.size,
-    };
-    rq.in_dtype.big_endian = rq.out_dtype.big_endian = false;
-    void *in = xmalloc(rq.in_nbytes), *out = xmalloc(rq.out_nbytes);
-    rq.in = in;
-    rq.out = out;
-    int rc = task_input_read(t, rstart, rshape, in, err);
-    for (int attempt = 0; rc == 0; attempt++) {
-        rc = proc_run(t->proc, &rq, err);
-        if (rc == 0 || rc == -ECANCELED || attempt >= t->cfg.retries)
-            break;
-        log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
-    }
-    free(in);
-    *rcp = rc;
-    if (rc < 0) {
-        free(out);
-        return NULL;
-    }
-    return crop_to_box(t, r, out, rstart, rshape);
-}
-
-/* Publishes ROI r's outcome: ok with its in-memory result (NULL when it lives on disk), or
- * failed with errmsg, which fails every chunk job waiting for it. */
-static void roi_finish(struct engine *e, uint32_t r, bool ok, void *result, const char *errmsg)
+void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
+                       bool reused, const char *errmsg)
 {
     const struct task *t = e->t;
     int nd = t->rois.ndim;
@@ -455,29 +444,43 @@ static void roi_finish(struct engine *e, uint32_t r, bool ok, void *result, cons
     pthread_mutex_lock(&e->lock);
     struct roi_slot *s = &e->rois[r];
     e->n_running--;
-    if (ok) {
+    roi_result_unref(s->result); /* none, normally: it was forgotten or never made */
+    s->result = NULL;
+    s->flushing = false;
+    if (res) {
         s->state = RS_DONE;
-        s->result = result;
-        s->on_disk = result == NULL;
+        s->key = res->key;
+        s->stored = stored;
         e->n_done++;
+        e->n_reused += reused;
+        e->n_computed += !reused;
+        if (stored) /* shared by chunks read apart: pasted from the store, memory stays bounded */
+            roi_result_unref(res);
+        else
+            s->result = res;
     } else {
         s->state = RS_FAILED;
         e->n_failed++;
-        record_error(e, r, errmsg);
+        engine_record_error(e, r, errmsg);
     }
     memcpy(idx, c0, sizeof(uint64_t) * nd);
     for (;;) {
         struct chunk_job *job = job_find(e, nd_linear(idx, t->grid, nd));
-        if (job && ok) {
-            if (--job->pending == 0)
-                asm_enqueue(e, job);
-        } else if (job) {
-            struct waiter *w = job_remove(e, job);
-            while (w) {
-                struct waiter *next = w->next;
-                w->next = failed;
-                failed = w;
-                w = next;
+        size_t i = job && job->scheduled ? job_index_of(job, r) : 0;
+        if (job && job->scheduled && i < job->nrois && job->waits[i]) {
+            job->waits[i] = 0;
+            if (res) {
+                job->use[i] = s->key; /* what it was made from, maybe newer than wanted */
+                if (--job->pending == 0)
+                    asm_enqueue(e, job);
+            } else {
+                struct waiter *w = job_remove(e, job);
+                while (w) {
+                    struct waiter *next = w->next;
+                    w->next = failed;
+                    failed = w;
+                    w = next;
+                }
             }
         }
         int d = nd - 1;
@@ -488,139 +491,93 @@ static void roi_finish(struct engine *e, uint32_t r, bool ok, void *result, cons
         if (d < 0)
             break;
     }
+    slot_settle(e, r);
     pthread_mutex_unlock(&e->lock);
-    notify(e, failed, 0, -EIO, 0);
-}
-
-static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
-{
-    int nd = t->rois.ndim;
-    struct strbuf box = {0};
-    for (int d = 0; d < nd; d++)
-        sb_printf(&box, "%s%llu:%llu", d ? "," : "",
-                  (unsigned long long)t->rois.start[(size_t)r * nd + d],
-                  (unsigned long long)t->rois.stop[(size_t)r * nd + d]);
-    log_error("roi %u [%s] failed: %s", r, box.buf, msg);
-    sb_free(&box);
-}
-
-static void run_roi(struct engine *e, uint32_t r)
-{
-    struct errbuf err = {{0}};
-    const struct task *t = e->t;
-    bool multi = roi_index_roi_nchunks(t->index, r) > 1;
-    /* A ROI spanning chunks may be wanted by another process for another chunk. */
-    int lock = multi ? cache_lock_roi(e->c, r) : -1;
-    if (multi && lock < 0)
-        log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r, strerror(-lock));
-    uint64_t sig = engine_roi_sig(e, r); /* taken before reading: a change later shows */
-    if (cache_roi_check(e->c, r, sig) == 0) {
-        /* Computed by another process, or kept from before an unmount: not again. */
-        cache_unlock(lock);
-        roi_finish(e, r, true, NULL, NULL);
-        return;
-    }
-    int rc = 0;
-    void *result = compute_roi(e, r, &rc, &err);
-    bool ok = result != NULL;
-    if (rc == -ECANCELED) {
-        /* Stopped by an unmount or an interrupted warm: not a failure, just not done. */
-        cache_unlock(lock);
-        pthread_mutex_lock(&e->lock);
-        e->rois[r].state = RS_IDLE;
-        e->n_running--;
-        pthread_mutex_unlock(&e->lock);
-        return;
-    }
-    if (ok && multi) {
-        /* Shared by several chunks that may be read far apart: keep it on disk. */
-        int rc = cache_roi_write(e->c, r, result, engine_roi_box_nbytes(t, r), sig);
-        free(result);
-        result = NULL;
-        if (rc < 0) {
-            ok = false;
-            err_set(&err, rc, "cannot store the result in the cache: %s", strerror(-rc));
-        }
-    }
-    cache_unlock(lock);
-    if (!ok)
-        log_roi_failure(t, r, err.msg);
-    roi_finish(e, r, ok, result, err.msg);
+    engine_flush_unstored(e);
+    engine_notify(e, failed, 0, -EIO, 0);
 }
 
 /* ---- chunk assembly ---- */
 
+/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. */
+static void chunk_evict(struct engine *e, uint64_t id)
+{
+    log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
+    cache_chunk_remove(e->c, id);
+    pthread_mutex_lock(&e->lock);
+    if (e->n_cached)
+        e->n_cached--;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* A stored result the job needs turned out missing or damaged: compute it again, then
+ * assemble once more (lock held). */
+static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
+{
+    uint32_t r = job->rois[i];
+    struct roi_slot *s = &e->rois[r];
+    job->attempts++;
+    if (s->state == RS_DONE && key_eq(s->key, job->use[i]))
+        slot_forget(e, r);
+    if (s->state == RS_DONE) {
+        job->use[i] = s->key; /* made again meanwhile */
+        asm_enqueue(e, job);
+    } else if (want_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD)) {
+        job->waits[i] = 1;
+        job->pending++;
+    } else {
+        asm_enqueue(e, job);
+    }
+}
+
 static void run_assembly(struct engine *e, struct chunk_job *job)
 {
-    const struct task *t = e->t;
     struct errbuf err = {{0}};
     void *data = NULL;
-    size_t len = 0;
-    uint32_t bad_roi = UINT32_MAX;
+    size_t len = 0, bad = SIZE_MAX;
     uint64_t id = job->id;
-    int rc = 0;
+    int rc = 0, written = 0;
+    struct key128 key;
     if (!job->cached_already) {
-        uint64_t sig = engine_chunk_signature(e, id); /* before reading: a change later shows */
-        rc = engine_assemble(e, job, &data, &len, &bad_roi, &err);
-        if (rc == 0 && (rc = cache_chunk_write(e->c, id, data, len, sig)) < 0)
-            err_set(&err, rc, "cannot write it to the cache: %s", strerror(-rc));
+        rc = engine_assemble(e, job, &data, &len, &key, &bad, &err);
+        if (rc == 0)
+            engine_store_job_results(e, job); /* before the chunk: it names them */
+        if (rc == 0 && (written = cache_chunk_write(e->c, id, data, len, key)) < 0)
+            rc = err_set(&err, written, "cannot write it to the cache: %s", strerror(-written));
     }
     free(data);
-    if (rc == -ENOENT && bad_roi != UINT32_MAX && job->attempts < 3) {
-        /* A stored ROI result vanished (its cache file was removed): compute that ROI
-         * again and assemble once more, rather than fail the reader. */
+    if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
         pthread_mutex_lock(&e->lock);
-        job->attempts++;
-        roi_forget(e, bad_roi);
-        if (want_roi(e, bad_roi, job->demanded ? PRIO_DEMAND : PRIO_AHEAD))
-            job->pending++;
-        else
-            asm_enqueue(e, job);
+        job_retry_roi(e, job, bad);
         pthread_mutex_unlock(&e->lock);
         return;
     }
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
-
-    size_t nrm = 0, n = 0;
-    uint32_t *remove = NULL;
-    const uint32_t *rois = job->k >= 0 ? roi_index_rois(t->index, (size_t)job->k, &n) : NULL;
     pthread_mutex_lock(&e->lock);
     uint64_t *victims = NULL;
     size_t nvictims = 0;
-    if (rc == 0) {
-        e->n_cached++;
-        if (e->evict && !job->cached_already) {
+    if (rc == 0 && !job->cached_already) {
+        if (written == 0)
+            e->n_cached++; /* a new file; a replaced one was counted already */
+        if (e->evict) {
             evict_add(e->evict, id, len);
             nvictims = evict_victims(e->evict, id, &victims);
         }
-        remove = xmalloc((n ? n : 1) * sizeof *remove);
-        for (size_t i = 0; i < n; i++) {
-            struct roi_slot *s = &e->rois[rois[i]];
-            if (s->remaining > 0 && --s->remaining == 0) {
-                free(s->result);
-                s->result = NULL;
-                if (s->on_disk)
-                    remove[nrm++] = rois[i];
-                s->on_disk = false;
-            }
-        }
-    } else if (bad_roi != UINT32_MAX) {
-        roi_forget(e, bad_roi); /* its stored result vanished: compute it again */
     }
-    int flags = ENGINE_COMPUTED | (job->replaced ? ENGINE_REPLACED : 0);
+    int flags = job->cached_already ? 0 : ENGINE_COMPUTED;
+    if (job->replaced)
+        flags |= ENGINE_REPLACED | ENGINE_COMPUTED;
     struct waiter *w = job_remove(e, job);
     pthread_mutex_unlock(&e->lock);
-    for (size_t i = 0; i < nrm; i++)
-        cache_roi_remove(e->c, remove[i]);
-    free(remove);
+    engine_flush_unstored(e);
     /* Evicted before the readers hear of this chunk, so that the cache never holds more than
      * the limit once a reader has its data. */
     for (size_t i = 0; i < nvictims; i++)
-        chunk_discard(e, victims[i], true);
+        chunk_evict(e, victims[i]);
     free(victims);
-    notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
+    engine_notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
 }
 
 /* ---- the compute pool ---- */
@@ -652,10 +609,11 @@ static void *worker_main(void *arg)
             break;
         uint32_t r;
         if (pop_runnable(e, &r)) {
+            struct key128 want = e->rois[r].key;
             e->rois[r].state = RS_RUNNING;
             e->n_running++;
             pthread_mutex_unlock(&e->lock);
-            run_roi(e, r);
+            engine_run_roi(e, r, want);
             pthread_mutex_lock(&e->lock);
             continue;
         }
@@ -664,6 +622,8 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&e->lock);
     return NULL;
 }
+
+/* ---- creation ---- */
 
 static void scan_cached_chunk(void *ctx, uint64_t id)
 {
@@ -675,29 +635,26 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
     int64_t mtime_ns;
     if (e->evict && cache_chunk_stat(e->c, id, &size, &mtime_ns) == 0)
         evict_found(e->evict, id, size, mtime_ns);
-    int64_t k = roi_index_find(e->t->index, id);
-    if (k < 0)
-        return;
-    size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, (size_t)k, &n);
-    for (size_t i = 0; i < n; i++)
-        if (e->rois[rois[i]].remaining > 0)
-            e->rois[rois[i]].remaining--;
 }
 
-static void scan_stored_roi(void *ctx, uint64_t r)
+/* The ROIs whose result, made from the input as it is now, is stored count as done. */
+static void scan_stored_results(struct engine *e)
 {
-    struct engine *e = ctx;
-    if (r >= e->t->rois.n)
-        return;
-    struct roi_slot *s = &e->rois[r];
-    if (s->remaining == 0) {
-        cache_roi_remove(e->c, r); /* every chunk it touches is cached: no longer needed */
-        return;
+    struct store *st = cache_store(e->c);
+    struct store_stats ss;
+    store_get_stats(st, &ss);
+    if (ss.results == 0)
+        return; /* nothing to look for: no stat of the input */
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    for (size_t r = 0; r < e->t->rois.n; r++) {
+        struct key128 k =
+            engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
+        if (store_has(st, k)) {
+            e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
+            e->n_done++;
+        }
     }
-    s->state = RS_DONE;
-    s->on_disk = true;
-    e->n_done++;
+    zarr_sigmemo_free(memo);
 }
 
 int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err)
@@ -710,24 +667,20 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->remote_cv, NULL);
-    e->rois = xcalloc(t->rois.n, sizeof *e->rois);
-    for (size_t r = 0; r < t->rois.n; r++)
-        e->rois[r].remaining = roi_index_roi_nchunks(t->index, r);
+    e->rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->rois);
+    if (t->level == 0)
+        cache_adopt(
+            c); /* this process serves the cache (maybe forked from the one that opened it) */
     if (t->cfg.max_size > 0)
         e->evict = evict_new(t->cfg.max_size);
     /* What a previous mount (or another process) already finished. */
     cache_chunk_each(c, scan_cached_chunk, e);
-    for (size_t r = 0; r < t->rois.n; r++)
-        if (e->rois[r].remaining == 0) {
-            e->rois[r].state = RS_DONE;
-            e->n_done++;
-        }
-    cache_roi_each(c, scan_stored_roi, e);
+    scan_stored_results(e);
     if (e->evict) {
         uint64_t *victims;
         size_t nv = evict_settle(e->evict, &victims);
         for (size_t i = 0; i < nv; i++)
-            chunk_discard(e, victims[i], true);
+            chunk_evict(e, victims[i]);
         free(victims);
     }
     int rc = pthread_create(&e->remote_thread, NULL, remote_main, e);
@@ -770,15 +723,10 @@ void engine_destroy(struct engine *e)
     free(e->threads);
     for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
         while (e->jobs[b])
-            notify(e, job_remove(e, e->jobs[b]), 0, -EIO, 0);
-    /* Results finished but not yet assembled survive the unmount on disk. */
-    for (size_t r = 0; r < e->t->rois.n; r++) {
-        struct roi_slot *s = &e->rois[r];
-        if (s->result && s->state == RS_DONE && s->remaining > 0)
-            cache_roi_write(e->c, r, s->result, engine_roi_box_nbytes(e->t, r),
-                            engine_roi_sig(e, r));
-        free(s->result);
-    }
+            engine_notify(e, job_remove(e, e->jobs[b]), 0, -EIO, 0);
+    engine_flush_unstored(e); /* finished results survive the unmount */
+    for (size_t r = 0; r < e->t->rois.n; r++)
+        roi_result_unref(e->rois[r].result);
     for (size_t i = 0; i < e->nerrors; i++)
         free(e->errors[i].message);
     free(e->rois);

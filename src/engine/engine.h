@@ -1,13 +1,17 @@
-/* engine.h: demand-driven computation of output chunks. Opening a chunk queues the ROIs that
- * touch it (and, behind them, those of the chunks that follow: readahead) on a pool of
- * compute threads; each ROI runs at most once (single-flight), the chunk is assembled in ROI
- * list order, encoded, written to the cache, and every waiter is called back with an fd.
- * Callers never block on computation: the callback runs on a compute thread. */
+/* engine.h: demand-driven computation of output chunks. Opening a chunk checks its cached
+ * file against the key of what it is made of (its ROIs' result keys: processor, box, input
+ * as it is now); when it is not current, the ROIs that touch it (and, behind them, those of
+ * the chunks that follow: readahead) whose result with the current key is neither done nor
+ * stored are queued on a pool of compute threads; each ROI key is computed at most once
+ * (single-flight in the process, locks and the result store between processes), the chunk is
+ * assembled in ROI list order, encoded, written to the cache, and every waiter is called back
+ * with an fd. Callers never block on computation: the callback runs on a compute thread. */
 #ifndef ROIFS_ENGINE_H
 #define ROIFS_ENGINE_H
 
 #include <stdint.h>
 
+#include "../key.h"
 #include "../task.h"
 #include "cache.h"
 
@@ -23,8 +27,8 @@ typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 
 /* Starts cfg.threads compute threads. The engine borrows t and c. */
 int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err);
-/* Stops the processor, fails every waiter with -EIO, joins the threads, and keeps results
- * finished but not yet assembled in the cache. */
+/* Stops the processor, fails every waiter with -EIO and joins the threads (every finished
+ * result is in the cache's result store already). */
 void engine_destroy(struct engine *e);
 
 /* Asks for chunk `id` (which must be present: task_chunk_present). cb may run before this
@@ -49,8 +53,10 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi);
 struct engine_progress {
     size_t rois_total, rois_done, rois_failed, rois_running;
     uint64_t chunks_total, chunks_present, chunks_cached;
-    unsigned long calls; /* processor invocations by this process */
-    double uptime;       /* seconds since this process started */
+    unsigned long calls;   /* processor invocations by this process */
+    size_t rois_computed;  /* ROIs computed by this process (not taken from the cache) */
+    size_t results_reused; /* ROIs taken from the result store instead of computed */
+    double uptime;         /* seconds since this process started */
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
 
@@ -65,8 +71,29 @@ bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
 
 /* With [output] ome: the engine of pyramid level `level` (level 0 and without ome: e). */
 struct engine *engine_level(struct engine *e, int level);
-/* The input signature chunk id is made from (what its cached version is checked against). */
-uint64_t engine_chunk_signature(struct engine *e, uint64_t id);
+/* The cache an engine serves from. */
+struct cache *engine_cache(struct engine *e);
+
+/* ---- keys (keys.c): what results and chunks are made of; no engine needed ---- */
+
+/* The keys a chunk is made of: one per ROI touching it (index order), and the chunk's. */
+struct chunk_keys {
+    size_t n;
+    struct key128 *rois;
+    struct key128 chunk;
+};
+/* The key of ROI r's result made from input whose signature (of its read region) is sig. */
+struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig);
+/* The input signature of ROI r's read region as the input is now (memo may be NULL). */
+uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmemo *memo);
+/* The key of chunk id made of ROI results named rois[0..n) (index order) and, with outside
+ * = input, of the input whose signature over the chunk box is outside_sig. */
+struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struct key128 *rois,
+                                  size_t n, uint64_t outside_sig);
+/* The keys of chunk id as the input is now (memo may be NULL). Free with chunk_keys_free. */
+void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmemo *memo,
+                           struct chunk_keys *out);
+void chunk_keys_free(struct chunk_keys *k);
 
 /* Seconds since this process started (the status document's "uptime"). */
 double engine_uptime(struct engine *e);

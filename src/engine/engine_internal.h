@@ -1,5 +1,6 @@
-/* engine_internal.h: the engine's state, shared by engine.c (scheduling, compute, assembly)
- * and status.c (the status document). Everything here is guarded by engine.lock. */
+/* engine_internal.h: the engine's state, shared by engine.c (scheduling, chunk opens, the
+ * pool), compute.c (ROIs), assemble.c (keys and chunk assembly), status.c and progress.c.
+ * Everything here is guarded by engine.lock unless said otherwise. */
 #ifndef ROIFS_ENGINE_INTERNAL_H
 #define ROIFS_ENGINE_INTERNAL_H
 
@@ -7,17 +8,31 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "../key.h"
 #include "engine.h"
 
 enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
 enum roi_prio { PRIO_NONE, PRIO_AHEAD, PRIO_DEMAND };
 
+/* A ROI's result (its box, without the halo) in memory, shared by the slot and assemblies
+ * that paste it; freed by the last reference. */
+struct roi_result {
+    _Atomic int refs;
+    struct key128 key; /* what it was made from: never changed after */
+    size_t len;
+    unsigned char data[];
+};
+
 struct roi_slot {
-    uint8_t state;      /* enum roi_state */
-    uint8_t prio;       /* enum roi_prio, while RS_QUEUED */
-    bool on_disk;       /* result stored in the cache's rois/ */
-    uint64_t remaining; /* chunks this ROI touches that are not cached yet */
-    void *result;       /* ROI-box result in memory (single-chunk ROIs), or NULL */
+    uint8_t state; /* enum roi_state */
+    uint8_t prio;  /* enum roi_prio, while RS_QUEUED */
+    bool stored;   /* RS_DONE: the result named key is in the store */
+    bool flushing; /* its result is on its way to the store (results.c) */
+    uint32_t pins; /* chunk jobs that will paste this ROI: its result stays in memory */
+    /* RS_DONE: the key of its result; RS_QUEUED, RS_RUNNING: the key wanted (the input as it
+     * was when it was asked for; the result is named by what its read actually saw) */
+    struct key128 key;
+    struct roi_result *result; /* RS_DONE and pinned: in memory, else NULL */
 };
 
 struct waiter {
@@ -28,14 +43,20 @@ struct waiter {
 
 struct chunk_job {
     uint64_t id;
-    int64_t k;      /* index among touched chunks, -1 for a chunk no ROI touches */
-    size_t pending; /* ROIs of the chunk not done yet */
+    int64_t k;            /* index among touched chunks, -1 for a chunk no ROI touches */
+    const uint32_t *rois; /* the ROIs touching it (roi_index_rois) */
+    size_t nrois;
+    struct chunk_keys want; /* the keys as the input was at the open */
+    struct key128 *use;     /* the key of each ROI's result to paste */
+    uint8_t *waits;         /* 1 while the job waits for that ROI */
+    size_t pending;         /* ROIs waited for */
+    bool scheduled;         /* its ROIs are pinned and asked for */
     bool demanded;
     bool remote;         /* another process holds the chunk's lock: wait for it */
-    bool cached_already; /* found cached once locked: nothing to assemble */
+    bool cached_already; /* found current once locked: nothing to assemble */
     int lock;            /* the chunk's cache lock, or -1 */
-    bool replaced;       /* a stale cached version was removed before this job */
-    int attempts;        /* assemblies redone because a stored ROI result vanished */
+    bool replaced;       /* a cached version that was not current is being replaced */
+    int attempts;        /* assemblies redone because a stored result vanished */
     struct waiter *waiters;
     struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */
@@ -74,7 +95,10 @@ struct engine {
     bool stopping;
     double started; /* now_monotonic() at engine_create */
     size_t n_running, n_done, n_failed;
+    size_t n_computed; /* ROIs this engine computed */
+    size_t n_reused;   /* ROIs taken from the result store instead of computed */
     uint64_t n_cached;
+    struct unstored *unstored; /* results to store that no job holds (results.c) */
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
     size_t nerrors, err_head;
     /* [output] ome, level 0: the engines and caches of levels 1.. (pyramid.c) */
@@ -101,15 +125,43 @@ void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, ui
 void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns);
 size_t evict_settle(struct evict *ev, uint64_t **victims);
 
-/* assemble.c */
-/* Signature of the input ROI r reads (its read region). */
-uint64_t engine_roi_sig(struct engine *e, uint32_t r);
+/* ---- assemble.c: assembly (no engine lock) ---- */
+
 /* Bytes of ROI r's result (its box, without the halo). */
 size_t engine_roi_box_nbytes(const struct task *t, size_t r);
-/* Builds and encodes chunk job->id from its ROIs' results (in memory or stored), over the
- * fill value or the input. On -ENOENT, *bad_roi names a ROI whose stored result vanished. */
+/* Builds and encodes chunk job->id from the results named job->use (in memory or stored),
+ * over the fill value or the input; *key gets the key of what it was made of. On -ENOENT,
+ * *bad names the index (in job->rois) of a result that is missing or damaged. */
 int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, size_t *out_len,
-                    uint32_t *bad_roi, struct errbuf *err);
+                    struct key128 *key, size_t *bad, struct errbuf *err);
+
+/* ---- results.c: results in memory and their way to the store ---- */
+
+struct roi_result *roi_result_new(struct key128 key, size_t len);
+void roi_result_unref(struct roi_result *res);
+/* Lets go of ROI r's in-memory result once no job will paste it: dropped when stored, else
+ * queued for engine_flush_unstored (lock held). */
+void slot_settle(struct engine *e, uint32_t r);
+/* Forgets done ROI r's result (of another key, or missing from the store) (lock held). */
+void slot_forget(struct engine *e, uint32_t r);
+/* Stores the job's results that are not stored yet, in one write (takes the lock). */
+void engine_store_job_results(struct engine *e, const struct chunk_job *job);
+/* Stores what slot_settle queued (takes the lock). */
+void engine_flush_unstored(struct engine *e);
+
+/* ---- compute.c: ROIs on the pool (no engine lock) ---- */
+/* Computes ROI r (asked for as key want), stores its result and publishes it. */
+void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
+
+/* ---- engine.c, for compute.c (lock held) ---- */
+
+void engine_record_error(struct engine *e, size_t roi, const char *msg);
+/* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
+ * reference), or failed with errmsg, which fails every chunk job waiting for it. */
+void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
+                       bool reused, const char *errmsg);
+/* Calls back every waiter in the list (outside the lock). */
+void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags);
 
 int pyramid_engines_create(struct engine *e, struct errbuf *err);
 void pyramid_engines_destroy(struct engine *e);

@@ -22,6 +22,8 @@ void engine_progress(struct engine *e, struct engine_progress *p)
         t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
     p->chunks_cached = e->n_cached;
     p->calls = t->proc->calls;
+    p->rois_computed = e->n_computed;
+    p->results_reused = e->n_reused;
     pthread_mutex_unlock(&e->lock);
     p->uptime = engine_uptime(e);
 }
@@ -82,6 +84,11 @@ bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
         failed = e->rois[rois[i]].state == RS_FAILED;
     pthread_mutex_unlock(&e->lock);
     return failed;
+}
+
+struct cache *engine_cache(struct engine *e)
+{
+    return e->c;
 }
 
 /* ---- uptime ---- */

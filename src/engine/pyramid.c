@@ -3,8 +3,9 @@
  * whose input is level L-1 downsampled by 2 in y and x: a read opens the level L-1 chunks it
  * covers through level L-1's engine (which has its own threads: no deadlock), decodes them
  * and reduces each 2x2 block (mean, or its top-left element). Level L's input signature
- * hashes the input signatures of those level L-1 chunks, so a change of the input reaches
- * every level. Each level has its own cache, <cache dir>/L<n>. */
+ * hashes the keys of those level L-1 chunks (of the versions read, for a read), so a change
+ * of the input or the processor reaches every level. Each level has its own cache,
+ * <cache dir>/L<n>. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -106,8 +107,10 @@ static void sync_cb(void *ctx, int err, int fd, int flags)
     pthread_mutex_unlock(&s->m);
 }
 
-/* Opens chunk id of up (through its engine) and decodes it into buf (up->chunk_nbytes). */
-static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct errbuf *err)
+/* Opens chunk id of up (through its engine) and decodes it into buf (up->chunk_nbytes);
+ * *key gets the key of the version read. */
+static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct key128 *key,
+                         struct errbuf *err)
 {
     const struct task *up = t->up;
     struct sync_open s = {.done = false, .fd = -1};
@@ -124,7 +127,10 @@ static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct er
         return err_set(err, -EIO, "level %d chunk %llu: %s", up->level, (unsigned long long)id,
                        strerror(-s.err));
     struct stat st;
+    struct cache_chunk_meta meta;
     int rc = fstat(s.fd, &st);
+    if (rc == 0 && (rc = cache_chunk_meta_of(t->up_engine->c, id, s.fd, &meta)) == 0)
+        *key = meta.key;
     void *data = NULL;
     size_t got = 0;
     if (rc == 0) {
@@ -144,26 +150,58 @@ static int read_up_chunk(const struct task *t, uint64_t id, void *buf, struct er
     return rc;
 }
 
+/* The signature of level t's input over the up chunks [c0, c1), from each one's key
+ * (keys[i] in C order; a chunk that does not exist counts as zeros). */
+static uint64_t level_sig(const struct task *up, const uint64_t *c0, const uint64_t *c1,
+                          const struct key128 *keys)
+{
+    uint64_t h = fnv64(FNV64_INIT, "level 2", 7), idx[ROIFS_MAX_DIM];
+    int nd = up->out.ndim;
+    size_t i = 0;
+    memcpy(idx, c0, sizeof(uint64_t) * nd);
+    do {
+        uint64_t id = nd_linear(idx, up->grid, nd);
+        h = fnv64(h, &id, sizeof id);
+        h = fnv64(h, &keys[i], sizeof keys[i]);
+        i++;
+    } while (next_index(idx, c0, c1, nd));
+    return h;
+}
+
+static size_t range_count(const uint64_t *c0, const uint64_t *c1, int nd)
+{
+    size_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= c1[d] - c0[d];
+    return n;
+}
+
 /* Reads box [f0, f0 + fshape) of up into dst (C order, native): chunks that do not exist
- * read as the fill value. */
+ * read as the fill value. *sig (when not NULL) gets the signature of the versions read. */
 static int read_up_box(const struct task *t, const uint64_t *f0, const uint64_t *fshape, void *dst,
-                       struct errbuf *err)
+                       uint64_t *sig, struct errbuf *err)
 {
     const struct task *up = t->up;
     int nd = up->out.ndim;
     size_t isz = up->out.dtype.size;
     nd_fill(dst, nd_prod(fshape, nd), up->out.fill, isz);
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
+    if (sig)
+        *sig = fnv64(FNV64_INIT, "level 2", 7);
     if (!chunk_range(up, f0, fshape, c0, c1))
         return 0;
     memcpy(idx, c0, sizeof idx);
     void *cbuf = xmalloc(up->chunk_nbytes);
+    struct key128 *keys = xcalloc(range_count(c0, c1, nd), sizeof *keys);
+    size_t pos = 0;
     int rc = 0;
     do {
         uint64_t id = nd_linear(idx, up->grid, nd);
-        if (!task_chunk_present(up, id))
+        if (!task_chunk_present(up, id)) {
+            pos++;
             continue;
-        if ((rc = read_up_chunk(t, id, cbuf, err)) < 0)
+        }
+        if ((rc = read_up_chunk(t, id, cbuf, &keys[pos++], err)) < 0)
             break;
         uint64_t doff[ROIFS_MAX_DIM], soff[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         for (int d = 0; d < nd; d++) {
@@ -176,6 +214,9 @@ static int read_up_box(const struct task *t, const uint64_t *f0, const uint64_t 
         }
         nd_copy(dst, fshape, doff, cbuf, up->out.chunks, soff, ext, nd, isz);
     } while (next_index(idx, c0, c1, nd));
+    if (rc == 0 && sig)
+        *sig = level_sig(up, c0, c1, keys);
+    free(keys);
     free(cbuf);
     return rc;
 }
@@ -250,41 +291,50 @@ static void reduce(const struct task *t, const void *src, const uint64_t *fshape
 }
 
 static int level_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
-                      struct errbuf *err)
+                      uint64_t *sig, struct errbuf *err)
 {
     const struct task *t = ctx;
     int nd = t->out.ndim;
     uint64_t f0[ROIFS_MAX_DIM], fshape[ROIFS_MAX_DIM];
     footprint(t, start, shape, f0, fshape);
+    if (sig)
+        *sig = fnv64(FNV64_INIT, "level 2", 7);
     if (nd_prod(shape, nd) == 0)
         return 0;
     void *src = xmalloc(nd_prod(fshape, nd) * t->out.dtype.size);
-    int rc = read_up_box(t, f0, fshape, src, err);
+    int rc = read_up_box(t, f0, fshape, src, sig, err);
     if (rc == 0)
         reduce(t, src, fshape, dst, shape);
     free(src);
     return rc;
 }
 
-static int level_signature(void *ctx, const uint64_t *start, const uint64_t *shape, uint64_t *sig)
+static int level_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
+                           struct zarr_sigmemo *memo, uint64_t *sig)
 {
     const struct task *t = ctx, *up = t->up;
     int nd = t->out.ndim;
     uint64_t f0[ROIFS_MAX_DIM], fshape[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM],
         idx[ROIFS_MAX_DIM];
-    uint64_t h = fnv64(FNV64_INIT, "level", 5);
+    *sig = fnv64(FNV64_INIT, "level 2", 7);
     footprint(t, start, shape, f0, fshape);
-    if (chunk_range(up, f0, fshape, c0, c1)) {
-        memcpy(idx, c0, sizeof idx);
-        do {
-            uint64_t id = nd_linear(idx, up->grid, nd), s = 0;
-            if (task_chunk_present(up, id))
-                s = engine_chunk_signature(t->up_engine, id) | 1;
-            h = fnv64(h, &id, sizeof id);
-            h = fnv64(h, &s, sizeof s);
-        } while (next_index(idx, c0, c1, nd));
-    }
-    *sig = h;
+    if (nd_prod(shape, nd) == 0 || !chunk_range(up, f0, fshape, c0, c1))
+        return 0;
+    struct key128 *keys = xcalloc(range_count(c0, c1, nd), sizeof *keys);
+    size_t pos = 0;
+    memcpy(idx, c0, sizeof idx);
+    do {
+        uint64_t id = nd_linear(idx, up->grid, nd);
+        if (task_chunk_present(up, id)) {
+            struct chunk_keys k;
+            engine_chunk_keys_now(up, id, memo, &k);
+            keys[pos] = k.chunk;
+            chunk_keys_free(&k);
+        }
+        pos++;
+    } while (next_index(idx, c0, c1, nd));
+    *sig = level_sig(up, c0, c1, keys);
+    free(keys);
     return 0;
 }
 
@@ -405,6 +455,12 @@ static int level_task(struct task *l0, struct task *up, int level, struct task *
                   level, (unsigned long long)up->fingerprint, t->nearest ? "nearest" : "mean",
                   t->axis_y, t->axis_x, o->format == 3 ? t->zarr_json : t->zarray_json);
     t->fingerprint = fnv64(FNV64_INIT, t->manifest, strlen(t->manifest));
+    /* The upstream is in the input signature (the keys of the level above), not here. */
+    char dt[8];
+    t->result_identity = xasprintf("roifs-level 2\nroifs %s\nmethod %s\naxes %d %d\ndtype %s\n",
+                                   ROIFS_VERSION, t->nearest ? "nearest" : "mean", t->axis_y,
+                                   t->axis_x, dtype_typestr(&o->dtype, dt));
+    task_identity_keys(t);
     t->cache_dir = xasprintf("%s/L%d", l0->cache_dir, level);
     *out = t;
     return 0;

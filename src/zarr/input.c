@@ -14,50 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../idlru.h"
 #include "../nd.h"
-
-/* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
- * older version is used again. */
-struct file_id {
-    bool exists;
-    uint64_t size, mtime_ns, ino;
-};
-
-/* An LRU entry: a decoded chunk (C order, native byte order; with shards, an inner chunk) or a
- * decoded shard index (id with INDEX_ENTRY set). data == NULL: the chunk file is missing (or
- * the inner chunk is empty): fill value. */
-struct chunk {
-    /* node.id: C-order linear index in the read-unit grid, or INDEX_ENTRY | shard id. In the
-     * order of use only once loaded. */
-    struct idlru_node node;
-    struct file_id fid;
-    void *data;
-    size_t cost;  /* bytes charged to the LRU */
-    int refs;     /* readers copying out of data; never evicted while > 0 */
-    bool loading; /* being read and decoded by one thread; others wait */
-    bool stale;   /* replaced by a newer version of the file; freed by its last reader */
-};
-
-struct zarr_input {
-    char *path;
-    int dirfd;
-    struct zarr_meta meta;
-    char *zarray, *zattrs, *dimnames;
-    uint64_t grid[ROIFS_MAX_DIM];  /* of storage keys (chunks, or shards) */
-    const uint64_t *unit;          /* the chunk shape decoded at once (inner chunks if sharded) */
-    uint64_t ugrid[ROIFS_MAX_DIM]; /* of read units */
-    size_t chunk_nbytes;           /* of one read unit */
-    size_t index_nbytes;           /* sharded: of one decoded shard index */
-
-    pthread_mutex_t lock;
-    pthread_cond_t loaded; /* a loading chunk finished (or failed) */
-    struct idlru lru;      /* the chunks, by id and by use */
-    size_t bytes, cap;
-    struct zarr_input_stats stats;
-};
-
-#define INDEX_ENTRY (1ULL << 63)
+#include "input_internal.h"
 
 /* ---- the cache of decoded chunks (callers hold in->lock) ---- */
 
@@ -101,7 +59,7 @@ static void storage_key(const struct zarr_input *in, uint64_t sid, char *key, si
 }
 
 /* The storage grid index holding read unit uid; *pos gets its place inside the shard. */
-static uint64_t storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64_t *pos)
+uint64_t input_storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64_t *pos)
 {
     const struct zarr_meta *m = &in->meta;
     *pos = 0;
@@ -123,19 +81,27 @@ static uint64_t storage_of_unit(const struct zarr_input *in, uint64_t uid, uint6
 static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_t len)
 {
     uint64_t pos;
-    storage_key(in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : storage_of_unit(in, id, &pos), key, len);
+    storage_key(in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : input_storage_of_unit(in, id, &pos), key,
+                len);
+}
+
+void input_fid_of(const struct stat *st, struct file_id *fid)
+{
+    memset(fid, 0, sizeof *fid);
+    if (S_ISREG(st->st_mode)) {
+        fid->exists = true;
+        fid->size = (uint64_t)st->st_size;
+        fid->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+        fid->ino = (uint64_t)st->st_ino;
+    }
 }
 
 static void stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
 {
     struct stat st;
     memset(fid, 0, sizeof *fid);
-    if (fstatat(in->dirfd, key, &st, 0) == 0 && S_ISREG(st.st_mode)) {
-        fid->exists = true;
-        fid->size = (uint64_t)st.st_size;
-        fid->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-        fid->ino = (uint64_t)st.st_ino;
-    }
+    if (fstatat(in->dirfd, key, &st, 0) == 0)
+        input_fid_of(&st, fid);
 }
 
 /* Identity of the file holding LRU entry id. */
@@ -147,14 +113,14 @@ static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id 
 }
 
 /* Identity of the chunk (or shard) file of storage grid index sid. */
-static void stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
+void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
 {
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
     stat_key(in, key, fid);
 }
 
-static bool same_file(const struct file_id *a, const struct file_id *b)
+bool input_same_file(const struct file_id *a, const struct file_id *b)
 {
     return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
            a->ino == b->ino;
@@ -165,7 +131,7 @@ static bool same_file(const struct file_id *a, const struct file_id *b)
  * open() and a link to a device such as /dev/zero would never end. A directory is -EISDIR
  * (missing, as in zarr-python); other failures are -EIO with a message. */
 static int read_chunk_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
-                           struct errbuf *err)
+                           struct file_id *fid, struct errbuf *err)
 {
     int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -184,6 +150,8 @@ static int read_chunk_file(const struct zarr_input *in, const char *key, char **
         close(fd);
         return err_set(err, -EIO, "%s/%s: cannot read chunk: not a regular file", in->path, key);
     }
+    if (r == 0) /* taken before the bytes are read: what they are made of is this file or newer */
+        input_fid_of(&st, fid);
     /* No codec makes a chunk this much larger than its data: refuse before allocating. */
     if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
         close(fd);
@@ -213,14 +181,33 @@ static int read_chunk_file(const struct zarr_input *in, const char *key, char **
 static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struct errbuf *err);
 static void release(struct zarr_input *in, struct chunk *c);
 
+/* Takes entry c out of the cache (lock held): its file changed. Its last reader frees it. */
+static void forget_locked(struct zarr_input *in, struct chunk *c)
+{
+    if (c->stale)
+        return;
+    idlru_del(&in->lru, &c->node);
+    in->bytes -= c->cost;
+    c->stale = true;
+}
+
+/* forget_locked for a pinned entry (refs > 0), lock not held. */
+static void forget(struct zarr_input *in, struct chunk *c)
+{
+    pthread_mutex_lock(&in->lock);
+    forget_locked(in, c);
+    pthread_mutex_unlock(&in->lock);
+}
+
 /* Reads and decodes the whole chunk file key (not sharded) into a malloc'd C-order native
  * buffer (*out NULL: missing). */
-static int load_whole(struct zarr_input *in, const char *key, void **out, struct errbuf *err)
+static int load_whole(struct zarr_input *in, const char *key, void **out, struct file_id *fid,
+                      struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
     char *raw = NULL;
     size_t len = 0;
-    int r = read_chunk_file(in, key, &raw, &len, err);
+    int r = read_chunk_file(in, key, &raw, &len, fid, err);
     *out = NULL;
     if (missing_errno(r))
         return 0;
@@ -262,7 +249,8 @@ static int read_range(struct zarr_input *in, int fd, const char *key, uint64_t o
 }
 
 /* Reads and decodes the index of shard sid (*out NULL: the shard file is missing). */
-static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct errbuf *err)
+static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct file_id *fid,
+                      struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
     char key[ROIFS_MAX_DIM * 24 + 4];
@@ -285,6 +273,8 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct er
     }
     if (r == 0 && !S_ISREG(st.st_mode))
         r = err_set(err, -EIO, "%s/%s: cannot read shard: not a regular file", in->path, key);
+    if (r == 0)
+        input_fid_of(&st, fid);
     uint64_t size = r == 0 ? (uint64_t)st.st_size : 0;
     if (r == 0 && size < isz)
         r = err_set(err, -EIO, "%s/%s: shard of %llu bytes is shorter than its index (%zu bytes)",
@@ -308,25 +298,38 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct er
 }
 
 /* Reads and decodes inner chunk uid of a sharded array through its shard's (cached) index. */
-static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct errbuf *err)
+static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct file_id *fid,
+                      struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
-    uint64_t pos, sid = storage_of_unit(in, uid, &pos);
+    uint64_t pos, sid = input_storage_of_unit(in, uid, &pos);
     struct chunk *ix;
     *out = NULL;
     int r = acquire(in, INDEX_ENTRY | sid, &ix, err);
     if (r < 0)
         return r;
+    *fid = ix->fid; /* an inner chunk is what the shard file was when its index was read */
     const uint64_t *e = ix->data ? (const uint64_t *)ix->data + 2 * pos : NULL;
     if (!e || e[0] == ZARR_SHARD_EMPTY) {
         release(in, ix);
         return 0;
     }
     uint64_t off = e[0], n = e[1];
-    release(in, ix);
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
     int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    struct file_id now = {0};
+    if (fd >= 0 && fstat(fd, &st) == 0)
+        input_fid_of(&st, &now);
+    if (fd >= 0 && !input_same_file(&now, &ix->fid)) {
+        /* Replaced since its index was read: the offsets belong to the old file. */
+        forget(in, ix);
+        release(in, ix);
+        close(fd);
+        return err_set(err, -EAGAIN, "%s/%s: the shard changed while being read", in->path, key);
+    }
+    release(in, ix);
     if (fd < 0)
         return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(errno));
     void *raw = NULL;
@@ -357,19 +360,20 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct er
 
 /* Loads LRU entry id: *out is the decoded data (NULL: fill) and *cost its size. */
 static int load_chunk(struct zarr_input *in, uint64_t id, void **out, size_t *cost,
-                      struct errbuf *err)
+                      struct file_id *fid, struct errbuf *err)
 {
     int r;
+    memset(fid, 0, sizeof *fid); /* a missing file stays "not there" */
     if (id & INDEX_ENTRY) {
-        r = load_index(in, id & ~INDEX_ENTRY, out, err);
+        r = load_index(in, id & ~INDEX_ENTRY, out, fid, err);
         *cost = in->index_nbytes;
     } else if (in->meta.sharded) {
-        r = load_inner(in, id, out, err);
+        r = load_inner(in, id, out, fid, err);
         *cost = in->chunk_nbytes;
     } else {
         char key[ROIFS_MAX_DIM * 24 + 4];
         chunk_key(in, id, key, sizeof key);
-        r = load_whole(in, key, out, err);
+        r = load_whole(in, key, out, fid, err);
         *cost = in->chunk_nbytes;
     }
     if (!*out)
@@ -392,11 +396,9 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         waited = true;
         pthread_cond_wait(&in->loaded, &in->lock);
     }
-    if (c && !same_file(&c->fid, now)) {
+    if (c && !input_same_file(&c->fid, now)) {
         /* The file changed since it was decoded: forget that version. */
-        idlru_del(&in->lru, &c->node);
-        in->bytes -= c->cost;
-        c->stale = true;
+        forget_locked(in, c);
         if (c->refs == 0) {
             free(c->data);
             free(c);
@@ -413,7 +415,6 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
     }
     c = xcalloc(1, sizeof *c);
     c->node.id = id;
-    c->fid = *now;
     c->loading = true;
     c->refs = 1;
     idlru_add(&in->lru, &c->node);
@@ -422,7 +423,8 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
 
     void *data;
     size_t cost;
-    int r = load_chunk(in, id, &data, &cost, err);
+    struct file_id fid;
+    int r = load_chunk(in, id, &data, &cost, &fid, err);
 
     pthread_mutex_lock(&in->lock);
     if (r < 0) {
@@ -430,6 +432,7 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         free(c);
         c = NULL;
     } else {
+        c->fid = fid; /* of the file as read, which may be newer than the stat above */
         c->data = data;
         c->loading = false;
         c->cost = sizeof *c + cost;
@@ -460,7 +463,7 @@ static void release(struct zarr_input *in, struct chunk *c)
 
 /* Copies the part of chunk ci that lies in the box [start, start + shape) into dst. */
 static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint64_t *start,
-                           const uint64_t *stop, const uint64_t *shape, void *dst,
+                           const uint64_t *stop, const uint64_t *shape, void *dst, struct seen *sn,
                            struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
@@ -479,9 +482,12 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
         ext[d] = o1[d] - o0[d];
     }
     struct chunk *c;
-    int r = acquire(in, nd_linear(ci, in->ugrid, nd), &c, err);
+    uint64_t uid = nd_linear(ci, in->ugrid, nd), pos;
+    int r = acquire(in, uid, &c, err);
     if (r < 0)
         return r;
+    if (sn)
+        input_seen_note(in, sn, input_storage_of_unit(in, uid, &pos), &c->fid);
     if (c->data)
         nd_copy(dst, shape, dst_off, c->data, unit, src_off, ext, nd, m->dtype.size);
     else
@@ -490,24 +496,19 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
     return 0;
 }
 
-int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
-                    struct errbuf *err)
+int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
+                   struct seen *sn, struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
     int nd = m->ndim;
     uint64_t stop[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
     for (int d = 0; d < nd; d++) {
-        if (start[d] > m->shape[d] || shape[d] > m->shape[d] - start[d])
-            return err_set(err, -EINVAL, "%s: read box outside the array in dimension %d", in->path,
-                           d);
-        if (shape[d] == 0)
-            return 0;
         stop[d] = start[d] + shape[d];
         c0[d] = ci[d] = start[d] / in->unit[d];
         c1[d] = (stop[d] - 1) / in->unit[d] + 1;
     }
     for (;;) {
-        int r = read_from_chunk(in, ci, start, stop, shape, dst, err);
+        int r = read_from_chunk(in, ci, start, stop, shape, dst, sn, err);
         if (r < 0)
             return r;
         int d = nd - 1;
@@ -519,6 +520,35 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
         if (d < 0)
             return 0;
     }
+}
+
+/* 0 when the box lies inside the array; 1 when it is empty (nothing to read). */
+int input_check_box(const struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                    struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    bool empty = false;
+    for (int d = 0; d < m->ndim; d++) {
+        if (start[d] > m->shape[d] || shape[d] > m->shape[d] - start[d])
+            return err_set(err, -EINVAL, "%s: read box outside the array in dimension %d", in->path,
+                           d);
+        empty = empty || shape[d] == 0;
+    }
+    return empty ? 1 : 0;
+}
+
+int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
+                    struct errbuf *err)
+{
+    int r = input_check_box(in, start, shape, err);
+    for (int attempt = 0; r == 0; attempt++) {
+        if ((r = input_read_box(in, start, shape, dst, NULL, err)) != -EAGAIN)
+            return r;
+        if (attempt == 2)
+            return err_prefix(err, -EIO, "input kept changing");
+        r = 0;
+    }
+    return r < 0 ? r : 0;
 }
 
 /* ---- opening ---- */
@@ -608,6 +638,7 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
         return r;
     }
     zarr_meta_grid(&in->meta, in->grid);
+    in->meta_hash = fnv64(FNV64_INIT, in->zarray, strlen(in->zarray));
     /* two read units, and a shard index that stays while its inner chunks are read */
     size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk)) + in->index_nbytes;
     in->cap = lru_bytes > min_cap ? lru_bytes : min_cap;
@@ -668,38 +699,4 @@ void zarr_input_close(struct zarr_input *in)
     free(in->dimnames);
     free(in->path);
     free(in);
-}
-
-int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
-                         uint64_t *sig)
-{
-    const struct zarr_meta *m = &in->meta;
-    int nd = m->ndim;
-    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
-    uint64_t h = fnv64(FNV64_INIT, in->zarray, strlen(in->zarray));
-    for (int d = 0; d < nd; d++) {
-        if (shape[d] == 0 || start[d] + shape[d] > m->shape[d]) {
-            *sig = h;
-            return shape[d] == 0 ? 0 : -EINVAL;
-        }
-        c0[d] = ci[d] = start[d] / m->chunks[d];
-        c1[d] = (start[d] + shape[d] - 1) / m->chunks[d] + 1;
-    }
-    for (;;) {
-        struct file_id fid;
-        uint64_t id = nd_linear(ci, in->grid, nd);
-        stat_storage(in, id, &fid);
-        uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
-        h = fnv64(h, rec, sizeof rec);
-        int d = nd - 1;
-        for (; d >= 0; d--) {
-            if (++ci[d] < c1[d])
-                break;
-            ci[d] = c0[d];
-        }
-        if (d < 0)
-            break;
-    }
-    *sig = h;
-    return 0;
 }

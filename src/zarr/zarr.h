@@ -166,8 +166,11 @@ int zarr_shard_encode(const struct zarr_meta *m, const void *buf, void **out, si
                       struct errbuf *err);
 int zarr_shard_decode(const struct zarr_meta *m, const void *src, size_t len, void *dst,
                       struct errbuf *err);
-/* CRC-32C (Castagnoli) of len bytes, continuing from crc (start with 0). */
+/* CRC-32C (Castagnoli) of len bytes, continuing from crc (start with 0): with the SSE4.2
+ * instruction where the CPU has it. */
 uint32_t zarr_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The same, always table-driven (to test the fast path against). */
+uint32_t zarr_crc32c_portable(uint32_t crc, const void *buf, size_t len);
 
 /* The input array: metadata plus a thread-safe, bounded LRU of decoded chunks. */
 struct zarr_input;
@@ -195,6 +198,20 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
  * rewritten. 0 or -EINVAL. */
 int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
                          uint64_t *sig);
+/* zarr_input_read that also gives the signature of exactly what it read, as
+ * zarr_input_signature computes it from the identities of the chunk files taken (fstat of the
+ * open file) before their bytes were read: a file replaced at any moment changes it. A read
+ * that saw a file change between two of its parts is redone (at most three times). */
+int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                        void *dst, uint64_t *sig, struct errbuf *err);
+/* Identities of chunk files seen by signatures taken with it: each file is stat'ed once per
+ * memo, which makes the signatures of many overlapping boxes cost one stat per file. */
+struct zarr_sigmemo;
+struct zarr_sigmemo *zarr_sigmemo_new(void);
+void zarr_sigmemo_free(struct zarr_sigmemo *m);
+/* zarr_input_signature through memo (NULL: no memo). */
+int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                              struct zarr_sigmemo *memo, uint64_t *sig);
 void zarr_input_close(struct zarr_input *in);
 
 /* Counters of the decoded-chunk cache (for status reports and tests). */

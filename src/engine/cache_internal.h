@@ -1,0 +1,49 @@
+/* cache_internal.h: the cache's state, shared by cache.c (the directory: trust, format,
+ * users, locks) and chunkfile.c (chunk files and their records). */
+#ifndef ROIFS_CACHE_INTERNAL_H
+#define ROIFS_CACHE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "cache.h"
+
+#define CACHE_MAX_OLD 64
+
+/* A chunk file this process has verified (or written): trusted until its inode changes. */
+struct verified {
+    uint64_t id, ino;
+    struct key128 key;
+    bool used;
+};
+
+struct cache {
+    char *path;
+    int level; /* pyramid level of the task (users/ only at level 0) */
+    /* Replaced (never closed before cache_close) when the directory is recreated. */
+    _Atomic int dirfd, chunks_fd, results_fd, locks_fd;
+    struct store *_Atomic store;
+    int old_fds[CACHE_MAX_OLD];
+    struct store *old_stores[CACHE_MAX_OLD];
+    int nold, nold_stores;
+    pthread_mutex_t repair_lock;
+    /* users/: this process's registration (a read-only descriptor holding a shared lock) */
+    int user_fd, users_fd;
+    char *user_name, *config_path;
+    /* chunk records: in extended attributes, or sidecar files */
+    _Atomic bool sidecar;
+    /* chunk files verified by this process */
+    pthread_mutex_t verified_lock;
+    struct verified *ver;
+    size_t nver, ver_cap;
+};
+
+/* Recreates a directory removed under a running mount (chunks/, results/, locks/, format)
+ * and points new writes there. 0 or -errno. */
+int cache_repair(struct cache *c);
+
+/* chunkfile.c */
+/* Decides where chunk records go (extended attributes or sidecars) by trying. */
+void chunkfile_probe(struct cache *c);
+void chunkfile_forget_verified(struct cache *c);
+
+#endif

@@ -1,0 +1,408 @@
+/* chunkfile.c: the cached chunk files, DIR/chunks/<id>, served as they are (passthrough), and
+ * their records {version, chunk key, length, crc32c}: in the extended attribute
+ * user.roifs.chunk, set on the temporary file before the rename so that content and record
+ * appear together, or where the file system keeps no user xattrs in a sidecar <id>.meta
+ * written before the data's rename and valid only for the data file's inode. A file is
+ * current when its record names the key wanted; its length is checked at every open and its
+ * checksum once per file version and process. */
+#include "cache_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "../zarr/zarr.h"
+
+#define META_XATTR   "user.roifs.chunk"
+#define META_VERSION 2
+
+/* The record as stored (host byte order, which crc32c.c requires to be little-endian). */
+struct chunk_record {
+    char magic[4]; /* "rcr2" */
+    uint32_t version;
+    uint64_t key_lo, key_hi;
+    uint64_t length;
+    uint64_t ino; /* sidecar: the data file's inode; xattr: 0 */
+    uint32_t crc;
+    uint32_t record_crc; /* of the bytes above */
+};
+_Static_assert(sizeof(struct chunk_record) == 48, "the chunk record is 48 bytes");
+
+static void name_of(uint64_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%" PRIu64, id);
+}
+
+static void sidecar_of(uint64_t id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%" PRIu64 ".meta", id);
+}
+
+static void record_fill(struct chunk_record *rec, const struct cache_chunk_meta *m, uint64_t ino)
+{
+    memset(rec, 0, sizeof *rec);
+    memcpy(rec->magic, "rcr2", 4);
+    rec->version = META_VERSION;
+    rec->key_lo = m->key.lo;
+    rec->key_hi = m->key.hi;
+    rec->length = m->length;
+    rec->ino = ino;
+    rec->crc = m->crc;
+    rec->record_crc = zarr_crc32c(0, rec, offsetof(struct chunk_record, record_crc));
+}
+
+static bool record_ok(const struct chunk_record *rec)
+{
+    return memcmp(rec->magic, "rcr2", 4) == 0 && rec->version == META_VERSION &&
+           rec->record_crc == zarr_crc32c(0, rec, offsetof(struct chunk_record, record_crc));
+}
+
+void chunkfile_probe(struct cache *c)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
+    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return; /* cannot write here: writes will say why */
+    char one = 1;
+    c->sidecar = fsetxattr(fd, META_XATTR ".probe", &one, 1, 0) < 0 &&
+                 (errno == ENOTSUP || errno == EOPNOTSUPP);
+    close(fd);
+    unlinkat(c->chunks_fd, tmp, 0);
+    if (c->sidecar)
+        log_info("cache %s: no user extended attributes here; chunk records are kept in "
+                 "sidecar files (chunks/<id>.meta)",
+                 c->path);
+    else
+        log_debug("cache %s: chunk records in extended attributes", c->path);
+}
+
+/* ---- the verified chunks of this process ---- */
+
+static size_t ver_slot(const struct cache *c, uint64_t id)
+{
+    size_t i = (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 17) & (c->ver_cap - 1);
+    while (c->ver[i].used && c->ver[i].id != id)
+        i = (i + 1) & (c->ver_cap - 1);
+    return i;
+}
+
+static bool is_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+{
+    pthread_mutex_lock(&c->verified_lock);
+    bool yes = false;
+    if (c->ver_cap) {
+        const struct verified *v = &c->ver[ver_slot(c, id)];
+        yes = v->used && v->ino == ino && key_eq(v->key, key);
+    }
+    pthread_mutex_unlock(&c->verified_lock);
+    return yes;
+}
+
+static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+{
+    pthread_mutex_lock(&c->verified_lock);
+    if (2 * (c->nver + 1) > c->ver_cap) {
+        struct verified *old = c->ver;
+        size_t ocap = c->ver_cap;
+        c->ver_cap = ocap ? 2 * ocap : 256;
+        c->ver = xcalloc(c->ver_cap, sizeof *c->ver);
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].used)
+                c->ver[ver_slot(c, old[i].id)] = old[i];
+        free(old);
+    }
+    struct verified *v = &c->ver[ver_slot(c, id)];
+    if (!v->used)
+        c->nver++;
+    *v = (struct verified){.id = id, .ino = ino, .key = key, .used = true};
+    pthread_mutex_unlock(&c->verified_lock);
+}
+
+void chunkfile_forget_verified(struct cache *c)
+{
+    free(c->ver);
+    c->ver = NULL;
+    c->ver_cap = c->nver = 0;
+}
+
+/* ---- records ---- */
+
+/* The record of chunk id's open file fd (inode ino). 0 or -ENODATA. */
+static int read_record(struct cache *c, uint64_t id, int fd, uint64_t ino,
+                       struct cache_chunk_meta *m)
+{
+    struct chunk_record rec;
+    if (c->sidecar) {
+        char name[40];
+        sidecar_of(id, name, sizeof name);
+        int sfd = openat(c->chunks_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        size_t got = 0;
+        struct stat st;
+        int r = sfd < 0 ? -ENODATA
+                : fstat(sfd, &st) < 0 || !S_ISREG(st.st_mode)
+                    ? -ENODATA
+                    : pread_full(sfd, &rec, sizeof rec, 0, &got);
+        if (sfd >= 0)
+            close(sfd);
+        if (r < 0 || got != sizeof rec || !record_ok(&rec) || rec.ino != ino)
+            return -ENODATA;
+    } else if (fgetxattr(fd, META_XATTR, &rec, sizeof rec) != (ssize_t)sizeof rec ||
+               !record_ok(&rec)) {
+        return -ENODATA;
+    }
+    m->key = (struct key128){rec.key_lo, rec.key_hi};
+    m->length = rec.length;
+    m->crc = rec.crc;
+    return 0;
+}
+
+int cache_chunk_meta_of(struct cache *c, uint64_t id, int fd, struct cache_chunk_meta *meta)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    return read_record(c, id, fd, (uint64_t)st.st_ino, meta);
+}
+
+/* crc32c of the first size bytes of fd: mapped when large (no copy), else read. */
+static int crc_of_file(int fd, uint64_t size, uint32_t *crc)
+{
+    if (size >= (64u << 10) && size <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p != MAP_FAILED) {
+            *crc = zarr_crc32c(0, p, (size_t)size);
+            munmap(p, (size_t)size);
+            return 0;
+        }
+    }
+    char buf[64 << 10];
+    uint32_t c = 0;
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < sizeof buf ? (size_t)(size - off) : sizeof buf, got = 0;
+        int r = pread_full(fd, buf, want, off, &got);
+        if (r < 0)
+            return r;
+        if (got != want)
+            return -EIO;
+        c = zarr_crc32c(c, buf, got);
+        off += got;
+    }
+    *crc = c;
+    return 0;
+}
+
+/* ---- opening ---- */
+
+static enum cache_chunk_state damaged(struct cache *c, uint64_t id, const char *why, bool remove)
+{
+    log_warn("chunk %" PRIu64 ": its cache file %s/chunks/%" PRIu64 " %s; computing it again", id,
+             c->path, id, why);
+    if (remove) {
+        char name[32];
+        name_of(id, name, sizeof name);
+        if (unlinkat(c->chunks_fd, name, 0) < 0 && errno == EISDIR)
+            unlinkat(c->chunks_fd, name, AT_REMOVEDIR);
+    }
+    return CHUNK_DAMAGED;
+}
+
+enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, struct key128 want,
+                                                int *fd, struct cache_chunk_meta *meta)
+{
+    char name[32];
+    name_of(id, name, sizeof name);
+    int f = openat(c->chunks_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0 && errno == ENOENT)
+        return CHUNK_ABSENT;
+    if (f < 0)
+        return damaged(c, id, errno == ELOOP ? "is a symbolic link" : strerror(errno), true);
+    struct stat st;
+    struct cache_chunk_meta m;
+    enum cache_chunk_state s = CHUNK_CURRENT;
+    if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
+        s = damaged(c, id, "is not a regular file", true);
+    } else if (read_record(c, id, f, (uint64_t)st.st_ino, &m) < 0) {
+        log_info("chunk %" PRIu64 ": its cache file has no record of what it was made from "
+                 "(copied without extended attributes?); computing it again",
+                 id);
+        s = CHUNK_STALE;
+    } else if (!key_eq(m.key, want)) {
+        log_info("chunk %" PRIu64 ": the input or configuration changed since it was computed; "
+                 "computing it again",
+                 id);
+        s = CHUNK_STALE;
+    } else if ((uint64_t)st.st_size != m.length) {
+        s = damaged(c, id, "has the wrong length", false);
+    } else if (!is_verified(c, id, (uint64_t)st.st_ino, want)) {
+        uint32_t crc;
+        int r = crc_of_file(f, m.length, &crc);
+        if (r < 0 || crc != m.crc)
+            s = damaged(c, id, r < 0 ? "cannot be read" : "fails its checksum", false);
+        else
+            set_verified(c, id, (uint64_t)st.st_ino, want);
+    }
+    if (s != CHUNK_CURRENT) {
+        close(f);
+        return s;
+    }
+    if (meta)
+        *meta = m;
+    *fd = f;
+    return s;
+}
+
+int cache_chunk_open_plain(struct cache *c, uint64_t id, int *fd)
+{
+    char name[32];
+    name_of(id, name, sizeof name);
+    int f = openat(c->chunks_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(f);
+        return -EINVAL;
+    }
+    *fd = f;
+    return 0;
+}
+
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns)
+{
+    char name[32];
+    struct stat st;
+    name_of(id, name, sizeof name);
+    if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return -ENOENT; /* never the size of what a link points to */
+    *size = (uint64_t)st.st_size;
+    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return 0;
+}
+
+bool cache_chunk_exists(struct cache *c, uint64_t id)
+{
+    uint64_t size;
+    int64_t mtime_ns;
+    return cache_chunk_stat(c, id, &size, &mtime_ns) == 0;
+}
+
+/* ---- writing ---- */
+
+/* Renames tmp over name in the chunk directory, also over a directory left there. */
+static int rename_in(int dirfd, const char *tmp, const char *name)
+{
+    if (renameat(dirfd, tmp, dirfd, name) == 0)
+        return 0;
+    if ((errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST) ||
+        unlinkat(dirfd, name, AT_REMOVEDIR) < 0)
+        return -errno;
+    return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
+}
+
+static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
+                            struct key128 key, bool *replaced)
+{
+    static _Atomic unsigned long counter;
+    char name[32], tmp[96], side[40], side_tmp[112];
+    name_of(id, name, sizeof name);
+    snprintf(tmp, sizeof tmp, ".tmp.%ld.%lu", (long)getpid(), ++counter);
+    int dirfd = c->chunks_fd;
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    struct cache_chunk_meta m = {.key = key, .length = len, .crc = zarr_crc32c(0, data, len)};
+    struct chunk_record rec;
+    struct stat st;
+    int r = write_full(fd, data, len);
+    if (r == 0 && fstat(fd, &st) < 0)
+        r = -errno;
+    bool side_written = false;
+    if (r == 0 && !c->sidecar) {
+        record_fill(&rec, &m, 0);
+        if (fsetxattr(fd, META_XATTR, &rec, sizeof rec, 0) < 0)
+            r = -errno;
+    } else if (r == 0) {
+        record_fill(&rec, &m, (uint64_t)st.st_ino);
+        sidecar_of(id, side, sizeof side);
+        snprintf(side_tmp, sizeof side_tmp, "%s.tmp", tmp);
+        int sfd =
+            openat(dirfd, side_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        r = sfd < 0 ? -errno : write_full(sfd, &rec, sizeof rec);
+        if (sfd >= 0 && close(sfd) < 0 && r == 0)
+            r = -errno;
+        /* the record first: a data file without its record is only ever "not current" */
+        if (r == 0)
+            r = rename_in(dirfd, side_tmp, side);
+        side_written = r == 0;
+        if (r < 0)
+            unlinkat(dirfd, side_tmp, 0);
+    }
+    if (close(fd) < 0 && r == 0)
+        r = -errno;
+    struct stat old;
+    *replaced = fstatat(dirfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
+    if (r == 0)
+        r = rename_in(dirfd, tmp, name);
+    if (r < 0) {
+        unlinkat(dirfd, tmp, 0);
+        (void)side_written; /* a sidecar naming a file that never appeared is never valid */
+        return r;
+    }
+    set_verified(c, id, (uint64_t)st.st_ino, key);
+    return 0;
+}
+
+int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, struct key128 key)
+{
+    bool replaced = false;
+    int r = chunk_write_once(c, id, data, len, key, &replaced);
+    if (r == -ENOENT && cache_repair(c) == 0)
+        r = chunk_write_once(c, id, data, len, key, &replaced);
+    if (r == -ENOTSUP || r == -EOPNOTSUPP) {
+        /* the file system changed under us (e.g. remounted without xattrs): sidecars now */
+        c->sidecar = true;
+        r = chunk_write_once(c, id, data, len, key, &replaced);
+    }
+    return r < 0 ? r : replaced ? 1 : 0;
+}
+
+void cache_chunk_remove(struct cache *c, uint64_t id)
+{
+    char name[40];
+    name_of(id, name, sizeof name);
+    unlinkat(c->chunks_fd, name, 0);
+    sidecar_of(id, name, sizeof name);
+    unlinkat(c->chunks_fd, name, 0);
+}
+
+int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx)
+{
+    int own = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = own >= 0 ? fdopendir(own) : NULL;
+    if (!d) {
+        int e = -errno;
+        if (own >= 0)
+            close(own);
+        return e;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        uint64_t id;
+        if (de->d_name[0] >= '0' && de->d_name[0] <= '9' && parse_u64(de->d_name, &id) == 0 &&
+            (de->d_type == DT_REG || de->d_type == DT_UNKNOWN))
+            fn(ctx, id);
+    }
+    closedir(d);
+    return 0;
+}

@@ -1,0 +1,132 @@
+/* compute.c: running one ROI on the compute pool: take the result's lock (ROIs that several
+ * chunks share may be asked for by other processes), look in the store once more, else read
+ * the input, run the processor, and store the result under the key of exactly what was read.
+ * No engine lock is held here. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../nd.h"
+#include "engine_internal.h"
+#include "store.h"
+
+/* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
+static void crop_to_box(const struct task *t, size_t r, const void *out, const uint64_t *rstart,
+                        const uint64_t *rshape, struct roi_result *res)
+{
+    int nd = t->rois.ndim;
+    const uint64_t *b0 = &t->rois.start[r * nd], *b1 = &t->rois.stop[r * nd];
+    uint64_t bshape[ROIFS_MAX_DIM], off[ROIFS_MAX_DIM], zero[ROIFS_MAX_DIM] = {0};
+    for (int d = 0; d < nd; d++) {
+        bshape[d] = b1[d] - b0[d];
+        off[d] = b0[d] - rstart[d];
+    }
+    nd_copy(res->data, bshape, zero, out, rshape, off, bshape, nd, t->out.dtype.size);
+}
+
+/* Runs the processor on ROI r; its result named by what was read, or NULL with *rcp and err
+ * set. */
+static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
+{
+    const struct task *t = e->t;
+    int nd = t->rois.ndim;
+    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
+    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    size_t n = nd_prod(rshape, nd);
+    struct proc_request rq = {
+        .roi = r,
+        .ndim = nd,
+        .start = &t->rois.start[(size_t)r * nd],
+        .stop = &t->rois.stop[(size_t)r * nd],
+        .in_start = rstart,
+        .in_shape = rshape,
+        .in_dtype = t->in->dtype,
+        .out_dtype = t->out.dtype,
+        .in_nbytes = n * t->in->dtype.size,
+        .out_nbytes = n * t->out.dtype.size,
+    };
+    rq.in_dtype.big_endian = rq.out_dtype.big_endian = false;
+    void *in = xmalloc(rq.in_nbytes ? rq.in_nbytes : 1),
+         *out = xmalloc(rq.out_nbytes ? rq.out_nbytes : 1);
+    rq.in = in;
+    rq.out = out;
+    /* The signature comes from the files as they were read: a change during the read or the
+     * computation makes a key that the input as it is then does not match. */
+    int rc = task_input_read(t, rstart, rshape, in, &sig, err);
+    for (int attempt = 0; rc == 0; attempt++) {
+        rc = proc_run(t->proc, &rq, err);
+        if (rc == 0 || rc == -ECANCELED || attempt >= t->cfg.retries)
+            break;
+        log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
+    }
+    free(in);
+    *rcp = rc;
+    struct roi_result *res = NULL;
+    if (rc == 0) {
+        res = roi_result_new(engine_roi_key(e->t, r, sig), engine_roi_box_nbytes(t, r));
+        crop_to_box(t, r, out, rstart, rshape, res);
+    }
+    free(out);
+    return res;
+}
+
+static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
+{
+    int nd = t->rois.ndim;
+    struct strbuf box = {0};
+    for (int d = 0; d < nd; d++)
+        sb_printf(&box, "%s%llu:%llu", d ? "," : "",
+                  (unsigned long long)t->rois.start[(size_t)r * nd + d],
+                  (unsigned long long)t->rois.stop[(size_t)r * nd + d]);
+    log_error("roi %u [%s] failed: %s", r, box.buf, msg);
+    sb_free(&box);
+}
+
+void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
+{
+    struct errbuf err = {{0}};
+    const struct task *t = e->t;
+    struct store *st = cache_store(e->c);
+    /* A ROI that lies in one chunk is only ever computed under that chunk's lock, whose
+     * holder looked in the store when it took it. One that several chunks share may be asked
+     * for by another process for another chunk: its own lock, and a fresh look. */
+    bool shared = roi_index_roi_nchunks(t->index, r) > 1;
+    int lock = -1;
+    if (shared) {
+        lock = cache_lock_result(e->c, want);
+        if (lock < 0)
+            log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
+                     strerror(-lock));
+        store_refresh(st);
+        if (store_has(st, want)) {
+            cache_unlock(e->c, lock);
+            engine_roi_finish(e, r, roi_result_new(want, 0), true, true, NULL);
+            return;
+        }
+    }
+    int rc = 0;
+    struct roi_result *res = compute_roi(e, r, &rc, &err);
+    if (rc == -ECANCELED) {
+        /* Stopped by an unmount or an interrupted warm: not a failure, just not done. */
+        cache_unlock(e->c, lock);
+        pthread_mutex_lock(&e->lock);
+        e->rois[r].state = RS_IDLE;
+        e->n_running--;
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
+    bool stored = false;
+    if (res && shared) {
+        /* Stored now, under its lock: another process may be waiting for it. A ROI of one
+         * chunk is stored with the chunk's other results when the chunk is assembled. */
+        struct errbuf serr = {{0}};
+        int sr = store_put(st, res->key, res->data, res->len, t->out.dtype.size, &serr);
+        if (sr < 0) /* it still serves the chunks waiting for it; later ones compute it again */
+            log_error("roi %u: cannot store its result: %s", r, serr.msg);
+        stored = sr == 0;
+    }
+    cache_unlock(e->c, lock);
+    if (!res)
+        log_roi_failure(t, r, err.msg);
+    engine_roi_finish(e, r, res, stored, false, err.msg);
+}

@@ -1,0 +1,82 @@
+/* input_internal.h: the input reader's state, shared by input.c (decoded-chunk cache, box
+ * reads) and input_sig.c (signatures of what a box reads). */
+#ifndef ROIFS_ZARR_INPUT_INTERNAL_H
+#define ROIFS_ZARR_INPUT_INTERNAL_H
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "../idlru.h"
+#include "zarr.h"
+
+/* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
+ * older version is used again. */
+struct file_id {
+    bool exists;
+    uint64_t size, mtime_ns, ino;
+};
+
+/* An LRU entry: a decoded chunk (C order, native byte order; with shards, an inner chunk) or a
+ * decoded shard index (id with INDEX_ENTRY set). data == NULL: the chunk file is missing (or
+ * the inner chunk is empty): fill value. */
+struct chunk {
+    /* node.id: C-order linear index in the read-unit grid, or INDEX_ENTRY | shard id. In the
+     * order of use only once loaded. */
+    struct idlru_node node;
+    struct file_id fid;
+    void *data;
+    size_t cost;  /* bytes charged to the LRU */
+    int refs;     /* readers copying out of data; never evicted while > 0 */
+    bool loading; /* being read and decoded by one thread; others wait */
+    bool stale;   /* replaced by a newer version of the file; freed by its last reader */
+};
+
+struct zarr_input {
+    char *path;
+    int dirfd;
+    struct zarr_meta meta;
+    char *zarray, *zattrs, *dimnames;
+    uint64_t meta_hash;            /* of zarray: where every signature starts */
+    uint64_t grid[ROIFS_MAX_DIM];  /* of storage keys (chunks, or shards) */
+    const uint64_t *unit;          /* the chunk shape decoded at once (inner chunks if sharded) */
+    uint64_t ugrid[ROIFS_MAX_DIM]; /* of read units */
+    size_t chunk_nbytes;           /* of one read unit */
+    size_t index_nbytes;           /* sharded: of one decoded shard index */
+
+    pthread_mutex_t lock;
+    pthread_cond_t loaded; /* a loading chunk finished (or failed) */
+    struct idlru lru;      /* the chunks, by id and by use */
+    size_t bytes, cap;
+    struct zarr_input_stats stats;
+};
+
+#define INDEX_ENTRY (1ULL << 63)
+
+/* The identity of the file st describes ("not there" unless a regular file). */
+void input_fid_of(const struct stat *st, struct file_id *fid);
+/* Identity, as it is now, of the chunk (or shard) file of storage grid index sid. */
+void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid);
+bool input_same_file(const struct file_id *a, const struct file_id *b);
+/* The storage grid index holding read unit uid; *pos gets its place inside the shard. */
+uint64_t input_storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64_t *pos);
+/* 0 when the box lies inside the array, 1 when it is empty, or -EINVAL. */
+int input_check_box(const struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                    struct errbuf *err);
+
+/* The storage files (chunks, or shards) of a box, and the identity each was read as. */
+struct seen {
+    uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM]; /* first storage index and count per dim */
+    size_t n;
+    struct file_id *fid;
+    bool *set;
+    bool conflict; /* one file seen as two versions: the read mixed them */
+};
+/* Notes that storage file sid was read as fid. */
+void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
+                     const struct file_id *fid);
+/* Reads a non-empty box inside the array into dst, noting in sn (when not NULL) what it saw.
+ * -EAGAIN when a shard changed between its index and its data: read again. */
+int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
+                   struct seen *sn, struct errbuf *err);
+
+#endif

@@ -1,0 +1,235 @@
+/* input_sig.c: input signatures, the identities (size, mtime, inode, or absence) of the chunk
+ * files a box reads, hashed with the metadata: of the files as they are now (through a memo
+ * that stats each file once), or of exactly what a read saw (zarr_input_read_sig). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../nd.h"
+#include "input_internal.h"
+
+/* ---- what a read saw ---- */
+
+/* The storage range of the box [start, start + shape) (no dimension empty). */
+static void storage_range(const struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                          uint64_t *s0, uint64_t *sn)
+{
+    const struct zarr_meta *m = &in->meta;
+    for (int d = 0; d < m->ndim; d++) {
+        s0[d] = start[d] / m->chunks[d];
+        sn[d] = (start[d] + shape[d] - 1) / m->chunks[d] + 1 - s0[d];
+    }
+}
+
+static void seen_init(const struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                      struct seen *sn)
+{
+    storage_range(in, start, shape, sn->s0, sn->sn);
+    sn->n = (size_t)nd_prod(sn->sn, in->meta.ndim);
+    sn->fid = xcalloc(sn->n ? sn->n : 1, sizeof *sn->fid);
+    sn->set = xcalloc(sn->n ? sn->n : 1, sizeof *sn->set);
+    sn->conflict = false;
+}
+
+static void seen_free(struct seen *sn)
+{
+    free(sn->fid);
+    free(sn->set);
+}
+
+/* Notes that storage file sid was read as fid. */
+void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
+                     const struct file_id *fid)
+{
+    int nd = in->meta.ndim;
+    uint64_t idx[ROIFS_MAX_DIM];
+    nd_unlinear(sid, in->grid, nd, idx);
+    for (int d = 0; d < nd; d++)
+        idx[d] -= sn->s0[d];
+    size_t pos = (size_t)nd_linear(idx, sn->sn, nd);
+    if (sn->set[pos] && !input_same_file(&sn->fid[pos], fid))
+        sn->conflict = true;
+    sn->fid[pos] = *fid;
+    sn->set[pos] = true;
+}
+
+typedef void (*fid_fn)(void *ctx, uint64_t sid, size_t pos, struct file_id *fid);
+
+/* The signature of box [start, start + shape) from the identity of each storage file, in C
+ * order of the storage grid (pos: the file's place in that order). */
+static uint64_t signature_of(const struct zarr_input *in, const uint64_t *start,
+                             const uint64_t *shape, fid_fn fn, void *ctx)
+{
+    int nd = in->meta.ndim;
+    uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
+    uint64_t h = in->meta_hash;
+    storage_range(in, start, shape, s0, sn);
+    memcpy(ci, s0, sizeof(uint64_t) * nd);
+    for (size_t pos = 0;; pos++) {
+        struct file_id fid;
+        uint64_t id = nd_linear(ci, in->grid, nd);
+        fn(ctx, id, pos, &fid);
+        uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
+        h = fnv64(h, rec, sizeof rec);
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++ci[d] < s0[d] + sn[d])
+                break;
+            ci[d] = s0[d];
+        }
+        if (d < 0)
+            return h;
+    }
+}
+
+struct seen_ctx {
+    const struct zarr_input *in;
+    const struct seen *sn;
+};
+
+static void fid_from_seen(void *ctx, uint64_t sid, size_t pos, struct file_id *fid)
+{
+    const struct seen_ctx *s = ctx;
+    if (s->sn->set[pos])
+        *fid = s->sn->fid[pos];
+    else
+        input_stat_storage(s->in, sid, fid); /* not read (cannot happen): as it is now */
+}
+
+int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                        void *dst, uint64_t *sig, struct errbuf *err)
+{
+    int r = input_check_box(in, start, shape, err);
+    if (r != 0) {
+        if (sig)
+            *sig = in->meta_hash;
+        return r < 0 ? r : 0;
+    }
+    if (!sig)
+        return input_read_box(in, start, shape, dst, NULL, err);
+    for (int attempt = 0;; attempt++) {
+        struct seen sn;
+        seen_init(in, start, shape, &sn);
+        r = input_read_box(in, start, shape, dst, &sn, err);
+        bool again = r == -EAGAIN || (r == 0 && sn.conflict);
+        if (r == 0 && !sn.conflict) {
+            struct seen_ctx ctx = {in, &sn};
+            *sig = signature_of(in, start, shape, fid_from_seen, &ctx);
+        }
+        seen_free(&sn);
+        if (!again)
+            return r;
+        if (attempt == 2)
+            return r < 0 ? err_prefix(err, -EIO, "input kept changing")
+                         : err_set(err, -EIO, "%s: the input kept changing while being read",
+                                   in->path);
+    }
+}
+
+/* ---- signatures ---- */
+
+/* Identities by storage id, open addressing; each file stat'ed once per memo. */
+struct zarr_sigmemo {
+    size_t cap, n; /* cap a power of two, n < cap / 2 */
+    uint64_t *ids;
+    struct file_id *fids;
+    bool *used;
+};
+
+struct zarr_sigmemo *zarr_sigmemo_new(void)
+{
+    struct zarr_sigmemo *m = xcalloc(1, sizeof *m);
+    m->cap = 64;
+    m->ids = xcalloc(m->cap, sizeof *m->ids);
+    m->fids = xcalloc(m->cap, sizeof *m->fids);
+    m->used = xcalloc(m->cap, sizeof *m->used);
+    return m;
+}
+
+void zarr_sigmemo_free(struct zarr_sigmemo *m)
+{
+    if (!m)
+        return;
+    free(m->ids);
+    free(m->fids);
+    free(m->used);
+    free(m);
+}
+
+static size_t memo_slot(const struct zarr_sigmemo *m, uint64_t id)
+{
+    size_t i = (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 20) & (m->cap - 1);
+    while (m->used[i] && m->ids[i] != id)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static void memo_grow(struct zarr_sigmemo *m)
+{
+    struct zarr_sigmemo old = *m;
+    m->cap *= 2;
+    m->n = 0;
+    m->ids = xcalloc(m->cap, sizeof *m->ids);
+    m->fids = xcalloc(m->cap, sizeof *m->fids);
+    m->used = xcalloc(m->cap, sizeof *m->used);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.used[i]) {
+            size_t j = memo_slot(m, old.ids[i]);
+            m->used[j] = true;
+            m->ids[j] = old.ids[i];
+            m->fids[j] = old.fids[i];
+            m->n++;
+        }
+    free(old.ids);
+    free(old.fids);
+    free(old.used);
+}
+
+struct memo_ctx {
+    const struct zarr_input *in;
+    struct zarr_sigmemo *memo;
+};
+
+static void fid_from_memo(void *ctx, uint64_t sid, size_t pos, struct file_id *fid)
+{
+    (void)pos;
+    struct memo_ctx *c = ctx;
+    struct zarr_sigmemo *m = c->memo;
+    if (!m) {
+        input_stat_storage(c->in, sid, fid);
+        return;
+    }
+    size_t i = memo_slot(m, sid);
+    if (m->used[i]) {
+        *fid = m->fids[i];
+        return;
+    }
+    input_stat_storage(c->in, sid, fid);
+    if (2 * (m->n + 1) >= m->cap) {
+        memo_grow(m);
+        i = memo_slot(m, sid);
+    }
+    m->used[i] = true;
+    m->ids[i] = sid;
+    m->fids[i] = *fid;
+    m->n++;
+}
+
+int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                              struct zarr_sigmemo *memo, uint64_t *sig)
+{
+    int r = input_check_box(in, start, shape, NULL);
+    if (r != 0) {
+        *sig = in->meta_hash;
+        return r < 0 ? r : 0;
+    }
+    struct memo_ctx ctx = {in, memo};
+    *sig = signature_of(in, start, shape, fid_from_memo, &ctx);
+    return 0;
+}
+
+int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                         uint64_t *sig)
+{
+    return zarr_input_signature_memo(in, start, shape, NULL, sig);
+}

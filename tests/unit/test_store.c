@@ -1,0 +1,319 @@
+/* test_store.c: the result store (src/engine/store.c) and what it rests on: records appended
+ * and found again after a reopen, a torn tail dropped and truncated by the next writer,
+ * damaged records refused, packs rolling over, writers in several processes at once; the
+ * crc32c fast path against the table; the key hash. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/store.h"
+#include "key.h"
+#include "zarr/zarr.h"
+
+static char dir[256];
+static int results_fd = -1, locks_fd = -1;
+
+/* A fresh store directory (results/ and locks/ under dir/name). */
+static void fresh(const char *name)
+{
+    if (results_fd >= 0)
+        close(results_fd);
+    if (locks_fd >= 0)
+        close(locks_fd);
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s/results", dir, name);
+    mkdir_p(p, 0700);
+    results_fd = open(p, O_RDONLY | O_DIRECTORY);
+    snprintf(p, sizeof p, "%s/%s/locks", dir, name);
+    mkdir_p(p, 0700);
+    locks_fd = open(p, O_RDONLY | O_DIRECTORY);
+}
+
+static struct store *open_store(void)
+{
+    struct store *s = NULL;
+    struct errbuf err = {{0}};
+    int r = store_open(results_fd, locks_fd, "test", &s, &err);
+    if (r < 0)
+        fprintf(stderr, "store_open: %s\n", err.msg);
+    return s;
+}
+
+static struct key128 key_of(int who, int i)
+{
+    struct keyhash h;
+    key_init(&h, "test");
+    key_add_u64(&h, (uint64_t)who);
+    key_add_u64(&h, (uint64_t)i);
+    return key_final(&h);
+}
+
+/* Record i's content: compressible for even i, noise for odd i; len varies with i. */
+static size_t fill(int who, int i, uint16_t *buf)
+{
+    size_t n = 50 + (size_t)(i * 37 % 900);
+    uint32_t x = (uint32_t)(who * 7919 + i * 104729 + 1);
+    for (size_t k = 0; k < n; k++) {
+        x = x * 1664525u + 1013904223u;
+        buf[k] = i % 2 ? (uint16_t)(x >> 16) : (uint16_t)(k / 8 + (size_t)i);
+    }
+    return n * sizeof *buf;
+}
+
+static int put_many(struct store *s, int who, int from, int to)
+{
+    uint16_t buf[1000];
+    for (int i = from; i < to; i++) {
+        struct errbuf err = {{0}};
+        size_t len = fill(who, i, buf);
+        if (store_put(s, key_of(who, i), buf, len, 2, &err) < 0) {
+            fprintf(stderr, "store_put: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* How many of records [from, to) of who are stored with the right content. */
+static int count_good(struct store *s, int who, int from, int to)
+{
+    uint16_t want[1000], got[1000];
+    int good = 0;
+    for (int i = from; i < to; i++) {
+        size_t len = fill(who, i, want);
+        if (store_get(s, key_of(who, i), got, len) == 0 && memcmp(want, got, len) == 0)
+            good++;
+    }
+    return good;
+}
+
+static char *pack_path(int n)
+{
+    char fdpath[64], p[512];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", results_fd);
+    ssize_t k = readlink(fdpath, p, sizeof p - 32);
+    p[k < 0 ? 0 : k] = '\0';
+    return xasprintf("%s/pack-%06d", p, n);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void test_crc32c(void)
+{
+    CHECK_EQ_INT(zarr_crc32c(0, "123456789", 9), 0xE3069283u);
+    CHECK_EQ_INT(zarr_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    size_t big = 3 * 8192 * 3 + 77;
+    unsigned char *buf = xmalloc(big + 8);
+    for (size_t i = 0; i < big + 8; i++)
+        buf[i] = (unsigned char)(i * 131 + (i >> 7));
+    for (size_t off = 0; off < 8; off++)
+        for (size_t len = 0; len < 300; len += 7)
+            CHECK_EQ_INT(zarr_crc32c(0, buf + off, len), zarr_crc32c_portable(0, buf + off, len));
+    for (size_t len = big - 40; len <= big; len += 13)
+        CHECK_EQ_INT(zarr_crc32c(0, buf + 3, len), zarr_crc32c_portable(0, buf + 3, len));
+    /* continuing from a previous value is the same as one call */
+    uint32_t part = zarr_crc32c(zarr_crc32c(0, buf, 30000), buf + 30000, big - 30000);
+    CHECK_EQ_INT(part, zarr_crc32c_portable(0, buf, big));
+    free(buf);
+}
+
+static void test_key(void)
+{
+    struct keyhash a, b, c;
+    key_init(&a, "d");
+    key_add(&a, "hello, world, and more than eight bytes", 39);
+    key_init(&b, "d");
+    key_add(&b, "hello, w", 8);
+    key_add(&b, "orld, and more than", 19);
+    key_add(&b, " eight bytes", 12);
+    CHECK(key_eq(key_final(&a), key_final(&b)));
+    key_init(&c, "e");
+    key_add(&c, "hello, world, and more than eight bytes", 39);
+    CHECK(!key_eq(key_final(&a), key_final(&c)));
+    key_init(&b, "d");
+    key_add_str(&b, "ab");
+    key_add_str(&b, "c");
+    key_init(&c, "d");
+    key_add_str(&c, "a");
+    key_add_str(&c, "bc");
+    CHECK(!key_eq(key_final(&b), key_final(&c)));
+    CHECK(!key_eq(key_of(0, 1), key_of(1, 0)));
+}
+
+static void test_append_and_reopen(void)
+{
+    fresh("append");
+    struct store *s = open_store();
+    CHECK(s != NULL);
+    CHECK_EQ_INT(put_many(s, 0, 0, 200), 0);
+    CHECK_EQ_INT(count_good(s, 0, 0, 200), 200);
+    uint16_t buf[1000];
+    CHECK_EQ_INT(store_get(s, key_of(9, 9), buf, 100), -ENOENT);
+    struct store_stats st;
+    store_get_stats(s, &st);
+    CHECK_EQ_INT(st.results, 200);
+    CHECK_EQ_INT(st.packs, 1);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 200), 200);
+    /* the wrong length is refused (and forgets the record) */
+    CHECK_EQ_INT(store_get(s, key_of(0, 3), buf, 10), -EBADMSG);
+    CHECK(!store_has(s, key_of(0, 3)));
+    store_close(s);
+}
+
+static void test_torn_tail(void)
+{
+    fresh("torn");
+    struct store *s = open_store();
+    CHECK_EQ_INT(put_many(s, 0, 0, 20), 0);
+    store_close(s);
+    char *pack = pack_path(1);
+    off_t good = file_size(pack);
+    /* a writer that died in the middle of a record: a header and half its bytes */
+    int fd = open(pack, O_WRONLY | O_APPEND);
+    char junk[40] = "roifsP1";
+    CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    close(fd);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 20), 20);
+    CHECK_EQ_INT(put_many(s, 0, 20, 21), 0); /* drops the torn tail first */
+    CHECK_EQ_INT(count_good(s, 0, 0, 21), 21);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 21), 21);
+    struct store_stats st;
+    store_get_stats(s, &st);
+    CHECK_EQ_INT(st.bytes, file_size(pack));
+    CHECK(file_size(pack) > good);
+    store_close(s);
+    free(pack);
+}
+
+static void flip_at(const char *path, off_t off)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+    CHECK(pread(fd, &b, 1, off) == 1);
+    b ^= 0x40;
+    CHECK(pwrite(fd, &b, 1, off) == 1);
+    close(fd);
+}
+
+static void test_damaged_records(void)
+{
+    fresh("damaged");
+    struct store *s = open_store();
+    CHECK_EQ_INT(put_many(s, 0, 0, 10), 0);
+    store_close(s);
+    char *pack = pack_path(1);
+    /* the stored bytes of the last record: refused at read, the others fine */
+    flip_at(pack, file_size(pack) - 1);
+    s = open_store();
+    uint16_t buf[1000];
+    size_t len = fill(0, 9, buf);
+    CHECK(store_has(s, key_of(0, 9)));
+    CHECK_EQ_INT(store_get(s, key_of(0, 9), buf, len), -EBADMSG);
+    CHECK(!store_has(s, key_of(0, 9)));
+    CHECK_EQ_INT(count_good(s, 0, 0, 9), 9);
+    /* stored again: the new copy wins, also after a reopen */
+    CHECK_EQ_INT(put_many(s, 0, 9, 10), 0);
+    CHECK_EQ_INT(count_good(s, 0, 0, 10), 10);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 10), 10);
+    store_close(s);
+    /* a damaged header: the scan stops there (what follows cannot be delimited) */
+    flip_at(pack, 20);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 10), 0);
+    CHECK_EQ_INT(put_many(s, 0, 0, 10), 0); /* the next writer truncates and appends */
+    CHECK_EQ_INT(count_good(s, 0, 0, 10), 10);
+    store_close(s);
+    free(pack);
+}
+
+static void test_packs_roll_over(void)
+{
+    fresh("roll");
+    store_pack_limit = 8192;
+    struct store *s = open_store();
+    CHECK_EQ_INT(put_many(s, 0, 0, 100), 0);
+    struct store_stats st;
+    store_get_stats(s, &st);
+    CHECK(st.packs > 3);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 100), 100);
+    store_close(s);
+    store_pack_limit = 1ULL << 30;
+}
+
+/* Four processes append at once (small packs: they roll over under each other); a store
+ * opened before them sees everything after a refresh, and so does a fresh one. */
+static void test_concurrent_writers(void)
+{
+    fresh("concurrent");
+    store_pack_limit = 64 << 10;
+    struct store *before = open_store();
+    pid_t pids[4];
+    for (int w = 0; w < 4; w++) {
+        pids[w] = fork();
+        if (pids[w] == 0) {
+            struct store *s = open_store();
+            int r = s ? put_many(s, w + 1, 0, 150) : -1;
+            store_close(s);
+            _exit(r == 0 ? 0 : 1);
+        }
+    }
+    for (int w = 0; w < 4; w++) {
+        int status;
+        CHECK(waitpid(pids[w], &status, 0) == pids[w] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0);
+    }
+    CHECK_EQ_INT(count_good(before, 1, 0, 1), 0);
+    store_refresh(before);
+    for (int w = 1; w <= 4; w++)
+        CHECK_EQ_INT(count_good(before, w, 0, 150), 150);
+    store_close(before);
+    struct store *s = open_store();
+    for (int w = 1; w <= 4; w++)
+        CHECK_EQ_INT(count_good(s, w, 0, 150), 150);
+    struct store_stats st;
+    store_get_stats(s, &st);
+    CHECK_EQ_INT(st.results, 600);
+    store_close(s);
+    store_pack_limit = 1ULL << 30;
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/roifs-store-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    log_open_stderr(false);
+    RUN(test_crc32c);
+    RUN(test_key);
+    RUN(test_append_and_reopen);
+    RUN(test_torn_tail);
+    RUN(test_damaged_records);
+    RUN(test_packs_roll_over);
+    RUN(test_concurrent_writers);
+    close(results_fd);
+    close(locks_fd);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+    return check_done();
+}
