@@ -322,6 +322,7 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
     c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
+    pthread_cond_init(&c->verified_cv, NULL);
     c->dirfd = c->chunks_fd = c->results_fd = c->locks_fd = -1;
     int r = mkdir_p(c->path, 0700), fds[3] = {-1, -1, -1};
     if (r < 0) {
@@ -380,6 +381,7 @@ void cache_close(struct cache *c)
     chunkfile_forget_verified(c);
     pthread_mutex_destroy(&c->repair_lock);
     pthread_mutex_destroy(&c->verified_lock);
+    pthread_cond_destroy(&c->verified_cv);
     free(c->user_name);
     free(c->config_path);
     free(c->path);

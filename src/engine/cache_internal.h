@@ -31,10 +31,13 @@ struct cache {
     char *user_name, *config_path;
     /* chunk records: in extended attributes, or sidecar files */
     _Atomic bool sidecar;
-    /* chunk files verified by this process */
+    /* chunk files verified by this process, and those being verified (by id) */
     pthread_mutex_t verified_lock;
+    pthread_cond_t verified_cv;
     struct verified *ver;
     size_t nver, ver_cap;
+    uint64_t *verifying;
+    size_t nverifying, verifying_cap;
 };
 
 /* Recreates a directory removed under a running mount (chunks/, results/, locks/, format)

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -95,16 +94,56 @@ static size_t ver_slot(const struct cache *c, uint64_t id)
     return i;
 }
 
-static bool is_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+static bool is_verified_locked(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+{
+    if (!c->ver_cap)
+        return false;
+    const struct verified *v = &c->ver[ver_slot(c, id)];
+    return v->used && v->ino == ino && key_eq(v->key, key);
+}
+
+static bool being_verified(const struct cache *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->nverifying; i++)
+        if (c->verifying[i] == id)
+            return true;
+    return false;
+}
+
+/* True when chunk id's file (inode ino, made of key) is verified already. Else the caller
+ * verifies it and then calls end_verify; another thread verifying the same chunk (an open
+ * and the check ahead of it) is waited for rather than repeated. */
+static bool begin_verify(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
 {
     pthread_mutex_lock(&c->verified_lock);
-    bool yes = false;
-    if (c->ver_cap) {
-        const struct verified *v = &c->ver[ver_slot(c, id)];
-        yes = v->used && v->ino == ino && key_eq(v->key, key);
+    while (!is_verified_locked(c, id, ino, key) && being_verified(c, id))
+        pthread_cond_wait(&c->verified_cv, &c->verified_lock);
+    bool yes = is_verified_locked(c, id, ino, key);
+    if (!yes) {
+        if (c->nverifying == c->verifying_cap) {
+            c->verifying_cap = c->verifying_cap ? 2 * c->verifying_cap : 8;
+            c->verifying = xrealloc(c->verifying, c->verifying_cap * sizeof *c->verifying);
+        }
+        c->verifying[c->nverifying++] = id;
     }
     pthread_mutex_unlock(&c->verified_lock);
     return yes;
+}
+
+static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key);
+
+static void end_verify(struct cache *c, uint64_t id, uint64_t ino, struct key128 key, bool ok)
+{
+    if (ok)
+        set_verified(c, id, ino, key);
+    pthread_mutex_lock(&c->verified_lock);
+    for (size_t i = 0; i < c->nverifying; i++)
+        if (c->verifying[i] == id) {
+            c->verifying[i] = c->verifying[--c->nverifying];
+            break;
+        }
+    pthread_cond_broadcast(&c->verified_cv);
+    pthread_mutex_unlock(&c->verified_lock);
 }
 
 static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
@@ -129,6 +168,7 @@ static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key1
 
 void chunkfile_forget_verified(struct cache *c)
 {
+    free(c->verifying);
     free(c->ver);
     c->ver = NULL;
     c->ver_cap = c->nver = 0;
@@ -173,29 +213,26 @@ int cache_chunk_meta_of(struct cache *c, uint64_t id, int fd, struct cache_chunk
     return read_record(c, id, fd, (uint64_t)st.st_ino, meta);
 }
 
-/* crc32c of the first size bytes of fd: mapped when large (no copy), else read. */
+/* crc32c of the first size bytes of fd, read through a buffer that stays in the CPU's cache
+ * (measured faster than mapping the file: no page tables to build, one pass over memory). */
 static int crc_of_file(int fd, uint64_t size, uint32_t *crc)
 {
-    if (size >= (64u << 10) && size <= SIZE_MAX) {
-        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (p != MAP_FAILED) {
-            *crc = zarr_crc32c(0, p, (size_t)size);
-            munmap(p, (size_t)size);
-            return 0;
-        }
-    }
-    char buf[64 << 10];
+    enum { BUF = 256 << 10 };
+    char *buf = xmalloc(size < BUF ? (size_t)size + 1 : BUF);
     uint32_t c = 0;
     for (uint64_t off = 0; off < size;) {
-        size_t want = size - off < sizeof buf ? (size_t)(size - off) : sizeof buf, got = 0;
+        size_t want = size - off < BUF ? (size_t)(size - off) : BUF, got = 0;
         int r = pread_full(fd, buf, want, off, &got);
-        if (r < 0)
+        if (r == 0 && got != want)
+            r = -EIO;
+        if (r < 0) {
+            free(buf);
             return r;
-        if (got != want)
-            return -EIO;
+        }
         c = zarr_crc32c(c, buf, got);
         off += got;
     }
+    free(buf);
     *crc = c;
     return 0;
 }
@@ -242,13 +279,13 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
         s = CHUNK_STALE;
     } else if ((uint64_t)st.st_size != m.length) {
         s = damaged(c, id, "has the wrong length", false);
-    } else if (!is_verified(c, id, (uint64_t)st.st_ino, want)) {
-        uint32_t crc;
+    } else if (!begin_verify(c, id, (uint64_t)st.st_ino, want)) {
+        uint32_t crc = 0;
         int r = crc_of_file(f, m.length, &crc);
+        end_verify(c, id, (uint64_t)st.st_ino, want, r == 0 && crc == m.crc);
+        log_debug("chunk %" PRIu64 ": checksum of %" PRIu64 " bytes verified", id, m.length);
         if (r < 0 || crc != m.crc)
             s = damaged(c, id, r < 0 ? "cannot be read" : "fails its checksum", false);
-        else
-            set_verified(c, id, (uint64_t)st.st_ino, want);
     }
     if (s != CHUNK_CURRENT) {
         close(f);

@@ -49,7 +49,7 @@ static struct chunk_job **job_slot(struct engine *e, uint64_t id)
     return p;
 }
 
-static struct chunk_job *job_find(struct engine *e, uint64_t id)
+struct chunk_job *engine_job_find(struct engine *e, uint64_t id)
 {
     return *job_slot(e, id);
 }
@@ -201,7 +201,7 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
 
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
  * once the chunk's lock is ours, which makes making it exclusive between processes. */
-static struct chunk_job *job_create(struct engine *e, uint64_t id, bool demanded,
+struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
                                     struct chunk_keys *keys)
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
@@ -244,7 +244,7 @@ static void job_promote(struct engine *e, struct chunk_job *job)
 }
 
 /* True when a ROI of the k-th touched chunk failed: only a reader's open retries it. */
-static bool has_failed_roi(struct engine *e, size_t k)
+bool engine_has_failed_roi(struct engine *e, size_t k)
 {
     size_t n;
     const uint32_t *rois = roi_index_rois(e->t->index, k, &n);
@@ -323,40 +323,6 @@ static void *remote_main(void *arg)
 
 /* ---- opening a chunk ---- */
 
-/* Queues, behind demanded work, the ROIs of the chunks that follow id in C order. Takes the
- * lock (their keys are computed outside it). */
-static void read_ahead(struct engine *e, uint64_t id)
-{
-    int n = e->t->cfg.readahead;
-    if (n <= 0)
-        return;
-    uint64_t *next = xmalloc((size_t)n * sizeof *next);
-    size_t m = 0, nk = roi_index_nchunks(e->t->index);
-    pthread_mutex_lock(&e->lock);
-    for (size_t k = roi_index_lower_bound(e->t->index, id + 1); n > 0 && k < nk; k++, n--) {
-        uint64_t cid = roi_index_chunk_id(e->t->index, k);
-        if (!e->stopping && !job_find(e, cid) && !has_failed_roi(e, k))
-            next[m++] = cid;
-    }
-    pthread_mutex_unlock(&e->lock);
-    bool refreshed = false;
-    for (size_t i = 0; i < m; i++) {
-        if (cache_chunk_exists(e->c, next[i]))
-            continue; /* cached: checked when it is opened */
-        struct chunk_keys keys;
-        engine_chunk_keys_now(e->t, next[i], NULL, &keys);
-        if (!refreshed)
-            store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
-        refreshed = true;
-        pthread_mutex_lock(&e->lock);
-        if (!e->stopping && !job_find(e, next[i]))
-            job_create(e, next[i], false, &keys);
-        pthread_mutex_unlock(&e->lock);
-        chunk_keys_free(&keys);
-    }
-    free(next);
-}
-
 /* Serves fd of a current chunk. */
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
@@ -368,7 +334,7 @@ static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, e
         evict_touch(e->evict, id);
         pthread_mutex_unlock(&e->lock);
     }
-    read_ahead(e, id);
+    engine_read_ahead(e, id);
 }
 
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
@@ -393,7 +359,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
             cb(ctx, -EIO, -1, 0);
             return;
         }
-        struct chunk_job *job = job_find(e, id);
+        struct chunk_job *job = engine_job_find(e, id);
         if (!job && attempt == 0 && cache_chunk_exists(e->c, id)) {
             /* made (or replaced) by another thread between our look and the lock */
             pthread_mutex_unlock(&e->lock);
@@ -403,7 +369,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
         w->cb = cb;
         w->ctx = ctx;
         if (!job) {
-            job = job_create(e, id, true, &keys);
+            job = engine_job_create(e, id, true, &keys);
             job->replaced = replaced;
         } else {
             job_promote(e, job);
@@ -412,7 +378,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
         job->waiters = w;
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);
-        read_ahead(e, id);
+        engine_read_ahead(e, id);
         return;
     }
 }
@@ -465,7 +431,7 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
     }
     memcpy(idx, c0, sizeof(uint64_t) * nd);
     for (;;) {
-        struct chunk_job *job = job_find(e, nd_linear(idx, t->grid, nd));
+        struct chunk_job *job = engine_job_find(e, nd_linear(idx, t->grid, nd));
         size_t i = job && job->scheduled ? job_index_of(job, r) : 0;
         if (job && job->scheduled && i < job->nrois && job->waits[i]) {
             job->waits[i] = 0;
@@ -614,6 +580,15 @@ static void *worker_main(void *arg)
             e->n_running++;
             pthread_mutex_unlock(&e->lock);
             engine_run_roi(e, r, want);
+            pthread_mutex_lock(&e->lock);
+            continue;
+        }
+        if (e->verify_len) {
+            uint64_t id = e->verify[e->verify_head];
+            e->verify_head = (e->verify_head + 1) % ENGINE_VERIFY_AHEAD;
+            e->verify_len--;
+            pthread_mutex_unlock(&e->lock);
+            engine_verify_ahead(e, id);
             pthread_mutex_lock(&e->lock);
             continue;
         }

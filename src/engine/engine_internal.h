@@ -67,8 +67,10 @@ struct roi_queue {
     size_t cap, head, len;
 };
 
-#define ENGINE_JOB_BUCKETS 4096
-#define ENGINE_MAX_ERRORS  100
+#define ENGINE_JOB_BUCKETS   4096
+#define ENGINE_VERIFY_AHEAD  64 /* cached chunks waiting to be checked ahead of their open */
+#define ENGINE_VERIFY_WINDOW 16 /* how far ahead cached chunks are checked, at most */
+#define ENGINE_MAX_ERRORS    100
 
 struct engine_error {
     size_t roi;
@@ -87,6 +89,10 @@ struct engine {
     size_t nremote;
     struct roi_slot *rois;
     struct roi_queue demand, ahead;
+    uint64_t verify[ENGINE_VERIFY_AHEAD]; /* ring of cached chunks to check ahead */
+    size_t verify_head, verify_len;
+    uint64_t verify_seen[ENGINE_VERIFY_AHEAD]; /* the last ones queued: not again */
+    size_t verify_seen_next;
     struct chunk_job *asm_head, *asm_tail;
     struct chunk_job *jobs[ENGINE_JOB_BUCKETS];
     size_t njobs;
@@ -153,7 +159,24 @@ void engine_flush_unstored(struct engine *e);
 /* Computes ROI r (asked for as key want), stores its result and publishes it. */
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
 
-/* ---- engine.c, for compute.c (lock held) ---- */
+/* ---- engine.c, for compute.c and ahead.c ---- */
+
+/* The job of chunk id, or NULL (lock held). */
+struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
+/* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
+ * once the chunk's lock is ours (lock held). */
+struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
+                                    struct chunk_keys *keys);
+/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it (lock
+ * held). */
+bool engine_has_failed_roi(struct engine *e, size_t k);
+
+/* ---- ahead.c ---- */
+
+/* After an open of chunk id: readahead and checks ahead (takes the lock). */
+void engine_read_ahead(struct engine *e, uint64_t id);
+/* Checks cached chunk id as an open would; makes it now when it is not current. */
+void engine_verify_ahead(struct engine *e, uint64_t id);
 
 void engine_record_error(struct engine *e, size_t roi, const char *msg);
 /* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,8 @@ struct store {
     struct entry *tab;
     size_t cap, n;
     uint64_t damaged;
+    /* records still to store raw without trying to compress them (see encode) */
+    _Atomic unsigned raw_streak;
 };
 
 /* ---- the index (index_lock held) ---- */
@@ -331,8 +334,15 @@ struct pending {
     void *buf; /* compressed bytes, or NULL when body is the caller's data */
 };
 
-/* The stored form of data: blosc when it is smaller, else the data itself. */
-static void encode(struct key128 k, const void *data, size_t len, size_t typesize,
+/* Compression must save this share of a record to be kept; after a record where it did not,
+ * the next RAW_STREAK are stored raw without trying (one probe in RAW_STREAK + 1): one task's
+ * results compress alike, and results are read back rarely, so a small saving is not worth
+ * the time (blosc with shuffle costs about as much as the processor on small ROIs). */
+#define MIN_SAVING 4 /* a quarter */
+#define RAW_STREAK 63
+
+/* The stored form of data: blosc when it saves enough, else the data itself. */
+static void encode(struct store *s, struct key128 k, const void *data, size_t len, size_t typesize,
                    struct pending *p)
 {
     memset(p, 0, sizeof *p);
@@ -344,18 +354,23 @@ static void encode(struct key128 k, const void *data, size_t len, size_t typesiz
     h->codec = CODEC_RAW;
     h->stored_len = len;
     p->body = data;
-    if (len >= 256 && len <= BLOSC_MAX_BUFFERSIZE) {
+    unsigned streak = s->raw_streak;
+    bool try =
+        len >= 256 && len <= BLOSC_MAX_BUFFERSIZE &&
+        (streak == 0 || !atomic_compare_exchange_strong(&s->raw_streak, &streak, streak - 1));
+    if (try) {
         size_t ts = typesize >= 1 && typesize <= BLOSC_MAX_TYPESIZE ? typesize : 1;
         void *out = xmalloc(len + BLOSC_MAX_OVERHEAD);
         int r = blosc_compress_ctx(5, BLOSC_SHUFFLE, ts, len, data, out, len + BLOSC_MAX_OVERHEAD,
                                    "lz4", 0, 1);
-        if (r > 0 && (size_t)r < len) {
+        if (r > 0 && (size_t)r <= len - len / MIN_SAVING) {
             p->buf = out;
             p->body = out;
             h->codec = CODEC_BLOSC;
             h->stored_len = (size_t)r;
         } else {
             free(out);
+            s->raw_streak = RAW_STREAK;
         }
     }
     h->data_crc = zarr_crc32c(0, p->body, h->stored_len);
@@ -459,7 +474,7 @@ int store_put_many(struct store *s, size_t n, const struct store_item *items, si
         return 0;
     struct pending *recs = xmalloc(n * sizeof *recs);
     for (size_t i = 0; i < n; i++)
-        encode(items[i].key, items[i].data, items[i].len, typesize, &recs[i]);
+        encode(s, items[i].key, items[i].data, items[i].len, typesize, &recs[i]);
     pthread_mutex_lock(&s->append_lock);
     int lock = lock_appends(s), r = 0;
     if (lock < 0) {

@@ -289,3 +289,48 @@ def test_edited_processor_code_is_recomputed(tmp_path, mount, kind):
     with mount(task.config) as m:  # unchanged code: nothing again
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], reference(data, 2))
         assert m.status()["calls"] == 0
+
+
+# ---------------------------------------------------------------- check, the older layout
+
+
+def test_check_reports_what_is_current(tmp_path, roifs_bin):
+    task, _ = spanning_task(tmp_path)
+
+    def cache_line():
+        r = run_roifs(roifs_bin, "check", task.config)
+        assert r.returncode == 0, r.stderr
+        return [l for l in r.stdout.splitlines() if l.startswith("cache:")][0]
+
+    assert cache_line() == f"cache:     {task.cache} (empty)"
+    assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
+    assert cache_line().endswith("(cached: 2 of 2 chunks, 3 of 3 ROI results)")
+    data = zarr.open(str(task.input), mode="r")[:]
+    data[:, 16:32] += 1  # ROIs 0 and 2 read it; both chunks hold one of them
+    zarr.open(str(task.input), mode="r+")[:, 16:32] = data[:, 16:32]
+    assert cache_line().endswith("(cached: 0 of 2 chunks, 1 of 3 ROI results)")
+
+
+def test_older_cache_layout_is_emptied(tmp_path, mount):
+    task, ref = spanning_task(tmp_path)
+    for sub in ("chunks", "rois", "locks"):
+        (task.cache / sub).mkdir(parents=True)
+    (task.cache / "manifest").write_text("roifs-cache 1\ninput elsewhere\n")
+    (task.cache / "chunks" / "0").write_bytes(b"\0" * 1024)  # what layout 1 would have kept
+    (task.cache / "rois" / "0").write_bytes(b"roifsR1\0" + b"\0" * 520)
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert "made by an older roifs (cache layout 1); emptying it" in m.log_text()
+    assert (task.cache / "format").read_text() == "roifs-cache 2\n"
+    assert not (task.cache / "manifest").exists() and not (task.cache / "rois").exists()
+
+
+def test_foreign_directory_is_refused(tmp_path, roifs_bin):
+    task, _ = spanning_task(tmp_path)
+    task.cache.mkdir()
+    (task.cache / "precious.txt").write_text("keep me")
+    r = run_roifs(roifs_bin, "warm", task.config)
+    assert r.returncode == 2, r.stderr
+    assert (f"roifs: {task.cache}: not a roifs cache directory (not empty, no roifs format "
+            "marker); refusing to use it") in r.stderr, r.stderr
+    assert os.listdir(task.cache) == ["precious.txt"]

@@ -1,0 +1,92 @@
+/* ahead.c: work queued ahead of a reader: on each open, the ROIs of the chunks that follow it
+ * in C order (readahead), behind demanded work, and the check of the chunks already cached a
+ * little further on, so that their checksums are verified while the reader still reads the
+ * chunks before them. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+#include "store.h"
+
+/* Queues cached chunk id to be checked ahead of its open (lock held): its checksum is then
+ * verified while the reader still reads the chunks before it, off the reader's path. */
+static void verify_push(struct engine *e, uint64_t id)
+{
+    for (size_t i = 0; i < ENGINE_VERIFY_AHEAD; i++)
+        if (e->verify_seen[i] == id + 1)
+            return; /* queued lately: a window slides one chunk per open */
+    if (e->verify_len == ENGINE_VERIFY_AHEAD)
+        return; /* far enough ahead */
+    e->verify_seen[e->verify_seen_next++ % ENGINE_VERIFY_AHEAD] = id + 1;
+    e->verify[(e->verify_head + e->verify_len++) % ENGINE_VERIFY_AHEAD] = id;
+    pthread_cond_signal(&e->work_cv);
+}
+
+/* Checks cached chunk id as an open would; one that is not current is made now, ahead. */
+void engine_verify_ahead(struct engine *e, uint64_t id)
+{
+    struct chunk_keys keys;
+    engine_chunk_keys_now(e->t, id, NULL, &keys);
+    int fd = -1;
+    enum cache_chunk_state st = cache_chunk_open_current(e->c, id, keys.chunk, &fd, NULL);
+    if (fd >= 0)
+        close(fd);
+    if (st != CHUNK_CURRENT && st != CHUNK_ABSENT) {
+        store_refresh(cache_store(e->c));
+        pthread_mutex_lock(&e->lock);
+        if (!e->stopping && !engine_job_find(e, id))
+            engine_job_create(e, id, false, &keys)->replaced = true;
+        pthread_mutex_unlock(&e->lock);
+    }
+    chunk_keys_free(&keys);
+}
+
+/* Queues, behind demanded work, the ROIs of the `readahead` chunks that follow id in C
+ * order, and the check of those already cached among the next 4 x readahead (at most
+ * ENGINE_VERIFY_WINDOW): a reader reads faster than a checksum is verified, so the check
+ * starts further ahead. Takes the lock (keys are computed outside it). */
+void engine_read_ahead(struct engine *e, uint64_t id)
+{
+    int ncompute = e->t->cfg.readahead;
+    if (ncompute <= 0)
+        return;
+    int nverify = 4 * ncompute < ENGINE_VERIFY_WINDOW ? 4 * ncompute : ENGINE_VERIFY_WINDOW;
+    int n = ncompute > nverify ? ncompute : nverify;
+    uint64_t *next = xmalloc((size_t)n * sizeof *next);
+    int *at = xmalloc((size_t)n * sizeof *at);
+    size_t m = 0, nk = roi_index_nchunks(e->t->index);
+    pthread_mutex_lock(&e->lock);
+    size_t k0 = roi_index_lower_bound(e->t->index, id + 1);
+    for (size_t k = k0; k < k0 + (size_t)n && k < nk; k++) {
+        uint64_t cid = roi_index_chunk_id(e->t->index, k);
+        if (!e->stopping && !engine_job_find(e, cid) && !engine_has_failed_roi(e, k)) {
+            at[m] = (int)(k - k0);
+            next[m++] = cid;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    bool refreshed = false;
+    for (size_t i = 0; i < m; i++) {
+        if (cache_chunk_exists(e->c, next[i])) {
+            pthread_mutex_lock(&e->lock);
+            if (at[i] < nverify)
+                verify_push(e, next[i]);
+            pthread_mutex_unlock(&e->lock);
+            continue;
+        }
+        if (at[i] >= ncompute)
+            continue;
+        struct chunk_keys keys;
+        engine_chunk_keys_now(e->t, next[i], NULL, &keys);
+        if (!refreshed)
+            store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
+        refreshed = true;
+        pthread_mutex_lock(&e->lock);
+        if (!e->stopping && !engine_job_find(e, next[i]))
+            engine_job_create(e, next[i], false, &keys);
+        pthread_mutex_unlock(&e->lock);
+        chunk_keys_free(&keys);
+    }
+    free(next);
+    free(at);
+}
