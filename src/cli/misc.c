@@ -131,41 +131,62 @@ static bool chunk_is_current(struct cache *c, const struct task *t, uint64_t id,
     return yes;
 }
 
+struct current_count {
+    struct cache *c;
+    const struct task *t;
+    struct zarr_sigmemo *memo;
+    uint64_t current;
+};
+
+static void count_current(void *ctx, uint64_t id)
+{
+    struct current_count *cc = ctx;
+    if (task_chunk_present(cc->t, id) && chunk_is_current(cc->c, cc->t, id, cc->memo))
+        cc->current++;
+}
+
 /* How much of t's cache is current: chunk files and ROI results made from the input and
- * configuration as they are now. Creates nothing in a directory that is not a cache. */
-static void print_cache_state(const struct task *t)
+ * configuration as they are now. Creates nothing in a directory that is not a cache.
+ * Returns 0, or EXIT_USAGE when roifs may not use the directory (printed). */
+static int print_cache_state(const struct task *t)
 {
     struct stat st;
     printf("cache:     %s", t->cache_dir);
     if (stat(t->cache_dir, &st) < 0) {
         printf(" (empty)\n");
-        return;
+        return 0;
     }
+    struct errbuf err = {{0}};
     const char *layout = cache_layout(t->cache_dir);
-    if (layout && strcmp(layout, "cache 1") == 0) {
+    int r = cache_check_trusted(t->cache_dir, &err);
+    if (r == 0 && layout && strcmp(layout, "cache 1") == 0) {
         printf(" (made by an older roifs; it will be emptied at the next mount)\n");
-        return;
+        return 0;
     }
     struct cache *c;
-    struct errbuf err = {{0}};
-    if (cache_open(t, &c, &err) < 0) {
-        printf(" (not usable: %s)\n", err.msg);
-        return;
+    if (r == 0)
+        r = cache_open(t, &c, &err);
+    if (r < 0) {
+        printf(" (not usable)\n");
+        fflush(stdout);
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return r == -EINVAL ? EXIT_USAGE : 0;
     }
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    size_t cached = 0, nk = roi_index_nchunks(t->index), stored = 0;
-    bool all = t->cfg.outside == OUTSIDE_INPUT;
-    uint64_t total = all ? t->nchunks : nk;
-    for (uint64_t k = 0; k < total; k++)
-        cached += chunk_is_current(c, t, all ? k : roi_index_chunk_id(t->index, (size_t)k), memo);
+    size_t stored = 0;
+    uint64_t total = t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : roi_index_nchunks(t->index);
+    struct current_count cc = {.c = c, .t = t, .memo = memo};
+    cache_chunk_each(c, count_current, &cc); /* the files there are, not the whole grid */
+    uint64_t cached = cc.current;
     for (size_t r = 0; r < t->rois.n; r++)
         stored +=
             store_has(cache_store(c),
                       engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)));
     zarr_sigmemo_free(memo);
     cache_close(c);
-    printf(" (cached: %zu of %llu chunks, %zu of %zu ROI results)\n", cached,
+    printf(" (cached: %llu of %llu chunks, %zu of %zu ROI results)\n", (unsigned long long)cached,
            (unsigned long long)total, stored, t->rois.n);
+    return 0;
 }
 
 int cmd_check(int argc, char **argv)
@@ -199,9 +220,9 @@ int cmd_check(int argc, char **argv)
            t->cfg.proc_value, t->cfg.threads,
            config_line(&t->cfg, "process", "threads") ? "" : " (the default: one per CPU)",
            t->cfg.readahead);
-    print_cache_state(t);
+    r = print_cache_state(t);
     task_close(t);
-    return 0;
+    return r;
 }
 
 /* ---- status ---- */

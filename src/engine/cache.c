@@ -51,6 +51,16 @@ static int check_trusted(int fd, const char *path, struct errbuf *err)
     return 0;
 }
 
+int cache_check_trusted(const char *path, struct errbuf *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, -errno, "%s: %s", path, strerror(errno));
+    int r = check_trusted(fd, path, err);
+    close(fd);
+    return r;
+}
+
 /* Creates (0700) and opens subdirectory name of dirfd, which must be a trusted directory and
  * not a symbolic link. A descriptor, or -errno (-EINVAL: untrusted) with err set. */
 static int open_subdir(int dirfd, const char *dirpath, const char *name, struct errbuf *err)

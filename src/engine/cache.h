@@ -33,6 +33,8 @@ struct store;
  * a cache of the older layout is emptied (and logged). Other failures are -errno. */
 int cache_open(const struct task *t, struct cache **out, struct errbuf *err);
 void cache_close(struct cache *c);
+/* The trust check of cache_open alone, changing nothing: 0, or -EINVAL with the reason. */
+int cache_check_trusted(const char *path, struct errbuf *err);
 const char *cache_path(const struct cache *c);
 /* The result store in DIR/results (replaced, never freed before cache_close, when the
  * directory is recreated). */

@@ -327,13 +327,13 @@ static void *remote_main(void *arg)
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
 {
-    /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
-    cb(ctx, 0, fd, replaced ? ENGINE_REPLACED | ENGINE_COMPUTED : 0);
-    if (e->evict) {
+    if (e->evict) { /* before the reader hears of it: its next open may evict */
         pthread_mutex_lock(&e->lock);
         evict_touch(e->evict, id);
         pthread_mutex_unlock(&e->lock);
     }
+    /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
+    cb(ctx, 0, fd, replaced ? ENGINE_REPLACED | ENGINE_COMPUTED : 0);
     engine_read_ahead(e, id);
 }
 

@@ -1,6 +1,7 @@
 """A hostile cache directory (issue 14 item 6): the cache is used only when it and its
 subdirectories belong to the user running roifs and nobody else may write there (otherwise
-exit 2 with the reason); entries are opened without following symbolic links, and an entry
+exit 2 with the reason, from check, warm, mount and export); entries are opened without
+following symbolic links, and an entry
 that is a link (or not a regular file) is never served; the [mount] log is created 0600
 whatever the umask."""
 import contextlib
@@ -67,8 +68,8 @@ def world_dir():
 
 
 def refused(roifs_bin, task, reason):
-    for args in (["warm", task.config], ["mount", task.config, task.dir / "mnt"],
-                 ["export", task.config, task.dir / "out"]):
+    for args in (["check", task.config], ["warm", task.config],
+                 ["mount", task.config, task.dir / "mnt"], ["export", task.config, task.dir / "out"]):
         (task.dir / "mnt").mkdir(exist_ok=True)
         r = run_roifs(roifs_bin, *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
