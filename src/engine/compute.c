@@ -65,6 +65,7 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     if (rc == 0) {
         res = roi_result_new(engine_roi_key(e->t, r, sig), engine_roi_box_nbytes(t, r));
         crop_to_box(t, r, out, rstart, rshape, res);
+        res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
     }
     free(out);
     return res;
@@ -120,7 +121,8 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
         /* Stored now, under its lock: another process may be waiting for it. A ROI of one
          * chunk is stored with the chunk's other results when the chunk is assembled. */
         struct errbuf serr = {{0}};
-        int sr = store_put(st, res->key, res->data, res->len, t->out.dtype.size, &serr);
+        struct store_item it = {res->key, res->data, res->len, true, res->crc};
+        int sr = store_put_many(st, 1, &it, t->out.dtype.size, &serr);
         if (sr < 0) /* it still serves the chunks waiting for it; later ones compute it again */
             log_error("roi %u: cannot store its result: %s", r, serr.msg);
         stored = sr == 0;

@@ -20,6 +20,7 @@ struct roi_result {
     _Atomic int refs;
     struct key128 key; /* what it was made from: never changed after */
     size_t len;
+    uint32_t crc; /* crc32c of data */
     unsigned char data[];
 };
 

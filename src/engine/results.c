@@ -15,6 +15,7 @@ struct roi_result *roi_result_new(struct key128 key, size_t len)
     res->refs = 1;
     res->key = key;
     res->len = len;
+    res->crc = 0;
     return res;
 }
 
@@ -73,7 +74,7 @@ static void store_and_settle(struct engine *e, size_t n, const uint32_t *rois,
         return;
     struct store_item *items = xmalloc(n * sizeof *items);
     for (size_t i = 0; i < n; i++)
-        items[i] = (struct store_item){res[i]->key, res[i]->data, res[i]->len};
+        items[i] = (struct store_item){res[i]->key, res[i]->data, res[i]->len, true, res[i]->crc};
     struct errbuf err = {{0}};
     int rc = store_put_many(cache_store(e->c), n, items, e->t->out.dtype.size, &err);
     free(items);

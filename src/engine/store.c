@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -342,9 +343,11 @@ struct pending {
 #define RAW_STREAK 63
 
 /* The stored form of data: blosc when it saves enough, else the data itself. */
-static void encode(struct store *s, struct key128 k, const void *data, size_t len, size_t typesize,
-                   struct pending *p)
+static void encode(struct store *s, const struct store_item *it, size_t typesize, struct pending *p)
 {
+    struct key128 k = it->key;
+    const void *data = it->data;
+    size_t len = it->len;
     memset(p, 0, sizeof *p);
     struct rec_header *h = &p->h;
     memcpy(h->magic, MAGIC, sizeof h->magic);
@@ -373,27 +376,29 @@ static void encode(struct store *s, struct key128 k, const void *data, size_t le
             s->raw_streak = RAW_STREAK;
         }
     }
-    h->data_crc = zarr_crc32c(0, p->body, h->stored_len);
+    h->data_crc = !p->buf && it->has_crc ? it->crc : zarr_crc32c(0, p->body, h->stored_len);
     h->header_crc = header_crc(h);
 }
 
-/* Writes rec at off of w, all of it or an error. */
-static int write_record(int w, uint64_t off, const struct pending *rec)
+/* Writes the n buffers of iov at off of w, all of them or an error (iov is consumed). */
+static int write_all(int w, uint64_t off, struct iovec *iov, int n)
 {
-    uint64_t total = sizeof rec->h + rec->h.stored_len, done = 0;
-    while (done < total) {
-        struct iovec iov[2] = {{(void *)&rec->h, sizeof rec->h},
-                               {(void *)rec->body, rec->h.stored_len}};
-        int k = done >= sizeof rec->h;
-        uint64_t skip = k ? done - sizeof rec->h : done;
-        iov[k].iov_base = (char *)iov[k].iov_base + skip;
-        iov[k].iov_len -= skip;
-        ssize_t n = pwritev(w, &iov[k], 2 - k, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
+    while (n > 0) {
+        ssize_t k = pwritev(w, iov, n > IOV_MAX ? IOV_MAX : n, (off_t)off);
+        if (k < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        done += (uint64_t)n;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        off += (uint64_t)k;
+        while (n > 0 && (size_t)k >= iov->iov_len) {
+            k -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + k;
+            iov->iov_len -= (size_t)k;
+        }
     }
     return 0;
 }
@@ -434,36 +439,54 @@ static int append_records(struct store *s, struct pending *recs, size_t nrec, st
     int w = open_for_append(s, &n, err), r = 0;
     if (w < 0)
         return w;
-    for (size_t i = 0; i < nrec && r == 0; i++) {
+    struct iovec *iov = xmalloc(2 * nrec * sizeof *iov);
+    for (size_t i = 0; i < nrec && r == 0;) {
         struct pack *pk = &s->packs[n];
         uint64_t total = sizeof recs[i].h + recs[i].h.stored_len;
         if (pk->scanned > 0 && pk->scanned + total > store_pack_limit) {
             close(w);
-            if ((r = open_pack(s, n + 1, true)) < 0)
-                return err_set(err, r, "%s/pack-%06u: cannot create: %s", s->path, n + 1,
-                               strerror(-r));
-            if ((w = open_for_append(s, &n, err)) < 0)
-                return w;
+            w = -1;
+            if ((r = open_pack(s, n + 1, true)) < 0) {
+                err_set(err, r, "%s/pack-%06u: cannot create: %s", s->path, n + 1, strerror(-r));
+                break;
+            }
+            if ((w = r = open_for_append(s, &n, err)) < 0)
+                break;
+            r = 0;
             pk = &s->packs[n];
         }
-        uint64_t off = pk->scanned;
-        if ((r = write_record(w, off, &recs[i])) < 0) {
+        /* the records that fit in this pack, in one write */
+        uint64_t off = pk->scanned, end = off;
+        size_t j = i;
+        int niov = 0;
+        while (j < nrec &&
+               (j == i || end + sizeof recs[j].h + recs[j].h.stored_len <= store_pack_limit)) {
+            iov[niov++] = (struct iovec){&recs[j].h, sizeof recs[j].h};
+            iov[niov++] = (struct iovec){(void *)recs[j].body, recs[j].h.stored_len};
+            end += sizeof recs[j].h + recs[j].h.stored_len;
+            j++;
+        }
+        if ((r = write_all(w, off, iov, niov)) < 0) {
             if (ftruncate(w, (off_t)off) == 0) /* no torn record of ours left behind */
                 pk->size = off;
             err_set(err, r, "%s/pack-%06u: cannot append: %s", s->path, n, strerror(-r));
             break;
         }
-        struct entry e = {.key = {recs[i].h.key_lo, recs[i].h.key_hi},
-                          .off = off,
-                          .stored_len = recs[i].h.stored_len,
-                          .raw_len = recs[i].h.raw_len,
-                          .pack = n};
         pthread_mutex_lock(&s->index_lock);
-        index_put(s, &e);
+        for (uint64_t at = off; i < j; at += sizeof recs[i].h + recs[i].h.stored_len, i++) {
+            struct entry e = {.key = {recs[i].h.key_lo, recs[i].h.key_hi},
+                              .off = at,
+                              .stored_len = recs[i].h.stored_len,
+                              .raw_len = recs[i].h.raw_len,
+                              .pack = n};
+            index_put(s, &e);
+        }
         pthread_mutex_unlock(&s->index_lock);
-        pk->scanned = pk->size = off + total;
+        pk->scanned = pk->size = end;
     }
-    close(w);
+    free(iov);
+    if (w >= 0)
+        close(w);
     return r;
 }
 
@@ -474,7 +497,7 @@ int store_put_many(struct store *s, size_t n, const struct store_item *items, si
         return 0;
     struct pending *recs = xmalloc(n * sizeof *recs);
     for (size_t i = 0; i < n; i++)
-        encode(s, items[i].key, items[i].data, items[i].len, typesize, &recs[i]);
+        encode(s, &items[i], typesize, &recs[i]);
     pthread_mutex_lock(&s->append_lock);
     int lock = lock_appends(s), r = 0;
     if (lock < 0) {
@@ -495,7 +518,7 @@ int store_put_many(struct store *s, size_t n, const struct store_item *items, si
 int store_put(struct store *s, struct key128 k, const void *data, size_t len, size_t typesize,
               struct errbuf *err)
 {
-    struct store_item it = {.key = k, .data = data, .len = len};
+    struct store_item it = {.key = k, .data = data, .len = len, .has_crc = false};
     return store_put_many(s, 1, &it, typesize, err);
 }
 

@@ -41,6 +41,8 @@ struct store_item {
     struct key128 key;
     const void *data;
     size_t len;
+    bool has_crc; /* crc is the crc32c of data (taken while it was in the CPU's cache) */
+    uint32_t crc;
 };
 int store_put_many(struct store *s, size_t n, const struct store_item *items, size_t typesize,
                    struct errbuf *err);
