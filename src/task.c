@@ -435,14 +435,25 @@ static void add_file_identity(struct strbuf *sb, const char *path, bool always)
     sb_printf(sb, "file %s %lld %s\n", path, (long long)st.st_size, hex);
 }
 
-/* The files a processor runs: the plugin, and every word of a command or worker line that
- * names code (is_code; relative to the configuration's directory, or absolute), except the
- * targets of output redirections (> FILE, >> FILE), which the command writes. Quotes are
- * dropped; ; & | ( ) ` < separate words as spaces do. */
+/* The files a processor runs: the plugin, a python processor's file and interpreter, and
+ * every word of a command or worker line that names code (is_code; relative to the
+ * configuration's directory, or absolute), except the targets of output redirections (> FILE,
+ * >> FILE), which the command writes. Quotes are dropped; ; & | ( ) ` < separate words as
+ * spaces do. */
 static void add_processor_files(struct strbuf *sb, const struct config *cfg)
 {
     if (cfg->proc_kind == PROC_PLUGIN) {
         add_file_identity(sb, cfg->proc_value, true);
+        return;
+    }
+    if (cfg->proc_kind == PROC_PYTHON) { /* FILE.py:FUNCTION (a MODULE names no file) */
+        add_file_identity(sb, cfg->interpreter ? cfg->interpreter : "/usr/bin/python3", false);
+        const char *colon = strrchr(cfg->proc_value, ':');
+        char *file = xasprintf("%.*s", colon ? (int)(colon - cfg->proc_value) : 0, cfg->proc_value);
+        char *path = path_join(cfg->dir, file);
+        add_file_identity(sb, path, true);
+        free(path);
+        free(file);
         return;
     }
     if (cfg->proc_kind != PROC_COMMAND && cfg->proc_kind != PROC_WORKER)

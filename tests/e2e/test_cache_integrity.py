@@ -262,7 +262,13 @@ def build_plugin(tmp_path, delta):
     os.replace(tmp, tmp_path / "libdelta.so")
 
 
-@pytest.mark.parametrize("kind", ["command", "worker", "plugin"])
+PYFUNC = """\
+def process(block, roi):
+    return block + {delta}
+"""
+
+
+@pytest.mark.parametrize("kind", ["command", "worker", "plugin", "python"])
 def test_edited_processor_code_is_recomputed(tmp_path, mount, kind):
     data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
 
@@ -271,11 +277,13 @@ def test_edited_processor_code_is_recomputed(tmp_path, mount, kind):
             (tmp_path / "f.py").write_text(SCRIPT.format(delta=delta))
         elif kind == "worker":
             (tmp_path / "w.py").write_text(WORKER.format(delta=delta))
+        elif kind == "python":
+            (tmp_path / "fn.py").write_text(PYFUNC.format(delta=delta))
         else:
             build_plugin(tmp_path, delta)
 
     process = {"command": {"command": f"{PY} f.py"}, "worker": {"worker": f"{PY} w.py"},
-               "plugin": {"plugin": "libdelta.so"}}[kind]
+               "plugin": {"plugin": "libdelta.so"}, "python": {"python": "fn.py:process"}}[kind]
     write_code(1)
     task = make_task(tmp_path, data, CH, rois=ROIS, process={**process, "threads": 1},
                      output={"fill_value": -1})
