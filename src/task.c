@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "nd.h"
+#include "provenance.h"
 
 /* Sets err to "FILE:LINE: message" (just "FILE: " when section.key was not set); -EINVAL. */
 static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
@@ -555,17 +556,7 @@ static void build_zattrs(struct task *t)
         json_decref(attrs);
         attrs = json_object();
     }
-    json_t *params = json_object();
-    for (int i = 0; i < t->cfg.nparams; i++)
-        json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
-    char fp[32];
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
-    json_t *prov =
-        json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o}, s:I, s:s}", "version", ROIFS_VERSION,
-                  "config", t->cfg.path, "input", t->cfg.input_path, "processor", "kind",
-                  proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params", params,
-                  "rois", (json_int_t)t->rois.n, "fingerprint", fp);
-    json_object_set_new(attrs, "roifs", prov);
+    json_object_set_new(attrs, "roifs", provenance_new(t));
     /* dimension names live in zarr.json for format 3, in this attribute for format 2 */
     json_t *names = t->dimension_names ? json_loads(t->dimension_names, 0, NULL) : NULL;
     if (t->out.format == 3 && names)
@@ -587,7 +578,15 @@ static void resolve_cache_dir(struct task *t)
     const char *home = getenv("HOME");
     char *base =
         xdg && xdg[0] == '/' ? xstrdup(xdg) : path_join(home && home[0] ? home : "/tmp", ".cache");
-    t->cache_dir = xasprintf("%s/roifs/%016llx", base, (unsigned long long)t->fingerprint);
+    /* Named by the job, not by its manifest: the same directory after an edit of the ROI
+     * list, the params or the processor, whose results keys keep apart (design.md). */
+    char *config = path_absolute(t->cfg.path), *input = path_absolute(t->ome.array_path);
+    char *job = xasprintf("roifs-job 1\nconfig %s\ninput %s\n", config, input);
+    t->cache_dir = xasprintf("%s/roifs/%016llx", base,
+                             (unsigned long long)fnv64(FNV64_INIT, job, strlen(job)));
+    free(job);
+    free(config);
+    free(input);
     free(base);
 }
 

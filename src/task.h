@@ -1,6 +1,6 @@
 /* task.h: a configuration resolved against its input: the output array's metadata, the ROI
- * list and index, the processor, and the fingerprint that names the cache. Everything
- * `check`, `mount`, `warm` and `export` validate before doing any work. */
+ * list and index, the processor, the fingerprint of everything the output depends on and the
+ * cache directory. Everything `check`, `mount`, `warm` and `export` validate first. */
 #ifndef ROIFS_TASK_H
 #define ROIFS_TASK_H
 
@@ -49,7 +49,7 @@ struct task {
     char *zattrs_json;    /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
     char *zarr_json;      /* format 3: served as zarr.json (NULL for format 2) */
     char *manifest;       /* canonical description of everything that defines the result */
-    uint64_t fingerprint; /* of the manifest: names the default cache directory */
+    uint64_t fingerprint; /* of the manifest (provenance; the cache is named by the job) */
     /* What every ROI result depends on besides its box and input (CACHE.md "processor
      * identity"): the processor, its params and the contents of the files it runs, the
      * output dtype, the halo, the input's path; and what every chunk's encoding depends on

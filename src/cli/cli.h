@@ -25,6 +25,16 @@ int cli_parse_threads(const char *cmd, const char *arg, int *threads);
 /* Sets the compute threads of t (and readahead, when the file leaves it to follow). */
 void cli_set_threads(struct task *t, int threads);
 
+/* ---- the cache (gc.c) ---- */
+
+/* "512 B", "1.5 MiB". */
+void cli_format_bytes(uint64_t n, char *buf, size_t len);
+/* The rest of check's "cache:" line and the lines after it: the ROIs and chunks cached,
+ * stale and to compute. */
+void cli_print_census(const struct task *t, struct cache *c);
+/* roifs clean --unused CONFIG: the exit status. */
+int cli_clean_unused(const char *config);
+
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
 void cli_format_duration(double seconds, char *buf, size_t n);
 

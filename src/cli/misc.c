@@ -112,39 +112,6 @@ static const char *cache_layout(const char *dir)
     return what;
 }
 
-/* True when chunk id's file is current for the input as it is now: its record names the key
- * and its length matches (the checksum is left to the mount: check reads no chunk data). */
-static bool chunk_is_current(struct cache *c, const struct task *t, uint64_t id,
-                             struct zarr_sigmemo *memo)
-{
-    int fd;
-    if (cache_chunk_open_plain(c, id, &fd) < 0)
-        return false;
-    struct chunk_keys k;
-    engine_chunk_keys_now(t, id, memo, &k);
-    struct cache_chunk_meta m;
-    struct stat st;
-    bool yes = cache_chunk_meta_of(c, id, fd, &m) == 0 && key_eq(m.key, k.chunk) &&
-               fstat(fd, &st) == 0 && (uint64_t)st.st_size == m.length;
-    chunk_keys_free(&k);
-    close(fd);
-    return yes;
-}
-
-struct current_count {
-    struct cache *c;
-    const struct task *t;
-    struct zarr_sigmemo *memo;
-    uint64_t current;
-};
-
-static void count_current(void *ctx, uint64_t id)
-{
-    struct current_count *cc = ctx;
-    if (task_chunk_present(cc->t, id) && chunk_is_current(cc->c, cc->t, id, cc->memo))
-        cc->current++;
-}
-
 /* How much of t's cache is current: chunk files and ROI results made from the input and
  * configuration as they are now. Creates nothing in a directory that is not a cache.
  * Returns 0, or EXIT_USAGE when roifs may not use the directory (printed). */
@@ -172,20 +139,8 @@ static int print_cache_state(const struct task *t)
         fprintf(stderr, "roifs: %s\n", err.msg);
         return r == -EINVAL ? EXIT_USAGE : 0;
     }
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    size_t stored = 0;
-    uint64_t total = t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : roi_index_nchunks(t->index);
-    struct current_count cc = {.c = c, .t = t, .memo = memo};
-    cache_chunk_each(c, count_current, &cc); /* the files there are, not the whole grid */
-    uint64_t cached = cc.current;
-    for (size_t r = 0; r < t->rois.n; r++)
-        stored +=
-            store_has(cache_store(c),
-                      engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)));
-    zarr_sigmemo_free(memo);
+    cli_print_census(t, c);
     cache_close(c);
-    printf(" (cached: %llu of %llu chunks, %zu of %zu ROI results)\n", (unsigned long long)cached,
-           (unsigned long long)total, stored, t->rois.n);
     return 0;
 }
 
@@ -323,6 +278,11 @@ int cmd_status(int argc, char **argv)
     }
     printf("chunks:  %lld of %lld computed (%lld in the grid)\n", json_count(chunks, "cached"),
            json_count(chunks, "present"), json_count(chunks, "total"));
+    json_t *res = json_object_get(doc, "results");
+    if (json_is_object(res))
+        printf("results: %lld reused from the cache (not computed again), %lld computed by this "
+               "mount, %lld stored\n",
+               json_count(res, "reused"), json_count(res, "computed"), json_count(res, "stored"));
     print_failures(json_object_get(doc, "errors"));
     json_decref(doc);
     return 0;
@@ -346,6 +306,8 @@ static int remove_tree(const char *path)
 
 int cmd_clean(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--unused") == 0)
+        return cli_clean_unused(argv[2]);
     if (argc != 2)
         return cli_usage_error("clean needs exactly one CONFIG%s", "");
     struct task *t;

@@ -41,6 +41,10 @@ const char *cache_path(const struct cache *c);
 struct store *cache_store(struct cache *c);
 /* Called by the process that serves the cache (after a fork): its pid is what users/ names. */
 void cache_adopt(struct cache *c);
+/* Whether a live process other than this one serves another version of the configuration
+ * (its ROI list, params, processor or input edited since it started) from this directory:
+ * 1 with "CONFIG (pid N)" in who, 0, or -errno. */
+int cache_other_version(struct cache *c, char *who, size_t len);
 
 /* ---- chunk files (chunkfile.c) ---- */
 

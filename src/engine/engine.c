@@ -624,11 +624,15 @@ static void scan_stored_results(struct engine *e)
     for (size_t r = 0; r < e->t->rois.n; r++) {
         struct key128 k =
             engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
-        if (store_has(st, k)) {
+        struct store_info info;
+        if (store_lookup(st, k, &info)) {
             e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
             e->n_done++;
+            e->n_reused++;
+            engine_note_made(e, info.made);
         }
     }
+    e->n_at_start = e->n_done;
     zarr_sigmemo_free(memo);
 }
 

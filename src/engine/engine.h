@@ -53,10 +53,12 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi);
 struct engine_progress {
     size_t rois_total, rois_done, rois_failed, rois_running;
     uint64_t chunks_total, chunks_present, chunks_cached;
-    unsigned long calls;   /* processor invocations by this process */
-    size_t rois_computed;  /* ROIs computed by this process (not taken from the cache) */
-    size_t results_reused; /* ROIs taken from the result store instead of computed */
-    double uptime;         /* seconds since this process started */
+    unsigned long calls;         /* processor invocations by this process */
+    size_t rois_computed;        /* ROIs computed by this process (not taken from the cache) */
+    size_t results_reused;       /* ROIs taken from the result store instead of computed */
+    size_t results_at_start;     /* of them, those whose result was stored at the start */
+    uint32_t made_min, made_max; /* when those were made, seconds since the epoch (0: none) */
+    double uptime;               /* seconds since this process started */
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
 

@@ -102,8 +102,10 @@ struct engine {
     bool stopping;
     double started; /* now_monotonic() at engine_create */
     size_t n_running, n_done, n_failed;
-    size_t n_computed; /* ROIs this engine computed */
-    size_t n_reused;   /* ROIs taken from the result store instead of computed */
+    size_t n_computed;           /* ROIs this engine computed */
+    size_t n_reused;             /* ROIs taken from the result store instead of computed */
+    size_t n_at_start;           /* ROIs whose current result was stored when the engine started */
+    uint32_t made_min, made_max; /* when those were made (0: none) */
     uint64_t n_cached;
     struct unstored *unstored; /* results to store that no job holds (results.c) */
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
@@ -171,6 +173,10 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
 /* True when a ROI of the k-th touched chunk failed: only a reader's open retries it (lock
  * held). */
 bool engine_has_failed_roi(struct engine *e, size_t k);
+
+/* progress.c: notes that a result made at made (seconds since the epoch) was there at the
+ * start (lock held, or before the threads start). */
+void engine_note_made(struct engine *e, uint32_t made);
 
 /* ---- ahead.c ---- */
 

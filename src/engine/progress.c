@@ -24,6 +24,9 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->calls = t->proc->calls;
     p->rois_computed = e->n_computed;
     p->results_reused = e->n_reused;
+    p->results_at_start = e->n_at_start;
+    p->made_min = e->made_min;
+    p->made_max = e->made_max;
     pthread_mutex_unlock(&e->lock);
     p->uptime = engine_uptime(e);
 }
@@ -84,6 +87,14 @@ bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
         failed = e->rois[rois[i]].state == RS_FAILED;
     pthread_mutex_unlock(&e->lock);
     return failed;
+}
+
+void engine_note_made(struct engine *e, uint32_t made)
+{
+    if (made && (!e->made_min || made < e->made_min))
+        e->made_min = made;
+    if (made > e->made_max)
+        e->made_max = made;
 }
 
 struct cache *engine_cache(struct engine *e)

@@ -37,13 +37,15 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
                             json_pack("{s:I, s:I, s:I}", "bytes", (json_int_t)usage, "max_size",
                                       (json_int_t)max, "evicted", (json_int_t)evicted));
     }
-    size_t reused = e->n_reused;
+    size_t reused = e->n_reused, computed = e->n_computed, at_start = e->n_at_start;
     pthread_mutex_unlock(&e->lock);
     struct store_stats ss;
     store_get_stats(cache_store(e->c), &ss);
     json_object_set_new(doc, "results",
-                        json_pack("{s:I, s:I, s:I}", "stored", (json_int_t)ss.results, "reused",
-                                  (json_int_t)reused, "damaged", (json_int_t)ss.damaged));
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "stored", (json_int_t)ss.results,
+                                  "reused", (json_int_t)reused, "cached_at_start",
+                                  (json_int_t)at_start, "computed", (json_int_t)computed, "damaged",
+                                  (json_int_t)ss.damaged));
     if (t->nlevels > 1)
         json_object_set_new(doc, "levels", pyramid_status(e));
     if (mi) {

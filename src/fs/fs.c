@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../provenance.h"
 #include "runfile.h"
 
 /* How long the engine may take to stop after the unmount (an in-process computation cannot
@@ -536,6 +537,11 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
         state_free(&fs);
         return r;
     }
+    /* the attributes say what the cache held now; fixed from here on */
+    struct engine_progress p;
+    engine_progress(fs.e, &p);
+    provenance_set_results(t, &(struct provenance_results){p.results_at_start, p.rois_total,
+                                                           p.made_min, p.made_max, time(NULL)});
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);
     if ((r = mount_session(&fs, o, err)) < 0) {
