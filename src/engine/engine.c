@@ -6,11 +6,13 @@
 #include "engine_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../nd.h"
+#include "gc.h"
 #include "store.h"
 
 /* ---- small containers ---- */
@@ -77,6 +79,8 @@ static struct waiter *job_remove(struct engine *e, struct chunk_job *job)
     if (job->remote)
         e->nremote--;
     cache_unlock(e->c, job->lock);
+    if (job->fd >= 0)
+        close(job->fd);
     if (job->scheduled)
         for (size_t i = 0; i < job->nrois; i++) {
             e->rois[job->rois[i]].pins--;
@@ -131,6 +135,21 @@ void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int
         free(w);
         w = next;
     }
+}
+
+void engine_notify_fd(struct waiter *w, uint64_t id, int fd, int flags)
+{
+    while (w) {
+        struct waiter *next = w->next;
+        int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (mine < 0)
+            log_error("chunk %llu: cannot open its cache file: %s", (unsigned long long)id,
+                      strerror(errno));
+        w->cb(w->ctx, mine < 0 ? -EIO : 0, mine, flags);
+        free(w);
+        w = next;
+    }
+    close(fd);
 }
 
 /* ---- scheduling (lock held) ---- */
@@ -214,6 +233,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->demanded = demanded;
     job->lock = -1;
+    job->fd = -1;
     *job_slot(e, id) = job;
     e->njobs++;
     int lock = cache_lock_chunk(e->c, id, false);
@@ -262,13 +282,12 @@ static void remote_acquired(struct engine *e, struct chunk_job *job)
 {
     int fd = -1;
     enum cache_chunk_state st = cache_chunk_open_current(e->c, job->id, job->want.chunk, &fd, NULL);
-    if (fd >= 0)
-        close(fd);
     if (st != CHUNK_CURRENT)
         store_refresh(cache_store(e->c)); /* results it made on the way */
     pthread_mutex_lock(&e->lock);
     if (st == CHUNK_CURRENT) {
         job->cached_already = true;
+        job->fd = fd; /* served as it is now: the lock is ours */
         asm_enqueue(e, job);
     } else {
         job_schedule(e, job);
@@ -465,17 +484,6 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
 
 /* ---- chunk assembly ---- */
 
-/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. */
-static void chunk_evict(struct engine *e, uint64_t id)
-{
-    log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
-    cache_chunk_remove(e->c, id);
-    pthread_mutex_lock(&e->lock);
-    if (e->n_cached)
-        e->n_cached--;
-    pthread_mutex_unlock(&e->lock);
-}
-
 /* A stored result the job needs turned out missing or damaged: compute it again, then
  * assemble once more (lock held). */
 static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
@@ -521,15 +529,23 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     }
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
+    /* The file to serve, opened while its lock is ours: afterwards another version may
+     * replace it (two versions of a configuration on one cache, during an edit). */
+    int served = job->fd, or = 0;
+    job->fd = -1;
+    if (rc == 0 && served < 0 && (or = cache_chunk_open_plain(e->c, id, &served)) < 0) {
+        log_error("chunk %llu: cannot open its cache file: %s", (unsigned long long)id,
+                  strerror(- or));
+        rc = -EIO;
+    }
     pthread_mutex_lock(&e->lock);
-    uint64_t *victims = NULL;
-    size_t nvictims = 0;
+    bool budget = false;
     if (rc == 0 && !job->cached_already) {
         if (written == 0)
             e->n_cached++; /* a new file; a replaced one was counted already */
         if (e->evict) {
             evict_add(e->evict, id, len);
-            nvictims = evict_victims(e->evict, id, &victims);
+            budget = true;
         }
     }
     int flags = job->cached_already ? 0 : ENGINE_COMPUTED;
@@ -540,10 +556,15 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     engine_flush_unstored(e);
     /* Evicted before the readers hear of this chunk, so that the cache never holds more than
      * the limit once a reader has its data. */
-    for (size_t i = 0; i < nvictims; i++)
-        chunk_evict(e, victims[i]);
-    free(victims);
-    engine_notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
+    if (budget)
+        engine_budget_check(e, id);
+    if (rc == 0) {
+        engine_notify_fd(w, id, served, flags);
+    } else {
+        if (served >= 0)
+            close(served);
+        engine_notify(e, w, id, -EIO, flags);
+    }
 }
 
 /* ---- the compute pool ---- */
@@ -612,8 +633,9 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
         evict_found(e->evict, id, size, mtime_ns);
 }
 
-/* The ROIs whose result, made from the input as it is now, is stored count as done. */
-static void scan_stored_results(struct engine *e)
+/* The ROIs whose result, made from the input as it is now, is stored count as done; live
+ * (when not NULL) gets the key of every ROI. */
+static void scan_stored_results(struct engine *e, struct keyset *live)
 {
     struct store *st = cache_store(e->c);
     struct store_stats ss;
@@ -625,6 +647,8 @@ static void scan_stored_results(struct engine *e)
         struct key128 k =
             engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
         struct store_info info;
+        if (live)
+            keyset_add(live, k);
         if (store_lookup(st, k, &info)) {
             e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
             e->n_done++;
@@ -633,6 +657,7 @@ static void scan_stored_results(struct engine *e)
         }
     }
     e->n_at_start = e->n_done;
+    e->n_unused = ss.results > e->n_done ? ss.results - e->n_done : 0;
     zarr_sigmemo_free(memo);
 }
 
@@ -654,14 +679,11 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
         e->evict = evict_new(t->cfg.max_size);
     /* What a previous mount (or another process) already finished. */
     cache_chunk_each(c, scan_cached_chunk, e);
-    scan_stored_results(e);
-    if (e->evict) {
-        uint64_t *victims;
-        size_t nv = evict_settle(e->evict, &victims);
-        for (size_t i = 0; i < nv; i++)
-            chunk_evict(e, victims[i]);
-        free(victims);
-    }
+    struct keyset *live = e->evict ? keyset_new(t->rois.n) : NULL;
+    scan_stored_results(e, live);
+    if (e->evict)
+        engine_budget_start(e, live);
+    keyset_free(live);
     int rc = pthread_create(&e->remote_thread, NULL, remote_main, e);
     if (rc != 0) {
         engine_destroy(e);

@@ -56,6 +56,7 @@ struct chunk_job {
     bool remote;         /* another process holds the chunk's lock: wait for it */
     bool cached_already; /* found current once locked: nothing to assemble */
     int lock;            /* the chunk's cache lock, or -1 */
+    int fd;              /* cached_already: the current file found, or -1 */
     bool replaced;       /* a cached version that was not current is being replaced */
     int attempts;        /* assemblies redone because a stored result vanished */
     struct waiter *waiters;
@@ -102,9 +103,13 @@ struct engine {
     bool stopping;
     double started; /* now_monotonic() at engine_create */
     size_t n_running, n_done, n_failed;
-    size_t n_computed;           /* ROIs this engine computed */
-    size_t n_reused;             /* ROIs taken from the result store instead of computed */
-    size_t n_at_start;           /* ROIs whose current result was stored when the engine started */
+    size_t n_computed; /* ROIs this engine computed */
+    size_t n_reused;   /* ROIs taken from the result store instead of computed */
+    size_t n_at_start; /* ROIs whose current result was stored when the engine started */
+    size_t n_unused;   /* stored results no ROI's current key names, as far as known */
+    size_t results_evicted;
+    bool collecting; /* a compaction for max_size is under way */
+    bool budget_warned;
     uint32_t made_min, made_max; /* when those were made (0: none) */
     uint64_t n_cached;
     struct unstored *unstored; /* results to store that no job holds (results.c) */
@@ -128,11 +133,28 @@ void evict_remove(struct evict *ev, uint64_t id);
 /* Takes out the least recently used chunks, never keep, until the total is at most max_size;
  * returns how many, their ids in *ids (malloc'd, or NULL). */
 size_t evict_victims(struct evict *ev, uint64_t keep, uint64_t **ids);
+/* usage: the chunk files and the bytes set by evict_set_other (the result store), which
+ * count against max_size too. */
 void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, uint64_t *evicted);
+void evict_set_other(struct evict *ev, uint64_t bytes);
+uint64_t evict_chunk_bytes(const struct evict *ev);
 /* At mount: notes a chunk found in the cache; then evict_settle orders them (older files less
  * recently used) and returns, like evict_victims, those to remove now. */
 void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns);
 size_t evict_settle(struct evict *ev, uint64_t **victims);
+/* evict_settle without taking victims. */
+void evict_settle_order(struct evict *ev);
+
+/* ---- budget.c: [cache] max_size over chunk files and results (no lock held) ---- */
+
+struct keyset;
+/* At the start, after the scans: unused results first (live: the keys of every ROI now), then
+ * the least recently used chunks, until the cache is within the limit. */
+void engine_budget_start(struct engine *e, struct keyset *live);
+/* After chunk keep was written: the same, never evicting keep. */
+void engine_budget_check(struct engine *e, uint64_t keep);
+/* Removes a cached chunk file (its results stay stored). */
+void engine_chunk_evict(struct engine *e, uint64_t id);
 
 /* ---- assemble.c: assembly (no engine lock) ---- */
 
@@ -192,6 +214,10 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
                        bool reused, const char *errmsg);
 /* Calls back every waiter in the list (outside the lock). */
 void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags);
+/* Calls back every waiter with its own descriptor of fd, the chunk file opened while the
+ * chunk's lock was held (another process serving another version of the configuration may
+ * replace the file as soon as the lock goes), and closes fd (outside the lock). */
+void engine_notify_fd(struct waiter *w, uint64_t id, int fd, int flags);
 
 int pyramid_engines_create(struct engine *e, struct errbuf *err);
 void pyramid_engines_destroy(struct engine *e);

@@ -33,9 +33,13 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
     if (e->evict) {
         uint64_t usage, max, evicted;
         evict_stats(e->evict, &usage, &max, &evicted);
+        uint64_t chunk_bytes = evict_chunk_bytes(e->evict);
         json_object_set_new(doc, "cache",
-                            json_pack("{s:I, s:I, s:I}", "bytes", (json_int_t)usage, "max_size",
-                                      (json_int_t)max, "evicted", (json_int_t)evicted));
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "bytes", (json_int_t)usage,
+                                      "chunk_bytes", (json_int_t)chunk_bytes, "result_bytes",
+                                      (json_int_t)(usage - chunk_bytes), "max_size",
+                                      (json_int_t)max, "evicted", (json_int_t)evicted,
+                                      "results_evicted", (json_int_t)e->results_evicted));
     }
     size_t reused = e->n_reused, computed = e->n_computed, at_start = e->n_at_start;
     pthread_mutex_unlock(&e->lock);
