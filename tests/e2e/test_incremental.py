@@ -6,6 +6,7 @@ every time, follows the new list; the default cache directory is named by the jo
 configuration file and the input), not by its ROI list, so an edit keeps the cache."""
 import json
 import os
+import re
 import threading
 import time
 
@@ -184,3 +185,100 @@ def test_default_cache_directory_survives_an_edit(tmp_path, mount, monkeypatch):
     set_param(task, 2)
     assert mount_and_read(mount, task, data, rois, 2)["calls"] == len(rois)
     assert os.listdir(xdg / "roifs") == dirs
+
+
+def test_two_processes_on_one_cache_during_an_edit(tmp_path, mount, roifs_bin):
+    """A mount of the list as it was keeps serving it while the file is edited and the new
+    list is warmed and mounted next to it on the same cache: each serves its own version,
+    never the other's (the chunk files, named by chunk, go back and forth between them), and
+    the ROIs of the new list that are new run once in all."""
+    task, data, counter = job(tmp_path)
+    old = base_rois()
+    ref_old = reference(data, old)
+    with mount(task.config) as a:
+        np.testing.assert_array_equal(read_all(a.path), ref_old)
+        counter.unlink()
+        added = [((8, 40), (8, 40)), ((60, 64), (60, 64))]
+        moved = ((41, 52), (13, 29))
+        new = old + added
+        new[3] = moved
+        del new[6]
+        ref_new = reference(data, new)
+        write_rois(task, new)
+        stop, seen, errors = threading.Event(), [0], []
+
+        def reader(path, ref):
+            while not stop.is_set():
+                try:
+                    np.testing.assert_array_equal(read_all(path), ref)
+                    seen[0] += 1
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(e)
+                    return
+
+        th = threading.Thread(target=reader, args=(a.path, ref_old))
+        th.start()
+        try:
+            r = run_roifs(roifs_bin, "warm", task.config, timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert "3 ROIs computed" in r.stderr, r.stderr
+            with mount(task.config, mnt=tmp_path / "mnt2") as b:
+                tb = threading.Thread(target=reader, args=(b.path, ref_new))
+                tb.start()
+                time.sleep(2)
+                stop.set()
+                tb.join(timeout=60)
+                assert b.status()["calls"] == 0
+        finally:
+            stop.set()
+            th.join(timeout=60)
+        assert not errors, errors[0]
+        assert seen[0] > 4
+        assert a.status()["calls"] == len(old)
+    assert counter_lines(counter) == sorted(map(box_name, added + [moved]))
+    st = mount_and_read(mount, task, data, new)
+    assert st["calls"] == 0
+
+
+def test_provenance_attributes(tmp_path, mount, roifs_bin):
+    """The output's attributes name the configuration's fingerprint, the processor's identity
+    and the hashes of the files it runs, and how many results were cached when the mount
+    started and when they were made; fixed for the life of the mount."""
+    task, data, counter = job(tmp_path)
+    t0 = int(time.time())
+    r = run_roifs(roifs_bin, "warm", task.config, timeout=60)
+    assert r.returncode == 0
+    t1 = int(time.time())
+    rois = base_rois() + [((8, 40), (8, 40))]
+    write_rois(task, rois)
+    with mount(task.config) as m:
+        attrs = json.loads((m.path / ".zattrs").read_text())["roifs"]
+        assert attrs["rois"] == len(rois)
+        assert re.fullmatch(r"[0-9a-f]{16}", attrs["fingerprint"])
+        assert re.fullmatch(r"[0-9a-f]{32}", attrs["processor"]["identity"])
+        files = attrs["processor"]["files"]
+        assert sorted(files) == sorted([PY, str(tmp_path / "f.py")]), files
+        assert files[str(tmp_path / "f.py")]["size"] == (tmp_path / "f.py").stat().st_size
+        res = attrs["results"]
+        assert res["cached_at_start"] == len(rois) - 1 and res["rois"] == len(rois), res
+        made = [time.mktime(time.strptime(res[k], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+                for k in ("made_from", "made_until")]
+        assert t0 - 1 <= made[0] <= made[1] <= t1 + 1, (res, t0, t1)
+        np.testing.assert_array_equal(read_all(m.path), reference(data, rois))
+        # computing the new ROI changes nothing the mount already said
+        assert json.loads((m.path / ".zattrs").read_text())["roifs"] == attrs
+        st = m.status()
+        assert st["results"]["reused"] == len(rois) - 1 and st["results"]["computed"] == 1
+        out = run_roifs(roifs_bin, "status", m.path).stdout
+        assert f"results: {len(rois) - 1} reused from the cache" in out, out
+    # the processor's code edited: another identity, another hash
+    (tmp_path / "f.py").write_text((tmp_path / "f.py").read_text() + "\n# edited\n")
+    with mount(task.config) as m:
+        again = json.loads((m.path / ".zattrs").read_text())["roifs"]
+        assert again["processor"]["identity"] != attrs["processor"]["identity"]
+        assert again["processor"]["files"][str(tmp_path / "f.py")]["hash"] != \
+            files[str(tmp_path / "f.py")]["hash"]
+        assert again["results"]["cached_at_start"] == 0
+        assert again["results"]["made_from"] is None
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert "ROIs:      0 cached" in r.stdout and f"{len(rois)} to compute" in r.stdout, r.stdout
