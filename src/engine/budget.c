@@ -22,7 +22,8 @@ void engine_chunk_evict(struct engine *e, uint64_t id)
     log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
     cache_chunk_remove(e->c, id);
     pthread_mutex_lock(&e->lock);
-    if (e->n_cached)
+    bool uncounted = e->nstale && engine_stale_take(e, id); /* taken out already */
+    if (!uncounted && e->n_cached)
         e->n_cached--;
     pthread_mutex_unlock(&e->lock);
 }

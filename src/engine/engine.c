@@ -346,9 +346,12 @@ static void *remote_main(void *arg)
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
 {
-    if (e->evict) { /* before the reader hears of it: its next open may evict */
+    if (e->evict || e->nstale) { /* before the reader hears of it: its next open may evict */
         pthread_mutex_lock(&e->lock);
-        evict_touch(e->evict, id);
+        if (e->evict)
+            evict_touch(e->evict, id);
+        if (e->nstale && engine_stale_take(e, id))
+            e->n_cached++; /* current again */
         pthread_mutex_unlock(&e->lock);
     }
     /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
@@ -358,6 +361,10 @@ static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, e
 
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
 {
+    if (e->is_broken) { /* the input's metadata changed under the mount (changes.c) */
+        cb(ctx, -EIO, -1, 0);
+        return;
+    }
     struct chunk_keys keys;
     engine_chunk_keys_now(e->t, id, NULL, &keys);
     bool replaced = false;
@@ -410,7 +417,13 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         return;
     }
     int64_t mtime_ns;
-    *known = cache_chunk_stat(e->c, id, size, &mtime_ns) == 0;
+    bool stale = false;
+    if (e->nstale) { /* made from input that changed since: its size is not known */
+        pthread_mutex_lock(&e->lock);
+        stale = engine_is_stale(e, id);
+        pthread_mutex_unlock(&e->lock);
+    }
+    *known = !stale && cache_chunk_stat(e->c, id, size, &mtime_ns) == 0;
     if (!*known)
         *size = 0;
 }
@@ -540,8 +553,11 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     }
     pthread_mutex_lock(&e->lock);
     bool budget = false;
+    bool was_stale = rc == 0 && e->nstale && engine_stale_take(e, id);
+    if (rc == 0 && job->cached_already && was_stale)
+        e->n_cached++;
     if (rc == 0 && !job->cached_already) {
-        if (written == 0)
+        if (written == 0 || was_stale)
             e->n_cached++; /* a new file; a replaced one was counted already */
         if (e->evict) {
             evict_add(e->evict, id, len);
@@ -672,6 +688,7 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->remote_cv, NULL);
     e->rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->rois);
+    idlru_init(&e->stale);
     if (t->level == 0)
         cache_adopt(
             c); /* this process serves the cache (maybe forked from the one that opened it) */
@@ -732,6 +749,8 @@ void engine_destroy(struct engine *e)
         free(e->errors[i].message);
     free(e->rois);
     evict_free(e->evict);
+    engine_stale_free(e);
+    free(e->broken);
     free(e->demand.buf);
     free(e->ahead.buf);
     pthread_mutex_destroy(&e->lock);

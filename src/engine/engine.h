@@ -43,6 +43,10 @@ struct engine_mount_info {
     bool passthrough;            /* chunks are read through FUSE passthrough */
     const char *passthrough_off; /* why not, when not */
     uint64_t chunk_reads;        /* READ requests for chunks the daemon answered */
+    bool watching;               /* [input] watch is on */
+    size_t watch_dirs, watch_unwatched;
+    uint64_t watch_events, watch_overflows;
+    const char *watch_warning; /* or NULL */
 };
 /* The status document of SPEC §6 (malloc'd JSON text); mi may be NULL. */
 char *engine_status_json(struct engine *e, const struct engine_mount_info *mi);
@@ -96,6 +100,21 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
 void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmemo *memo,
                            struct chunk_keys *out);
 void chunk_keys_free(struct chunk_keys *k);
+
+/* ---- input changes (changes.c): [input] watch ---- */
+
+/* Calls fn(ctx, level, id) for each output chunk, of every pyramid level, that depends on
+ * the input's storage files sids[0..n) (with all: on any), after forgetting what the engine
+ * knew of it: the results of the ROIs reading those files no longer count as done, the chunk
+ * files as cached, and the size of a chunk that depends on the encoding is unknown until its
+ * next open makes it again. */
+void engine_input_changed(struct engine *e, const uint64_t *sids, size_t n, bool all,
+                          void (*fn)(void *ctx, int level, uint64_t id), void *ctx);
+/* The input's metadata changed: every chunk open fails with EIO from now on, with reason in
+ * the status ("input_error") and the log. */
+void engine_input_broken(struct engine *e, const char *reason);
+/* The reason given to engine_input_broken (malloc'd), or NULL. */
+char *engine_input_error(struct engine *e);
 
 /* Seconds since this process started (the status document's "uptime"). */
 double engine_uptime(struct engine *e);

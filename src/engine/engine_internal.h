@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "../idlru.h"
 #include "../key.h"
 #include "engine.h"
 
@@ -120,7 +121,19 @@ struct engine {
     /* [cache] max_size > 0: the cached chunks by last use (evict.c) */
     struct evict *evict;
     struct cache *sub_cache[TASK_MAX_LEVELS];
+    /* [input] watch (changes.c): chunks whose file is stale since an input change, until made
+     * again; the reason the input may not be served any more */
+    struct idlru stale;
+    _Atomic size_t nstale;
+    char *broken;
+    _Atomic bool is_broken;
 };
+
+/* changes.c (lock held): takes chunk id out of the stale ones; true when its file was taken
+ * out of n_cached then (to count again once it is current). */
+bool engine_stale_take(struct engine *e, uint64_t id);
+bool engine_is_stale(struct engine *e, uint64_t id);
+void engine_stale_free(struct engine *e);
 
 /* evict.c: least-recently-used order and total size of the cached chunks this process
  * computed or found at mount, for [cache] max_size. Callers hold the engine's lock. */

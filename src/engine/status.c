@@ -52,12 +52,25 @@ char *engine_status_json(struct engine *e, const struct engine_mount_info *mi)
                                   (json_int_t)ss.damaged));
     if (t->nlevels > 1)
         json_object_set_new(doc, "levels", pyramid_status(e));
+    char *input_error = engine_input_error(e);
+    if (input_error)
+        json_object_set_new(doc, "input_error", json_string(input_error));
+    free(input_error);
     if (mi) {
         json_t *f = json_pack("{s:b, s:I}", "passthrough", mi->passthrough, "chunk_reads",
                               (json_int_t)mi->chunk_reads);
         if (!mi->passthrough && mi->passthrough_off)
             json_object_set_new(f, "passthrough_off", json_string(mi->passthrough_off));
         json_object_set_new(doc, "fuse", f);
+        if (mi->watching) {
+            json_t *w =
+                json_pack("{s:I, s:I, s:I, s:I}", "dirs", (json_int_t)mi->watch_dirs, "unwatched",
+                          (json_int_t)mi->watch_unwatched, "changes", (json_int_t)mi->watch_events,
+                          "overflows", (json_int_t)mi->watch_overflows);
+            if (mi->watch_warning)
+                json_object_set_new(w, "warning", json_string(mi->watch_warning));
+            json_object_set_new(doc, "watch", w);
+        }
     }
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);

@@ -62,7 +62,7 @@ static struct fs *fs_of(fuse_req_t req)
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n)
 {
     uint64_t base = ino, size;
-    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) != 1)
+    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) < 1)
         return -ENOENT;
     return ns_get(&fs->ns, base, n);
 }
@@ -552,6 +552,11 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     }
     long minor = record_daemon(abs);
     free(abs);
+    struct errbuf werr = {{0}};
+    if (t->cfg.watch && fs_follow_start(&fs, &werr) < 0)
+        log_warn("%s; changes of the input are found when a chunk is opened, and the kernel "
+                 "may serve pages and sizes cached before them",
+                 werr.msg);
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", t->cfg.path, o->mountpoint,
              t->rois.n, t->cfg.threads, cache_path(c));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
@@ -560,6 +565,7 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     fuse_loop_cfg_destroy(lc);
     /* Unmounted, or a stop signal: readers waiting for a chunk are answered now, the mount goes,
      * then the computations stop. Files still open fail once the session is gone. */
+    fs_follow_stop(&fs); /* it notifies the kernel through the session: stopped first */
     fs_answer_pending(&fs, EIO);
     fuse_session_unmount(fs.se);
     stop_engine(fs.e, minor);

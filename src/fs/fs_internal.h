@@ -54,6 +54,7 @@ struct fs {
     struct handle status;  /* list head: open status files (few) */
     pthread_mutex_t pending_lock;
     struct pending_open *pending; /* opens waiting for the engine (doubly linked) */
+    struct watch *follow;         /* [input] watch (follow.c), or NULL */
 };
 
 /* A handle not listed yet: fill it, then handle_add (the list's readers see it whole). */
@@ -65,6 +66,12 @@ void handle_free(struct fs *fs, struct handle *h);
 /* fs.c: the node behind inode ino, for any inode a lookup may have given (a later version's
  * too: n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
+
+/* follow.c: [input] watch. Start once the session is mounted; stop before it goes. */
+int fs_follow_start(struct fs *fs, struct errbuf *err);
+void fs_follow_stop(struct fs *fs);
+/* Adds the watch's counts to the status document's inputs. */
+void fs_follow_info(struct fs *fs, struct engine_mount_info *mi);
 
 /* open.c */
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

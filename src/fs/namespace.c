@@ -319,6 +319,15 @@ static uint64_t level_ino(int level, uint64_t local)
     return ((uint64_t)(level + 1) << NS_LEVEL_SHIFT) | local;
 }
 
+uint64_t ns_chunk_ino(const struct ns *ns, int level, uint64_t id)
+{
+    if (ns->nlevels == 0)
+        return NS_INO_CHUNKS + ns->base[ns->ndim] + id;
+    struct ns sub;
+    arr_init(&sub, ns->t->levels[level]);
+    return level_ino(level, NS_INO_CHUNKS + sub.base[sub.ndim] + id);
+}
+
 static void group_fixed(const struct ns *ns, uint64_t ino, struct ns_node *out)
 {
     memset(out, 0, sizeof *out);

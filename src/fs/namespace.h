@@ -46,6 +46,8 @@ struct ns {
 };
 
 void ns_init(struct ns *ns, const struct task *t);
+/* The inode of chunk id of pyramid level `level` (0 without [output] ome). */
+uint64_t ns_chunk_ino(const struct ns *ns, int level, uint64_t id);
 /* Resolves name in directory parent: 0, -ENOENT or -ENOTDIR. */
 int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out);
 /* Describes inode ino: 0 or -ENOENT. */

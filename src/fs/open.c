@@ -204,6 +204,7 @@ static char *status_snapshot(struct fs *fs)
     struct engine_mount_info mi = {.passthrough = pt_active(fs->pt),
                                    .passthrough_off = pt_reason(fs->pt),
                                    .chunk_reads = atomic_load(&fs->chunk_reads)};
+    fs_follow_info(fs, &mi);
     return engine_status_json(fs->e, &mi);
 }
 
