@@ -77,7 +77,7 @@ void provenance_set_results(struct task *t, const struct provenance_results *r)
     json_t *results =
         json_pack("{s:I, s:I, s:o, s:o, s:o}", "cached_at_start", (json_int_t)r->cached, "rois",
                   (json_int_t)r->total, "made_from", iso_time(r->made_min), "made_until",
-                  iso_time(r->made_max), "mounted", iso_time(r->started));
+                  iso_time(r->made_max), "started", iso_time(r->started));
     json_t *attrs = json_loads(t->zattrs_json, 0, NULL);
     if (json_is_object(attrs)) {
         set_results(attrs, results);

@@ -12,9 +12,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "../engine/gc.h"
 #include "../fs/namespace.h"
+#include "../provenance.h"
 #include "../zarr/zarr.h"
 #include "cli.h"
 
@@ -368,16 +371,21 @@ static int open_dest(struct export *x, const struct task *t, int *lock)
 static int export_run(struct export *x, struct task *t)
 {
     struct errbuf err = {{0}};
-    struct ns ns;
-    ns_init(&ns, t);
-    if (walk(x, &ns, NS_INO_ROOT, "", &err) < 0) {
-        fprintf(stderr, "roifs: %s\n", err.msg);
-        return EXIT_RUNTIME;
-    }
     struct cache *c = NULL;
     int rc = cli_open_cache(t, &c);
     if (rc)
         return rc;
+    /* the attributes say what the cache held when the export started, as a mount's do */
+    struct provenance_results pr = {.total = t->rois.n, .started = time(NULL)};
+    gc_results_made(t, c, &pr.cached, &pr.made_min, &pr.made_max);
+    provenance_set_results(t, &pr);
+    struct ns ns;
+    ns_init(&ns, t);
+    if (walk(x, &ns, NS_INO_ROOT, "", &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        cache_close(c);
+        return EXIT_RUNTIME;
+    }
     struct run_spec spec = {.verb = "export",
                             .ids = x->ids,
                             .levels = x->levels,

@@ -517,6 +517,27 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
     }
 }
 
+/* Writes chunk id to the cache, counted in n_cached before any reader can see it: a reader
+ * may open the file as soon as it is renamed into place, and read the status right after.
+ * 1 (it replaced a file), 0 (a new one) or -errno. */
+static int write_counted(struct engine *e, uint64_t id, const void *data, size_t len,
+                         struct key128 key)
+{
+    bool absent = !cache_chunk_exists(e->c, id);
+    if (absent) {
+        pthread_mutex_lock(&e->lock);
+        e->n_cached++;
+        pthread_mutex_unlock(&e->lock);
+    }
+    int w = cache_chunk_write(e->c, id, data, len, key);
+    if ((absent && w < 0) || (!absent && w == 0)) { /* failed; or gone meanwhile */
+        pthread_mutex_lock(&e->lock);
+        e->n_cached += w == 0 ? 1 : -1;
+        pthread_mutex_unlock(&e->lock);
+    }
+    return w;
+}
+
 static void run_assembly(struct engine *e, struct chunk_job *job)
 {
     struct errbuf err = {{0}};
@@ -529,7 +550,7 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
         rc = engine_assemble(e, job, &data, &len, &key, &bad, &err);
         if (rc == 0)
             engine_store_job_results(e, job); /* before the chunk: it names them */
-        if (rc == 0 && (written = cache_chunk_write(e->c, id, data, len, key)) < 0)
+        if (rc == 0 && (written = write_counted(e, id, data, len, key)) < 0)
             rc = err_set(&err, written, "cannot write it to the cache: %s", strerror(-written));
     }
     free(data);
@@ -553,12 +574,10 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     }
     pthread_mutex_lock(&e->lock);
     bool budget = false;
-    bool was_stale = rc == 0 && e->nstale && engine_stale_take(e, id);
-    if (rc == 0 && job->cached_already && was_stale)
+    /* counted by write_counted, or at mount; a stale one was taken out of the count */
+    if (rc == 0 && e->nstale && engine_stale_take(e, id))
         e->n_cached++;
     if (rc == 0 && !job->cached_already) {
-        if (written == 0 || was_stale)
-            e->n_cached++; /* a new file; a replaced one was counted already */
         if (e->evict) {
             evict_add(e->evict, id, len);
             budget = true;
