@@ -15,11 +15,11 @@ struct task;
  * (kind, value, params, identity and the content hashes of the files it runs). */
 void *provenance_new(const struct task *t);
 
-/* What the cache held for the task when the mount (or warm) started. */
+/* What the cache held for the task when the mount (or export) started. */
 struct provenance_results {
     size_t cached, total;        /* ROIs whose current result was stored, of all ROIs */
     uint32_t made_min, made_max; /* when those were made, seconds since the epoch (0: none) */
-    int64_t started;             /* the mount's start, seconds since the epoch */
+    int64_t started;             /* the mount's (or export's) start, seconds since the epoch */
 };
 /* Adds "results" to the attribute of t (and of its image group), replacing the attribute
  * texts t serves; called once, before the mount serves anything. */
