@@ -282,3 +282,18 @@ def test_provenance_attributes(tmp_path, mount, roifs_bin):
         assert again["results"]["made_from"] is None
     r = run_roifs(roifs_bin, "check", task.config)
     assert "ROIs:      0 cached" in r.stdout and f"{len(rois)} to compute" in r.stdout, r.stdout
+
+
+def test_many_rois_are_a_few_files(tmp_path, roifs_bin):
+    """Every ROI result is kept, packed: 10,000 ROIs are one pack file, not 10,000 files."""
+    data = np.arange(400 * 400, dtype="<u2").reshape(400, 400)
+    task = make_task(tmp_path, data, (100, 100), rois=[],
+                     process={"builtin": "add", "param.value": 1},
+                     sections={"rois": {"file": None, "grid": "4,4"}})
+    r = run_roifs(roifs_bin, "warm", task.config, timeout=120)
+    assert r.returncode == 0 and "10000 ROIs computed" in r.stderr, r.stderr
+    packs = os.listdir(task.cache / "results")
+    assert packs == ["pack-000001"], packs
+    data_ = (task.cache / "results" / "pack-000001").read_bytes()
+    assert data_.count(b"roifsP1\0") == 10000
+    assert len(os.listdir(task.cache / "chunks")) == 16
