@@ -77,15 +77,10 @@ static int fail(struct loader *ld, int line, const char *fmt, ...)
 {
     if (ld->failed)
         return -EINVAL;
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    err_vat(ld->err, -EINVAL, ld->name, line, fmt, ap);
     va_end(ap);
-    if (line > 0)
-        err_set(ld->err, -EINVAL, "%s:%d: %s", ld->name, line, msg);
-    else
-        err_set(ld->err, -EINVAL, "%s: %s", ld->name, msg);
     ld->failed = true;
     ld->fail_line = line;
     ld->code = -EINVAL;
@@ -733,6 +728,22 @@ int config_line(const struct config *cfg, const char *section, const char *key)
             return e->line;
     }
     return 0;
+}
+
+int config_verror(const struct config *cfg, struct errbuf *err, const char *section,
+                  const char *key, const char *fmt, va_list ap)
+{
+    return err_vat(err, -EINVAL, cfg->path, config_line(cfg, section, key), fmt, ap);
+}
+
+int config_error(const struct config *cfg, struct errbuf *err, const char *section, const char *key,
+                 const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    config_verror(cfg, err, section, key, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
 }
 
 const struct config_param *config_param(const struct config *cfg, const char *name)

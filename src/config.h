@@ -5,6 +5,7 @@
 #ifndef ROIFS_CONFIG_H
 #define ROIFS_CONFIG_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -92,6 +93,13 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err);
 /* Line on which section.key was set, or 0 when it was not set (then use 0 in messages:
  * the caller prints "FILE: ..." without a line). */
 int config_line(const struct config *cfg, const char *section, const char *key);
+/* An error about section.key found after loading (by task.c, the processors): "FILE:LINE:
+ * message" with the key's line, "FILE: message" when the key was not set. -EINVAL. */
+int config_error(const struct config *cfg, struct errbuf *err, const char *section, const char *key,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int config_verror(const struct config *cfg, struct errbuf *err, const char *section,
+                  const char *key, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 /* Looks up param.NAME; NULL when absent. */
 const struct config_param *config_param(const struct config *cfg, const char *name);
 void config_free(struct config *cfg);

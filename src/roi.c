@@ -33,12 +33,11 @@ static int parse_fail(struct roi_parser *p, const char *fmt, ...)
 /* "NAME:LINE: message". */
 static int parse_fail(struct roi_parser *p, const char *fmt, ...)
 {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    err_vat(p->err, -EINVAL, p->name, p->line, fmt, ap);
     va_end(ap);
-    return err_set(p->err, -EINVAL, "%s:%d: %s", p->name, p->line, msg);
+    return -EINVAL;
 }
 
 static bool is_blank(char c)

@@ -15,28 +15,9 @@
 
 #include "nd.h"
 
-/* Sets err to "FILE:LINE: message" (just "FILE: " when section.key was not set); -EINVAL. */
-static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
-                    const char *fmt, ...)
-{
-    char *what;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&what, fmt, ap) < 0)
-        what = NULL;
-    va_end(ap);
-    int line = config_line(&t->cfg, section, key);
-    if (line > 0)
-        err_set(err, -EINVAL, "%s:%d: %s", t->cfg.path, line, what ? what : "error");
-    else
-        err_set(err, -EINVAL, "%s: %s", t->cfg.path, what ? what : "error");
-    free(what);
-    return -EINVAL;
-}
-
-#define TASK_ERR(t, err, section, key, ...) return task_err(t, err, section, key, __VA_ARGS__)
+/* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
+#define TASK_ERR(t, err, section, key, ...)                                                        \
+    return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
 static int open_input(struct task *t, struct errbuf *err)
 {

@@ -25,6 +25,20 @@ int err_set(struct errbuf *err, int code, const char *fmt, ...)
     return code;
 }
 
+/* Puts "prefix: " before the message already in err. */
+static void prepend(struct errbuf *err, const char *prefix)
+{
+    size_t n = strnlen(prefix, sizeof err->msg / 2), cap = sizeof err->msg;
+    size_t keep = strnlen(err->msg, cap - 1);
+    if (n + 2 + keep > cap - 1)
+        keep = cap - 1 - n - 2;
+    memmove(err->msg + n + 2, err->msg, keep);
+    err->msg[n + 2 + keep] = '\0';
+    memcpy(err->msg, prefix, n);
+    err->msg[n] = ':';
+    err->msg[n + 1] = ' ';
+}
+
 int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
 {
     if (err) {
@@ -33,15 +47,46 @@ int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
-        size_t n = strlen(prefix), cap = sizeof err->msg;
-        size_t keep = strnlen(err->msg, cap - 1);
-        if (n + 2 + keep > cap - 1)
-            keep = cap - 1 - n - 2;
-        memmove(err->msg + n + 2, err->msg, keep);
-        err->msg[n + 2 + keep] = '\0';
-        memcpy(err->msg, prefix, n);
-        err->msg[n] = ':';
-        err->msg[n + 1] = ' ';
+        prepend(err, prefix);
+    }
+    return code;
+}
+
+int err_vat(struct errbuf *err, int code, const char *file, int line, const char *fmt, va_list ap)
+{
+    if (err) {
+        char msg[768]; /* room for the place before it */
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        if (line > 0)
+            snprintf(err->msg, sizeof err->msg, "%s:%d: %s", file, line, msg);
+        else
+            snprintf(err->msg, sizeof err->msg, "%s: %s", file, msg);
+    }
+    return code;
+}
+
+int err_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err_vat(err, code, file, line, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int err_prefix_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+{
+    if (err) {
+        char what[256], prefix[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        if (line > 0)
+            snprintf(prefix, sizeof prefix, "%s:%d: %s", file, line, what);
+        else
+            snprintf(prefix, sizeof prefix, "%s: %s", file, what);
+        prepend(err, prefix);
     }
     return code;
 }

@@ -22,6 +22,15 @@ int err_set(struct errbuf *err, int code, const char *fmt, ...)
 /* Prepends "prefix: " to the message already in err; returns code. */
 int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The one form of a message about a place in a file: "FILE:LINE: message", or
+ * "FILE: message" when line <= 0 (unknown or the whole file). Returns code. */
+int err_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int err_vat(struct errbuf *err, int code, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+/* Prepends "FILE:LINE: prefix: " (or "FILE: prefix: ") to the message already in err. */
+int err_prefix_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Logging: to stderr (foreground), a file, or syslog. Thread-safe. */
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };

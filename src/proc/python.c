@@ -559,31 +559,11 @@ static const struct proc_ops python_ops = {
 
 /* ---- creation ---- */
 
-/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
-static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
-{
-    json_t *obj = json_object();
-    for (int i = 0; i < cfg->nparams; i++) {
-        const struct config_param *pm = &cfg->params[i];
-        json_t *v = json_string(pm->value);
-        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
-            json_decref(obj);
-            return err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path, pm->line,
-                           pm->name);
-        }
-    }
-    *out = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return 0;
-}
-
 /* "FILE:LINE: [process] python: " before the message in err. */
-static int config_error(const struct config *cfg, int rc, struct errbuf *err)
+static int python_spec_error(const struct config *cfg, int rc, struct errbuf *err)
 {
-    int line = config_line(cfg, "process", "python");
-    if (line > 0)
-        return err_prefix(err, rc, "%s:%d: [process] python", cfg->path, line);
-    return err_prefix(err, rc, "%s: [process] python", cfg->path);
+    return err_prefix_at(err, rc, cfg->path, config_line(cfg, "process", "python"),
+                         "[process] python");
 }
 
 static int check_spec(const char *spec, struct errbuf *err)
@@ -629,8 +609,8 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     char *params = NULL;
     int rc = check_spec(cfg->proc_value, err);
     if (rc)
-        return config_error(cfg, rc, err);
-    if ((rc = encode_params(cfg, &params, err)))
+        return python_spec_error(cfg, rc, err);
+    if ((rc = proc_params_json(cfg, &params, err)))
         return rc;
     struct pyserver_opts o = {
         .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
@@ -638,7 +618,7 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     rc = pyserver_start(&o, &srv, err);
     free(params);
     if (rc)
-        return config_error(cfg, rc, err);
+        return python_spec_error(cfg, rc, err);
     bool slurm = cfg->executor && strcmp(cfg->executor, "slurm") == 0;
     if (slurm) { /* the file imports and has its function: the nodes run it */
         pyserver_stop(srv, true);
@@ -663,7 +643,7 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     }
     if (rc) {
         python_destroy(&pp->base);
-        return config_error(cfg, rc, err);
+        return python_spec_error(cfg, rc, err);
     }
     *out = &pp->base;
     return 0;

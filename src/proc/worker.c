@@ -507,34 +507,13 @@ static const struct proc_ops worker_ops = {
     .destroy = worker_destroy,
 };
 
-/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
-static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
-{
-    json_t *obj = json_object();
-    for (int i = 0; i < cfg->nparams; i++) {
-        const struct config_param *pm = &cfg->params[i];
-        json_t *v = json_string(pm->value);
-        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
-            json_decref(obj);
-            int line = pm->line;
-            return line > 0 ? err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path,
-                                      line, pm->name)
-                            : err_set(err, -EINVAL, "%s: param.%s: not valid UTF-8", cfg->path,
-                                      pm->name);
-        }
-    }
-    *out = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return 0;
-}
-
 int proc_worker_create(const struct config *cfg, struct proc **out, struct errbuf *err)
 {
     if (!cfg->proc_value || !cfg->proc_value[strspn(cfg->proc_value, " \t")])
         return err_set(err, -EINVAL, "%s: [process] worker: empty command", cfg->path);
     char *params = NULL;
     struct slurm_launch *slurm = NULL;
-    int rc = encode_params(cfg, &params, err);
+    int rc = proc_params_json(cfg, &params, err);
     if (!rc)
         rc = slurm_launch_create(cfg, &slurm, err);
     if (rc) {
