@@ -121,45 +121,29 @@ static bool is_int64(const struct dtype *dt)
     return (dt->kind == DT_INT || dt->kind == DT_UINT) && dt->size == 8;
 }
 
-static void apply_double(enum builtin_op op, double v, double *x, size_t n)
-{
-    switch (op) {
-    case OP_ADD:
-        for (size_t i = 0; i < n; i++)
-            x[i] += v;
-        break;
-    case OP_MULTIPLY:
-        for (size_t i = 0; i < n; i++)
-            x[i] *= v;
-        break;
-    case OP_THRESHOLD:
-        for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > v ? 1.0 : 0.0;
-        break;
-    default:
-        break;
+/* apply_double and apply_ldouble: the same elementwise op on n values of type T. */
+#define DEFINE_APPLY(NAME, T)                                                                      \
+    static void NAME(enum builtin_op op, T v, T *x, size_t n)                                      \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case OP_ADD:                                                                               \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] += v;                                                                         \
+            break;                                                                                 \
+        case OP_MULTIPLY:                                                                          \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] *= v;                                                                         \
+            break;                                                                                 \
+        case OP_THRESHOLD:                                                                         \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] = x[i] > v ? (T)1 : (T)0;                                                     \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
     }
-}
-
-static void apply_ldouble(enum builtin_op op, long double v, long double *x, size_t n)
-{
-    switch (op) {
-    case OP_ADD:
-        for (size_t i = 0; i < n; i++)
-            x[i] += v;
-        break;
-    case OP_MULTIPLY:
-        for (size_t i = 0; i < n; i++)
-            x[i] *= v;
-        break;
-    case OP_THRESHOLD:
-        for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > v ? 1.0L : 0.0L;
-        break;
-    default:
-        break;
-    }
-}
+DEFINE_APPLY(apply_double, double)
+DEFINE_APPLY(apply_ldouble, long double)
 
 /* Converts through double, or long double when a 64-bit integer type is involved so that every
  * int64/uint64 value stays exact. */
