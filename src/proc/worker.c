@@ -342,11 +342,11 @@ static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct ex
         if (w->pid_fd < 0)
             note_exit(w);
         if (pf[1].revents) {
-            int rc = wire_read_reply(w, x, err);
+            enum outcome rc = wire_read_reply(w, x, err);
             if (rc == OUT_OK || rc == OUT_REFUSED)
-                return wire_check_complete(w, x, (enum outcome)rc, err);
-            if (rc >= 0)
-                return (enum outcome)rc;
+                return wire_check_complete(w, x, rc, err);
+            if (rc != OUT_MORE)
+                return rc;
         }
         now = now_monotonic();
         if (deadline > 0 && now >= deadline)
@@ -414,6 +414,7 @@ static int worker_run(struct proc *p, const struct proc_request *rq, struct errb
         rc = report_death(w, &x, err);
         break;
     case OUT_BROKEN:
+    case OUT_MORE: /* not an end: exchange() waits on it */
         rc = -EIO;
         w->retire = true;
         break;

@@ -60,8 +60,9 @@ struct worker_pool {
     _Atomic bool stopping;
 };
 
-/* What became of one request. */
-enum outcome { OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
+/* What became of one request. OUT_MORE is no end: wire_read_reply's "the reply is not
+ * complete yet, wait for more". */
+enum outcome { OUT_MORE, OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
 
 /* One request in flight. */
 struct exchange {
@@ -80,9 +81,10 @@ void wire_build_request(const struct worker_pool *wp, const struct proc_request 
 void wire_size_pipes(struct worker *w, const struct proc_request *rq);
 /* Writes what it can of the request without blocking. */
 void wire_write_request(struct worker *w, struct exchange *x);
-/* Reads what the worker sent. OUT_OK with x->have_header set (and all the output read when
- * ok) means the reply is complete; -1 means more is to come. */
-int wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err);
+/* Reads what the worker sent without blocking: OUT_MORE while the reply is incomplete;
+ * OUT_OK once the header said ok and all the output is read; OUT_REFUSED once the header said
+ * ok: false (message in err); OUT_BROKEN (message in err) or OUT_DIED (end of file) else. */
+enum outcome wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err);
 /* A finished reply: the whole request must have been read, and nothing may follow. */
 enum outcome wire_check_complete(struct worker *w, struct exchange *x, enum outcome got,
                                  struct errbuf *err);
