@@ -619,7 +619,7 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     free(params);
     if (rc)
         return python_spec_error(cfg, rc, err);
-    bool slurm = cfg->executor && strcmp(cfg->executor, "slurm") == 0;
+    bool slurm = cfg->executor == EXECUTOR_SLURM;
     if (slurm) { /* the file imports and has its function: the nodes run it */
         pyserver_stop(srv, true);
         return create_slurm(cfg, interp, out, err);

@@ -151,7 +151,7 @@ static void add_opt(char ***opts, size_t *n, char *opt)
 int slurm_launch_create(const struct config *cfg, struct slurm_launch **out, struct errbuf *err)
 {
     *out = NULL;
-    if (!cfg->executor || strcmp(cfg->executor, "slurm") != 0)
+    if (cfg->executor != EXECUTOR_SLURM)
         return 0;
     char **extra = NULL;
     size_t nextra = 0;

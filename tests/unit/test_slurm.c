@@ -107,7 +107,7 @@ static void make_cfg(struct config *cfg, enum proc_kind kind, const char *value)
     cfg->proc_kind = kind;
     cfg->proc_value = (char *)value;
     cfg->threads = 2;
-    cfg->executor = "slurm";
+    cfg->executor = EXECUTOR_SLURM;
     cfg->slurm_cpus_per_task = 2;
 }
 
@@ -138,10 +138,10 @@ static void test_launch_errors(void)
 
     /* executor = local (or unset): no srun needed */
     struct slurm_launch *sl = (struct slurm_launch *)1;
-    cfg.executor = "local";
+    cfg.executor = EXECUTOR_LOCAL;
     CHECK_EQ_INT(slurm_launch_create(&cfg, &sl, &err), 0);
     CHECK(sl == NULL);
-    cfg.executor = NULL;
+    cfg.executor = (enum executor_kind)0; /* unset: what a zeroed configuration holds */
     CHECK_EQ_INT(slurm_launch_create(&cfg, &sl, &err), 0);
     CHECK(sl == NULL);
 }
