@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, all_chunks, chunk_key, line_of, make_task, read_bytes, run_roifs
+from conftest import (PY, all_chunks, chunk_key, line_of, make_task, pid_alive, read_bytes,
+                      run_roifs)
 
 SHAPE, CHUNKS, HALO = (40, 60), (16, 16), 2
 ROIS = [((0, 12), (0, 20)), ((5, 30), (10, 45)), ((20, 40), (30, 60)), ((14, 18), (2, 58)),
@@ -166,20 +167,11 @@ def pids(task):
     return [int(p) for p in (task.dir / "pids.txt").read_text().split()]
 
 
-def alive(pid):
-    """True while pid runs (a zombie waiting for its parent does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def wait_gone(pid_list, timeout=5):
     deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pid_list) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pid_list) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [p for p in pid_list if alive(p)]
+    return [p for p in pid_list if pid_alive(p)]
 
 
 def roi1_errors(m):

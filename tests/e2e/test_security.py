@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import _unescape, is_mounted, make_task, read_bytes, run_roifs
+from conftest import is_mounted, make_task, mountinfo_entry, read_bytes, run_roifs
 
 SHAPE, CHUNKS = (12, 12), (4, 4)  # a 3 x 3 chunk grid
 
@@ -39,14 +39,10 @@ def task_2d(tmp_path, separator=".", shape=SHAPE, chunks=CHUNKS):
 
 def mount_options(mnt):
     """(per-mount options, superblock options) of mnt from /proc/self/mountinfo."""
-    mnt = os.path.realpath(mnt)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.rstrip("\n").partition(" - ")
-            fields = left.split(" ")
-            if _unescape(fields[4]) == mnt:
-                return set(fields[5].split(",")), set(right.split(" ")[2].split(","))
-    raise AssertionError(f"{mnt} is not mounted")
+    entry = mountinfo_entry(mnt)
+    assert entry, f"{mnt} is not mounted"
+    fields, right = entry
+    return set(fields[5].split(",")), set(right[2].split(","))
 
 
 def run(*args, **kw):
