@@ -26,7 +26,6 @@
 
 #define DEFAULT_INTERPRETER "/usr/bin/python3"
 /* A stderr line is logged once complete, or in pieces of this size. */
-#define LINE_MAX_LOG 1024
 /* A worker that died gets this long to finish its stderr (the traceback). */
 #define DEATH_GRACE 0.5
 /* The result starts at this alignment after the block in the shared memory. */
@@ -48,8 +47,7 @@ struct pyworker {
     bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
     bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
     unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
-    char line[LINE_MAX_LOG + 1];
-    size_t line_len;
+    struct spawn_lines err_lines;
     char last[512]; /* last line of its stderr, for messages */
     uint64_t req[(sizeof(struct py_request) + 4 * ROIFS_MAX_DIM * 8) / 8];
 };
@@ -90,43 +88,22 @@ static void register_atfork(void)
 
 /* ---- a worker's stderr ---- */
 
-static void emit_line(struct pyworker *w)
+static void on_stderr_line(void *ctx, char *line, size_t len)
 {
-    size_t n = w->line_len;
-    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
-        n--;
-    w->line[n] = '\0';
-    w->line_len = 0;
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if (w->line[i] == '\0')
-            w->line[i] = '?';
-    log_info("python worker %d: %s", (int)w->pid, w->line);
-    snprintf(w->last, sizeof w->last, "%.511s", w->line);
+    struct pyworker *w = ctx;
+    (void)len;
+    log_info("python worker %d: %s", (int)w->pid, line);
+    snprintf(w->last, sizeof w->last, "%.511s", line);
 }
 
 static void drain_stderr(struct pyworker *w)
 {
-    char buf[4096];
-    for (;;) {
-        ssize_t n = w->err_fd >= 0 ? read(w->err_fd, buf, sizeof buf) : 0;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return;
-        if (n == 0) {
-            emit_line(w);
-            spawn_close(&w->err_fd);
-            return;
-        }
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
-                emit_line(w);
-            if (buf[i] != '\n')
-                w->line[w->line_len++] = buf[i];
-        }
-    }
+    spawn_lines_read(&w->err_fd, &w->err_lines, true, on_stderr_line, w);
+}
+
+static void emit_line(struct pyworker *w)
+{
+    spawn_lines_flush(&w->err_lines, on_stderr_line, w);
 }
 
 /* Waits up to `until` for the end of its stderr (it has exited: the traceback follows). */
@@ -240,7 +217,7 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         worker_retire(pp, w);
         return rc;
     }
-    w->line_len = 0;
+    w->err_lines.len = 0;
     w->last[0] = '\0';
     w->rois = 0;
     w->tick_cut = false;

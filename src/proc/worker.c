@@ -81,7 +81,7 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
     }
     w->exited = w->retire = false;
     w->pipe_size = 0;
-    w->line_len = w->hdr_len = 0;
+    w->err_lines.len = w->hdr_len = 0;
     w->last[0] = w->slurm_last[0] = '\0';
     w->srun = wp->slurm != NULL;
     log_info("worker %d: started: %s%s", (int)w->pid, w->srun ? "srun ... " : "", wp->cmdline);
@@ -90,47 +90,29 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
 
 /* ---- stderr and exits ---- */
 
-static void emit_line(struct worker *w)
+static void on_stderr_line(void *ctx, char *line, size_t n)
 {
-    size_t n = w->line_len;
-    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
-        n--;
-    w->line[n] = '\0';
-    w->line_len = 0;
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if (w->line[i] == '\0')
-            w->line[i] = '?';
-    log_info("worker %d: %s", (int)w->pid, w->line);
-    bool own = w->srun && slurm_is_own_line(w->line);
-    if (own && (strstr(w->line, "Exited with exit code") || !strstr(w->line, "error")))
+    struct worker *w = ctx;
+    log_info("worker %d: %s", (int)w->pid, line);
+    bool own = w->srun && slurm_is_own_line(line);
+    if (own && (strstr(line, "Exited with exit code") || !strstr(line, "error")))
         return; /* the exit status says as much */
     char *dst = own ? w->slurm_last : w->last;
     size_t size = own ? sizeof w->slurm_last : sizeof w->last;
     size_t keep = n < size - 1 ? n : size - 1;
-    memcpy(dst, w->line, keep);
+    memcpy(dst, line, keep);
     dst[keep] = '\0';
 }
 
 /* One read of the worker's stderr, logged line by line. */
 static void drain_stderr(struct worker *w)
 {
-    char buf[4096];
-    ssize_t n = read(w->err_fd, buf, sizeof buf);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0) {
-        emit_line(w);
-        spawn_close(&w->err_fd);
-        return;
-    }
-    for (ssize_t i = 0; i < n; i++) {
-        if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
-            emit_line(w);
-        if (buf[i] != '\n')
-            w->line[w->line_len++] = buf[i];
-    }
+    spawn_lines_read(&w->err_fd, &w->err_lines, false, on_stderr_line, w);
+}
+
+static void emit_line(struct worker *w)
+{
+    spawn_lines_flush(&w->err_lines, on_stderr_line, w);
 }
 
 static void note_exit(struct worker *w)

@@ -9,12 +9,11 @@
 
 #include "proc.h"
 #include "slurm.h"
+#include "spawn.h"
 
 /* Longest reply header line; also the read size while looking for it, so that a small reply
  * arrives with one read(). */
 #define HDR_MAX (64 * 1024)
-/* A stderr line is logged once complete, or in pieces of this size. */
-#define LINE_MAX_LOG 1024
 /* Best-effort pipe buffer for big arrays (see command.c). */
 #define PIPE_SIZE (256 * 1024)
 /* After EOF on stdin at shutdown, workers get this long to exit before their group is killed. */
@@ -31,11 +30,10 @@ struct worker {
     bool busy;   /* held by a run() or by the shutdown; guarded by the pool's lock */
     bool exited; /* the shell has exited (not yet reaped) */
     double exit_time;
-    bool retire;                 /* do not reuse: kill and reap at release */
-    int pipe_size;               /* what F_SETPIPE_SZ gave, 0 before */
-    char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
-    size_t line_len;
-    char last[512];       /* last non-empty stderr line, for error messages */
+    bool retire;                  /* do not reuse: kill and reap at release */
+    int pipe_size;                /* what F_SETPIPE_SZ gave, 0 before */
+    struct spawn_lines err_lines; /* stderr, logged line by line */
+    char last[512];               /* last non-empty stderr line, for error messages */
     char slurm_last[256]; /* under srun: its (or slurmstepd's) last error line, kept apart */
     bool srun;            /* a job step: stop it through srun, never with SIGKILL alone */
     char *hdr;            /* HDR_MAX + 1 bytes: the reply header and what came after it */
