@@ -111,6 +111,17 @@ class Mount:
         return False
 
 
+def read_all(m):
+    """Reads the whole mounted array of Mount m with zarr: (array, read seconds, daemon CPU
+    seconds during the read)."""
+    import zarr
+    c0 = m.cpu_s()
+    t0 = time.perf_counter()
+    got = zarr.open(str(m.mnt), mode="r")[:]
+    t = time.perf_counter() - t0
+    return got, t, m.cpu_s() - c0
+
+
 def cpu_seconds(pid):
     """utime + stime of a process (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -244,6 +255,23 @@ def machine():
     }
 
 
+# ---------------------------------------------------------------- the dask alternative
+
+
+def dask_from_delayed(in_path, out_path, rois, f):
+    """The seed's dask pattern: z[roi] = da.from_delayed(dask.delayed(f)(y[roi]), ...) for
+    every ROI over zeros, then z.to_zarr(out_path)."""
+    import dask
+    import dask.array as da
+    y = da.from_zarr(str(in_path))
+    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
+    for roi in rois:
+        sl = tuple(slice(a, b) for a, b in roi)
+        shape = tuple(b - a for a, b in roi)
+        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
+    z.to_zarr(str(out_path), overwrite=True)
+
+
 # ---------------------------------------------------------------- results
 
 
@@ -263,6 +291,12 @@ def save(name, title, summary, markdown, raw, info):
            "idle_cores": {k: v for k, v in IDLE.items()}}
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1, default=float))
     log(f"wrote {RESULTS / (name + '.json')}")
+
+
+def save_figure(fig, name):
+    """RESULTS/name.png from a matplotlib figure."""
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=90)
 
 
 def pyplot():

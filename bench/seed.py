@@ -7,8 +7,6 @@ z[roi] = da.from_delayed(dask.delayed(f)(y[roi]), shape, dtype) for every ROI, t
 z.to_zarr(...), default threaded scheduler.  Target: roifs <= 1.1 s per case."""
 import time
 
-import dask
-import dask.array as da
 import numpy as np
 import zarr
 
@@ -33,13 +31,7 @@ def f(x):
 
 
 def dask_seed(in_path, out_path, rois):
-    y = da.from_zarr(str(in_path))
-    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
-    for roi in rois:
-        sl = tuple(slice(a, b) for a, b in roi)
-        shape = tuple(b - a for a, b in roi)
-        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
-    z.to_zarr(str(out_path), overwrite=True)
+    C.dask_from_delayed(in_path, out_path, rois, f)
 
 
 def main():
@@ -64,9 +56,7 @@ def main():
                 def run_roifs(cfg=cfg, tag=tag, rois=rois):
                     C.rmtree(d / f"cache{tag}")
                     with C.Mount(cfg, d / f"mnt{tag}") as m:
-                        t0 = time.perf_counter()
-                        got = zarr.open(str(m.mnt), mode="r")[:]
-                        t = time.perf_counter() - t0
+                        got, t, _ = C.read_all(m)
                         calls = m.status()["calls"]
                     assert (got == EXPECTED).all() and calls == len(rois), (got, calls)
                     return {"read_s": t, "mount_s": m.mount_s}
@@ -119,8 +109,7 @@ def main():
     ax.set_ylabel("seconds (median)")
     ax.set_title("Seed scenario: f = sleep 1 s + add 2")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "seed.png", dpi=90)
+    C.save_figure(fig, "seed")
     C.save("seed", "1. Seed scenario", summary, md, raw, info)
 
 

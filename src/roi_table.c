@@ -29,33 +29,18 @@ static bool exists(const char *dir, const char *name)
     return r;
 }
 
-/* Reads dir/name into *text; *text NULL when it does not exist. */
-static int read_group_file(const char *dir, const char *name, char **text, size_t *len,
-                           struct errbuf *err)
-{
-    char *p = path_join(dir, name);
-    int r = file_read_all(p, text, len);
-    if (r == -ENOENT || r == -ENOTDIR) {
-        *text = NULL;
-        r = 0;
-    } else if (r < 0) {
-        r = err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
-    }
-    free(p);
-    return r;
-}
-
 /* .zattrs, or zarr.json's "attributes"; *attrs NULL when there are none. */
 static int group_attrs(const char *dir, json_t **attrs, struct errbuf *err)
 {
     char *text;
     size_t len;
     *attrs = NULL;
-    int r = read_group_file(dir, ".zattrs", &text, &len, err);
+    int r = file_read_optional(dir, ".zattrs", &text, &len, err);
     if (r == 0 && text) {
         *attrs = json_loadb(text, len, 0, NULL);
         free(text);
-    } else if (r == 0 && (r = read_group_file(dir, "zarr.json", &text, &len, err)) == 0 && text) {
+    } else if (r == 0 && (r = file_read_optional(dir, "zarr.json", &text, &len, err)) == 0 &&
+               text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         *attrs = json_incref(json_object_get(root, "attributes"));
         json_decref(root);

@@ -284,6 +284,21 @@ int file_read_all(const char *path, char **data, size_t *len)
     return file_read_all_at(AT_FDCWD, path, data, len);
 }
 
+int file_read_optional(const char *dir, const char *name, char **data, size_t *len,
+                       struct errbuf *err)
+{
+    char *p = path_join(dir, name);
+    int r = file_read_all(p, data, len);
+    if (r == -ENOENT || r == -ENOTDIR) {
+        *data = NULL;
+        r = 0;
+    } else if (r < 0) {
+        r = err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
+    }
+    free(p);
+    return r;
+}
+
 const char *file_strerror(int rc)
 {
     if (rc == FILE_ERR_NOT_REGULAR)

@@ -64,6 +64,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define FILE_ERR_NOT_REGULAR (-EINVAL)
 int file_read_all(const char *path, char **data, size_t *len);
 int file_read_all_at(int dirfd, const char *path, char **data, size_t *len);
+/* Reads dir/name as file_read_all does; *data NULL (and 0) when it does not exist. Any other
+ * failure is -EINVAL with "DIR/NAME: why" in err. For optional metadata files. */
+int file_read_optional(const char *dir, const char *name, char **data, size_t *len,
+                       struct errbuf *err);
 /* The same with another limit (SIZE_MAX: none, for files roifs wrote itself). */
 int file_read_max(int dirfd, const char *path, size_t max, char **data, size_t *len);
 /* strerror() for the errors of file_read_all(): "not a regular file", "too large (...)". */
