@@ -10,6 +10,7 @@ import faulthandler
 import itertools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -280,7 +281,53 @@ def mount(roifs_bin):
     return _mount
 
 
-# ---------------------------------------------------------------- reading
+# ---------------------------------------------------------------- waiting and reading
+
+
+def wait_for(cond, timeout=20, what="condition"):
+    """Polls cond() every 20 ms; AssertionError naming `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_killing_busy(path, busy, timeout=20):
+    """Reads path in a thread and SIGKILLs the processor pid that the file busy comes to hold
+    (the processor writes it when it starts the ROI). Returns ({"data": bytes} or
+    {"error": OSError}, the pid killed); the read must have ended by then."""
+    got = {}
+
+    def reader():
+        try:
+            got["data"] = read_bytes(path)
+        except OSError as e:
+            got["error"] = e
+
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.monotonic() + timeout
+    while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim = int(busy.read_text())
+    os.kill(victim, signal.SIGKILL)
+    t.join(timeout)
+    assert not t.is_alive()
+    return got, victim
+
+
+def zarrita_node():
+    """node, with tests/js (zarrita.js, from package-lock.json) installed when needed."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.fail("node and npm are needed for the zarrita.js cross-checks")
+    js = REPO / "tests" / "js"
+    if not (js / "node_modules" / "zarrita").is_dir():
+        r = subprocess.run([npm, "ci", "--prefix", str(js), "--no-audit", "--no-fund"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    return node
 
 
 def read_bytes(path):

@@ -17,7 +17,7 @@ import pytest
 import zarr
 
 from conftest import (REPO, is_mounted, lazy_unmount, make_task, mountinfo_entry, read_bytes,
-                      read_status, run_roifs)
+                      read_status, run_roifs, wait_for)
 
 # Copies its input (so out = in inside the ROIs) and records "start R" and "end R" in the file
 # param.counter names; sleeps param.sleep seconds; ROI param.fail fails with a message.
@@ -62,14 +62,6 @@ def events(counter, kind):
         return []
     return [int(l.split()[1]) for l in counter.read_text().splitlines()
             if l.startswith(kind + " ")]
-
-
-def wait_for(cond, timeout=20, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager
