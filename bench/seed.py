@@ -34,41 +34,61 @@ def dask_seed(in_path, out_path, rois):
     C.dask_from_delayed(in_path, out_path, rois, f)
 
 
+def seed_cases(d):
+    """(key, tag, input path, ROIs) of every seed case: each input is written once under d,
+    each ROI list to d/rois{tag}.txt."""
+    for chunk in (1, 2, 4):
+        inp = d / f"in{chunk}.zarr"
+        zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
+                  compressor=None)[:] = 0
+        for rname, rois in ROI_SETS.items():
+            tag = f"c{chunk}{len(rois)}"
+            C.write_rois(d / f"rois{tag}.txt", rois)
+            yield f"chunk {chunk}, {rname}", tag, inp, rois
+
+
+def seed_config(d, inp, tag, name, process, cache):
+    """d/name.ini: the seed task of case tag with the given [process] keys, threads = 4."""
+    return C.write_config(d / f"{name}.ini", {
+        "input": {"path": inp},
+        "rois": {"file": d / f"rois{tag}.txt"},
+        "process": {**process, "threads": 4},
+        "cache": {"dir": cache}})
+
+
+def roifs_case(cfg, cache, mnt, n):
+    """A case reading the seed task cfg through a fresh mount with an empty cache."""
+    def run():
+        C.rmtree(cache)
+        with C.Mount(cfg, mnt) as m:
+            got, t, _ = C.read_all(m)
+            calls = m.status()["calls"]
+        assert (got == EXPECTED).all() and calls == n, (got, calls)
+        return {"read_s": t, "mount_s": m.mount_s}
+    return run
+
+
+def dask_case(d, inp, rois, tag):
+    """A case running the dask script; its seconds."""
+    def run():
+        out = d / f"dask{tag}.zarr"
+        C.rmtree(out)
+        t = C.timed(lambda: dask_seed(inp, out, rois))
+        assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
+        return t
+    return run
+
+
 def main():
     info = C.machine()
     with C.scratch("seed") as d:
         (d / "add2.py").write_text(ADD2)
         cases = {}
-        for chunk in (1, 2, 4):
-            inp = d / f"in{chunk}.zarr"
-            zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
-                      compressor=None)[:] = 0
-            for rname, rois in ROI_SETS.items():
-                key = f"chunk {chunk}, {rname}"
-                tag = f"c{chunk}{len(rois)}"
-                C.write_rois(d / f"rois{tag}.txt", rois)
-                cfg = C.write_config(d / f"{tag}.ini", {
-                    "input": {"path": inp},
-                    "rois": {"file": d / f"rois{tag}.txt"},
-                    "process": {"command": f"{C.PY} {d / 'add2.py'}", "threads": 4},
-                    "cache": {"dir": d / f"cache{tag}"}})
-
-                def run_roifs(cfg=cfg, tag=tag, rois=rois):
-                    C.rmtree(d / f"cache{tag}")
-                    with C.Mount(cfg, d / f"mnt{tag}") as m:
-                        got, t, _ = C.read_all(m)
-                        calls = m.status()["calls"]
-                    assert (got == EXPECTED).all() and calls == len(rois), (got, calls)
-                    return {"read_s": t, "mount_s": m.mount_s}
-
-                def run_dask(inp=inp, rois=rois, tag=tag):
-                    out = d / f"dask{tag}.zarr"
-                    C.rmtree(out)
-                    t = C.timed(lambda: dask_seed(inp, out, rois))
-                    assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
-                    return t
-
-                cases[key] = (run_roifs, run_dask)
+        for key, tag, inp, rois in seed_cases(d):
+            cfg = seed_config(d, inp, tag, tag, {"command": f"{C.PY} {d / 'add2.py'}"},
+                              d / f"cache{tag}")
+            cases[key] = (roifs_case(cfg, d / f"cache{tag}", d / f"mnt{tag}", len(rois)),
+                          dask_case(d, inp, rois, tag))
 
         # Interleave: every repeat runs every case, roifs and dask alternating, order rotated.
         flat = {}

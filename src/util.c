@@ -450,39 +450,41 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
-int parse_u64(const char *s, uint64_t *out)
+/* strtoull or strtoll over the whole of s (blanks around allowed, a sign only when signed). */
+static int parse_integer(const char *s, bool is_signed, uint64_t *u, int64_t *i)
 {
     s = skip_ws(s);
-    if (*s < '0' || *s > '9')
-        return -EINVAL;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
-    end = (char *)skip_ws(end);
-    if (*end)
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-int parse_i64(const char *s, int64_t *out)
-{
-    s = skip_ws(s);
-    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    const char *d = is_signed && (*s == '-' || *s == '+') ? s + 1 : s;
     if (*d < '0' || *d > '9')
         return -EINVAL;
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
+    if (is_signed)
+        *i = strtoll(s, &end, 10);
+    else
+        *u = strtoull(s, &end, 10);
     if (errno == ERANGE)
         return -ERANGE;
     end = (char *)skip_ws(end);
-    if (*end)
-        return -EINVAL;
-    *out = v;
-    return 0;
+    return *end ? -EINVAL : 0;
+}
+
+int parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v;
+    int r = parse_integer(s, false, &v, NULL);
+    if (r == 0)
+        *out = v;
+    return r;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+    int64_t v;
+    int r = parse_integer(s, true, NULL, &v);
+    if (r == 0)
+        *out = v;
+    return r;
 }
 
 int parse_double(const char *s, double *out)

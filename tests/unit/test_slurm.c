@@ -92,13 +92,6 @@ static void test_reason(void)
 
 /* ---- configuration ---- */
 
-__attribute__((weak)) int config_line(const struct config *cfg, const char *section,
-                                      const char *key)
-{
-    (void)cfg, (void)section, (void)key;
-    return 0;
-}
-
 static void make_cfg(struct config *cfg, enum proc_kind kind, const char *value)
 {
     memset(cfg, 0, sizeof *cfg);
