@@ -218,11 +218,8 @@ static inline bool pid_alive(pid_t pid)
  * written: messages name it). 0, or 1 after a message. */
 static inline int proc_test_begin(const char *name)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/roifs-test-%s-XXXXXX", name);
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmpdir, sizeof tmpdir, name))
         return 1;
-    }
     snprintf(cfg_path, sizeof cfg_path, "%s/task.ini", tmpdir);
     return 0;
 }
@@ -230,10 +227,7 @@ static inline int proc_test_begin(const char *name)
 /* Removes the scratch directory; the exit status of the test program. */
 static inline int proc_test_end(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    check_rmtree(tmpdir);
     return check_done();
 }
 

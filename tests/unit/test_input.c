@@ -658,11 +658,8 @@ static void test_zarr_python_fixture(void)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/roifs-test-input-XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmp_root, sizeof tmp_root, "input"))
         return 1;
-    }
     have_python = system("/usr/bin/python3 -c 'import zarr' 2>/dev/null") == 0;
     RUN(test_variants);
     RUN(test_zero_dim);
@@ -671,9 +668,6 @@ int main(void)
     RUN(test_threads);
     RUN(test_read_speed);
     RUN(test_zarr_python_fixture);
-    char *rm = xasprintf("rm -rf '%s'", tmp_root);
-    if (system(rm) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_root);
-    free(rm);
+    check_rmtree(tmp_root);
     return check_done();
 }

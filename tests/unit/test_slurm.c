@@ -335,8 +335,7 @@ static void test_worker_through_srun(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/roifs-test-slurm.XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (check_mkdtemp(tmpdir, sizeof tmpdir, "slurm"))
         return 1;
     snprintf(cfg_path, sizeof cfg_path, "%s/task.ini", tmpdir);
     char srun[160], path[4096];
@@ -357,9 +356,6 @@ int main(void)
     RUN(test_worker_through_srun);
     RUN(test_worker_shutdown);
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    check_rmtree(tmpdir);
     return check_done();
 }

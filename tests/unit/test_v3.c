@@ -948,11 +948,8 @@ static void test_input_v3_other(void)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/roifs-test-v3-XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmp_root, sizeof tmp_root, "v3"))
         return 1;
-    }
     RUN(test_crc32c);
     RUN(test_parse_valid);
     RUN(test_fill_values);
@@ -964,9 +961,6 @@ int main(void)
     RUN(test_emit_round_trip);
     RUN(test_input_v3);
     RUN(test_input_v3_other);
-    char *rm = xasprintf("rm -rf '%s'", tmp_root);
-    if (system(rm) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_root);
-    free(rm);
+    check_rmtree(tmp_root);
     return check_done();
 }
