@@ -450,7 +450,8 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
-/* strtoull or strtoll over the whole of s (blanks around allowed, a sign only when signed). */
+/* strtoull or strtoll over the whole of s (blanks around allowed, a sign only when signed);
+ * the result is stored only on success. */
 static int parse_integer(const char *s, bool is_signed, uint64_t *u, int64_t *i)
 {
     s = skip_ws(s);
@@ -459,32 +460,28 @@ static int parse_integer(const char *s, bool is_signed, uint64_t *u, int64_t *i)
         return -EINVAL;
     char *end;
     errno = 0;
-    if (is_signed)
-        *i = strtoll(s, &end, 10);
-    else
-        *u = strtoull(s, &end, 10);
+    long long iv = is_signed ? strtoll(s, &end, 10) : 0;
+    unsigned long long uv = is_signed ? 0 : strtoull(s, &end, 10);
     if (errno == ERANGE)
         return -ERANGE;
     end = (char *)skip_ws(end);
-    return *end ? -EINVAL : 0;
+    if (*end)
+        return -EINVAL;
+    if (is_signed)
+        *i = iv;
+    else
+        *u = uv;
+    return 0;
 }
 
 int parse_u64(const char *s, uint64_t *out)
 {
-    uint64_t v;
-    int r = parse_integer(s, false, &v, NULL);
-    if (r == 0)
-        *out = v;
-    return r;
+    return parse_integer(s, false, out, NULL);
 }
 
 int parse_i64(const char *s, int64_t *out)
 {
-    int64_t v;
-    int r = parse_integer(s, true, NULL, &v);
-    if (r == 0)
-        *out = v;
-    return r;
+    return parse_integer(s, true, NULL, out);
 }
 
 int parse_double(const char *s, double *out)
