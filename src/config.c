@@ -691,7 +691,7 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
         for (const char *c = text; c < nul; c++)
             line += *c == '\n';
         free(text);
-        return err_set(err, -EINVAL, "%s:%d: NUL byte (not a text file?)", path, line);
+        return err_at(err, -EINVAL, path, line, "NUL byte (not a text file?)");
     }
     set_defaults(cfg);
     cfg->path = path_absolute(path);

@@ -287,19 +287,19 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
             continue;
         size_t nf = csv_split(l, fields, MAXF);
         if (nf > MAXF) {
-            r = err_set(err, -EINVAL, "%s:%d: too many columns", p, line);
+            r = err_at(err, -EINVAL, p, line, "too many columns");
         } else if (!nhead) {
             nhead = nf;
             r = find_columns(p, fields, nf, cols, err);
         } else if (nf != nhead) {
-            r = err_set(err, -EINVAL, "%s:%d: %zu fields, the header has %zu", p, line, nf, nhead);
+            r = err_at(err, -EINVAL, p, line, "%zu fields, the header has %zu", nf, nhead);
         } else {
             if (t->n == cap)
                 t->v = xrealloc(t->v, (cap = cap ? 2 * cap : 64) * ROI_TCOLS * sizeof *t->v);
             for (int c = 0; c < ROI_TCOLS && r == 0; c++)
                 if (parse_double(fields[cols[c]], &t->v[t->n * ROI_TCOLS + c]) < 0)
-                    r = err_set(err, -EINVAL, "%s:%d: %s: not a number: '%s'", p, line,
-                                column_names[c], fields[cols[c]]);
+                    r = err_at(err, -EINVAL, p, line, "%s: not a number: '%s'", column_names[c],
+                               fields[cols[c]]);
             t->n++;
         }
     }
