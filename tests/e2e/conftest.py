@@ -317,6 +317,19 @@ def read_killing_busy(path, busy, timeout=20):
     return got, victim
 
 
+@contextlib.contextmanager
+def world_dir(prefix):
+    """A directory under /tmp that any user can traverse (pytest's tmp_path is private to
+    root), removed afterwards unless something is still mounted on its mnt."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        if not is_mounted(d / "mnt"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def zarrita_node():
     """node, with tests/js (zarrita.js, from package-lock.json) installed when needed."""
     node, npm = shutil.which("node"), shutil.which("npm")
