@@ -9,7 +9,6 @@ roifs: builtin gaussian (sigma 2; z has a halo of 0 so the blur is per plane), t
 boundary="reflect")` + `to_zarr`, default threaded scheduler (one thread per core).
 Both write blosc lz4 and use the same cores."""
 import os
-import time
 
 import dask.array as da
 import numpy as np
@@ -65,11 +64,7 @@ def main():
         def run_roifs(sigma):
             C.rmtree(d / "cache")
             with C.Mount(cfgs[sigma], d / "mnt") as m:
-                c0 = m.cpu_s()
-                t0 = time.perf_counter()
-                got = zarr.open(str(m.mnt), mode="r")[:]
-                t = time.perf_counter() - t0
-                cpu = m.cpu_s() - c0
+                got, t, cpu = C.read_all(m)
                 calls = m.status()["calls"]
             assert calls == len(rois)
             ref.setdefault(sigma, got[:, 500:1500, 600:1800])
@@ -135,8 +130,7 @@ def main():
     a2.set_ylabel("cores busy (CPU s / wall s)")
     a2.set_title("roifs CPU utilisation")
     a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "gaussian.png", dpi=90)
+    C.save_figure(fig, "gaussian")
     C.save("gaussian", "5. Realistic CPU-bound job (gaussian)", summary, md_text, raw, info)
 
 

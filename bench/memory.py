@@ -163,8 +163,7 @@ def main():
     ax.set_ylabel("daemon VmRSS (MiB)")
     ax.set_title("Daemon memory while streaming 8 GiB")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "memory.png", dpi=90)
+    C.save_figure(fig, "memory")
     C.save("memory", "6. Memory", summary, md, raw, info)
 
 

@@ -8,7 +8,6 @@ shown with the reader's wall time / ROIs.  Alternative: the seed's dask pattern
 (from_delayed per ROI, setitem, to_zarr) at 1,000 and 10,000 ROIs (100,000 would take many
 minutes).  Target: roifs cost per ROI flat within 1.5x across the range."""
 import os
-import time
 
 import numpy as np
 import zarr
@@ -51,9 +50,7 @@ def main():
             def run_roifs(cfg=cfg, n=n):
                 C.rmtree(d / f"cache{n}")
                 with C.Mount(cfg, d / f"mnt{n}") as m:
-                    t0 = time.perf_counter()
-                    got = zarr.open(str(m.mnt), mode="r")[:]
-                    t = time.perf_counter() - t0
+                    got, t, _ = C.read_all(m)
                     calls = m.status()["calls"]
                     rss = C.proc_status_kib(m.pid, "VmHWM")
                     cpu = m.cpu_s()
@@ -130,8 +127,7 @@ def main():
     ax.set_title("Cost per ROI vs number of ROIs")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "scaling.png", dpi=90)
+    C.save_figure(fig, "scaling")
     C.save("scaling", "3. Scaling with the number of ROIs", summary, md, raw, info)
 
 

@@ -7,8 +7,6 @@ z[roi] = da.from_delayed(dask.delayed(f)(y[roi]), shape, dtype) for every ROI, t
 z.to_zarr(...), default threaded scheduler.  Target: roifs <= 1.1 s per case."""
 import time
 
-import dask
-import dask.array as da
 import numpy as np
 import zarr
 
@@ -33,13 +31,52 @@ def f(x):
 
 
 def dask_seed(in_path, out_path, rois):
-    y = da.from_zarr(str(in_path))
-    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
-    for roi in rois:
-        sl = tuple(slice(a, b) for a, b in roi)
-        shape = tuple(b - a for a, b in roi)
-        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
-    z.to_zarr(str(out_path), overwrite=True)
+    C.dask_from_delayed(in_path, out_path, rois, f)
+
+
+def seed_cases(d):
+    """(key, tag, input path, ROIs) of every seed case: each input is written once under d,
+    each ROI list to d/rois{tag}.txt."""
+    for chunk in (1, 2, 4):
+        inp = d / f"in{chunk}.zarr"
+        zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
+                  compressor=None)[:] = 0
+        for rname, rois in ROI_SETS.items():
+            tag = f"c{chunk}{len(rois)}"
+            C.write_rois(d / f"rois{tag}.txt", rois)
+            yield f"chunk {chunk}, {rname}", tag, inp, rois
+
+
+def seed_config(d, inp, tag, name, process, cache):
+    """d/name.ini: the seed task of case tag with the given [process] keys, threads = 4."""
+    return C.write_config(d / f"{name}.ini", {
+        "input": {"path": inp},
+        "rois": {"file": d / f"rois{tag}.txt"},
+        "process": {**process, "threads": 4},
+        "cache": {"dir": cache}})
+
+
+def roifs_case(cfg, cache, mnt, n):
+    """A case reading the seed task cfg through a fresh mount with an empty cache."""
+    def run():
+        C.rmtree(cache)
+        with C.Mount(cfg, mnt) as m:
+            got, t, _ = C.read_all(m)
+            calls = m.status()["calls"]
+        assert (got == EXPECTED).all() and calls == n, (got, calls)
+        return {"read_s": t, "mount_s": m.mount_s}
+    return run
+
+
+def dask_case(d, inp, rois, tag):
+    """A case running the dask script; its seconds."""
+    def run():
+        out = d / f"dask{tag}.zarr"
+        C.rmtree(out)
+        t = C.timed(lambda: dask_seed(inp, out, rois))
+        assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
+        return t
+    return run
 
 
 def main():
@@ -47,38 +84,11 @@ def main():
     with C.scratch("seed") as d:
         (d / "add2.py").write_text(ADD2)
         cases = {}
-        for chunk in (1, 2, 4):
-            inp = d / f"in{chunk}.zarr"
-            zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
-                      compressor=None)[:] = 0
-            for rname, rois in ROI_SETS.items():
-                key = f"chunk {chunk}, {rname}"
-                tag = f"c{chunk}{len(rois)}"
-                C.write_rois(d / f"rois{tag}.txt", rois)
-                cfg = C.write_config(d / f"{tag}.ini", {
-                    "input": {"path": inp},
-                    "rois": {"file": d / f"rois{tag}.txt"},
-                    "process": {"command": f"{C.PY} {d / 'add2.py'}", "threads": 4},
-                    "cache": {"dir": d / f"cache{tag}"}})
-
-                def run_roifs(cfg=cfg, tag=tag, rois=rois):
-                    C.rmtree(d / f"cache{tag}")
-                    with C.Mount(cfg, d / f"mnt{tag}") as m:
-                        t0 = time.perf_counter()
-                        got = zarr.open(str(m.mnt), mode="r")[:]
-                        t = time.perf_counter() - t0
-                        calls = m.status()["calls"]
-                    assert (got == EXPECTED).all() and calls == len(rois), (got, calls)
-                    return {"read_s": t, "mount_s": m.mount_s}
-
-                def run_dask(inp=inp, rois=rois, tag=tag):
-                    out = d / f"dask{tag}.zarr"
-                    C.rmtree(out)
-                    t = C.timed(lambda: dask_seed(inp, out, rois))
-                    assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
-                    return t
-
-                cases[key] = (run_roifs, run_dask)
+        for key, tag, inp, rois in seed_cases(d):
+            cfg = seed_config(d, inp, tag, tag, {"command": f"{C.PY} {d / 'add2.py'}"},
+                              d / f"cache{tag}")
+            cases[key] = (roifs_case(cfg, d / f"cache{tag}", d / f"mnt{tag}", len(rois)),
+                          dask_case(d, inp, rois, tag))
 
         # Interleave: every repeat runs every case, roifs and dask alternating, order rotated.
         flat = {}
@@ -119,8 +129,7 @@ def main():
     ax.set_ylabel("seconds (median)")
     ax.set_title("Seed scenario: f = sleep 1 s + add 2")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "seed.png", dpi=90)
+    C.save_figure(fig, "seed")
     C.save("seed", "1. Seed scenario", summary, md, raw, info)
 
 

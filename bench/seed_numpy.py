@@ -9,13 +9,9 @@ interpreter per ROI). Alternative: dask from_delayed + setitem + to_zarr (bench/
 Reported: the read time per case (the mount is timed apart), medians of interleaved runs.
 Target (issue 18): python <= 1.10 s per case."""
 import os
-import time
-
-import numpy as np
-import zarr
 
 import common as C
-from seed import EXPECTED, ROI_SETS, dask_seed
+from seed import dask_case, roifs_case, seed_cases, seed_config
 
 REPS = int(os.environ.get("REPS", 5))
 TARGET = 1.10
@@ -52,43 +48,15 @@ def main():
         (d / "seed_worker.py").write_text(WORKER)
         (d / "seed_command.py").write_text(COMMAND)
         cases, keys = {}, []
-        for chunk in (1, 2, 4):
-            inp = d / f"in{chunk}.zarr"
-            zarr.open(str(inp), mode="w", shape=(4,), chunks=(chunk,), dtype="<i8",
-                      compressor=None)[:] = 0
-            for rname, rois in ROI_SETS.items():
-                key = f"chunk {chunk}, {rname}"
-                keys.append(key)
-                tag = f"c{chunk}{len(rois)}"
-                C.write_rois(d / f"rois{tag}.txt", rois)
-                for kind, proc in KINDS.items():
-                    cfg = C.write_config(d / f"{tag}-{kind}.ini", {
-                        "input": {"path": inp},
-                        "rois": {"file": d / f"rois{tag}.txt"},
-                        "process": {**proc, "threads": 4},
-                        "cache": {"dir": d / f"cache{tag}-{kind}"}})
-
-                    def run_roifs(cfg=cfg, cache=d / f"cache{tag}-{kind}", n=len(rois),
-                                  mnt=d / f"mnt{tag}-{kind}"):
-                        C.rmtree(cache)
-                        with C.Mount(cfg, mnt) as m:
-                            t0 = time.perf_counter()
-                            got = zarr.open(str(m.mnt), mode="r")[:]
-                            t = time.perf_counter() - t0
-                            calls = m.status()["calls"]
-                        assert (got == EXPECTED).all() and calls == n, (got, calls)
-                        return {"read_s": t, "mount_s": m.mount_s}
-
-                    cases[f"{key} | {kind}"] = run_roifs
-
-                def run_dask(inp=inp, rois=rois, tag=tag):
-                    out = d / f"dask{tag}.zarr"
-                    C.rmtree(out)
-                    t = C.timed(lambda: dask_seed(inp, out, rois))
-                    assert (zarr.open(str(out), mode="r")[:] == EXPECTED).all()
-                    return {"read_s": t, "mount_s": 0.0}
-
-                cases[f"{key} | dask"] = run_dask
+        for key, tag, inp, rois in seed_cases(d):
+            keys.append(key)
+            for kind, proc in KINDS.items():
+                name = f"{tag}-{kind}"
+                cfg = seed_config(d, inp, tag, name, proc, d / f"cache{name}")
+                cases[f"{key} | {kind}"] = roifs_case(cfg, d / f"cache{name}", d / f"mnt{name}",
+                                                      len(rois))
+            run = dask_case(d, inp, rois, tag)
+            cases[f"{key} | dask"] = lambda run=run: {"read_s": run(), "mount_s": 0.0}
         load0 = C.loadavg()
         res = C.interleaved(REPS, cases)
         load1 = C.loadavg()

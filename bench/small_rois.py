@@ -5,10 +5,7 @@ roifs: builtin add, a cold full read through the mount with zarr-python (fresh c
 time).  Alternative: the seed's dask pattern (from_delayed per ROI, setitem, to_zarr) with
 f = add 1 in numpy.  Both write blosc lz4 (zarr's default compressor).  Target: >= 20x."""
 import os
-import time
 
-import dask
-import dask.array as da
 import numpy as np
 import zarr
 from numcodecs import Blosc
@@ -24,13 +21,7 @@ def f(x):
 
 
 def dask_pattern(in_path, out_path, rois):
-    y = da.from_zarr(str(in_path))
-    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
-    for roi in rois:
-        sl = tuple(slice(a, b) for a, b in roi)
-        shape = tuple(b - a for a, b in roi)
-        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
-    z.to_zarr(str(out_path), overwrite=True)
+    C.dask_from_delayed(in_path, out_path, rois, f)
 
 
 def main():
@@ -56,11 +47,7 @@ def main():
         def run_roifs():
             C.rmtree(d / "cache")
             with C.Mount(cfg, d / "mnt") as m:
-                c0 = m.cpu_s()
-                t0 = time.perf_counter()
-                got = zarr.open(str(m.mnt), mode="r")[:]
-                t = time.perf_counter() - t0
-                cpu = m.cpu_s() - c0
+                got, t, cpu = C.read_all(m)
                 calls = m.status()["calls"]
             assert calls == len(rois) and np.array_equal(got, expected)
             return {"read_s": t, "mount_s": m.mount_s, "cpu_s": cpu}
@@ -108,8 +95,7 @@ def main():
     ax.set_xlabel("seconds (median)")
     ax.set_title("4,096 ROIs of 64×64 (4096² uint16), f = add 1")
     ax.set_xlim(0, md * 1.2)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "small_rois.png", dpi=90)
+    C.save_figure(fig, "small_rois")
     C.save("small_rois", "2. Many small ROIs", summary, md_text, raw, info)
 
 

@@ -290,8 +290,7 @@ def report(raw, info, reps):
     ax.set_ylabel("plain-folder time / mount time (median)")
     ax.set_title("Warm full read: mount vs the same files in a plain folder")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(C.RESULTS / "warm.png", dpi=90)
+    C.save_figure(fig, "warm")
     C.save("warm", "4. Warm reads", summary, md, raw, info)
 
 

@@ -11,15 +11,8 @@
 
 #include "config.h"
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_config: %s: ", #cond);                                           \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz.h"
 
 static int ini_fd = -1;
 static char ini_path[64];

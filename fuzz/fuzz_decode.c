@@ -18,36 +18,18 @@
 #error "build with -DFUZZ_CODEC=ZC_BLOSC (or another enum zarr_codec_id)"
 #endif
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_decode: %s: ", #cond);                                           \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_decode"
+#include "fuzz.h"
 
 #define MAX_OUT (1u << 20)
 #define MAX_IN  (1u << 20) /* fuzz/run.sh passes -max_len=65536 */
-
-/* A region of cap bytes followed by an inaccessible guard page; returns its end. */
-static uint8_t *guarded_end(size_t cap)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    cap = (cap + page - 1) / page * page;
-    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED || mprotect(p + cap, page, PROT_NONE) < 0)
-        abort();
-    return p + cap;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static uint8_t *in_end, *out_end;
     if (!in_end) {
-        in_end = guarded_end(MAX_IN);
-        out_end = guarded_end(MAX_OUT);
+        in_end = fuzz_guarded_end(MAX_IN);
+        out_end = fuzz_guarded_end(MAX_OUT);
     }
     if (size < 4 || size - 4 > MAX_IN)
         return 0;

@@ -14,15 +14,8 @@
 
 #include "zarr/zarr.h"
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_decode_v3: %s: ", #cond);                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_decode_v3"
+#include "fuzz.h"
 
 #define ARRAY(dtype, shape, chunks, codecs)                                                        \
     "{\"zarr_format\":3,\"node_type\":\"array\",\"shape\":" shape ",\"data_type\":\"" dtype        \
@@ -63,17 +56,6 @@ static const char *const arrays[] = {
 #define MAX_IN  (1u << 20)
 
 static struct zarr_meta metas[NARRAYS];
-
-/* A region of cap bytes followed by an inaccessible guard page; returns its end. */
-static uint8_t *guarded_end(size_t cap)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    cap = (cap + page - 1) / page * page;
-    uint8_t *p = mmap(NULL, cap + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED || mprotect(p + cap, page, PROT_NONE) < 0)
-        abort();
-    return p + cap;
-}
 
 /* One valid unit per array, for the seed corpus: the bytes 0, 1, 2, ... (bool: 0/1). */
 static void write_seeds(const char *dir)
@@ -120,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static uint8_t *in_end;
     if (!in_end)
-        in_end = guarded_end(MAX_IN);
+        in_end = fuzz_guarded_end(MAX_IN);
     if (size < 1 || size - 1 > MAX_IN)
         return 0;
     const struct zarr_meta *m = &metas[data[0] % NARRAYS];

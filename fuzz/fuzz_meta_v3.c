@@ -8,15 +8,8 @@
 
 #include "zarr/zarr.h"
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_meta_v3: %s: ", #cond);                                          \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_meta_v3"
+#include "fuzz.h"
 
 static void check_meta(const struct zarr_meta *m)
 {

@@ -13,15 +13,8 @@
 #include "fs/namespace.h"
 #include "nd.h"
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_namespace: %s: ", #cond);                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_namespace"
+#include "fuzz.h"
 
 #define CHUNK 3 /* elements per chunk along every dimension */
 

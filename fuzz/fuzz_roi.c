@@ -10,15 +10,8 @@
 
 #include "roi.h"
 
-#define FUZZ_ASSERT(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_roi: %s: ", #cond);                                              \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#define FUZZ_NAME "fuzz_roi"
+#include "fuzz.h"
 
 /* The index over chunks of about 1/4 of each extent (at most 5 chunks per dimension). */
 static void check_index(const struct roi_set *rs, const uint64_t *shape)

@@ -6,12 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 build=${ROIFS_TSAN_BUILD:-build-tsan}
-tests=(test_engine test_engine_stress test_input test_proc test_slurm test_versions)
+tests=(test_engine test_engine_stress test_input test_proc_builtin test_proc_command test_proc_worker
+       test_proc_plugin test_slurm test_versions)
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dwerror=true \
         >/dev/null
 fi
-# everything: test_proc also loads the example plugins
+# everything: test_proc_plugin also loads the example plugins
 if ! ninja -C "$build" >"$build/tsan-ninja.log" 2>&1; then
     cat "$build/tsan-ninja.log" >&2
     exit 1

@@ -77,15 +77,10 @@ static int fail(struct loader *ld, int line, const char *fmt, ...)
 {
     if (ld->failed)
         return -EINVAL;
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    err_vat(ld->err, -EINVAL, ld->name, line, fmt, ap);
     va_end(ap);
-    if (line > 0)
-        err_set(ld->err, -EINVAL, "%s:%d: %s", ld->name, line, msg);
-    else
-        err_set(ld->err, -EINVAL, "%s: %s", ld->name, msg);
     ld->failed = true;
     ld->fail_line = line;
     ld->code = -EINVAL;
@@ -308,7 +303,7 @@ static const struct key_spec keys[] = {
     {"rois", "table", .set = set_path, .off = F(rois_table), .group = GROUP_ROIS,
      .kind = ROIS_TABLE},
     {"rois", "halo", .set = set_list, .off = F(halo), .off_n = F(halo_ndim), .min = 0},
-    {"rois", "rounding", .set = set_choice_str, .off = F(rounding), .choices = "fractal|ngio"},
+    {"rois", "rounding", .set = set_choice_int, .off = F(rounding), .choices = "fractal|ngio"},
     {"process", "builtin", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
      .kind = PROC_BUILTIN},
     {"process", "command", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
@@ -324,13 +319,13 @@ static const struct key_spec keys[] = {
     {"process", "readahead", .set = set_int, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
     {"process", "retries", .set = set_int, .off = F(retries), .min = 0, .max = INT_MAX},
-    {"process", "executor", .set = set_choice_str, .off = F(executor), .choices = "local|slurm"},
+    {"process", "executor", .set = set_choice_int, .off = F(executor), .choices = "local|slurm"},
     {"output", "format", .set = set_int, .off = F(format), .min = 2, .max = 3},
     {"output", "dtype", .set = set_str, .off = F(dtype)},
     {"output", "chunks", .set = set_list, .off = F(chunks), .off_n = F(chunks_ndim), .min = 1},
     {"output", "fill_value", .set = set_str, .off = F(fill_value)},
     {"output", "outside", .set = set_choice_int, .off = F(outside), .choices = "fill|input"},
-    {"output", "compressor", .set = set_choice_str, .off = F(compressor),
+    {"output", "compressor", .set = set_choice_int, .off = F(compressor),
      .choices = "none|blosc|zstd|gzip|zlib"},
     /* 0..9, or up to 22 with compressor = zstd (checked once the whole file is read) */
     {"output", "clevel", .set = set_int, .off = F(clevel), .min = 0, .max = 22},
@@ -342,7 +337,7 @@ static const struct key_spec keys[] = {
     {"output", "shard", .set = set_list, .off = F(shard), .off_n = F(shard_ndim), .min = 1},
     {"output", "ome", .set = set_bool, .off = F(ome)},
     {"output", "levels", .set = set_int, .off = F(levels), .min = 1, .max = 64},
-    {"output", "downsample", .set = set_choice_str, .off = F(downsample),
+    {"output", "downsample", .set = set_choice_int, .off = F(downsample),
      .choices = "mean|nearest"},
     {"slurm", "partition", .set = set_opt_str, .off = F(slurm_partition)},
     {"slurm", "cpus_per_task", .set = set_int, .off = F(slurm_cpus_per_task), .min = 1,
@@ -595,7 +590,7 @@ static int check_required(struct loader *ld)
     if (cfg->interpreter && cfg->proc_kind != PROC_PYTHON)
         return fail(ld, config_line(cfg, "process", "interpreter"),
                     "[process] interpreter: only for a python processor");
-    if (strcmp(cfg->executor, "slurm") == 0 &&
+    if (cfg->executor == EXECUTOR_SLURM &&
         (cfg->proc_kind == PROC_BUILTIN || cfg->proc_kind == PROC_PLUGIN))
         return fail(ld, config_line(cfg, "process", "executor"),
                     "[process] executor: slurm runs only command, worker and python processors");
@@ -642,7 +637,7 @@ static int check_output(struct loader *ld)
             return fail(ld, shard_line,
                         "[output] shard: entry %d (%llu) is not a multiple of chunks (%llu)", d + 1,
                         (unsigned long long)cfg->shard[d], (unsigned long long)cfg->chunks[d]);
-    if (cfg->clevel > 9 && strcmp(cfg->compressor, "zstd") != 0)
+    if (cfg->clevel > 9 && cfg->compressor != COMPRESSOR_ZSTD)
         return fail(ld, config_line(cfg, "output", "clevel"),
                     "[output] clevel: %d is out of range (expected 0 to 9; up to 22 with "
                     "compressor = zstd)",
@@ -655,20 +650,20 @@ static int check_output(struct loader *ld)
 static void set_defaults(struct config *cfg)
 {
     cfg->lines = xcalloc(1, sizeof *cfg->lines);
-    cfg->rounding = xstrdup("fractal");
+    cfg->rounding = ROUNDING_FRACTAL;
     cfg->readahead = -1;
-    cfg->executor = xstrdup("local");
+    cfg->executor = EXECUTOR_LOCAL;
     cfg->format = 2;
     cfg->fill_value = xstrdup("0");
     cfg->outside = OUTSIDE_FILL;
-    cfg->compressor = xstrdup("none");
+    cfg->compressor = COMPRESSOR_NONE;
     cfg->clevel = 5;
     cfg->cname = xstrdup("lz4");
     cfg->shuffle = 1;
     cfg->dimension_separator = '.';
     cfg->levels = 4;
     cfg->passthrough = true;
-    cfg->downsample = xstrdup("mean");
+    cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
 }
 
@@ -697,7 +692,7 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
         for (const char *c = text; c < nul; c++)
             line += *c == '\n';
         free(text);
-        return err_set(err, -EINVAL, "%s:%d: NUL byte (not a text file?)", path, line);
+        return err_at(err, -EINVAL, path, line, "NUL byte (not a text file?)");
     }
     set_defaults(cfg);
     cfg->path = path_absolute(path);
@@ -736,6 +731,22 @@ int config_line(const struct config *cfg, const char *section, const char *key)
     return 0;
 }
 
+int config_verror(const struct config *cfg, struct errbuf *err, const char *section,
+                  const char *key, const char *fmt, va_list ap)
+{
+    return err_vat(err, -EINVAL, cfg->path, config_line(cfg, section, key), fmt, ap);
+}
+
+int config_error(const struct config *cfg, struct errbuf *err, const char *section, const char *key,
+                 const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    config_verror(cfg, err, section, key, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
 const struct config_param *config_param(const struct config *cfg, const char *name)
 {
     for (int i = 0; i < cfg->nparams; i++)
@@ -748,9 +759,8 @@ void config_free(struct config *cfg)
 {
     char **strings[] = {
         &cfg->path,       &cfg->dir,         &cfg->input_path,      &cfg->rois_file,
-        &cfg->rois_table, &cfg->rounding,    &cfg->proc_value,      &cfg->executor,
-        &cfg->dtype,      &cfg->fill_value,  &cfg->compressor,      &cfg->cname,
-        &cfg->downsample, &cfg->slurm_mem,   &cfg->slurm_partition, &cfg->slurm_gres,
+        &cfg->rois_table, &cfg->proc_value,  &cfg->dtype,           &cfg->fill_value,
+        &cfg->cname,      &cfg->slurm_mem,   &cfg->slurm_partition, &cfg->slurm_gres,
         &cfg->slurm_time, &cfg->slurm_extra, &cfg->log_path,        &cfg->cache_dir,
     };
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)

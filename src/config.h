@@ -5,6 +5,7 @@
 #ifndef ROIFS_CONFIG_H
 #define ROIFS_CONFIG_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -13,6 +14,17 @@
 enum rois_kind { ROIS_NONE, ROIS_FILE, ROIS_GRID, ROIS_TABLE };
 enum proc_kind { PROC_NONE, PROC_BUILTIN, PROC_COMMAND, PROC_WORKER, PROC_PLUGIN, PROC_PYTHON };
 enum outside_mode { OUTSIDE_FILL, OUTSIDE_INPUT };
+/* Choices parsed once, in the order config.c lists them ("fractal|ngio", ...). */
+enum rounding_mode { ROUNDING_FRACTAL, ROUNDING_NGIO };
+enum executor_kind { EXECUTOR_LOCAL, EXECUTOR_SLURM };
+enum out_compressor {
+    COMPRESSOR_NONE,
+    COMPRESSOR_BLOSC,
+    COMPRESSOR_ZSTD,
+    COMPRESSOR_GZIP,
+    COMPRESSOR_ZLIB
+};
+enum downsample_mode { DOWNSAMPLE_MEAN, DOWNSAMPLE_NEAREST };
 
 struct config_param {
     char *name; /* as written after "param." */
@@ -36,8 +48,8 @@ struct config {
     uint64_t grid[ROIFS_MAX_DIM];
     int grid_ndim;
     uint64_t halo[ROIFS_MAX_DIM];
-    int halo_ndim;  /* 0: no halo given (0 in every dimension) */
-    char *rounding; /* "fractal" (default) or "ngio" */
+    int halo_ndim;               /* 0: no halo given (0 in every dimension) */
+    enum rounding_mode rounding; /* fractal (default) or ngio */
 
     /* [process] */
     enum proc_kind proc_kind;
@@ -49,7 +61,7 @@ struct config {
     int readahead;  /* resolved: -1 in the file becomes threads */
     double timeout; /* seconds, 0 = none */
     int retries;
-    char *executor; /* "local" or "slurm" */
+    enum executor_kind executor;
     struct config_param *params;
     int nparams;
 
@@ -60,7 +72,7 @@ struct config {
     int chunks_ndim;  /* 0: the input's */
     char *fill_value; /* text, "0" by default */
     enum outside_mode outside;
-    char *compressor; /* none | blosc | zstd | gzip | zlib */
+    enum out_compressor compressor;
     int clevel;
     char *cname;              /* lz4 | zstd | blosclz | zlib */
     int shuffle;              /* 0 noshuffle, 1 shuffle, 2 bitshuffle */
@@ -69,7 +81,7 @@ struct config {
     int shard_ndim;
     bool ome;
     int levels;
-    char *downsample; /* mean | nearest */
+    enum downsample_mode downsample;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;
@@ -93,6 +105,13 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err);
 /* Line on which section.key was set, or 0 when it was not set (then use 0 in messages:
  * the caller prints "FILE: ..." without a line). */
 int config_line(const struct config *cfg, const char *section, const char *key);
+/* An error about section.key found after loading (by task.c, the processors): "FILE:LINE:
+ * message" with the key's line, "FILE: message" when the key was not set. -EINVAL. */
+int config_error(const struct config *cfg, struct errbuf *err, const char *section, const char *key,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int config_verror(const struct config *cfg, struct errbuf *err, const char *section,
+                  const char *key, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 /* Looks up param.NAME; NULL when absent. */
 const struct config_param *config_param(const struct config *cfg, const char *name);
 void config_free(struct config *cfg);

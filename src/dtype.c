@@ -148,33 +148,27 @@ bool dtype_equal_ignoring_order(const struct dtype *a, const struct dtype *b)
     return a->kind == b->kind && a->size == b->size;
 }
 
+/* Swaps each of n elements of BITS bits at p in place. */
+#define BSWAP_LOOP(BITS)                                                                           \
+    for (size_t i = 0; i < n; i++, p += (BITS) / 8) {                                              \
+        uint##BITS##_t v;                                                                          \
+        memcpy(&v, p, (BITS) / 8);                                                                 \
+        v = __builtin_bswap##BITS(v);                                                              \
+        memcpy(p, &v, (BITS) / 8);                                                                 \
+    }
+
 void dtype_byteswap(void *buf, size_t n, unsigned size)
 {
     unsigned char *p = buf;
     switch (size) {
     case 2:
-        for (size_t i = 0; i < n; i++, p += 2) {
-            uint16_t v;
-            memcpy(&v, p, 2);
-            v = __builtin_bswap16(v);
-            memcpy(p, &v, 2);
-        }
+        BSWAP_LOOP(16)
         break;
     case 4:
-        for (size_t i = 0; i < n; i++, p += 4) {
-            uint32_t v;
-            memcpy(&v, p, 4);
-            v = __builtin_bswap32(v);
-            memcpy(p, &v, 4);
-        }
+        BSWAP_LOOP(32)
         break;
     case 8:
-        for (size_t i = 0; i < n; i++, p += 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            v = __builtin_bswap64(v);
-            memcpy(p, &v, 8);
-        }
+        BSWAP_LOOP(64)
         break;
     default:
         if (size > 1)
@@ -258,52 +252,37 @@ static inline double round_half_even(double v)
     return copysign((a + 0x1p52) - 0x1p52, v);
 }
 
-static int64_t d_to_int(double v, int64_t lo, int64_t hi)
-{
-    if (isnan(v))
-        return 0;
-    v = round_half_even(v);
-    if (v <= (double)lo)
-        return lo;
-    if (v >= (double)hi) /* (double)INT64_MAX rounds up to 2^63, which is out of range */
-        return hi;
-    return (int64_t)v;
-}
+/* Saturating casts to integers, NaN to 0, from double (rounded with round_half_even) and
+ * from long double (nearbyintl: the default mode rounds half to even). */
+#define DEFINE_TO_INT(NAME, RT, ROUND)                                                             \
+    static int64_t NAME##_int(RT v, int64_t lo, int64_t hi)                                        \
+    {                                                                                              \
+        if (isnan(v))                                                                              \
+            return 0;                                                                              \
+        v = ROUND(v);                                                                              \
+        if (v <= (RT)lo)                                                                           \
+            return lo;                                                                             \
+        if (v >= (RT)hi) /* (double)INT64_MAX rounds up to 2^63, which is out of range */          \
+            return hi;                                                                             \
+        return (int64_t)v;                                                                         \
+    }                                                                                              \
+    static uint64_t NAME##_uint(RT v, uint64_t hi)                                                 \
+    {                                                                                              \
+        if (isnan(v))                                                                              \
+            return 0;                                                                              \
+        v = ROUND(v);                                                                              \
+        if (v <= 0)                                                                                \
+            return 0;                                                                              \
+        if (v >= (RT)hi)                                                                           \
+            return hi;                                                                             \
+        return (uint64_t)v;                                                                        \
+    }
+DEFINE_TO_INT(d_to, double, round_half_even)
+DEFINE_TO_INT(ld_to, long double, nearbyintl)
 
-static uint64_t d_to_uint(double v, uint64_t hi)
+static uint16_t half_from_ldouble(long double v)
 {
-    if (isnan(v))
-        return 0;
-    v = round_half_even(v);
-    if (v <= 0)
-        return 0;
-    if (v >= (double)hi)
-        return hi;
-    return (uint64_t)v;
-}
-
-static int64_t ld_to_int(long double v, int64_t lo, int64_t hi)
-{
-    if (isnan(v))
-        return 0;
-    v = nearbyintl(v);
-    if (v <= (long double)lo)
-        return lo;
-    if (v >= (long double)hi)
-        return hi;
-    return (int64_t)v;
-}
-
-static uint64_t ld_to_uint(long double v, uint64_t hi)
-{
-    if (isnan(v))
-        return 0;
-    v = nearbyintl(v);
-    if (v <= 0)
-        return 0;
-    if (v >= (long double)hi)
-        return hi;
-    return (uint64_t)v;
+    return half_from_double((double)v);
 }
 
 /* Element loops: T is the storage type, src/dst/n in scope. */
@@ -317,11 +296,12 @@ static uint64_t ld_to_uint(long double v, uint64_t hi)
         }                                                                                          \
     } while (0)
 
-#define STORE_LOOP(T, CONV)                                                                        \
+/* EXPR: element i of the result, from src[i]. */
+#define STORE_LOOP(T, EXPR)                                                                        \
     do {                                                                                           \
         unsigned char *p_ = dst;                                                                   \
         for (size_t i = 0; i < n; i++) {                                                           \
-            T x = (T)(CONV(src[i]));                                                               \
+            T x = (T)(EXPR);                                                                       \
             memcpy(p_ + i * sizeof(T), &x, sizeof(T));                                             \
         }                                                                                          \
     } while (0)
@@ -378,113 +358,57 @@ void dtype_to_ldouble(const struct dtype *dt, const void *src, long double *dst,
     LOAD_ALL(long double)
 }
 
-#define TO_BOOL(v) ((v) != 0)
-#define TO_I8(v)   d_to_int(v, INT8_MIN, INT8_MAX)
-#define TO_I16(v)  d_to_int(v, INT16_MIN, INT16_MAX)
-#define TO_I32(v)  d_to_int(v, INT32_MIN, INT32_MAX)
-#define TO_I64(v)  d_to_int(v, INT64_MIN, INT64_MAX)
-#define TO_U8(v)   d_to_uint(v, UINT8_MAX)
-#define TO_U16(v)  d_to_uint(v, UINT16_MAX)
-#define TO_U32(v)  d_to_uint(v, UINT32_MAX)
-#define TO_U64(v)  d_to_uint(v, UINT64_MAX)
-#define TO_SAME(v) (v)
+/* The numpy-style store into every type, with the given conversions to integers and half. */
+#define STORE_ALL(TO_INT, TO_UINT, TO_HALF)                                                        \
+    switch (dt->kind * 16 + dt->size) {                                                            \
+    case DT_BOOL * 16 + 1:                                                                         \
+        STORE_LOOP(uint8_t, src[i] != 0);                                                          \
+        break;                                                                                     \
+    case DT_INT * 16 + 1:                                                                          \
+        STORE_LOOP(int8_t, TO_INT(src[i], INT8_MIN, INT8_MAX));                                    \
+        break;                                                                                     \
+    case DT_INT * 16 + 2:                                                                          \
+        STORE_LOOP(int16_t, TO_INT(src[i], INT16_MIN, INT16_MAX));                                 \
+        break;                                                                                     \
+    case DT_INT * 16 + 4:                                                                          \
+        STORE_LOOP(int32_t, TO_INT(src[i], INT32_MIN, INT32_MAX));                                 \
+        break;                                                                                     \
+    case DT_INT * 16 + 8:                                                                          \
+        STORE_LOOP(int64_t, TO_INT(src[i], INT64_MIN, INT64_MAX));                                 \
+        break;                                                                                     \
+    case DT_UINT * 16 + 1:                                                                         \
+        STORE_LOOP(uint8_t, TO_UINT(src[i], UINT8_MAX));                                           \
+        break;                                                                                     \
+    case DT_UINT * 16 + 2:                                                                         \
+        STORE_LOOP(uint16_t, TO_UINT(src[i], UINT16_MAX));                                         \
+        break;                                                                                     \
+    case DT_UINT * 16 + 4:                                                                         \
+        STORE_LOOP(uint32_t, TO_UINT(src[i], UINT32_MAX));                                         \
+        break;                                                                                     \
+    case DT_UINT * 16 + 8:                                                                         \
+        STORE_LOOP(uint64_t, TO_UINT(src[i], UINT64_MAX));                                         \
+        break;                                                                                     \
+    case DT_FLOAT * 16 + 2:                                                                        \
+        STORE_LOOP(uint16_t, TO_HALF(src[i]));                                                     \
+        break;                                                                                     \
+    case DT_FLOAT * 16 + 4:                                                                        \
+        STORE_LOOP(float, src[i]);                                                                 \
+        break;                                                                                     \
+    case DT_FLOAT * 16 + 8:                                                                        \
+        STORE_LOOP(double, src[i]);                                                                \
+        break;                                                                                     \
+    default:                                                                                       \
+        break;                                                                                     \
+    }
 
 void dtype_from_double(const struct dtype *dt, const double *src, void *dst, size_t n)
 {
-    switch (dt->kind * 16 + dt->size) {
-    case DT_BOOL * 16 + 1:
-        STORE_LOOP(uint8_t, TO_BOOL);
-        break;
-    case DT_INT * 16 + 1:
-        STORE_LOOP(int8_t, TO_I8);
-        break;
-    case DT_INT * 16 + 2:
-        STORE_LOOP(int16_t, TO_I16);
-        break;
-    case DT_INT * 16 + 4:
-        STORE_LOOP(int32_t, TO_I32);
-        break;
-    case DT_INT * 16 + 8:
-        STORE_LOOP(int64_t, TO_I64);
-        break;
-    case DT_UINT * 16 + 1:
-        STORE_LOOP(uint8_t, TO_U8);
-        break;
-    case DT_UINT * 16 + 2:
-        STORE_LOOP(uint16_t, TO_U16);
-        break;
-    case DT_UINT * 16 + 4:
-        STORE_LOOP(uint32_t, TO_U32);
-        break;
-    case DT_UINT * 16 + 8:
-        STORE_LOOP(uint64_t, TO_U64);
-        break;
-    case DT_FLOAT * 16 + 2:
-        STORE_LOOP(uint16_t, half_from_double);
-        break;
-    case DT_FLOAT * 16 + 4:
-        STORE_LOOP(float, TO_SAME);
-        break;
-    case DT_FLOAT * 16 + 8:
-        STORE_LOOP(double, TO_SAME);
-        break;
-    default:
-        break;
-    }
+    STORE_ALL(d_to_int, d_to_uint, half_from_double)
 }
-
-#define LTO_I8(v)   ld_to_int(v, INT8_MIN, INT8_MAX)
-#define LTO_I16(v)  ld_to_int(v, INT16_MIN, INT16_MAX)
-#define LTO_I32(v)  ld_to_int(v, INT32_MIN, INT32_MAX)
-#define LTO_I64(v)  ld_to_int(v, INT64_MIN, INT64_MAX)
-#define LTO_U8(v)   ld_to_uint(v, UINT8_MAX)
-#define LTO_U16(v)  ld_to_uint(v, UINT16_MAX)
-#define LTO_U32(v)  ld_to_uint(v, UINT32_MAX)
-#define LTO_U64(v)  ld_to_uint(v, UINT64_MAX)
-#define LTO_HALF(v) half_from_double((double)(v))
 
 void dtype_from_ldouble(const struct dtype *dt, const long double *src, void *dst, size_t n)
 {
-    switch (dt->kind * 16 + dt->size) {
-    case DT_BOOL * 16 + 1:
-        STORE_LOOP(uint8_t, TO_BOOL);
-        break;
-    case DT_INT * 16 + 1:
-        STORE_LOOP(int8_t, LTO_I8);
-        break;
-    case DT_INT * 16 + 2:
-        STORE_LOOP(int16_t, LTO_I16);
-        break;
-    case DT_INT * 16 + 4:
-        STORE_LOOP(int32_t, LTO_I32);
-        break;
-    case DT_INT * 16 + 8:
-        STORE_LOOP(int64_t, LTO_I64);
-        break;
-    case DT_UINT * 16 + 1:
-        STORE_LOOP(uint8_t, LTO_U8);
-        break;
-    case DT_UINT * 16 + 2:
-        STORE_LOOP(uint16_t, LTO_U16);
-        break;
-    case DT_UINT * 16 + 4:
-        STORE_LOOP(uint32_t, LTO_U32);
-        break;
-    case DT_UINT * 16 + 8:
-        STORE_LOOP(uint64_t, LTO_U64);
-        break;
-    case DT_FLOAT * 16 + 2:
-        STORE_LOOP(uint16_t, LTO_HALF);
-        break;
-    case DT_FLOAT * 16 + 4:
-        STORE_LOOP(float, TO_SAME);
-        break;
-    case DT_FLOAT * 16 + 8:
-        STORE_LOOP(double, TO_SAME);
-        break;
-    default:
-        break;
-    }
+    STORE_ALL(ld_to_int, ld_to_uint, half_from_ldouble)
 }
 
 /* ---- values from text ---- */

@@ -77,28 +77,16 @@ void nd_copy(void *dst, const uint64_t *dst_shape, const uint64_t *dst_off, cons
         memcpy(d, s, run);
         return;
     }
-    /* Odometer over dimensions 0..k-1; the innermost of them gets a tight loop. */
+    /* Over dimensions 0..k-2 in C order; dimension k-1 gets a tight loop. */
     uint64_t cnt[ROIFS_MAX_DIM] = {0};
     size_t ds = dstride[k - 1], ss = sstride[k - 1];
     uint64_t n_inner = shape[k - 1];
-    for (;;) {
-        char *dd = d;
-        const char *sp = s;
+    do {
+        char *dd = d + byte_offset(cnt, dstride, k - 1);
+        const char *sp = s + byte_offset(cnt, sstride, k - 1);
         for (uint64_t i = 0; i < n_inner; i++, dd += ds, sp += ss)
             memcpy(dd, sp, run);
-        int j = k - 2;
-        for (; j >= 0; j--) {
-            d += dstride[j];
-            s += sstride[j];
-            if (++cnt[j] < shape[j])
-                break;
-            d -= dstride[j] * (size_t)shape[j];
-            s -= sstride[j] * (size_t)shape[j];
-            cnt[j] = 0;
-        }
-        if (j < 0)
-            return;
-    }
+    } while (nd_next_index(cnt, NULL, shape, k - 1));
 }
 
 void nd_fill(void *dst, size_t n, const void *value, size_t itemsize)
@@ -138,102 +126,12 @@ void nd_fill_box(void *dst, const uint64_t *dst_shape, const uint64_t *off, cons
     char *d = (char *)dst + byte_offset(off, stride, ndim);
     uint64_t run;
     int k = merge_trailing(dst_shape, dst_shape, shape, ndim, &run);
-    if (k == 0) {
-        nd_fill(d, (size_t)run, value, itemsize);
-        return;
-    }
-    /* Fill the first run, then copy it to every other run. */
+    /* Fill the first run, then copy it to every other run (dimensions 0..k-1). */
     nd_fill(d, (size_t)run, value, itemsize);
-    const char *first = d;
     size_t runb = (size_t)run * itemsize;
     uint64_t cnt[ROIFS_MAX_DIM] = {0};
-    for (;;) {
-        int j = k - 1;
-        for (; j >= 0; j--) {
-            d += stride[j];
-            if (++cnt[j] < shape[j])
-                break;
-            d -= stride[j] * (size_t)shape[j];
-            cnt[j] = 0;
-        }
-        if (j < 0)
-            return;
-        memcpy(d, first, runb);
-    }
-}
-
-/* Walks the Fortran-order source sequentially; dimension 0 (fastest there) is the inner loop,
- * with the destination's C stride for that dimension. */
-#define F_TO_C_LOOP(T)                                                                             \
-    do {                                                                                           \
-        const T *s = src;                                                                          \
-        T *base = dst;                                                                             \
-        for (;;) {                                                                                 \
-            T *d = base;                                                                           \
-            for (uint64_t i = 0; i < n0; i++, d += cs0)                                            \
-                *d = *s++;                                                                         \
-            int j = 1;                                                                             \
-            for (; j < ndim; j++) {                                                                \
-                base += cstride[j];                                                                \
-                if (++cnt[j] < shape[j])                                                           \
-                    break;                                                                         \
-                base -= cstride[j] * shape[j];                                                     \
-                cnt[j] = 0;                                                                        \
-            }                                                                                      \
-            if (j == ndim)                                                                         \
-                return;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-void nd_f_to_c(void *dst, const void *src, const uint64_t *shape, int ndim, size_t itemsize)
-{
-    uint64_t n = nd_prod(shape, ndim);
-    if (n == 0)
-        return;
-    if (ndim <= 1) {
-        memcpy(dst, src, (size_t)n * itemsize);
-        return;
-    }
-    uint64_t cstride[ROIFS_MAX_DIM], cnt[ROIFS_MAX_DIM] = {0};
-    uint64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        cstride[i] = s;
-        s *= shape[i];
-    }
-    uint64_t n0 = shape[0], cs0 = cstride[0];
-    switch (itemsize) {
-    case 1:
-        F_TO_C_LOOP(uint8_t);
-        break;
-    case 2:
-        F_TO_C_LOOP(uint16_t);
-        break;
-    case 4:
-        F_TO_C_LOOP(uint32_t);
-        break;
-    case 8:
-        F_TO_C_LOOP(uint64_t);
-        break;
-    default:
-        break;
-    }
-    /* Other element sizes: byte copies of each element. */
-    const char *sp = src;
-    for (;;) {
-        uint64_t o = 0;
-        for (int j = 0; j < ndim; j++)
-            o += cnt[j] * cstride[j];
-        memcpy((char *)dst + o * itemsize, sp, itemsize);
-        sp += itemsize;
-        int j = 0;
-        for (; j < ndim; j++) {
-            if (++cnt[j] < shape[j])
-                break;
-            cnt[j] = 0;
-        }
-        if (j == ndim)
-            return;
-    }
+    while (nd_next_index(cnt, NULL, shape, k))
+        memcpy(d + byte_offset(cnt, stride, k), d, runb);
 }
 
 int nd_intersect(const uint64_t *a0, const uint64_t *a1, const uint64_t *b0, const uint64_t *b1,
@@ -263,4 +161,63 @@ void nd_unlinear(uint64_t lin, const uint64_t *grid, int ndim, uint64_t *idx)
         idx[i] = grid[i] ? lin % grid[i] : 0;
         lin = grid[i] ? lin / grid[i] : 0;
     }
+}
+
+bool nd_next_index(uint64_t *idx, const uint64_t *lo, const uint64_t *hi, int ndim)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < hi[d])
+            return true;
+        idx[d] = lo ? lo[d] : 0;
+    }
+    return false;
+}
+
+void nd_chunk_box(const uint64_t *idx, const uint64_t *chunks, const uint64_t *shape, int ndim,
+                  uint64_t *lo, uint64_t *hi)
+{
+    for (int d = 0; d < ndim; d++) {
+        lo[d] = idx[d] * chunks[d];
+        hi[d] = shape[d] - lo[d] < chunks[d] ? shape[d] : lo[d] + chunks[d];
+    }
+}
+
+void nd_chunk_range(const uint64_t *lo, const uint64_t *hi, const uint64_t *chunks, int ndim,
+                    uint64_t *c0, uint64_t *c1)
+{
+    for (int d = 0; d < ndim; d++) {
+        c0[d] = lo[d] / chunks[d];
+        c1[d] = hi[d] / chunks[d] + (hi[d] % chunks[d] != 0);
+    }
+}
+
+void nd_transpose(void *a, void *b, const uint64_t *ashape, const uint8_t *order, int ndim,
+                  size_t itemsize, bool a_to_b)
+{
+    if (ndim == 0) {
+        memcpy(a_to_b ? b : a, a_to_b ? a : b, itemsize);
+        return;
+    }
+    size_t astride[ROIFS_MAX_DIM], step[ROIFS_MAX_DIM];
+    uint64_t bshape[ROIFS_MAX_DIM], pos[ROIFS_MAX_DIM] = {0};
+    byte_strides(ashape, ndim, itemsize, astride);
+    for (int d = 0; d < ndim; d++) {
+        bshape[d] = ashape[order[d]];
+        step[d] = astride[order[d]]; /* bytes moved in a per step along b's dimension d */
+    }
+    if (box_empty(bshape, ndim))
+        return;
+    uint64_t inner = bshape[ndim - 1];
+    size_t istep = step[ndim - 1];
+    unsigned char *bp = b;
+    /* b is walked contiguously; a's offset follows b's position in dimensions 0..ndim-2 */
+    do {
+        unsigned char *ap = (unsigned char *)a + byte_offset(pos, step, ndim - 1);
+        if (a_to_b)
+            for (uint64_t j = 0; j < inner; j++, bp += itemsize, ap += istep)
+                memcpy(bp, ap, itemsize);
+        else
+            for (uint64_t j = 0; j < inner; j++, bp += itemsize, ap += istep)
+                memcpy(ap, bp, itemsize);
+    } while (nd_next_index(pos, NULL, bshape, ndim - 1));
 }

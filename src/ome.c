@@ -9,24 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Reads dir/name into *text; *text NULL when it does not exist. A file that exists but cannot
- * be read (not a regular file, too large, ...) is an error naming it. */
-static int read_node_file(const char *dir, const char *name, char **text, size_t *len,
-                          struct errbuf *err)
-{
-    char *p = path_join(dir, name);
-    int r = file_read_all(p, text, len);
-    if (r == -ENOENT || r == -ENOTDIR) {
-        *text = NULL;
-        r = 0;
-    } else if (r < 0) {
-        err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
-        r = -EINVAL;
-    }
-    free(p);
-    return r;
-}
-
 /* The node metadata of dir: .zattrs (v2) or zarr.json's "attributes" (v3), and whether the
  * node is an array. *attrs NULL when there are none. */
 static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct errbuf *err)
@@ -38,7 +20,7 @@ static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct er
     *attrs = NULL;
     char *text;
     size_t len;
-    int r = read_node_file(dir, "zarr.json", &text, &len, err);
+    int r = file_read_optional(dir, "zarr.json", &text, &len, err);
     if (r == 0 && text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         free(text);
@@ -47,7 +29,7 @@ static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct er
             *is_array = true;
         *attrs = json_incref(json_object_get(root, "attributes"));
         json_decref(root);
-    } else if (r == 0 && (r = read_node_file(dir, ".zattrs", &text, &len, err)) == 0 && text) {
+    } else if (r == 0 && (r = file_read_optional(dir, ".zattrs", &text, &len, err)) == 0 && text) {
         *attrs = json_loadb(text, len, 0, NULL);
         free(text);
     }

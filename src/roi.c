@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nd.h"
+
 /* ---- the ROI list ---- */
 
 struct roi_parser {
@@ -33,12 +35,11 @@ static int parse_fail(struct roi_parser *p, const char *fmt, ...)
 /* "NAME:LINE: message". */
 static int parse_fail(struct roi_parser *p, const char *fmt, ...)
 {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    err_vat(p->err, -EINVAL, p->name, p->line, fmt, ap);
     va_end(ap);
-    return err_set(p->err, -EINVAL, "%s:%d: %s", p->name, p->line, msg);
+    return -EINVAL;
 }
 
 static bool is_blank(char c)
@@ -434,13 +435,9 @@ int roi_grid(const uint64_t *tile, int ndim, const uint64_t *shape, struct roi_s
     out->n = (size_t)total;
     uint64_t idx[ROIFS_MAX_DIM] = {0};
     for (size_t i = 0; i < out->n; i++) {
-        uint64_t *a = out->start + i * (size_t)ndim, *b = out->stop + i * (size_t)ndim;
-        for (int d = 0; d < ndim; d++) {
-            a[d] = idx[d] * tile[d];
-            b[d] = shape[d] - a[d] < tile[d] ? shape[d] : a[d] + tile[d];
-        }
-        for (int d = ndim - 1; d >= 0 && ++idx[d] == ntiles[d]; d--)
-            idx[d] = 0;
+        nd_chunk_box(idx, tile, shape, ndim, out->start + i * (size_t)ndim,
+                     out->stop + i * (size_t)ndim);
+        nd_next_index(idx, NULL, ntiles, ndim);
     }
     return 0;
 }
@@ -461,11 +458,8 @@ void roi_read_region(const struct roi_set *rs, size_t i, const uint64_t *halo,
 void roi_chunk_range(const struct roi_set *rs, size_t i, const uint64_t *chunks, uint64_t *c0,
                      uint64_t *c1)
 {
-    const uint64_t *a = rs->start + i * (size_t)rs->ndim, *b = rs->stop + i * (size_t)rs->ndim;
-    for (int d = 0; d < rs->ndim; d++) {
-        c0[d] = a[d] / chunks[d];
-        c1[d] = b[d] / chunks[d] + (b[d] % chunks[d] != 0);
-    }
+    nd_chunk_range(rs->start + i * (size_t)rs->ndim, rs->stop + i * (size_t)rs->ndim, chunks,
+                   rs->ndim, c0, c1);
 }
 
 /* ---- the chunk -> ROIs index ---- */
@@ -557,10 +551,7 @@ static uint64_t list_contacts(const struct roi_set *rs, const uint64_t *chunks,
                 out[n++] = (struct roi_contact){base + c, (uint32_t)i};
             if (base + c1[last] - 1 > max_id)
                 max_id = base + c1[last] - 1;
-            int d = last - 1;
-            for (; d >= 0 && ++idx[d] == c1[d]; d--)
-                idx[d] = c0[d];
-            empty = d < 0;
+            empty = !nd_next_index(idx, c0, c1, last);
         }
     }
     return max_id;

@@ -29,33 +29,18 @@ static bool exists(const char *dir, const char *name)
     return r;
 }
 
-/* Reads dir/name into *text; *text NULL when it does not exist. */
-static int read_group_file(const char *dir, const char *name, char **text, size_t *len,
-                           struct errbuf *err)
-{
-    char *p = path_join(dir, name);
-    int r = file_read_all(p, text, len);
-    if (r == -ENOENT || r == -ENOTDIR) {
-        *text = NULL;
-        r = 0;
-    } else if (r < 0) {
-        r = err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
-    }
-    free(p);
-    return r;
-}
-
 /* .zattrs, or zarr.json's "attributes"; *attrs NULL when there are none. */
 static int group_attrs(const char *dir, json_t **attrs, struct errbuf *err)
 {
     char *text;
     size_t len;
     *attrs = NULL;
-    int r = read_group_file(dir, ".zattrs", &text, &len, err);
+    int r = file_read_optional(dir, ".zattrs", &text, &len, err);
     if (r == 0 && text) {
         *attrs = json_loadb(text, len, 0, NULL);
         free(text);
-    } else if (r == 0 && (r = read_group_file(dir, "zarr.json", &text, &len, err)) == 0 && text) {
+    } else if (r == 0 && (r = file_read_optional(dir, "zarr.json", &text, &len, err)) == 0 &&
+               text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         *attrs = json_incref(json_object_get(root, "attributes"));
         json_decref(root);
@@ -302,19 +287,19 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
             continue;
         size_t nf = csv_split(l, fields, MAXF);
         if (nf > MAXF) {
-            r = err_set(err, -EINVAL, "%s:%d: too many columns", p, line);
+            r = err_at(err, -EINVAL, p, line, "too many columns");
         } else if (!nhead) {
             nhead = nf;
             r = find_columns(p, fields, nf, cols, err);
         } else if (nf != nhead) {
-            r = err_set(err, -EINVAL, "%s:%d: %zu fields, the header has %zu", p, line, nf, nhead);
+            r = err_at(err, -EINVAL, p, line, "%zu fields, the header has %zu", nf, nhead);
         } else {
             if (t->n == cap)
                 t->v = xrealloc(t->v, (cap = cap ? 2 * cap : 64) * ROI_TCOLS * sizeof *t->v);
             for (int c = 0; c < ROI_TCOLS && r == 0; c++)
                 if (parse_double(fields[cols[c]], &t->v[t->n * ROI_TCOLS + c]) < 0)
-                    r = err_set(err, -EINVAL, "%s:%d: %s: not a number: '%s'", p, line,
-                                column_names[c], fields[cols[c]]);
+                    r = err_at(err, -EINVAL, p, line, "%s: not a number: '%s'", column_names[c],
+                               fields[cols[c]]);
             t->n++;
         }
     }

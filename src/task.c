@@ -16,28 +16,9 @@
 #include "nd.h"
 #include "provenance.h"
 
-/* Sets err to "FILE:LINE: message" (just "FILE: " when section.key was not set); -EINVAL. */
-static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int task_err(const struct task *t, struct errbuf *err, const char *section, const char *key,
-                    const char *fmt, ...)
-{
-    char *what;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&what, fmt, ap) < 0)
-        what = NULL;
-    va_end(ap);
-    int line = config_line(&t->cfg, section, key);
-    if (line > 0)
-        err_set(err, -EINVAL, "%s:%d: %s", t->cfg.path, line, what ? what : "error");
-    else
-        err_set(err, -EINVAL, "%s: %s", t->cfg.path, what ? what : "error");
-    free(what);
-    return -EINVAL;
-}
-
-#define TASK_ERR(t, err, section, key, ...) return task_err(t, err, section, key, __VA_ARGS__)
+/* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
+#define TASK_ERR(t, err, section, key, ...)                                                        \
+    return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
 static int open_input(struct task *t, struct errbuf *err)
 {
@@ -64,28 +45,30 @@ static int check_dims(struct task *t, const char *key, const char *section, int 
     return 0;
 }
 
-static int resolve_compressor(struct task *t, struct zarr_codec *c, struct errbuf *err)
+/* The output's compressor; config.c checked the choice. */
+static void resolve_compressor(const struct config *cfg, struct zarr_codec *c)
 {
-    const struct config *cfg = &t->cfg;
     memset(c, 0, sizeof *c);
-    const char *name = cfg->compressor ? cfg->compressor : "none";
     c->level = cfg->clevel;
-    if (strcmp(name, "none") == 0) {
+    switch (cfg->compressor) {
+    case COMPRESSOR_NONE:
         c->id = ZC_NONE;
-    } else if (strcmp(name, "blosc") == 0) {
+        break;
+    case COMPRESSOR_BLOSC:
         c->id = ZC_BLOSC;
         snprintf(c->cname, sizeof c->cname, "%s", cfg->cname ? cfg->cname : "lz4");
         c->shuffle = cfg->shuffle;
-    } else if (strcmp(name, "zstd") == 0) {
+        break;
+    case COMPRESSOR_ZSTD:
         c->id = ZC_ZSTD;
-    } else if (strcmp(name, "gzip") == 0) {
+        break;
+    case COMPRESSOR_GZIP:
         c->id = ZC_GZIP;
-    } else if (strcmp(name, "zlib") == 0) {
+        break;
+    case COMPRESSOR_ZLIB:
         c->id = ZC_ZLIB;
-    } else {
-        TASK_ERR(t, err, "output", "compressor", "[output] compressor: unknown value '%s'", name);
+        break;
     }
-    return 0;
 }
 
 /* Format 3: the codec chain (bytes in the output's byte order, then the compressor), and
@@ -294,8 +277,8 @@ static int resolve_output(struct task *t, struct errbuf *err)
     if (dtype_parse_value(&o->dtype, cfg->fill_value ? cfg->fill_value : "0", o->fill, &e) < 0)
         TASK_ERR(t, err, "output", "fill_value", "[output] fill_value: %s", e.msg);
     o->separator = cfg->dimension_separator ? cfg->dimension_separator : '.';
-    r = resolve_compressor(t, &o->compressor, err);
-    if (r < 0 || (o->format == 3 && (r = resolve_v3(t, err)) < 0))
+    resolve_compressor(cfg, &o->compressor);
+    if (o->format == 3 && (r = resolve_v3(t, err)) < 0)
         return r;
     if ((r = check_chunk_bytes(t, err)) < 0)
         return r;
@@ -336,7 +319,7 @@ static int load_table(struct task *t, struct errbuf *err)
     if (r < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
     enum roi_rounding rounding =
-        strcmp(t->cfg.rounding, "ngio") == 0 ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
+        t->cfg.rounding == ROUNDING_NGIO ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
     r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in->ndim, t->in->shape,
                          &t->rois, &e);
     roi_table_free(&tab);

@@ -25,6 +25,20 @@ int err_set(struct errbuf *err, int code, const char *fmt, ...)
     return code;
 }
 
+/* Puts "prefix: " before the message already in err. */
+static void prepend(struct errbuf *err, const char *prefix)
+{
+    size_t n = strnlen(prefix, sizeof err->msg / 2), cap = sizeof err->msg;
+    size_t keep = strnlen(err->msg, cap - 1);
+    if (n + 2 + keep > cap - 1)
+        keep = cap - 1 - n - 2;
+    memmove(err->msg + n + 2, err->msg, keep);
+    err->msg[n + 2 + keep] = '\0';
+    memcpy(err->msg, prefix, n);
+    err->msg[n] = ':';
+    err->msg[n + 1] = ' ';
+}
+
 int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
 {
     if (err) {
@@ -33,15 +47,46 @@ int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
-        size_t n = strlen(prefix), cap = sizeof err->msg;
-        size_t keep = strnlen(err->msg, cap - 1);
-        if (n + 2 + keep > cap - 1)
-            keep = cap - 1 - n - 2;
-        memmove(err->msg + n + 2, err->msg, keep);
-        err->msg[n + 2 + keep] = '\0';
-        memcpy(err->msg, prefix, n);
-        err->msg[n] = ':';
-        err->msg[n + 1] = ' ';
+        prepend(err, prefix);
+    }
+    return code;
+}
+
+int err_vat(struct errbuf *err, int code, const char *file, int line, const char *fmt, va_list ap)
+{
+    if (err) {
+        char msg[768]; /* room for the place before it */
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        if (line > 0)
+            snprintf(err->msg, sizeof err->msg, "%s:%d: %s", file, line, msg);
+        else
+            snprintf(err->msg, sizeof err->msg, "%s: %s", file, msg);
+    }
+    return code;
+}
+
+int err_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err_vat(err, code, file, line, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int err_prefix_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+{
+    if (err) {
+        char what[256], prefix[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        if (line > 0)
+            snprintf(prefix, sizeof prefix, "%s:%d: %s", file, line, what);
+        else
+            snprintf(prefix, sizeof prefix, "%s: %s", file, what);
+        prepend(err, prefix);
     }
     return code;
 }
@@ -239,6 +284,21 @@ int file_read_all(const char *path, char **data, size_t *len)
     return file_read_all_at(AT_FDCWD, path, data, len);
 }
 
+int file_read_optional(const char *dir, const char *name, char **data, size_t *len,
+                       struct errbuf *err)
+{
+    char *p = path_join(dir, name);
+    int r = file_read_all(p, data, len);
+    if (r == -ENOENT || r == -ENOTDIR) {
+        *data = NULL;
+        r = 0;
+    } else if (r < 0) {
+        r = err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
+    }
+    free(p);
+    return r;
+}
+
 const char *file_strerror(int rc)
 {
     if (rc == FILE_ERR_NOT_REGULAR)
@@ -396,39 +456,38 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
-int parse_u64(const char *s, uint64_t *out)
+/* strtoull or strtoll over the whole of s (blanks around allowed, a sign only when signed);
+ * the result is stored only on success. */
+static int parse_integer(const char *s, bool is_signed, uint64_t *u, int64_t *i)
 {
     s = skip_ws(s);
-    if (*s < '0' || *s > '9')
-        return -EINVAL;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno == ERANGE)
-        return -ERANGE;
-    end = (char *)skip_ws(end);
-    if (*end)
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-int parse_i64(const char *s, int64_t *out)
-{
-    s = skip_ws(s);
-    const char *d = (*s == '-' || *s == '+') ? s + 1 : s;
+    const char *d = is_signed && (*s == '-' || *s == '+') ? s + 1 : s;
     if (*d < '0' || *d > '9')
         return -EINVAL;
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
+    long long iv = is_signed ? strtoll(s, &end, 10) : 0;
+    unsigned long long uv = is_signed ? 0 : strtoull(s, &end, 10);
     if (errno == ERANGE)
         return -ERANGE;
     end = (char *)skip_ws(end);
     if (*end)
         return -EINVAL;
-    *out = v;
+    if (is_signed)
+        *i = iv;
+    else
+        *u = uv;
     return 0;
+}
+
+int parse_u64(const char *s, uint64_t *out)
+{
+    return parse_integer(s, false, out, NULL);
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+    return parse_integer(s, true, NULL, out);
 }
 
 int parse_double(const char *s, double *out)

@@ -22,6 +22,15 @@ int err_set(struct errbuf *err, int code, const char *fmt, ...)
 /* Prepends "prefix: " to the message already in err; returns code. */
 int err_prefix(struct errbuf *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The one form of a message about a place in a file: "FILE:LINE: message", or
+ * "FILE: message" when line <= 0 (unknown or the whole file). Returns code. */
+int err_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int err_vat(struct errbuf *err, int code, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+/* Prepends "FILE:LINE: prefix: " (or "FILE: prefix: ") to the message already in err. */
+int err_prefix_at(struct errbuf *err, int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Logging: to stderr (foreground), a file, or syslog. Thread-safe. */
 enum log_level { LOG_LVL_ERROR, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
@@ -55,6 +64,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define FILE_ERR_NOT_REGULAR (-EINVAL)
 int file_read_all(const char *path, char **data, size_t *len);
 int file_read_all_at(int dirfd, const char *path, char **data, size_t *len);
+/* Reads dir/name as file_read_all does; *data NULL (and 0) when it does not exist. Any other
+ * failure is -EINVAL with "DIR/NAME: why" in err. For optional metadata files. */
+int file_read_optional(const char *dir, const char *name, char **data, size_t *len,
+                       struct errbuf *err);
 /* The same with another limit (SIZE_MAX: none, for files roifs wrote itself). */
 int file_read_max(int dirfd, const char *path, size_t max, char **data, size_t *len);
 /* strerror() for the errors of file_read_all(): "not a regular file", "too large (...)". */

@@ -1,7 +1,8 @@
 """EXPERIMENT (not run by bench/run.sh): FUSE reply variants for warm reads, side by side.
 
-Needs a roifs built from bench/experiments/fs_variants.c.txt (see its header) in
-$ROIFS_EXP_BIN.  Builds a 256 MiB array (as bench/warm.py), computes it, copies it to a plain
+Needs a roifs built from the variant fs.c that lived at bench/experiments/fs_variants.c.txt
+(removed from the tree as a stale copy of fs.c; `git show 9abdc6c:bench/experiments/fs_variants.c.txt`
+gives it, with its header saying how to build) in $ROIFS_EXP_BIN.  Builds a 256 MiB array (as bench/warm.py), computes it, copies it to a plain
 folder, then for each repeat reads the plain folder and, for every variant, a freshly mounted
 copy twice (fresh: through the daemon; repeat: from the FUSE page cache); prints medians.
 

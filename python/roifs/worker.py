@@ -45,48 +45,25 @@ import traceback
 import numpy as np
 
 import roifs
+from roifs import _array
 from roifs._array import describe as _describe
 from roifs._array import store as _store
 
 __all__ = ["Roi", "run", "main"]
 
 
-class Roi:
-    """What a request says about the ROI being computed.
+class Roi(_array.Roi):
+    """What a request says about the ROI being computed: the attributes of a `python =`
+    function's roi (index, start, stop, in_start, in_shape, params, dtype, out_dtype, label),
+    with out None (a worker writes its result to standard output)."""
 
-    index     ROI index (its 0-based line in the ROI list)
-    start     ROI box start, a tuple of ints per dimension
-    stop      ROI box stop (exclusive)
-    in_start  read region start: the box grown by the halo, clipped to the array
-    in_shape  read region shape, which is block.shape
-    params    {name: value} of the task's param.* keys, values as strings
-    dtype     numpy dtype of block
-    out_dtype numpy dtype of the result
-    label     the object's label for a masked ROI, else None
-    """
-
-    __slots__ = ("index", "start", "stop", "in_start", "in_shape", "params", "dtype",
-                 "out_dtype", "label")
+    __slots__ = ()
 
     def __init__(self, request):
-        self.index = request["roi"]
-        self.start = tuple(request["start"])
-        self.stop = tuple(request["stop"])
-        self.in_start = tuple(request["in_start"])
-        self.in_shape = tuple(request["in_shape"])
-        self.params = request.get("params") or {}
-        self.dtype = _dtype(request["dtype"])
-        self.out_dtype = _dtype(request["out_dtype"])
-        self.label = request.get("label")
-
-    @property
-    def inner(self):
-        """Slices selecting the ROI box inside block (they differ with a halo)."""
-        return tuple(slice(a - s, b - s) for a, b, s in zip(self.start, self.stop, self.in_start))
-
-    def __repr__(self):
-        return (f"Roi(index={self.index}, start={self.start}, stop={self.stop}, "
-                f"in_start={self.in_start}, in_shape={self.in_shape})")
+        super().__init__(request["roi"], tuple(request["start"]), tuple(request["stop"]),
+                         tuple(request["in_start"]), tuple(request["in_shape"]),
+                         _dtype(request["dtype"]), _dtype(request["out_dtype"]),
+                         request.get("params") or {}, request.get("label"))
 
 
 _dtypes = {}

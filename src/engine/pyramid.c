@@ -524,7 +524,7 @@ int pyramid_build(struct task *t, struct errbuf *err)
         t->axis_y = nd - 2;
         t->axis_x = nd - 1;
     }
-    t->nearest = t->cfg.downsample && strcmp(t->cfg.downsample, "nearest") == 0;
+    t->nearest = t->cfg.downsample == DOWNSAMPLE_NEAREST;
     t->nlevels = t->cfg.levels > 0 ? t->cfg.levels : 1;
     if (t->nlevels > TASK_MAX_LEVELS)
         t->nlevels = TASK_MAX_LEVELS;

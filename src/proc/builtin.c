@@ -53,26 +53,12 @@ struct builtin {
     bool stopping;
 };
 
-/* "FILE:LINE: message", or "FILE: message" when the line is unknown. */
-static int conf_error(const struct config *cfg, int line, struct errbuf *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int conf_error(const struct config *cfg, int line, struct errbuf *err, const char *fmt, ...)
-{
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (line > 0)
-        return err_set(err, -EINVAL, "%s:%d: %s", cfg->path, line, msg);
-    return err_set(err, -EINVAL, "%s: %s", cfg->path, msg);
-}
-
 static int parse_param_number(const struct config *cfg, const struct config_param *pm,
                               const char *text, double *out, struct errbuf *err)
 {
     if (parse_double(text, out) < 0)
-        return conf_error(cfg, pm->line, err, "param.%s: '%s' is not a number", pm->name, text);
+        return err_at(err, -EINVAL, cfg->path, pm->line, "param.%s: '%s' is not a number", pm->name,
+                      text);
     return 0;
 }
 
@@ -84,15 +70,17 @@ static int parse_sigma(const struct config *cfg, const struct config_param *pm, 
     for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
         double s;
         if (n == ROIFS_MAX_DIM)
-            rc = conf_error(cfg, pm->line, err, "param.sigma: more than %d values", ROIFS_MAX_DIM);
+            rc = err_at(err, -EINVAL, cfg->path, pm->line, "param.sigma: more than %d values",
+                        ROIFS_MAX_DIM);
         else if (!(rc = parse_param_number(cfg, pm, tok, &s, err)) && !(s >= 0 && s <= SIGMA_MAX))
-            rc = conf_error(cfg, pm->line, err, "param.sigma: %s is not between 0 and %g", tok,
-                            SIGMA_MAX);
+            rc = err_at(err, -EINVAL, cfg->path, pm->line,
+                        "param.sigma: %s is not between 0 and %g", tok, SIGMA_MAX);
         else if (!rc)
             b->sigma[n++] = s;
     }
     if (!rc && n == 0)
-        rc = conf_error(cfg, pm->line, err, "param.sigma: '%s' is not a number", pm->value);
+        rc = err_at(err, -EINVAL, cfg->path, pm->line, "param.sigma: '%s' is not a number",
+                    pm->value);
     free(copy);
     b->nsigma = n;
     return rc;
@@ -107,8 +95,8 @@ static int parse_params(const struct config *cfg, const struct builtin_def *def,
         if (!strcmp(pm->name, "delay")) {
             rc = parse_param_number(cfg, pm, pm->value, &b->delay, err);
             if (!rc && !(b->delay >= 0 && b->delay < 1e9))
-                rc = conf_error(cfg, pm->line, err, "param.delay: %s is not a number of seconds",
-                                pm->value);
+                rc = err_at(err, -EINVAL, cfg->path, pm->line,
+                            "param.delay: %s is not a number of seconds", pm->value);
         } else if (def->param && !strcmp(pm->name, def->param) && def->op == OP_GAUSSIAN) {
             rc = parse_sigma(cfg, pm, b, err);
         } else if (def->param && !strcmp(pm->name, def->param)) {
@@ -116,9 +104,9 @@ static int parse_params(const struct config *cfg, const struct builtin_def *def,
             if (!rc && def->op == OP_LABEL) /* accepts what parse_double accepts */
                 (void)label_value_parse(pm->value, &b->threshold);
         } else {
-            rc = conf_error(
-                cfg, pm->line, err, "param.%s: unknown parameter (builtin %s takes %s%sdelay)",
-                pm->name, def->name, def->param ? def->param : "only", def->param ? " and " : " ");
+            rc = err_at(err, -EINVAL, cfg->path, pm->line,
+                        "param.%s: unknown parameter (builtin %s takes %s%sdelay)", pm->name,
+                        def->name, def->param ? def->param : "only", def->param ? " and " : " ");
         }
         if (rc)
             return rc;
@@ -133,45 +121,29 @@ static bool is_int64(const struct dtype *dt)
     return (dt->kind == DT_INT || dt->kind == DT_UINT) && dt->size == 8;
 }
 
-static void apply_double(enum builtin_op op, double v, double *x, size_t n)
-{
-    switch (op) {
-    case OP_ADD:
-        for (size_t i = 0; i < n; i++)
-            x[i] += v;
-        break;
-    case OP_MULTIPLY:
-        for (size_t i = 0; i < n; i++)
-            x[i] *= v;
-        break;
-    case OP_THRESHOLD:
-        for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > v ? 1.0 : 0.0;
-        break;
-    default:
-        break;
+/* apply_double and apply_ldouble: the same elementwise op on n values of type T. */
+#define DEFINE_APPLY(NAME, T)                                                                      \
+    static void NAME(enum builtin_op op, T v, T *x, size_t n)                                      \
+    {                                                                                              \
+        switch (op) {                                                                              \
+        case OP_ADD:                                                                               \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] += v;                                                                         \
+            break;                                                                                 \
+        case OP_MULTIPLY:                                                                          \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] *= v;                                                                         \
+            break;                                                                                 \
+        case OP_THRESHOLD:                                                                         \
+            for (size_t i = 0; i < n; i++)                                                         \
+                x[i] = x[i] > v ? (T)1 : (T)0;                                                     \
+            break;                                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
     }
-}
-
-static void apply_ldouble(enum builtin_op op, long double v, long double *x, size_t n)
-{
-    switch (op) {
-    case OP_ADD:
-        for (size_t i = 0; i < n; i++)
-            x[i] += v;
-        break;
-    case OP_MULTIPLY:
-        for (size_t i = 0; i < n; i++)
-            x[i] *= v;
-        break;
-    case OP_THRESHOLD:
-        for (size_t i = 0; i < n; i++)
-            x[i] = x[i] > v ? 1.0L : 0.0L;
-        break;
-    default:
-        break;
-    }
-}
+DEFINE_APPLY(apply_double, double)
+DEFINE_APPLY(apply_ldouble, long double)
 
 /* Converts through double, or long double when a 64-bit integer type is involved so that every
  * int64/uint64 value stays exact. */
@@ -398,10 +370,10 @@ int proc_builtin_create(const struct config *cfg, struct proc **out, struct errb
         if (cfg->proc_value && !strcmp(cfg->proc_value, builtin_defs[i].name))
             def = &builtin_defs[i];
     if (!def)
-        return conf_error(cfg, config_line(cfg, "process", "builtin"), err,
-                          "[process] builtin: unknown '%s' (expected copy, add, multiply, "
-                          "threshold, gaussian or label)",
-                          cfg->proc_value ? cfg->proc_value : "");
+        return config_error(cfg, err, "process", "builtin",
+                            "[process] builtin: unknown '%s' (expected copy, add, multiply, "
+                            "threshold, gaussian or label)",
+                            cfg->proc_value ? cfg->proc_value : "");
     struct builtin *b = xcalloc(1, sizeof *b);
     b->base.ops = &builtin_ops;
     b->op = def->op;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nd.h"
+
 /* A maximal run [start, end) of foreground in one line, with its provisional label. Runs
  * rather than pixels carry the labels: blobs have few runs per line, so merging, flattening
  * and writing the output touch runs, and the input is read exactly once. */
@@ -399,8 +401,7 @@ static int label_pass1(struct label_scratch *s, const struct geom *g, const unsi
                            UINT32_MAX - 1);
         if (rc)
             return err_set(err, rc, "label: out of memory after %zu runs", nruns);
-        for (int d = g->ns - 2; d >= 0 && ++coord[d] == g->sh[d]; d--)
-            coord[d] = 0;
+        nd_next_index(coord, NULL, g->sh, g->ns - 1);
     }
     s->line_first[g->lines] = nruns;
     return 0;

@@ -26,10 +26,7 @@ struct plugin {
 /* "FILE:LINE: [process] plugin: message", or without the line when it is unknown. */
 static int plugin_error(const struct config *cfg, struct errbuf *err, const char *msg)
 {
-    int line = config_line(cfg, "process", "plugin");
-    if (line > 0)
-        return err_set(err, -EINVAL, "%s:%d: [process] plugin: %s", cfg->path, line, msg);
-    return err_set(err, -EINVAL, "%s: [process] plugin: %s", cfg->path, msg);
+    return config_error(cfg, err, "process", "plugin", "[process] plugin: %s", msg);
 }
 
 /* A plugin's message: NUL-terminated whatever it wrote, trimmed of trailing newlines. */

@@ -54,6 +54,10 @@ static inline int proc_run(struct proc *p, const struct proc_request *rq, struct
 }
 /* "builtin", "command", "worker", "plugin", "python" (the configuration's key). */
 const char *proc_kind_name(enum proc_kind k);
+/* The params as one JSON object {"name": "value", ...} (values stay strings, as the
+ * configuration wrote them), malloc'd: what worker and python processors are sent.
+ * 0, or -EINVAL "FILE:LINE: param.NAME: not valid UTF-8". */
+int proc_params_json(const struct config *cfg, char **out, struct errbuf *err);
 void proc_shutdown(struct proc *p);
 void proc_destroy(struct proc *p);
 

@@ -27,7 +27,6 @@
 #define REQUEST_TIMEOUT 30.0
 /* After "quit": the server gives its workers 2 s, then kills them; then this much more. */
 #define QUIT_TIMEOUT 5.0
-#define LOG_LINE_MAX 1024
 /* Workers compute ROI after ROI of the same size: glibc keeps what they free (no mmap per big
  * array, no trimming), so that a ROI reuses the memory of the last one instead of faulting in
  * and zeroing fresh pages (for a scikit-image segmentation of a 1080x1280 FOV, that was half
@@ -42,51 +41,24 @@ struct pyserver {
     int ctl;              /* control socket */
     int log_fd;           /* the server's stdout and stderr */
     pthread_mutex_t lock; /* one control request at a time; guards the log line */
-    char line[LOG_LINE_MAX + 1];
-    size_t line_len;
+    struct spawn_lines log_lines;
     char last[512]; /* last line of output, for messages */
 };
 
 /* ---- the server's output ---- */
 
-static void emit_line(struct pyserver *s)
+static void on_log_line(void *ctx, char *line, size_t len)
 {
-    size_t n = s->line_len;
-    while (n > 0 && (s->line[n - 1] == '\r' || s->line[n - 1] == ' '))
-        n--;
-    s->line[n] = '\0';
-    s->line_len = 0;
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if (s->line[i] == '\0')
-            s->line[i] = '?';
-    log_warn("python %d: %s", (int)s->pid, s->line);
-    snprintf(s->last, sizeof s->last, "%.511s", s->line);
+    struct pyserver *s = ctx;
+    (void)len;
+    log_warn("python %d: %s", (int)s->pid, line);
+    snprintf(s->last, sizeof s->last, "%.511s", line);
 }
 
 /* Reads what the server wrote, without blocking; logs complete lines. */
 static void drain_log(struct pyserver *s)
 {
-    char buf[4096];
-    for (;;) {
-        ssize_t n = s->log_fd >= 0 ? read(s->log_fd, buf, sizeof buf) : 0;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return;
-        if (n == 0) {
-            emit_line(s);
-            spawn_close(&s->log_fd);
-            return;
-        }
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] == '\n' || s->line_len == LOG_LINE_MAX)
-                emit_line(s);
-            if (buf[i] != '\n')
-                s->line[s->line_len++] = buf[i];
-        }
-    }
+    spawn_lines_read(&s->log_fd, &s->log_lines, true, on_log_line, s);
 }
 
 /* ---- control messages ---- */

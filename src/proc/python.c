@@ -26,7 +26,6 @@
 
 #define DEFAULT_INTERPRETER "/usr/bin/python3"
 /* A stderr line is logged once complete, or in pieces of this size. */
-#define LINE_MAX_LOG 1024
 /* A worker that died gets this long to finish its stderr (the traceback). */
 #define DEATH_GRACE 0.5
 /* The result starts at this alignment after the block in the shared memory. */
@@ -48,8 +47,7 @@ struct pyworker {
     bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
     bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
     unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
-    char line[LINE_MAX_LOG + 1];
-    size_t line_len;
+    struct spawn_lines err_lines;
     char last[512]; /* last line of its stderr, for messages */
     uint64_t req[(sizeof(struct py_request) + 4 * ROIFS_MAX_DIM * 8) / 8];
 };
@@ -90,43 +88,22 @@ static void register_atfork(void)
 
 /* ---- a worker's stderr ---- */
 
-static void emit_line(struct pyworker *w)
+static void on_stderr_line(void *ctx, char *line, size_t len)
 {
-    size_t n = w->line_len;
-    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
-        n--;
-    w->line[n] = '\0';
-    w->line_len = 0;
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if (w->line[i] == '\0')
-            w->line[i] = '?';
-    log_info("python worker %d: %s", (int)w->pid, w->line);
-    snprintf(w->last, sizeof w->last, "%.511s", w->line);
+    struct pyworker *w = ctx;
+    (void)len;
+    log_info("python worker %d: %s", (int)w->pid, line);
+    snprintf(w->last, sizeof w->last, "%.511s", line);
 }
 
 static void drain_stderr(struct pyworker *w)
 {
-    char buf[4096];
-    for (;;) {
-        ssize_t n = w->err_fd >= 0 ? read(w->err_fd, buf, sizeof buf) : 0;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return;
-        if (n == 0) {
-            emit_line(w);
-            spawn_close(&w->err_fd);
-            return;
-        }
-        for (ssize_t i = 0; i < n; i++) {
-            if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
-                emit_line(w);
-            if (buf[i] != '\n')
-                w->line[w->line_len++] = buf[i];
-        }
-    }
+    spawn_lines_read(&w->err_fd, &w->err_lines, true, on_stderr_line, w);
+}
+
+static void emit_line(struct pyworker *w)
+{
+    spawn_lines_flush(&w->err_lines, on_stderr_line, w);
 }
 
 /* Waits up to `until` for the end of its stderr (it has exited: the traceback follows). */
@@ -240,7 +217,7 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         worker_retire(pp, w);
         return rc;
     }
-    w->line_len = 0;
+    w->err_lines.len = 0;
     w->last[0] = '\0';
     w->rois = 0;
     w->tick_cut = false;
@@ -559,31 +536,11 @@ static const struct proc_ops python_ops = {
 
 /* ---- creation ---- */
 
-/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
-static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
-{
-    json_t *obj = json_object();
-    for (int i = 0; i < cfg->nparams; i++) {
-        const struct config_param *pm = &cfg->params[i];
-        json_t *v = json_string(pm->value);
-        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
-            json_decref(obj);
-            return err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path, pm->line,
-                           pm->name);
-        }
-    }
-    *out = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return 0;
-}
-
 /* "FILE:LINE: [process] python: " before the message in err. */
-static int config_error(const struct config *cfg, int rc, struct errbuf *err)
+static int python_spec_error(const struct config *cfg, int rc, struct errbuf *err)
 {
-    int line = config_line(cfg, "process", "python");
-    if (line > 0)
-        return err_prefix(err, rc, "%s:%d: [process] python", cfg->path, line);
-    return err_prefix(err, rc, "%s: [process] python", cfg->path);
+    return err_prefix_at(err, rc, cfg->path, config_line(cfg, "process", "python"),
+                         "[process] python");
 }
 
 static int check_spec(const char *spec, struct errbuf *err)
@@ -629,8 +586,8 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     char *params = NULL;
     int rc = check_spec(cfg->proc_value, err);
     if (rc)
-        return config_error(cfg, rc, err);
-    if ((rc = encode_params(cfg, &params, err)))
+        return python_spec_error(cfg, rc, err);
+    if ((rc = proc_params_json(cfg, &params, err)))
         return rc;
     struct pyserver_opts o = {
         .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
@@ -638,8 +595,8 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     rc = pyserver_start(&o, &srv, err);
     free(params);
     if (rc)
-        return config_error(cfg, rc, err);
-    bool slurm = cfg->executor && strcmp(cfg->executor, "slurm") == 0;
+        return python_spec_error(cfg, rc, err);
+    bool slurm = cfg->executor == EXECUTOR_SLURM;
     if (slurm) { /* the file imports and has its function: the nodes run it */
         pyserver_stop(srv, true);
         return create_slurm(cfg, interp, out, err);
@@ -663,7 +620,7 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     }
     if (rc) {
         python_destroy(&pp->base);
-        return config_error(cfg, rc, err);
+        return python_spec_error(cfg, rc, err);
     }
     *out = &pp->base;
     return 0;

@@ -138,11 +138,7 @@ static char *find_in_path(const char *name)
 static int launch_err(const struct config *cfg, struct errbuf *err, const char *section,
                       const char *key, const char *what)
 {
-    int line = config_line(cfg, section, key);
-    char where[64] = "";
-    if (line > 0)
-        snprintf(where, sizeof where, ":%d", line);
-    return err_set(err, -EINVAL, "%s%s: [%s] %s: %s", cfg->path, where, section, key, what);
+    return config_error(cfg, err, section, key, "[%s] %s: %s", section, key, what);
 }
 
 static void add_opt(char ***opts, size_t *n, char *opt)
@@ -155,7 +151,7 @@ static void add_opt(char ***opts, size_t *n, char *opt)
 int slurm_launch_create(const struct config *cfg, struct slurm_launch **out, struct errbuf *err)
 {
     *out = NULL;
-    if (!cfg->executor || strcmp(cfg->executor, "slurm") != 0)
+    if (cfg->executor != EXECUTOR_SLURM)
         return 0;
     char **extra = NULL;
     size_t nextra = 0;

@@ -150,3 +150,45 @@ pid_t spawn_reap(pid_t pid, int *status)
         ;
     return got;
 }
+
+/* ---- a child's output, line by line ---- */
+
+void spawn_lines_flush(struct spawn_lines *l, spawn_line_fn fn, void *ctx)
+{
+    size_t n = l->len;
+    while (n > 0 && (l->line[n - 1] == '\r' || l->line[n - 1] == ' ' || l->line[n - 1] == '\t'))
+        n--;
+    l->line[n] = '\0';
+    l->len = 0;
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (l->line[i] == '\0')
+            l->line[i] = '?';
+    fn(ctx, l->line, n);
+}
+
+void spawn_lines_read(int *fd, struct spawn_lines *l, bool all, spawn_line_fn fn, void *ctx)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = *fd >= 0 ? read(*fd, buf, sizeof buf) : 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            spawn_lines_flush(l, fn, ctx);
+            spawn_close(fd);
+            return;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] == '\n' || l->len == SPAWN_LINE_MAX)
+                spawn_lines_flush(l, fn, ctx);
+            if (buf[i] != '\n')
+                l->line[l->len++] = buf[i];
+        }
+        if (!all)
+            return;
+    }
+}

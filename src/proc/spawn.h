@@ -6,6 +6,7 @@
 #define ROIFS_SPAWN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 /* A close-on-exec pipe whose ends are not 0, 1 or 2, so that the child's dup2()s never
@@ -23,5 +24,21 @@ int spawn_process(const char *path, char *const argv[], char *const env[], const
                   const int child_fds[3], bool srun, pid_t *pid);
 /* Reaps a child of spawn_process() (retrying on EINTR); what waitpid() returns. */
 pid_t spawn_reap(pid_t pid, int *status);
+
+/* A child's stderr (or stdout) cut into lines for the log: a line is handed on once complete,
+ * or in pieces of SPAWN_LINE_MAX bytes, without its trailing blanks and with NUL bytes shown
+ * as '?'; empty lines are dropped. */
+#define SPAWN_LINE_MAX 1024
+struct spawn_lines {
+    char line[SPAWN_LINE_MAX + 1];
+    size_t len;
+};
+/* Receives each line (NUL-terminated, len bytes; it may be modified). */
+typedef void (*spawn_line_fn)(void *ctx, char *line, size_t len);
+/* Reads *fd without blocking, until it would block (all) or once, handing on complete lines;
+ * at end of file or on an error, hands on the unfinished line too and closes *fd (-1). */
+void spawn_lines_read(int *fd, struct spawn_lines *l, bool all, spawn_line_fn fn, void *ctx);
+/* Hands on the unfinished line, if any. */
+void spawn_lines_flush(struct spawn_lines *l, spawn_line_fn fn, void *ctx);
 
 #endif

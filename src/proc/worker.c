@@ -81,7 +81,7 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
     }
     w->exited = w->retire = false;
     w->pipe_size = 0;
-    w->line_len = w->hdr_len = 0;
+    w->err_lines.len = w->hdr_len = 0;
     w->last[0] = w->slurm_last[0] = '\0';
     w->srun = wp->slurm != NULL;
     log_info("worker %d: started: %s%s", (int)w->pid, w->srun ? "srun ... " : "", wp->cmdline);
@@ -90,47 +90,29 @@ static int worker_start(const struct worker_pool *wp, struct worker *w, struct e
 
 /* ---- stderr and exits ---- */
 
-static void emit_line(struct worker *w)
+static void on_stderr_line(void *ctx, char *line, size_t n)
 {
-    size_t n = w->line_len;
-    while (n > 0 && (w->line[n - 1] == '\r' || w->line[n - 1] == ' ' || w->line[n - 1] == '\t'))
-        n--;
-    w->line[n] = '\0';
-    w->line_len = 0;
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if (w->line[i] == '\0')
-            w->line[i] = '?';
-    log_info("worker %d: %s", (int)w->pid, w->line);
-    bool own = w->srun && slurm_is_own_line(w->line);
-    if (own && (strstr(w->line, "Exited with exit code") || !strstr(w->line, "error")))
+    struct worker *w = ctx;
+    log_info("worker %d: %s", (int)w->pid, line);
+    bool own = w->srun && slurm_is_own_line(line);
+    if (own && (strstr(line, "Exited with exit code") || !strstr(line, "error")))
         return; /* the exit status says as much */
     char *dst = own ? w->slurm_last : w->last;
     size_t size = own ? sizeof w->slurm_last : sizeof w->last;
     size_t keep = n < size - 1 ? n : size - 1;
-    memcpy(dst, w->line, keep);
+    memcpy(dst, line, keep);
     dst[keep] = '\0';
 }
 
 /* One read of the worker's stderr, logged line by line. */
 static void drain_stderr(struct worker *w)
 {
-    char buf[4096];
-    ssize_t n = read(w->err_fd, buf, sizeof buf);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0) {
-        emit_line(w);
-        spawn_close(&w->err_fd);
-        return;
-    }
-    for (ssize_t i = 0; i < n; i++) {
-        if (buf[i] == '\n' || w->line_len == LINE_MAX_LOG)
-            emit_line(w);
-        if (buf[i] != '\n')
-            w->line[w->line_len++] = buf[i];
-    }
+    spawn_lines_read(&w->err_fd, &w->err_lines, false, on_stderr_line, w);
+}
+
+static void emit_line(struct worker *w)
+{
+    spawn_lines_flush(&w->err_lines, on_stderr_line, w);
 }
 
 static void note_exit(struct worker *w)
@@ -342,11 +324,11 @@ static enum outcome exchange(struct worker_pool *wp, struct worker *w, struct ex
         if (w->pid_fd < 0)
             note_exit(w);
         if (pf[1].revents) {
-            int rc = wire_read_reply(w, x, err);
+            enum outcome rc = wire_read_reply(w, x, err);
             if (rc == OUT_OK || rc == OUT_REFUSED)
-                return wire_check_complete(w, x, (enum outcome)rc, err);
-            if (rc >= 0)
-                return (enum outcome)rc;
+                return wire_check_complete(w, x, rc, err);
+            if (rc != OUT_MORE)
+                return rc;
         }
         now = now_monotonic();
         if (deadline > 0 && now >= deadline)
@@ -414,6 +396,7 @@ static int worker_run(struct proc *p, const struct proc_request *rq, struct errb
         rc = report_death(w, &x, err);
         break;
     case OUT_BROKEN:
+    case OUT_MORE: /* not an end: exchange() waits on it */
         rc = -EIO;
         w->retire = true;
         break;
@@ -507,34 +490,13 @@ static const struct proc_ops worker_ops = {
     .destroy = worker_destroy,
 };
 
-/* {"name": "value", ...}; values stay strings, as the configuration wrote them. */
-static int encode_params(const struct config *cfg, char **out, struct errbuf *err)
-{
-    json_t *obj = json_object();
-    for (int i = 0; i < cfg->nparams; i++) {
-        const struct config_param *pm = &cfg->params[i];
-        json_t *v = json_string(pm->value);
-        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
-            json_decref(obj);
-            int line = pm->line;
-            return line > 0 ? err_set(err, -EINVAL, "%s:%d: param.%s: not valid UTF-8", cfg->path,
-                                      line, pm->name)
-                            : err_set(err, -EINVAL, "%s: param.%s: not valid UTF-8", cfg->path,
-                                      pm->name);
-        }
-    }
-    *out = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return 0;
-}
-
 int proc_worker_create(const struct config *cfg, struct proc **out, struct errbuf *err)
 {
     if (!cfg->proc_value || !cfg->proc_value[strspn(cfg->proc_value, " \t")])
         return err_set(err, -EINVAL, "%s: [process] worker: empty command", cfg->path);
     char *params = NULL;
     struct slurm_launch *slurm = NULL;
-    int rc = encode_params(cfg, &params, err);
+    int rc = proc_params_json(cfg, &params, err);
     if (!rc)
         rc = slurm_launch_create(cfg, &slurm, err);
     if (rc) {

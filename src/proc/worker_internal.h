@@ -9,12 +9,11 @@
 
 #include "proc.h"
 #include "slurm.h"
+#include "spawn.h"
 
 /* Longest reply header line; also the read size while looking for it, so that a small reply
  * arrives with one read(). */
 #define HDR_MAX (64 * 1024)
-/* A stderr line is logged once complete, or in pieces of this size. */
-#define LINE_MAX_LOG 1024
 /* Best-effort pipe buffer for big arrays (see command.c). */
 #define PIPE_SIZE (256 * 1024)
 /* After EOF on stdin at shutdown, workers get this long to exit before their group is killed. */
@@ -31,11 +30,10 @@ struct worker {
     bool busy;   /* held by a run() or by the shutdown; guarded by the pool's lock */
     bool exited; /* the shell has exited (not yet reaped) */
     double exit_time;
-    bool retire;                 /* do not reuse: kill and reap at release */
-    int pipe_size;               /* what F_SETPIPE_SZ gave, 0 before */
-    char line[LINE_MAX_LOG + 1]; /* stderr line being assembled */
-    size_t line_len;
-    char last[512];       /* last non-empty stderr line, for error messages */
+    bool retire;                  /* do not reuse: kill and reap at release */
+    int pipe_size;                /* what F_SETPIPE_SZ gave, 0 before */
+    struct spawn_lines err_lines; /* stderr, logged line by line */
+    char last[512];               /* last non-empty stderr line, for error messages */
     char slurm_last[256]; /* under srun: its (or slurmstepd's) last error line, kept apart */
     bool srun;            /* a job step: stop it through srun, never with SIGKILL alone */
     char *hdr;            /* HDR_MAX + 1 bytes: the reply header and what came after it */
@@ -60,8 +58,9 @@ struct worker_pool {
     _Atomic bool stopping;
 };
 
-/* What became of one request. */
-enum outcome { OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
+/* What became of one request. OUT_MORE is no end: wire_read_reply's "the reply is not
+ * complete yet, wait for more". */
+enum outcome { OUT_MORE, OUT_OK, OUT_REFUSED, OUT_BROKEN, OUT_DIED, OUT_TIMEOUT, OUT_SHUTDOWN };
 
 /* One request in flight. */
 struct exchange {
@@ -80,9 +79,10 @@ void wire_build_request(const struct worker_pool *wp, const struct proc_request 
 void wire_size_pipes(struct worker *w, const struct proc_request *rq);
 /* Writes what it can of the request without blocking. */
 void wire_write_request(struct worker *w, struct exchange *x);
-/* Reads what the worker sent. OUT_OK with x->have_header set (and all the output read when
- * ok) means the reply is complete; -1 means more is to come. */
-int wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err);
+/* Reads what the worker sent without blocking: OUT_MORE while the reply is incomplete;
+ * OUT_OK once the header said ok and all the output is read; OUT_REFUSED once the header said
+ * ok: false (message in err); OUT_BROKEN (message in err) or OUT_DIED (end of file) else. */
+enum outcome wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err);
 /* A finished reply: the whole request must have been read, and nothing may follow. */
 enum outcome wire_check_complete(struct worker *w, struct exchange *x, enum outcome got,
                                  struct errbuf *err);

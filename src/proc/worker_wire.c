@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,20 @@ static const char *header_excerpt(const char *s, size_t len, char buf[72])
     return buf;
 }
 
+/* A protocol error: "worker PID broke the protocol: ..." in err. */
+static enum outcome broken(const struct worker *w, struct errbuf *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum outcome broken(const struct worker *w, struct errbuf *err, const char *fmt, ...)
+{
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    err_set(err, -EIO, "worker %d broke the protocol: %s", (int)w->pid, what);
+    return OUT_BROKEN;
+}
+
 /* Parses the reply header hdr[0, len). */
 static enum outcome parse_header(struct worker *w, struct exchange *x, size_t len,
                                  struct errbuf *err)
@@ -94,10 +109,8 @@ static enum outcome parse_header(struct worker *w, struct exchange *x, size_t le
     json_t *root = json_loadb(w->hdr, len, 0, &jerr), *ok = json_object_get(root, "ok");
     enum outcome rc = OUT_BROKEN;
     if (!json_is_boolean(ok)) {
-        err_set(err, -EIO,
-                "worker %d broke the protocol: expected a JSON reply line with \"ok\", "
-                "got '%s'",
-                (int)w->pid, header_excerpt(w->hdr, len, ex));
+        broken(w, err, "expected a JSON reply line with \"ok\", got '%s'",
+               header_excerpt(w->hdr, len, ex));
     } else if (json_is_false(ok)) {
         const char *msg = json_string_value(json_object_get(root, "error"));
         err_set(err, -EIO, "%s", msg && *msg ? msg : "the worker reported an error");
@@ -105,12 +118,11 @@ static enum outcome parse_header(struct worker *w, struct exchange *x, size_t le
     } else {
         json_t *nb = json_object_get(root, "nbytes");
         if (!json_is_integer(nb))
-            err_set(err, -EIO, "worker %d broke the protocol: reply without nbytes: '%s'",
-                    (int)w->pid, header_excerpt(w->hdr, len, ex));
+            broken(w, err, "reply without nbytes: '%s'", header_excerpt(w->hdr, len, ex));
         else if ((uint64_t)json_integer_value(nb) != x->rq->out_nbytes ||
                  json_integer_value(nb) < 0)
-            err_set(err, -EIO, "worker %d broke the protocol: reply has nbytes %lld, expected %zu",
-                    (int)w->pid, (long long)json_integer_value(nb), x->rq->out_nbytes);
+            broken(w, err, "reply has nbytes %lld, expected %zu", (long long)json_integer_value(nb),
+                   x->rq->out_nbytes);
         else
             rc = OUT_OK;
         x->ok = true;
@@ -119,51 +131,54 @@ static enum outcome parse_header(struct worker *w, struct exchange *x, size_t le
     return rc;
 }
 
-/* Reads what the worker sent. OUT_OK with x->have_header set (and all the output read when
- * ok) means the reply is complete; -1 means more is to come. */
-int wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
+/* More than the announced output: what the header allows is nbytes when ok, nothing else. */
+static enum outcome sent_too_much(const struct worker *w, const struct exchange *x,
+                                  struct errbuf *err)
+{
+    return broken(w, err, "sent more than the %zu bytes announced", x->ok ? x->rq->out_nbytes : 0);
+}
+
+/* The output after the header. */
+static enum outcome read_output(struct worker *w, struct exchange *x)
 {
     const struct proc_request *rq = x->rq;
-    if (x->have_header) {
-        ssize_t n = read(w->out_fd, (char *)rq->out + x->out_got, rq->out_nbytes - x->out_got);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return -1;
-        if (n <= 0)
-            return OUT_DIED;
-        x->out_got += (size_t)n;
-        return x->out_got == rq->out_nbytes ? OUT_OK : -1;
-    }
+    ssize_t n = read(w->out_fd, (char *)rq->out + x->out_got, rq->out_nbytes - x->out_got);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return OUT_MORE;
+    if (n <= 0)
+        return OUT_DIED;
+    x->out_got += (size_t)n;
+    return x->out_got == rq->out_nbytes ? OUT_OK : OUT_MORE;
+}
+
+enum outcome wire_read_reply(struct worker *w, struct exchange *x, struct errbuf *err)
+{
+    const struct proc_request *rq = x->rq;
+    if (x->have_header)
+        return read_output(w, x);
     ssize_t n = read(w->out_fd, w->hdr + w->hdr_len, HDR_MAX - w->hdr_len);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return -1;
+        return OUT_MORE;
     if (n <= 0)
         return OUT_DIED;
     char *nl = memchr(w->hdr + w->hdr_len, '\n', (size_t)n);
     w->hdr_len += (size_t)n;
     if (!nl && w->hdr_len == HDR_MAX)
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: no reply line in its first %d "
-                       "bytes",
-                       (int)w->pid, HDR_MAX),
-               OUT_BROKEN;
+        return broken(w, err, "no reply line in its first %d bytes", HDR_MAX);
     if (!nl)
-        return -1;
+        return OUT_MORE;
     size_t hlen = (size_t)(nl - w->hdr), extra = w->hdr_len - hlen - 1;
     x->have_header = true;
-    int rc = parse_header(w, x, hlen, err);
+    enum outcome rc = parse_header(w, x, hlen, err);
     if (rc != OUT_OK && rc != OUT_REFUSED)
         return rc;
     if (extra > (x->ok ? rq->out_nbytes : 0))
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced",
-                       (int)w->pid, x->ok ? rq->out_nbytes : 0),
-               OUT_BROKEN;
+        return sent_too_much(w, x, err);
     memcpy(rq->out, nl + 1, extra);
     x->out_got = extra;
     if (rc == OUT_REFUSED)
         return rc;
-    return x->out_got == rq->out_nbytes ? OUT_OK : -1;
+    return x->out_got == rq->out_nbytes ? OUT_OK : OUT_MORE;
 }
 
 /* A finished reply: the whole request must have been read, and nothing may follow. */
@@ -173,18 +188,13 @@ enum outcome wire_check_complete(struct worker *w, struct exchange *x, enum outc
     if (x->to_write > 0) {
         char said[sizeof err->msg];
         snprintf(said, sizeof said, "%s", got == OUT_REFUSED ? err->msg : "");
-        err_set(err, -EIO, "worker %d broke the protocol: replied before reading its input%s%.600s",
-                (int)w->pid, *said ? "; it said: " : "", said);
-        return OUT_BROKEN;
+        return broken(w, err, "replied before reading its input%s%.600s",
+                      *said ? "; it said: " : "", said);
     }
     char c;
     ssize_t n = read(w->out_fd, &c, 1);
     if (n > 0)
-        return err_set(err, -EIO,
-                       "worker %d broke the protocol: sent more than the %zu bytes "
-                       "announced",
-                       (int)w->pid, x->ok ? x->rq->out_nbytes : 0),
-               OUT_BROKEN;
+        return sent_too_much(w, x, err);
     if (n == 0) /* it closed stdout after replying: this reply stands, the worker is done */
         w->retire = true;
     return got;

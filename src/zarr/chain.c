@@ -1,5 +1,5 @@
-/* chain.c: Zarr v3 codec chains (transpose, bytes, blosc/gzip/zstd, crc32c) and the entry
- * points that encode, decode and size one storage unit of either format. */
+/* chain.c: Zarr v3 codec chains (transpose, bytes, blosc/gzip/zstd, crc32c): encoding,
+ * decoding and the encoded sizes of one chunk. Knows nothing of shards (shard.c uses it). */
 #include "zarr.h"
 
 #include <errno.h>
@@ -7,49 +7,6 @@
 #include <string.h>
 
 #include "../nd.h"
-
-/* Moves the elements of the C-order array a (shape ashape) to or from b, its transpose in C
- * order (b's dimension i is a's dimension order[i]), walking b contiguously. */
-static void transpose_move(unsigned char *a, unsigned char *b, const uint64_t *ashape,
-                           const uint8_t *order, int nd, size_t is, bool a_to_b)
-{
-    if (nd == 0) {
-        memcpy(a_to_b ? b : a, a_to_b ? a : b, is);
-        return;
-    }
-    uint64_t astride[ROIFS_MAX_DIM], bshape[ROIFS_MAX_DIM], step[ROIFS_MAX_DIM];
-    uint64_t pos[ROIFS_MAX_DIM] = {0};
-    uint64_t s = is;
-    for (int d = nd - 1; d >= 0; d--) {
-        astride[d] = s;
-        s *= ashape[d];
-    }
-    for (int d = 0; d < nd; d++) {
-        bshape[d] = ashape[order[d]];
-        step[d] = astride[order[d]]; /* bytes moved in a per step along b's dimension d */
-    }
-    uint64_t total = nd_prod(bshape, nd), inner = bshape[nd - 1], istep = step[nd - 1];
-    if (total == 0)
-        return;
-    uint64_t aoff = 0;
-    unsigned char *bp = b;
-    for (uint64_t o = 0; o < total / inner; o++) {
-        unsigned char *ap = a + aoff;
-        if (a_to_b)
-            for (uint64_t j = 0; j < inner; j++, bp += is, ap += istep)
-                memcpy(bp, ap, is);
-        else
-            for (uint64_t j = 0; j < inner; j++, bp += is, ap += istep)
-                memcpy(ap, bp, is);
-        for (int d = nd - 2; d >= 0; d--) {
-            aoff += step[d];
-            if (++pos[d] < bshape[d])
-                break;
-            aoff -= step[d] * bshape[d];
-            pos[d] = 0;
-        }
-    }
-}
 
 static void put_le32(unsigned char *p, uint32_t v)
 {
@@ -68,7 +25,7 @@ int zarr_chain_encode(const struct zarr_chain *ch, const struct dtype *dt, const
     size_t n = (size_t)nd_prod(shape, ndim), raw = n * dt->size;
     unsigned char *cur = xmalloc(raw + 4);
     if (ch->transpose)
-        transpose_move((unsigned char *)src, cur, shape, ch->order, ndim, dt->size, true);
+        nd_transpose((void *)src, cur, shape, ch->order, ndim, dt->size, true);
     else
         memcpy(cur, src, raw);
     if (ch->big_endian)
@@ -133,7 +90,7 @@ int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const
         r = err_set(err, -EIO, "bytes: %zu bytes, expected %zu", len, raw);
     if (r == 0) {
         if (ch->transpose)
-            transpose_move(dst, (unsigned char *)cur, shape, ch->order, ndim, dt->size, false);
+            nd_transpose(dst, (void *)cur, shape, ch->order, ndim, dt->size, false);
         else if (cur != dst)
             memcpy(dst, cur, raw);
         if (ch->big_endian)
@@ -158,93 +115,4 @@ uint64_t zarr_chain_size_bound(const struct zarr_chain *ch, uint64_t raw_len)
         size = ch->bb[k].crc32c ? (size > UINT64_MAX - 4 ? UINT64_MAX : size + 4)
                                 : zarr_codec_size_bound(&ch->bb[k].c, size);
     return size;
-}
-
-/* ---- whole storage units ---- */
-
-/* The reversed dimension order: what v2's "order": "F" stores. */
-static void fortran_order(int nd, uint8_t *order)
-{
-    for (int d = 0; d < nd; d++)
-        order[d] = (uint8_t)(nd - 1 - d);
-}
-
-int zarr_encode_chunk(const struct zarr_meta *m, const void *buf, size_t len, void **out,
-                      size_t *out_len, struct errbuf *err)
-{
-    if (len != zarr_meta_chunk_nbytes(m))
-        return err_set(err, -EINVAL, "encode: %zu bytes, a chunk holds %zu", len,
-                       zarr_meta_chunk_nbytes(m));
-    if (m->format == 3)
-        return m->sharded ? zarr_shard_encode(m, buf, out, out_len, err)
-                          : zarr_chain_encode(&m->codecs, &m->dtype, m->chunks, m->ndim, buf, out,
-                                              out_len, err);
-    unsigned is = m->dtype.size;
-    if (!m->dtype.big_endian && !(m->fortran_order && m->ndim > 1))
-        return zarr_codec_encode(&m->compressor, buf, len, is, out, out_len, err);
-    void *tmp = xmalloc(len);
-    if (m->fortran_order && m->ndim > 1) {
-        uint8_t order[ROIFS_MAX_DIM];
-        fortran_order(m->ndim, order);
-        transpose_move((unsigned char *)buf, tmp, m->chunks, order, m->ndim, is, true);
-    } else {
-        memcpy(tmp, buf, len);
-    }
-    if (m->dtype.big_endian)
-        dtype_byteswap(tmp, len / is, is);
-    int r = zarr_codec_encode(&m->compressor, tmp, len, is, out, out_len, err);
-    free(tmp);
-    return r;
-}
-
-int zarr_decode_chunk(const struct zarr_meta *m, const void *src, size_t len, void *dst,
-                      struct errbuf *err)
-{
-    if (m->format == 3)
-        return m->sharded ? zarr_shard_decode(m, src, len, dst, err)
-                          : zarr_chain_decode(&m->codecs, &m->dtype, m->chunks, m->ndim, src, len,
-                                              dst, err);
-    size_t nbytes = zarr_meta_chunk_nbytes(m);
-    unsigned is = m->dtype.size;
-    bool f = m->fortran_order && m->ndim > 1;
-    void *tmp = f ? xmalloc(nbytes) : dst;
-    int r = zarr_codec_decode(&m->compressor, src, len, tmp, nbytes, is, err);
-    if (r == 0 && m->dtype.big_endian)
-        dtype_byteswap(tmp, nbytes / is, is);
-    if (r == 0 && f) {
-        uint8_t order[ROIFS_MAX_DIM];
-        fortran_order(m->ndim, order);
-        transpose_move(dst, tmp, m->chunks, order, m->ndim, is, false);
-    }
-    if (f)
-        free(tmp);
-    return r;
-}
-
-int64_t zarr_chunk_fixed_size(const struct zarr_meta *m)
-{
-    size_t nbytes = zarr_meta_chunk_nbytes(m);
-    if (m->format != 3)
-        return zarr_codec_fixed_size(&m->compressor, nbytes);
-    if (!m->sharded)
-        return zarr_chain_fixed_size(&m->codecs, nbytes);
-    uint64_t n = zarr_shard_count(m);
-    int64_t inner = zarr_chain_fixed_size(&m->shard.codecs, nbytes / n);
-    if (inner < 0)
-        return -1; /* inner chunks of fill may then be stored empty: the size varies */
-    return (int64_t)n * inner + (int64_t)zarr_shard_index_size(m);
-}
-
-uint64_t zarr_chunk_size_bound(const struct zarr_meta *m)
-{
-    uint64_t nbytes = zarr_meta_chunk_nbytes(m);
-    if (m->format != 3)
-        return zarr_codec_size_bound(&m->compressor, nbytes);
-    if (!m->sharded)
-        return zarr_chain_size_bound(&m->codecs, nbytes);
-    uint64_t n = zarr_shard_count(m);
-    uint64_t inner = zarr_chain_size_bound(&m->shard.codecs, nbytes / n);
-    if (inner == UINT64_MAX || (n && inner > (UINT64_MAX - zarr_shard_index_size(m)) / n))
-        return UINT64_MAX;
-    return n * inner + zarr_shard_index_size(m);
 }

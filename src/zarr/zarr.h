@@ -120,7 +120,7 @@ char *zarr_meta_emit_v3(const struct zarr_meta *m, const char *attributes,
 /* The chunk shape a reader decodes at once: the inner chunk shape when sharded. */
 const uint64_t *zarr_meta_read_chunks(const struct zarr_meta *m);
 
-/* ---- whole storage units (v2 chunks, v3 chunks and shards) ---- */
+/* ---- whole storage units (v2 chunks, v3 chunks and shards; chunk.c) ---- */
 
 /* Encodes one storage unit per m: buf holds len = zarr_meta_chunk_nbytes(m) bytes, C order,
  * native byte order. v2: byte order then compressor; v3: the codec chain, or a whole shard
@@ -138,7 +138,7 @@ int64_t zarr_chunk_fixed_size(const struct zarr_meta *m);
 /* An upper bound of the encoded size of any storage unit of m (UINT64_MAX: none fits). */
 uint64_t zarr_chunk_size_bound(const struct zarr_meta *m);
 
-/* ---- v3 chains and shards (chain.c, shard.c) ---- */
+/* ---- v3 chains (chain.c) and shards (shard.c, built on chains) ---- */
 
 /* Encodes a C-order native array of the given shape with chain ch. *out is malloc'd. */
 int zarr_chain_encode(const struct zarr_chain *ch, const struct dtype *dt, const uint64_t *shape,

@@ -8,9 +8,9 @@ any read stuck in the kernel, and the test fails.
 import contextlib
 import faulthandler
 import itertools
-import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,38 +24,13 @@ import numpy as np
 import pytest
 import zarr
 
+# Shared with bench/ (one copy of each); tests import them from here too.
+from mounting import (fuse_mounts, is_mounted, lazy_unmount, mountinfo_entry,  # noqa: F401
+                      pid_alive, read_status, roi_text, write_config)
+
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3"
 DEFAULT_TIMEOUT = 120
-
-# ---------------------------------------------------------------- mount table
-
-
-def _unescape(s):
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
-
-
-def fuse_mounts():
-    """Mount points of all FUSE mounts in /proc/self/mountinfo."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype = right.split(" ", 1)[0]
-            if fstype.startswith("fuse"):
-                out.append(_unescape(left.split(" ")[4]))
-    return out
-
-
-def is_mounted(mnt):
-    mnt = os.path.realpath(mnt)
-    with open("/proc/self/mountinfo") as f:
-        return any(_unescape(l.split(" ")[4]) == mnt for l in f)
-
-
-def lazy_unmount(mnt):
-    subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
-
 
 # ---------------------------------------------------------------- watchdog
 
@@ -147,29 +122,8 @@ def run_roifs(roifs_bin, *args, timeout=20, cwd="/"):
 # ---------------------------------------------------------------- tasks
 
 
-def roi_text(roi, shape=None):
-    """((a,b),(c,d)) -> 'a:b, c:d'; a range covering a whole dimension becomes ':'."""
-    parts = []
-    for d, (a, b) in enumerate(roi):
-        full = shape is not None and a == 0 and b == shape[d]
-        parts.append(":" if full else f"{a}:{b}")
-    return ", ".join(parts)
-
-
 def roi_slices(roi):
     return tuple(slice(a, b) for a, b in roi)
-
-
-def write_config(path, sections, extra=""):
-    """sections: {name: {key: value}} written in order; a value None drops the key."""
-    lines = []
-    for name, kv in sections.items():
-        if kv is None:
-            continue
-        lines.append(f"[{name}]")
-        lines += [f"{k} = {v}" for k, v in kv.items() if v is not None]
-        lines.append("")
-    Path(path).write_text("\n".join(lines) + extra)
 
 
 def line_of(path, pattern):
@@ -237,12 +191,6 @@ def make_task(tmp_path, data, chunks, *, rois, process=None, output=None, compre
 
 
 # ---------------------------------------------------------------- mounting
-
-
-def read_status(mnt):
-    """MNT/.roifs/status as a dict (SPEC §6)."""
-    with open(os.path.join(mnt, ".roifs", "status"), "rb") as f:
-        return json.loads(f.read())
 
 
 class Mount:
@@ -333,7 +281,66 @@ def mount(roifs_bin):
     return _mount
 
 
-# ---------------------------------------------------------------- reading
+# ---------------------------------------------------------------- waiting and reading
+
+
+def wait_for(cond, timeout=20, what="condition"):
+    """Polls cond() every 20 ms; AssertionError naming `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_killing_busy(path, busy, timeout=20):
+    """Reads path in a thread and SIGKILLs the processor pid that the file busy comes to hold
+    (the processor writes it when it starts the ROI). Returns ({"data": bytes} or
+    {"error": OSError}, the pid killed); the read must have ended by then."""
+    got = {}
+
+    def reader():
+        try:
+            got["data"] = read_bytes(path)
+        except OSError as e:
+            got["error"] = e
+
+    t = threading.Thread(target=reader)
+    t.start()
+    deadline = time.monotonic() + timeout
+    while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim = int(busy.read_text())
+    os.kill(victim, signal.SIGKILL)
+    t.join(timeout)
+    assert not t.is_alive()
+    return got, victim
+
+
+@contextlib.contextmanager
+def world_dir(prefix):
+    """A directory under /tmp that any user can traverse (pytest's tmp_path is private to
+    root), removed afterwards unless something is still mounted on its mnt."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        if not is_mounted(d / "mnt"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def zarrita_node():
+    """node, with tests/js (zarrita.js, from package-lock.json) installed when needed."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.fail("node and npm are needed for the zarrita.js cross-checks")
+    js = REPO / "tests" / "js"
+    if not (js / "node_modules" / "zarrita").is_dir():
+        r = subprocess.run([npm, "ci", "--prefix", str(js), "--no-audit", "--no-fund"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    return node
 
 
 def read_bytes(path):

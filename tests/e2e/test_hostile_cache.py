@@ -4,18 +4,15 @@ exit 2 with the reason, from check, warm, mount and export); entries are opened 
 following symbolic links, and an entry
 that is a link (or not a regular file) is never served; the [mount] log is created 0600
 whatever the umask."""
-import contextlib
 import errno
 import os
 import shutil
 import stat
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import is_mounted, make_task, read_bytes, run_roifs
+from conftest import is_mounted, make_task, read_bytes, run_roifs, world_dir
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 
@@ -53,18 +50,6 @@ def as_nobody(fn):
         got = f.read()
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), got
-
-
-@contextlib.contextmanager
-def world_dir():
-    """A directory any user can traverse (pytest's tmp_path is private to root)."""
-    d = Path(tempfile.mkdtemp(prefix="roifs-hostile-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    try:
-        yield d
-    finally:
-        if not is_mounted(d / "mnt"):
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def refused(roifs_bin, task, reason):
@@ -124,7 +109,7 @@ def test_untrusted_subdirectory(tmp_path, roifs_bin, damage):
 def test_symlinked_chunk_is_never_served(tmp_path, mount, roifs_bin):
     """root's cached chunk replaced by a link to a root-only file: with allow_other, user
     nobody must get the computed chunk, never that file's bytes."""
-    with world_dir() as d:
+    with world_dir("roifs-hostile-") as d:
         task, want = task_of(d)
         assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
         secret = d / "secret"

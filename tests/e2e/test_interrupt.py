@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import conftest
-from conftest import PY, REPO, is_mounted, lazy_unmount, make_task, read_bytes, read_status
+from conftest import (PY, REPO, is_mounted, lazy_unmount, make_task, read_bytes, read_status,
+                      wait_for)
 
 SHAPE, CHUNKS = (64, 64), (32, 32)
 ROIS = [((0, 32), (0, 32)), ((32, 64), (0, 64)), ((0, 32), (32, 64))]
@@ -62,14 +63,6 @@ def state_of(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
-
-
-def wait_for(cond, timeout=20, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager

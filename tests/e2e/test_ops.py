@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import (REPO, is_mounted, lazy_unmount, make_task, read_bytes, read_status,
-                      run_roifs)
+from conftest import (REPO, is_mounted, lazy_unmount, make_task, mountinfo_entry, read_bytes,
+                      read_status, run_roifs, wait_for)
 
 # Copies its input (so out = in inside the ROIs) and records "start R" and "end R" in the file
 # param.counter names; sleeps param.sleep seconds; ROI param.fail fails with a message.
@@ -63,14 +63,6 @@ def events(counter, kind):
         return []
     return [int(l.split()[1]) for l in counter.read_text().splitlines()
             if l.startswith(kind + " ")]
-
-
-def wait_for(cond, timeout=20, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -432,13 +424,9 @@ def roifs_on_std_path(roifs_bin):
 
 
 def mount_info(mnt):
-    mnt = os.path.realpath(mnt)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if left.split(" ")[4] == mnt:
-                return right.split()
-    return None
+    """[type, source, superblock options] of the mount at mnt, or None."""
+    entry = mountinfo_entry(mnt)
+    return entry[1] if entry else None
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PY, is_mounted, lazy_unmount, make_task
+from conftest import PY, is_mounted, lazy_unmount, make_task, pid_alive
 
 # Each records its pid and that of a child in its process group, then blocks for minutes.
 COMMAND = "echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; cat >/dev/null; wait"
@@ -22,15 +22,6 @@ with open(sys.argv[1], "a") as f:
 sys.stdin.readline()  # the first request: never answered
 time.sleep(300)
 """
-
-
-def alive(pid):
-    """True while pid runs (a zombie waiting for its parent does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_for_pids(path, n, proc, timeout=20):
@@ -46,9 +37,9 @@ def wait_for_pids(path, n, proc, timeout=20):
 
 def still_alive(pids, timeout=5):
     deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [p for p in pids if alive(p)]
+    return [p for p in pids if pid_alive(p)]
 
 
 def long_task(tmp_path, kind):
@@ -79,7 +70,7 @@ def started(argv, cwd):
 
 
 def kill_and_check(proc, pids):
-    assert all(alive(p) for p in pids), "test bug: a processor ended before the kill"
+    assert all(pid_alive(p) for p in pids), "test bug: a processor ended before the kill"
     os.kill(proc.pid, signal.SIGKILL)  # the process only, not its group
     proc.wait(timeout=10)
     left = still_alive(pids)

@@ -3,8 +3,6 @@ python/roifs_worker.py) and plugin gives the same chunks, halo included; broken 
 their ROI only and are replaced; bad plugins refuse the mount."""
 import errno
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -12,7 +10,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, all_chunks, chunk_key, line_of, make_task, read_bytes, run_roifs
+from conftest import (PY, all_chunks, chunk_key, line_of, make_task, pid_alive, read_bytes,
+                      read_killing_busy, run_roifs)
 
 SHAPE, CHUNKS, HALO = (40, 60), (16, 16), 2
 ROIS = [((0, 12), (0, 20)), ((5, 30), (10, 45)), ((20, 40), (30, 60)), ((14, 18), (2, 58)),
@@ -166,20 +165,11 @@ def pids(task):
     return [int(p) for p in (task.dir / "pids.txt").read_text().split()]
 
 
-def alive(pid):
-    """True while pid runs (a zombie waiting for its parent does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def wait_gone(pid_list, timeout=5):
     deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pid_list) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pid_list) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [p for p in pid_list if alive(p)]
+    return [p for p in pid_list if pid_alive(p)]
 
 
 def roi1_errors(m):
@@ -190,24 +180,7 @@ def test_worker_killed_mid_roi(tmp_path, mount):
     task, want = raw_worker_task(tmp_path, "kill")
     with mount(task.config) as m:
         assert read_bytes(m / "0") == want[0:2].tobytes()
-        got = {}
-
-        def reader():
-            try:
-                got["data"] = read_bytes(m / "1")
-            except OSError as e:
-                got["error"] = e
-
-        t = threading.Thread(target=reader)
-        t.start()
-        busy = task.dir / "busy.txt"
-        deadline = time.monotonic() + 20
-        while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        victim = int(busy.read_text())
-        os.kill(victim, signal.SIGKILL)
-        t.join(20)
-        assert not t.is_alive()
+        got, victim = read_killing_busy(m / "1", task.dir / "busy.txt")
         assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
         msgs = roi1_errors(m)
         assert any("worker" in s and "(signal 9) before replying" in s for s in msgs), msgs

@@ -9,7 +9,6 @@ import re
 import os
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,8 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, REPO, is_mounted, lazy_unmount, line_of, make_task, read_bytes, run_roifs
+from conftest import (PY, REPO, is_mounted, lazy_unmount, line_of, make_task, read_bytes,
+                      read_killing_busy, run_roifs)
 
 PYTHONPATH = str(REPO / "python")
 
@@ -387,24 +387,7 @@ def test_worker_killed_mid_roi(tmp_path, mount):
         assert read_bytes(m / "0") == want[0:2].tobytes()
         before = interpreters(task.dir)
         assert len(before) == 3, before  # the server and `threads` workers, ready
-        got = {}
-
-        def reader():
-            try:
-                got["data"] = read_bytes(m / "1")
-            except OSError as e:
-                got["error"] = e
-
-        t = threading.Thread(target=reader)
-        t.start()
-        busy = task.dir / "busy.txt"
-        deadline = time.monotonic() + 20
-        while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        victim = int(busy.read_text())
-        os.kill(victim, signal.SIGKILL)
-        t.join(20)
-        assert not t.is_alive()
+        got, victim = read_killing_busy(m / "1", task.dir / "busy.txt")
         assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
         assert errors_of(m, 1) == [f"python worker {victim} was killed by signal 9 before "
                                    f"replying"], m.status()

@@ -3,7 +3,6 @@ when `-o rw` is asked for; allow_other only when asked (and then really letting 
 in); a private (0700) cache directory whatever the umask; chunk names accepted only in
 canonical form (everything else ENOENT); and nothing from the input's metadata ever used as
 a path (a .zarray whose dimension_separator is a path fragment is refused with exit 2)."""
-import contextlib
 import errno
 import itertools
 import json
@@ -11,13 +10,11 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import _unescape, is_mounted, make_task, read_bytes, run_roifs
+from conftest import is_mounted, make_task, mountinfo_entry, read_bytes, run_roifs, world_dir
 
 SHAPE, CHUNKS = (12, 12), (4, 4)  # a 3 x 3 chunk grid
 
@@ -39,14 +36,10 @@ def task_2d(tmp_path, separator=".", shape=SHAPE, chunks=CHUNKS):
 
 def mount_options(mnt):
     """(per-mount options, superblock options) of mnt from /proc/self/mountinfo."""
-    mnt = os.path.realpath(mnt)
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.rstrip("\n").partition(" - ")
-            fields = left.split(" ")
-            if _unescape(fields[4]) == mnt:
-                return set(fields[5].split(",")), set(right.split(" ")[2].split(","))
-    raise AssertionError(f"{mnt} is not mounted")
+    entry = mountinfo_entry(mnt)
+    assert entry, f"{mnt} is not mounted"
+    fields, right = entry
+    return set(fields[5].split(",")), set(right[2].split(","))
 
 
 def run(*args, **kw):
@@ -153,24 +146,12 @@ def test_read_only_for_shell_tools(tmp_path, mount, extra):
 # ---------------------------------------------------------------- allow_other
 
 
-@contextlib.contextmanager
-def world_dir():
-    """A directory that any user can traverse (pytest's tmp_path is 0700 root)."""
-    d = Path(tempfile.mkdtemp(prefix="roifs-sec-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    try:
-        yield d
-    finally:
-        if not is_mounted(d / "mnt"):
-            shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 @pytest.mark.parametrize("allow_other", [False, True])
 def test_allow_other_only_when_asked(tmp_path, mount, allow_other):
     task = task_2d(tmp_path)
     args = ("-o", "allow_other") if allow_other else ()
-    with world_dir() as d, mount(task.config, mnt=d / "mnt", args=args) as m:
+    with world_dir("roifs-sec-") as d, mount(task.config, mnt=d / "mnt", args=args) as m:
         opts, super_opts = mount_options(m.path)
         assert ("allow_other" in super_opts) == allow_other, (opts, super_opts)
         assert "ro" in opts, opts

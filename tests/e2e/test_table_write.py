@@ -6,7 +6,6 @@ zarr-python is version 2, anndata 0.8), whose tree must equal the v2 one node fo
 tests/unit/table_write_tool.c writes the files table_encode returns to a directory."""
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import zarr
+
+from conftest import zarrita_node
 
 REPO = Path(__file__).resolve().parents[2]
 JS = REPO / "tests" / "js"
@@ -212,14 +213,7 @@ V2_DTYPES = {"<f4": "float32", "<i8": "int64", "<u8": "uint64", "|O": "string"}
 
 @pytest.fixture(scope="session")
 def zarrita_js():
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are needed for the zarrita.js cross-checks")
-    if not (JS / "node_modules" / "zarrita").is_dir():
-        r = subprocess.run([npm, "ci", "--prefix", str(JS), "--no-audit", "--no-fund"],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
-    return node
+    return zarrita_node()
 
 
 def nodes(path, marker_files):

@@ -23,7 +23,7 @@ import pytest
 import zarr
 from numcodecs import Blosc, GZip, Zstd
 
-from conftest import make_task, roi_slices, roi_text, run_roifs, write_config
+from conftest import make_task, roi_slices, roi_text, run_roifs, write_config, zarrita_node
 
 REPO = Path(__file__).resolve().parents[2]
 JS = REPO / "tests" / "js"
@@ -35,13 +35,7 @@ EMPTY = 2**64 - 1
 @pytest.fixture(scope="session")
 def zarrita():
     """Installs tests/js (package-lock.json) when needed; returns the zarrita.js version."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        pytest.fail("node and npm are needed for the zarrita.js cross-checks")
-    if not (JS / "node_modules" / "zarrita").is_dir():
-        r = subprocess.run([npm, "ci", "--prefix", str(JS), "--no-audit", "--no-fund"],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    zarrita_node()
     return json.loads((JS / "node_modules" / "zarrita" / "package.json").read_text())["version"]
 
 

@@ -46,6 +46,27 @@ static int check_count;
         printf("%s %s\n", check_failures == check_before_ ? "ok" : "not ok", #test);               \
     } while (0)
 
+/* A fresh scratch directory /tmp/roifs-test-NAME-XXXXXX in dir (cap bytes). 0, or 1 (the
+ * exit status) after a message. */
+static inline int check_mkdtemp(char *dir, size_t cap, const char *name)
+{
+    snprintf(dir, cap, "/tmp/roifs-test-%s-XXXXXX", name);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    return 0;
+}
+
+/* Removes dir and everything below it; a failure is reported, not counted. */
+static inline void check_rmtree(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static inline int check_done(void)
 {
     printf("%d checks, %d failed\n", check_count, check_failures);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "nd.h"
 #include "zarr/zarr.h"
 
@@ -29,21 +30,6 @@ static char *new_dir(const char *name)
     char *p = xasprintf("%s/%s", tmp_root, name);
     CHECK_EQ_INT(mkdir_p(p, 0755), 0);
     return p;
-}
-
-static void write_file(const char *dir, const char *name, const void *data, size_t len)
-{
-    char *path = xasprintf("%s/%s", dir, name);
-    char *parent = path_dirname(path);
-    mkdir_p(parent, 0755);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        CHECK_EQ_INT(fwrite(data, 1, len, f), len);
-        fclose(f);
-    }
-    free(parent);
-    free(path);
 }
 
 /* An array under test: its metadata and the full contents (C order, native byte order). */
@@ -103,7 +89,7 @@ static void write_array(struct arr *a, const char *dir, bool missing)
         if (o)
             o[10] = 'F';
     }
-    write_file(dir, ".zarray", text, strlen(text));
+    scratch_write_file(dir, ".zarray", text, strlen(text));
     free(text);
     uint64_t grid[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
     zarr_meta_grid(m, grid);
@@ -131,7 +117,7 @@ static void write_array(struct arr *a, const char *dir, bool missing)
         CHECK_EQ_INT(zarr_codec_encode(&m->compressor, src, cb, m->dtype.size, &enc, &n, &err), 0);
         char key[1024];
         zarr_meta_chunk_key(m, ci, key, sizeof key);
-        write_file(dir, key, enc, n);
+        scratch_write_file(dir, key, enc, n);
         free(enc);
     }
     free(chunk);
@@ -332,7 +318,7 @@ static void test_errors(void)
     CHECK_EQ_INT(zarr_input_open(empty, 0, &in, &err), -ENOENT);
     CHECK_STR_CONTAINS(err.msg, "not a Zarr v2 array (no .zarray)");
     CHECK_STR_CONTAINS(err.msg, empty);
-    write_file(empty, "zarr.json", "{}", 2);
+    scratch_write_file(empty, "zarr.json", "{}", 2);
     CHECK(zarr_input_open(empty, 0, &in, &err) < 0);
     CHECK_STR_CONTAINS(err.msg, "v3");
     char *nowhere = xasprintf("%s/does-not-exist", tmp_root);
@@ -346,7 +332,7 @@ static void test_errors(void)
     make_arr(&a, "<u2", 2, shape, chunks, ZC_BLOSC, '.', false, 0);
     char *dir = new_dir("errs");
     write_array(&a, dir, false);
-    write_file(dir, ".zattrs", "{\"a\": 1}", 8);
+    scratch_write_file(dir, ".zattrs", "{\"a\": 1}", 8);
     int r = zarr_input_open(dir, 0, &in, &err);
     CHECK_EQ_INT(r, 0);
     if (r < 0)
@@ -357,13 +343,13 @@ static void test_errors(void)
     uint16_t buf[16];
     CHECK_EQ_INT(zarr_input_read(in, st, bad_sh, buf, &err), -EINVAL);
     /* a corrupt chunk: -EIO naming the file; the failure is not cached */
-    write_file(dir, "1.1", "garbage that is not blosc", 25);
+    scratch_write_file(dir, "1.1", "garbage that is not blosc", 25);
     CHECK_EQ_INT(zarr_input_read(in, st, sh, buf, &err), -EIO);
     CHECK_STR_CONTAINS(err.msg, "errs/1.1");
     void *enc; /* a chunk of the wrong decoded size */
     size_t n;
     CHECK_EQ_INT(zarr_codec_encode(&a.m.compressor, a.ref, 48, 2, &enc, &n, &err), 0);
-    write_file(dir, "1.1", enc, n);
+    scratch_write_file(dir, "1.1", enc, n);
     free(enc);
     CHECK_EQ_INT(zarr_input_read(in, st, sh, buf, &err), -EIO);
     CHECK_STR_CONTAINS(err.msg, "errs/1.1");
@@ -371,13 +357,13 @@ static void test_errors(void)
     write_array(&a, dir, false); /* repaired: the next read succeeds */
     CHECK_EQ_INT(check_boxes(in, &a, 50, 10), 0);
     zarr_input_close(in);
-    write_file(dir, ".zattrs", "[1, 2", 5);
+    scratch_write_file(dir, ".zattrs", "[1, 2", 5);
     CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, ".zattrs");
     char *zattrs = xasprintf("%s/.zattrs", dir);
     unlink(zattrs);
     free(zattrs);
-    write_file(dir, ".zarray", "{\"zarr_format\": 2}", 18);
+    scratch_write_file(dir, ".zarray", "{\"zarr_format\": 2}", 18);
     CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, "errs/.zarray");
     CHECK_STR_CONTAINS(err.msg, "dtype");
@@ -617,7 +603,7 @@ static void test_zarr_python_fixture(void)
         return;
     }
     char *script = xasprintf("%s/fixture.py", tmp_root);
-    write_file(tmp_root, "fixture.py", py_fixture, strlen(py_fixture));
+    scratch_write_file(tmp_root, "fixture.py", py_fixture, strlen(py_fixture));
     char *cmd = xasprintf("/usr/bin/python3 %s %s/py", script, tmp_root);
     CHECK_EQ_INT(system(cmd), 0);
     free(cmd);
@@ -658,11 +644,8 @@ static void test_zarr_python_fixture(void)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/roifs-test-input-XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmp_root, sizeof tmp_root, "input"))
         return 1;
-    }
     have_python = system("/usr/bin/python3 -c 'import zarr' 2>/dev/null") == 0;
     RUN(test_variants);
     RUN(test_zero_dim);
@@ -671,9 +654,6 @@ int main(void)
     RUN(test_threads);
     RUN(test_read_speed);
     RUN(test_zarr_python_fixture);
-    char *rm = xasprintf("rm -rf '%s'", tmp_root);
-    if (system(rm) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_root);
-    free(rm);
+    check_rmtree(tmp_root);
     return check_done();
 }

@@ -220,18 +220,12 @@ static void test_shard_inner_chunk_too_large(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/roifs-test-limits-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmpdir, sizeof tmpdir, "limits"))
         return 1;
-    }
     RUN(test_file_read_all);
     RUN(test_roi_list_in_blocks);
     RUN(test_config_nul);
     RUN(test_shard_inner_chunk_too_large);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    check_rmtree(tmpdir);
     return check_done();
 }

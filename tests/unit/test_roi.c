@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "nd.h"
 #include "roi.h"
 
 static const uint64_t shape3[3] = {2, 1024, 512};
@@ -270,8 +271,7 @@ static void check_against_reference(const struct roi_set *rs, const uint64_t *sh
             touched++;
             contacts += nwant;
         }
-        for (int d = nd - 1; d >= 0 && ++idx[d] == grid[d]; d--)
-            idx[d] = 0;
+        nd_next_index(idx, NULL, grid, nd);
     }
     CHECK_EQ_INT(roi_index_nchunks(ix), touched);
     CHECK_EQ_INT(roi_index_ncontacts(ix), contacts);

@@ -92,13 +92,6 @@ static void test_reason(void)
 
 /* ---- configuration ---- */
 
-__attribute__((weak)) int config_line(const struct config *cfg, const char *section,
-                                      const char *key)
-{
-    (void)cfg, (void)section, (void)key;
-    return 0;
-}
-
 static void make_cfg(struct config *cfg, enum proc_kind kind, const char *value)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -107,7 +100,7 @@ static void make_cfg(struct config *cfg, enum proc_kind kind, const char *value)
     cfg->proc_kind = kind;
     cfg->proc_value = (char *)value;
     cfg->threads = 2;
-    cfg->executor = "slurm";
+    cfg->executor = EXECUTOR_SLURM;
     cfg->slurm_cpus_per_task = 2;
 }
 
@@ -138,10 +131,10 @@ static void test_launch_errors(void)
 
     /* executor = local (or unset): no srun needed */
     struct slurm_launch *sl = (struct slurm_launch *)1;
-    cfg.executor = "local";
+    cfg.executor = EXECUTOR_LOCAL;
     CHECK_EQ_INT(slurm_launch_create(&cfg, &sl, &err), 0);
     CHECK(sl == NULL);
-    cfg.executor = NULL;
+    cfg.executor = (enum executor_kind)0; /* unset: what a zeroed configuration holds */
     CHECK_EQ_INT(slurm_launch_create(&cfg, &sl, &err), 0);
     CHECK(sl == NULL);
 }
@@ -342,8 +335,7 @@ static void test_worker_through_srun(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/roifs-test-slurm.XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (check_mkdtemp(tmpdir, sizeof tmpdir, "slurm"))
         return 1;
     snprintf(cfg_path, sizeof cfg_path, "%s/task.ini", tmpdir);
     char srun[160], path[4096];
@@ -364,9 +356,6 @@ int main(void)
     RUN(test_worker_through_srun);
     RUN(test_worker_shutdown);
 
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    check_rmtree(tmpdir);
     return check_done();
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch.h"
 #include "nd.h"
 #include "zarr/zarr.h"
 
@@ -22,21 +23,6 @@ static uint64_t rnd(void)
     rnd_state ^= rnd_state >> 7;
     rnd_state ^= rnd_state << 17;
     return rnd_state;
-}
-
-static void write_file(const char *dir, const char *name, const void *data, size_t len)
-{
-    char *path = xasprintf("%s/%s", dir, name);
-    char *parent = path_dirname(path);
-    CHECK_EQ_INT(mkdir_p(parent, 0755), 0);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        CHECK_EQ_INT(fwrite(data, 1, len, f), len);
-        fclose(f);
-    }
-    free(parent);
-    free(path);
 }
 
 static int parse(const char *json, struct zarr_meta *m, struct errbuf *err)
@@ -710,7 +696,7 @@ static void write_v3_array(const struct zarr_meta *m, const uint16_t *ref, const
                            uint64_t skip)
 {
     char *text = zarr_meta_emit_v3(m, "{\"a\": 1}", NULL);
-    write_file(dir, "zarr.json", text, strlen(text));
+    scratch_write_file(dir, "zarr.json", text, strlen(text));
     free(text);
     uint64_t grid[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM], g[ROIFS_MAX_DIM], e[ROIFS_MAX_DIM];
     zarr_meta_grid(m, grid);
@@ -736,7 +722,7 @@ static void write_v3_array(const struct zarr_meta *m, const uint16_t *ref, const
         CHECK_EQ_INT(zarr_encode_chunk(m, chunk, cn * 2, &enc, &len, &err), 0);
         char key[256];
         zarr_meta_chunk_key(m, ci, key, sizeof key);
-        write_file(dir, key, enc, len);
+        scratch_write_file(dir, key, enc, len);
         free(enc);
     }
     free(chunk);
@@ -917,14 +903,14 @@ static void test_input_v3_other(void)
                            .separator = '/'};
     z0.codecs.bb[z0.codecs.nbb++].crc32c = true;
     char *zt = zarr_meta_emit_v3(&z0, NULL, NULL);
-    write_file(zd, "zarr.json", zt, strlen(zt));
+    scratch_write_file(zd, "zarr.json", zt, strlen(zt));
     free(zt);
     double pi = 3.25, got = 0;
     void *enc;
     size_t len;
     CHECK_EQ_INT(zarr_encode_chunk(&z0, &pi, 8, &enc, &len, &err), 0);
     CHECK_EQ_INT(len, 12);
-    write_file(zd, "c", enc, len);
+    scratch_write_file(zd, "c", enc, len);
     free(enc);
     struct zarr_input *in;
     CHECK_EQ_INT(zarr_input_open(zd, 0, &in, &err), 0);
@@ -939,7 +925,7 @@ static void test_input_v3_other(void)
                     "\"uint8\",\"chunk_grid\":{\"name\":\"regular\",\"configuration\":"
                     "{\"chunk_shape\":[2]}},\"chunk_key_encoding\":{\"name\":\"default\"},"
                     "\"fill_value\":0,\"codecs\":[\"bytes\",{\"name\":\"fancy\"}]}";
-    write_file(dir, "zarr.json", j, strlen(j));
+    scratch_write_file(dir, "zarr.json", j, strlen(j));
     CHECK_EQ_INT(zarr_input_open(dir, 0, &in, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, "zarr.json");
     CHECK_STR_CONTAINS(err.msg, "codec \"fancy\" is not supported");
@@ -948,11 +934,8 @@ static void test_input_v3_other(void)
 
 int main(void)
 {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/roifs-test-v3-XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (check_mkdtemp(tmp_root, sizeof tmp_root, "v3"))
         return 1;
-    }
     RUN(test_crc32c);
     RUN(test_parse_valid);
     RUN(test_fill_values);
@@ -964,9 +947,6 @@ int main(void)
     RUN(test_emit_round_trip);
     RUN(test_input_v3);
     RUN(test_input_v3_other);
-    char *rm = xasprintf("rm -rf '%s'", tmp_root);
-    if (system(rm) != 0)
-        fprintf(stderr, "could not remove %s\n", tmp_root);
-    free(rm);
+    check_rmtree(tmp_root);
     return check_done();
 }
