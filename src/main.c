@@ -18,6 +18,7 @@ static const char usage_text[] =
     "       roifs warm [-j N] CONFIG     compute everything into the cache, with progress\n"
     "       roifs export [-j N] CONFIG DEST   write the result as a plain Zarr array at DEST\n"
     "       roifs status MOUNTPOINT      summary of MOUNTPOINT/.roifs/status\n"
+    "       roifs apply [-j N] [--again] CONFIG   write the result into the input array\n"
     "       roifs clean CONFIG           delete the cache of CONFIG\n"
     "       roifs clean --unused CONFIG  remove what no ROI or chunk of CONFIG needs now\n"
     "       roifs --help | --version\n"
@@ -31,8 +32,9 @@ static const struct command {
     const char *name;
     int (*fn)(int, char **);
 } commands[] = {
-    {"mount", cmd_mount}, {"unmount", cmd_unmount}, {"umount", cmd_unmount}, {"check", cmd_check},
-    {"warm", cmd_warm},   {"export", cmd_export},   {"status", cmd_status},  {"clean", cmd_clean},
+    {"mount", cmd_mount},   {"unmount", cmd_unmount}, {"umount", cmd_unmount},
+    {"check", cmd_check},   {"warm", cmd_warm},       {"export", cmd_export},
+    {"status", cmd_status}, {"clean", cmd_clean},     {"apply", cmd_apply},
 };
 
 /* mount(8) runs helpers with a cleaned environment, without HOME: find it the way a login

@@ -48,6 +48,7 @@ int cmd_warm(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_clean(int argc, char **argv);
+int cmd_apply(int argc, char **argv);
 
 /* ---- the runner (runner.c): every listed chunk through a private engine ---- */
 
@@ -63,6 +64,9 @@ struct run_spec {
     int (*chunk_ready)(void *ctx, size_t k, int fd, const struct cache_chunk_meta *meta,
                        struct errbuf *err);
     void *ctx;
+    /* NULL, or called (on the driving thread) for more of each progress report: text that
+     * follows the chunk counts, such as ", 3 chunks replaced". */
+    void (*describe)(void *ctx, char *buf, size_t len);
 };
 
 /* Creates an engine for t and c, opens every chunk of spec (a bounded number at a time),

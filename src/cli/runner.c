@@ -66,6 +66,7 @@ void cli_format_duration(double s, char *buf, size_t n)
 
 struct tally {
     const char *verb;
+    const struct run_spec *spec;
     size_t chunks_done, chunks_total;
     struct engine_progress p;
     size_t done0; /* ROIs done when the run started */
@@ -95,7 +96,9 @@ static void show_progress(const struct tally *ta, bool final)
     }
     if (p->rois_failed)
         snprintf(failed, sizeof failed, ", %zu failed", p->rois_failed);
-    char line[256];
+    char line[384], more[128] = "";
+    if (ta->spec && ta->spec->describe)
+        ta->spec->describe(ta->spec->ctx, more, sizeof more);
     pthread_mutex_lock(&display.lock);
     if (display.tty) {
         char bar[BAR_WIDTH + 1];
@@ -103,10 +106,10 @@ static void show_progress(const struct tally *ta, bool final)
         for (int i = 0; i < BAR_WIDTH; i++)
             bar[i] = i < full ? '#' : '.';
         bar[BAR_WIDTH] = '\0';
-        int n = snprintf(line, sizeof line,
-                         "roifs: %s [%s] %3d%% %zu/%zu ROIs%s, %zu/%zu chunks%s%s%s%s", ta->verb,
-                         bar, (int)(frac * 100), settled, p->rois_total, failed, ta->chunks_done,
-                         ta->chunks_total, *rate_s ? ", " : "", rate_s, *left ? ", " : "", left);
+        int n = snprintf(
+            line, sizeof line, "roifs: %s [%s] %3d%% %zu/%zu ROIs%s, %zu/%zu chunks%s%s%s%s%s",
+            ta->verb, bar, (int)(frac * 100), settled, p->rois_total, failed, ta->chunks_done,
+            ta->chunks_total, more, *rate_s ? ", " : "", rate_s, *left ? ", " : "", left);
         size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
         /* Pad over what the previous, longer bar left on the line. */
         fprintf(stderr, "\r%s%*s", line, display.bar_len > len ? (int)(display.bar_len - len) : 0,
@@ -117,9 +120,9 @@ static void show_progress(const struct tally *ta, bool final)
             display.bar_len = 0;
         }
     } else {
-        fprintf(stderr, "roifs: %s: %zu of %zu ROIs done (%d%%)%s, %zu of %zu chunks%s%s%s%s\n",
+        fprintf(stderr, "roifs: %s: %zu of %zu ROIs done (%d%%)%s, %zu of %zu chunks%s%s%s%s%s\n",
                 ta->verb, p->rois_done, p->rois_total, (int)(frac * 100), failed, ta->chunks_done,
-                ta->chunks_total, *rate_s ? ", " : "", rate_s, *left ? ", about " : "", left);
+                ta->chunks_total, more, *rate_s ? ", " : "", rate_s, *left ? ", about " : "", left);
     }
     fflush(stderr);
     pthread_mutex_unlock(&display.lock);
@@ -291,7 +294,8 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
     pthread_cond_init(&st.cv, &ca);
     pthread_condattr_destroy(&ca);
 
-    struct tally ta = {.verb = spec->verb, .chunks_total = spec->n, .start = now_monotonic()};
+    struct tally ta = {
+        .verb = spec->verb, .spec = spec, .chunks_total = spec->n, .start = now_monotonic()};
     engine_progress(e, &ta.p);
     ta.done0 = ta.p.rois_done;
     size_t limit = (size_t)(t->cfg.threads > 0 ? t->cfg.threads : 1) * 2 + 2;

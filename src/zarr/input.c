@@ -654,6 +654,16 @@ const struct zarr_meta *zarr_input_meta(const struct zarr_input *in)
     return &in->meta;
 }
 
+void zarr_input_storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len)
+{
+    storage_key(in, sid, buf, len);
+}
+
+const char *zarr_input_path(const struct zarr_input *in)
+{
+    return in->path;
+}
+
 const char *zarr_input_zarray_text(const struct zarr_input *in)
 {
     return in->zarray;

@@ -42,6 +42,7 @@ struct zarr_input {
     uint64_t ugrid[ROIFS_MAX_DIM]; /* of read units */
     size_t chunk_nbytes;           /* of one read unit */
     size_t index_nbytes;           /* sharded: of one decoded shard index */
+    const struct zarr_file_identity *pinned; /* signatures "now" use these (roifs apply) */
 
     pthread_mutex_t lock;
     pthread_cond_t loaded; /* a loading chunk finished (or failed) */

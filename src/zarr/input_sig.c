@@ -194,6 +194,11 @@ static void fid_from_memo(void *ctx, uint64_t sid, size_t pos, struct file_id *f
 {
     (void)pos;
     struct memo_ctx *c = ctx;
+    if (c->in->pinned) {
+        const struct zarr_file_identity *p = &c->in->pinned[sid];
+        *fid = (struct file_id){p->exists, p->size, p->mtime_ns, p->ino};
+        return;
+    }
     struct zarr_sigmemo *m = c->memo;
     if (!m) {
         input_stat_storage(c->in, sid, fid);
@@ -232,4 +237,24 @@ int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uin
                          uint64_t *sig)
 {
     return zarr_input_signature_memo(in, start, shape, NULL, sig);
+}
+
+/* ---- identities of storage files (roifs apply) ---- */
+
+uint64_t zarr_input_nstorage(const struct zarr_input *in)
+{
+    return nd_prod(in->grid, in->meta.ndim);
+}
+
+void zarr_input_storage_identity(const struct zarr_input *in, uint64_t sid,
+                                 struct zarr_file_identity *id)
+{
+    struct file_id fid;
+    input_stat_storage(in, sid, &fid);
+    *id = (struct zarr_file_identity){fid.exists, fid.size, fid.mtime_ns, fid.ino};
+}
+
+void zarr_input_pin_identities(struct zarr_input *in, const struct zarr_file_identity *ids)
+{
+    in->pinned = ids;
 }

@@ -214,6 +214,29 @@ int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, cons
                               struct zarr_sigmemo *memo, uint64_t *sig);
 void zarr_input_close(struct zarr_input *in);
 
+/* ---- identities of storage files (roifs apply) ---- */
+
+/* What identifies one version of a chunk (or shard) file: a rewrite or a rename over it
+ * changes it. */
+struct zarr_file_identity {
+    bool exists;
+    uint64_t size, mtime_ns, ino;
+};
+/* Number of storage files (chunks, or shards) of the input's grid. */
+uint64_t zarr_input_nstorage(const struct zarr_input *in);
+/* The identity of storage file sid (C-order linear index of the storage grid) as it is now. */
+void zarr_input_storage_identity(const struct zarr_input *in, uint64_t sid,
+                                 struct zarr_file_identity *id);
+/* The key of storage file sid relative to the array's directory ("1.0", "c/1/0"). */
+void zarr_input_storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len);
+const char *zarr_input_path(const struct zarr_input *in);
+/* From now on, signatures of the input "as it is now" (zarr_input_signature*, never those of
+ * what a read saw) use ids[sid] for every storage file instead of its identity now: `roifs
+ * apply` names every result by the original input while it replaces input files. ids
+ * (zarr_input_nstorage entries) is borrowed and must not change; call before any other
+ * thread uses in. NULL: back to the files' own identities. */
+void zarr_input_pin_identities(struct zarr_input *in, const struct zarr_file_identity *ids);
+
 /* Counters of the decoded-chunk cache (for status reports and tests). */
 struct zarr_input_stats {
     uint64_t loads;     /* chunk files read and decoded (missing files included) */
