@@ -125,7 +125,8 @@ int apply_check(struct apply *a)
     if (access(a->input_path, W_OK) < 0)
         return refuse(a, "input", "path", "%s: not writable (%s)", a->input_path, strerror(errno));
     a->infd = open(a->input_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    a->lockfd = a->infd >= 0 ? dup(a->infd) : -1;
+    /* not inherited by processors: a child left behind must not hold the lock */
+    a->lockfd = a->infd >= 0 ? fcntl(a->infd, F_DUPFD_CLOEXEC, 0) : -1;
     if (a->infd < 0 || a->lockfd < 0)
         return refuse(a, "input", "path", "%s: %s", a->input_path, strerror(errno));
     if (flock(a->lockfd, LOCK_EX | LOCK_NB) < 0)
@@ -197,8 +198,8 @@ static int reconcile(struct apply *a)
         fprintf(stderr,
                 "roifs: %s/%s: changed by something other than this apply since it began; "
                 "the application cannot be finished from the original input (restore the "
-                "file, or `roifs clean %s` to forget the application)\n",
-                a->input_path, key, a->config);
+                "file as it was, then run the same command again)\n",
+                a->input_path, key);
         return EXIT_RUNTIME;
     }
     return 0;

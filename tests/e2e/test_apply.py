@@ -495,3 +495,16 @@ def test_apply_failed_roi_then_finished(tmp_path, roifs_bin):
     calls = [int(x) for x in (tmp_path / "calls").read_text().split()]
     assert sorted(calls) == list(range(len(rois)))
     np.testing.assert_array_equal(read_input(t.input), t.inp)
+
+
+def test_apply_input_changed_meanwhile(tmp_path, roifs_bin):
+    """An input chunk rewritten by something else while an application is unfinished: the
+    rerun stops with exit status 1 naming it instead of mixing inputs."""
+    t = apply_task(tmp_path)
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "replaced:2"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    z = zarr.open(str(t.input), mode="r+")
+    z[80:96, 80:96] = 1.0  # chunk 5.5, replaced last
+    r = apply(roifs_bin, t.config)
+    assert r.returncode == 1, r.stderr
+    assert "5.5: changed by something other than this apply" in r.stderr
