@@ -89,6 +89,17 @@ static void maybe_compact(struct apply *a)
     if (store < a->store_after_compaction + a->slack)
         return;
     scratch_now(a);
+    char who[512];
+    if (cache_other_version(a->c, who, sizeof who) == 1) {
+        /* its current results would look unused to this configuration */
+        if (!a->other_version_warned)
+            run_message("roifs: apply: %s serves another version of this configuration from "
+                        "the cache; used results are kept while it runs",
+                        who);
+        a->other_version_warned = true;
+        a->store_after_compaction = store;
+        return;
+    }
     struct store_compaction out;
     struct errbuf err = {{0}};
     if (store_compact(cache_store(a->c), live_result, a, &out, &err) < 0) {

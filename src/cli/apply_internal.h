@@ -23,6 +23,7 @@ struct apply {
     char *results_dir;
     pthread_mutex_t lock; /* the plan, the journal, the counters below */
     bool failed;
+    bool other_version_warned;
     uint64_t chunk_bytes; /* assembled chunk files waiting for their readers */
     uint64_t peak;        /* the most scratch seen: result store + those chunk files */
     uint64_t slack;       /* result store growth between compactions */
