@@ -508,3 +508,31 @@ def test_apply_input_changed_meanwhile(tmp_path, roifs_bin):
     r = apply(roifs_bin, t.config)
     assert r.returncode == 1, r.stderr
     assert "5.5: changed by something other than this apply" in r.stderr
+
+
+def test_apply_progress_bar_on_a_terminal(tmp_path, roifs_bin):
+    """Progress as warm shows it, with the chunks replaced and the scratch in use."""
+    import pty
+    import re
+    t = apply_task(tmp_path, process={"command": "sleep 0.1; cat", "threads": 1})
+    master, slave = pty.openpty()
+    p = subprocess.Popen([roifs_bin, "apply", str(t.config)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(60) == 0, out
+    text = out.decode()
+    bars = re.findall(r"\rroifs: apply \[([#.]{24})\] +(\d+)% \d+/6 ROIs, \d+/36 chunks, "
+                      r"(\d+)/36 replaced, scratch [\d.]+ (?:B|KiB|MiB)", text)
+    assert len(bars) >= 3, text
+    assert bars[-1][0] == "#" * 24 and bars[-1][2] == "36", text
+    assert "peak scratch" in text
