@@ -203,10 +203,10 @@ int cmd_check(int argc, char **argv)
         printf("input:     %s (level %d: %s) ", t->cfg.input_path, t->ome.level, t->ome.array_path);
     else
         printf("input:     %s ", t->cfg.input_path);
-    print_dims("shape ", t->in->shape, t->in->ndim);
-    print_dims(" chunks ", t->in->chunks, t->in->ndim);
-    printf(" dtype %s compressor %s\n", dtype_typestr(&t->in->dtype, dt),
-           codec_name(&t->in->compressor));
+    print_dims("shape ", t->in_meta->shape, t->in_meta->ndim);
+    print_dims(" chunks ", t->in_meta->chunks, t->in_meta->ndim);
+    printf(" dtype %s compressor %s\n", dtype_typestr(&t->in_meta->dtype, dt),
+           codec_name(&t->in_meta->compressor));
     printf("output:    ");
     print_dims("shape ", t->out.shape, t->out.ndim);
     print_dims(" chunks ", t->out.chunks, t->out.ndim);

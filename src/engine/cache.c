@@ -324,11 +324,10 @@ static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *
     return 0;
 }
 
-int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
+int cache_open(const char *dir, const char *config_path, struct cache **out, struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
-    c->path = xstrdup(t->cache_dir);
-    c->level = t->level;
+    c->path = xstrdup(dir);
     c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
@@ -352,7 +351,7 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
     c->locks_fd = fds[2];
     if (r < 0)
         goto fail;
-    if (t->level == 0 && (r = register_user(c, t->cfg.path, err)) < 0)
+    if (config_path && (r = register_user(c, config_path, err)) < 0)
         goto fail;
     struct store *s;
     char *rpath = xasprintf("%s/results", c->path);

@@ -18,7 +18,6 @@ struct verified {
 
 struct cache {
     char *path;
-    int level; /* pyramid level of the task (users/ only at level 0) */
     /* Replaced (never closed before cache_close) when the directory is recreated. */
     _Atomic int dirfd, chunks_fd, results_fd, locks_fd;
     struct store *_Atomic store;

@@ -1,13 +1,16 @@
 /* engine.c: scheduling and the compute pool (see engine.h): chunk opens, checked against the
  * keys of what the chunk is made of; one job per chunk being made, with its waiters; ROI
- * states, single-flight per mount; the poller of chunks another process is making. ROIs run
- * in compute.c; keys and assembly are in assemble.c. One mutex guards the ROI and chunk
- * states; computation, I/O and callbacks run outside it. */
+ * states, single-flight per mount; the poller of chunk locks other processes hold. ROIs run
+ * in compute.c, assembly in assemble.c, keys in keys.c. One mutex guards the ROI and chunk
+ * states (engine_internal.h says what is read without it); computation, I/O and callbacks
+ * run outside it. */
 #include "engine_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../nd.h"
@@ -74,9 +77,11 @@ static struct waiter *job_remove(struct engine *e, struct chunk_job *job)
     struct chunk_job **p = job_slot(e, job->id);
     *p = job->hnext;
     e->njobs--;
-    if (job->remote)
-        e->nremote--;
+    if (job->locked_elsewhere)
+        e->n_locked_elsewhere--;
     cache_unlock(e->c, job->lock);
+    if (job->fd >= 0)
+        close(job->fd); /* its waiters failed before it was served */
     if (job->scheduled)
         for (size_t i = 0; i < job->nrois; i++) {
             e->rois[job->rois[i]].pins--;
@@ -117,17 +122,21 @@ void engine_record_error(struct engine *e, size_t roi, const char *msg)
     slot->message = xstrdup(msg);
 }
 
-void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags)
+/* Waiters get descriptors of the file this engine made or checked, never one opened again by
+ * name: that one may have been evicted or replaced by another process meanwhile. */
+void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags)
 {
+    (void)e;
+    if (!w && fd >= 0)
+        close(fd);
     while (w) {
         struct waiter *next = w->next;
-        int fd = -1, r = err;
-        if (r == 0 && (r = cache_chunk_open_plain(e->c, id, &fd)) < 0) {
-            log_error("chunk %llu: cannot open its cache file: %s", (unsigned long long)id,
-                      strerror(-r));
+        int mine = -1, r = err;
+        if (r == 0 && (mine = next ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd) < 0) {
+            log_error("cannot hand a chunk file to a reader: %s", strerror(errno));
             r = -EIO;
         }
-        w->cb(w->ctx, r, fd, flags);
+        w->cb(w->ctx, r, mine, flags);
         free(w);
         w = next;
     }
@@ -135,8 +144,13 @@ void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int
 
 /* ---- scheduling (lock held) ---- */
 
-/* Makes sure ROI r will be computed, asked for as key want; true when a chunk must wait. */
-static bool want_roi(struct engine *e, uint32_t r, struct key128 want, enum roi_prio prio)
+/* What request_roi says of a ROI a chunk needs. */
+enum roi_need { ROI_READY, ROI_MUST_WAIT };
+
+/* Makes sure ROI r will be computed, asked for as key want with priority prio (a queued ROI is
+ * promoted to demand). ROI_MUST_WAIT unless it is done already, which callers check before. */
+static enum roi_need request_roi(struct engine *e, uint32_t r, struct key128 want,
+                                 enum roi_prio prio)
 {
     struct roi_slot *s = &e->rois[r];
     switch (s->state) {
@@ -149,18 +163,18 @@ static bool want_roi(struct engine *e, uint32_t r, struct key128 want, enum roi_
         s->prio = (uint8_t)prio;
         queue_push(prio == PRIO_DEMAND ? &e->demand : &e->ahead, r);
         pthread_cond_signal(&e->work_cv);
-        return true;
+        return ROI_MUST_WAIT;
     case RS_QUEUED:
         if (prio == PRIO_DEMAND && s->prio != PRIO_DEMAND) {
             s->prio = PRIO_DEMAND;
             queue_push(&e->demand, r);
             pthread_cond_signal(&e->work_cv);
         }
-        return true;
+        return ROI_MUST_WAIT;
     case RS_RUNNING:
-        return true;
-    default: /* RS_DONE: callers decide before */
-        return false;
+        return ROI_MUST_WAIT;
+    default: /* RS_DONE */
+        return ROI_READY;
     }
 }
 
@@ -190,7 +204,7 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
             e->n_reused++;
             continue;
         }
-        if (want_roi(e, r, w, job->demanded ? PRIO_DEMAND : PRIO_AHEAD)) {
+        if (request_roi(e, r, w, job->demanded ? PRIO_DEMAND : PRIO_AHEAD) == ROI_MUST_WAIT) {
             job->waits[i] = 1;
             job->pending++;
         }
@@ -206,21 +220,22 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
     job->id = id;
-    job->k = roi_index_find(e->t->index, id);
-    job->rois = job->k >= 0 ? roi_index_rois(e->t->index, (size_t)job->k, &job->nrois) : NULL;
+    job->row = roi_index_find(e->t->index, id);
+    job->rois = job->row >= 0 ? roi_index_rois(e->t->index, (size_t)job->row, &job->nrois) : NULL;
     job->want = *keys;
     keys->rois = NULL;
     job->use = xcalloc(job->nrois ? job->nrois : 1, sizeof *job->use);
     job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->demanded = demanded;
     job->lock = -1;
+    job->fd = -1;
     *job_slot(e, id) = job;
     e->njobs++;
     int lock = cache_lock_chunk(e->c, id, false);
     if (lock == -EWOULDBLOCK) {
-        job->remote = true;
-        e->nremote++;
-        pthread_cond_signal(&e->remote_cv);
+        job->locked_elsewhere = true;
+        e->n_locked_elsewhere++;
+        pthread_cond_signal(&e->poller_cv);
         return job;
     }
     if (lock < 0)
@@ -233,21 +248,20 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
 
 static void job_promote(struct engine *e, struct chunk_job *job)
 {
-    if (job->demanded || job->k < 0)
+    if (job->demanded || job->row < 0)
         return;
     job->demanded = true;
     if (!job->scheduled)
         return; /* its ROIs are asked for, with demand priority, once the lock is ours */
     for (size_t i = 0; i < job->nrois; i++)
         if (e->rois[job->rois[i]].state == RS_QUEUED)
-            want_roi(e, job->rois[i], e->rois[job->rois[i]].key, PRIO_DEMAND);
+            request_roi(e, job->rois[i], e->rois[job->rois[i]].key, PRIO_DEMAND);
 }
 
-/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it. */
-bool engine_has_failed_roi(struct engine *e, size_t k)
+bool engine_has_failed_roi(struct engine *e, size_t row)
 {
     size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, k, &n);
+    const uint32_t *rois = roi_index_rois(e->t->index, row, &n);
     for (size_t i = 0; i < n; i++)
         if (e->rois[rois[i]].state == RS_FAILED)
             return true;
@@ -256,19 +270,18 @@ bool engine_has_failed_roi(struct engine *e, size_t k)
 
 /* ---- other processes ---- */
 
-/* A job whose chunk lock was held by another process, now ours: serve what it made when that
- * is current, else make the chunk (no lock held; takes it). */
-static void remote_acquired(struct engine *e, struct chunk_job *job)
+/* A job whose chunk lock another process held, now ours: serve what it made when that is
+ * current, else make the chunk (no lock held; takes it). */
+static void lock_taken_over(struct engine *e, struct chunk_job *job)
 {
     int fd = -1;
     enum cache_chunk_state st = cache_chunk_open_current(e->c, job->id, job->want.chunk, &fd, NULL);
-    if (fd >= 0)
-        close(fd);
     if (st != CHUNK_CURRENT)
         store_refresh(cache_store(e->c)); /* results it made on the way */
     pthread_mutex_lock(&e->lock);
     if (st == CHUNK_CURRENT) {
         job->cached_already = true;
+        job->fd = fd;
         asm_enqueue(e, job);
     } else {
         job_schedule(e, job);
@@ -276,15 +289,16 @@ static void remote_acquired(struct engine *e, struct chunk_job *job)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* Polls the locks of chunks another process is making; takes over when it finishes or dies
- * (the kernel releases a dead process's lock). */
-static void *remote_main(void *arg)
+/* The poller: tries every 50 ms the locks of chunks another process is making (jobs marked
+ * locked_elsewhere); takes a job over when that process finishes or dies (the kernel releases
+ * a dead process's lock). */
+static void *poller_main(void *arg)
 {
     struct engine *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stopping) {
-        if (e->nremote == 0) {
-            pthread_cond_wait(&e->remote_cv, &e->lock);
+        if (e->n_locked_elsewhere == 0) {
+            pthread_cond_wait(&e->poller_cv, &e->lock);
             continue;
         }
         struct timespec ts;
@@ -294,17 +308,17 @@ static void *remote_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        pthread_cond_timedwait(&e->remote_cv, &e->lock, &ts);
+        pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
         struct chunk_job *got = NULL;
-        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->nremote && !e->stopping; b++)
+        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->n_locked_elsewhere && !e->stopping; b++)
             for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
-                if (!job->remote)
+                if (!job->locked_elsewhere)
                     continue;
                 int lock = cache_lock_chunk(e->c, job->id, false);
                 if (lock == -EWOULDBLOCK)
                     continue;
-                job->remote = false;
-                e->nremote--;
+                job->locked_elsewhere = false;
+                e->n_locked_elsewhere--;
                 job->lock = lock >= 0 ? lock : -1;
                 job->qnext = got; /* the job stays in the table: nobody else starts it */
                 got = job;
@@ -312,7 +326,7 @@ static void *remote_main(void *arg)
         pthread_mutex_unlock(&e->lock);
         while (got) {
             struct chunk_job *next = got->qnext;
-            remote_acquired(e, got);
+            lock_taken_over(e, got);
             got = next;
         }
         pthread_mutex_lock(&e->lock);
@@ -391,7 +405,7 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         return;
     }
     int64_t mtime_ns;
-    *known = cache_chunk_stat(e->c, id, size, &mtime_ns) == 0;
+    *known = cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
     if (!*known)
         *size = 0;
 }
@@ -460,19 +474,22 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
     slot_settle(e, r);
     pthread_mutex_unlock(&e->lock);
     engine_flush_unstored(e);
-    engine_notify(e, failed, 0, -EIO, 0);
+    engine_notify(e, failed, -1, -EIO, 0);
 }
 
 /* ---- chunk assembly ---- */
 
-/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. */
-static void chunk_evict(struct engine *e, uint64_t id)
+/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. Only
+ * the file that was counted goes: one that another job or process renamed over it since (a
+ * newer version, which that job counts) stays, and so does one whose lock is held. */
+static void chunk_evict(struct engine *e, const struct evict_victim *v)
 {
-    log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
-    cache_chunk_remove(e->c, id);
+    int r = cache_chunk_remove_if(e->c, v->id, v->ino);
+    log_debug("chunk %llu: %s ([cache] max_size)", (unsigned long long)v->id,
+              r == 0 ? "evicted from the cache" : "not evicted: being made or made again");
     pthread_mutex_lock(&e->lock);
-    if (e->n_cached)
-        e->n_cached--;
+    if (e->n_cached && (r == 0 || r == -ENOENT))
+        e->n_cached--; /* a file that stays (a newer one) was counted when it replaced it */
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -488,7 +505,8 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
     if (s->state == RS_DONE) {
         job->use[i] = s->key; /* made again meanwhile */
         asm_enqueue(e, job);
-    } else if (want_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD)) {
+    } else if (request_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD) ==
+               ROI_MUST_WAIT) {
         job->waits[i] = 1;
         job->pending++;
     } else {
@@ -496,22 +514,34 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
     }
 }
 
+/* Assembles the job's chunk, stores its new results and writes the chunk file (no lock
+ * held): 0 with *fd a read-only descriptor of the file written, *written as
+ * cache_chunk_write says; on -ENOENT, *bad names the result that is missing. */
+static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, uint64_t *len,
+                      int *written, size_t *bad, struct errbuf *err)
+{
+    void *data = NULL;
+    size_t n = 0;
+    struct key128 key;
+    int rc = engine_assemble(e, job, &data, &n, &key, bad, err);
+    if (rc == 0)
+        engine_store_job_results(e, job); /* before the chunk: it names them */
+    if (rc == 0 && (*written = cache_chunk_write(e->c, job->id, data, n, key, fd)) < 0)
+        rc = err_set(err, *written, "cannot write it to the cache: %s", strerror(-*written));
+    free(data);
+    *len = n;
+    return rc;
+}
+
 static void run_assembly(struct engine *e, struct chunk_job *job)
 {
     struct errbuf err = {{0}};
-    void *data = NULL;
-    size_t len = 0, bad = SIZE_MAX;
-    uint64_t id = job->id;
-    int rc = 0, written = 0;
-    struct key128 key;
-    if (!job->cached_already) {
-        rc = engine_assemble(e, job, &data, &len, &key, &bad, &err);
-        if (rc == 0)
-            engine_store_job_results(e, job); /* before the chunk: it names them */
-        if (rc == 0 && (written = cache_chunk_write(e->c, id, data, len, key)) < 0)
-            rc = err_set(&err, written, "cannot write it to the cache: %s", strerror(-written));
-    }
-    free(data);
+    size_t bad = SIZE_MAX;
+    uint64_t id = job->id, len = 0;
+    int rc = 0, written = 0, fd = job->fd; /* cached_already: the file found current */
+    job->fd = -1;
+    if (!job->cached_already)
+        rc = make_chunk(e, job, &fd, &len, &written, &bad, &err);
     if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
         pthread_mutex_lock(&e->lock);
@@ -521,14 +551,16 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     }
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
+    struct stat st;
+    uint64_t ino = rc == 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
     pthread_mutex_lock(&e->lock);
-    uint64_t *victims = NULL;
+    struct evict_victim *victims = NULL;
     size_t nvictims = 0;
     if (rc == 0 && !job->cached_already) {
         if (written == 0)
             e->n_cached++; /* a new file; a replaced one was counted already */
         if (e->evict) {
-            evict_add(e->evict, id, len);
+            evict_add(e->evict, id, len, ino);
             nvictims = evict_victims(e->evict, id, &victims);
         }
     }
@@ -539,11 +571,13 @@ static void run_assembly(struct engine *e, struct chunk_job *job)
     pthread_mutex_unlock(&e->lock);
     engine_flush_unstored(e);
     /* Evicted before the readers hear of this chunk, so that the cache never holds more than
-     * the limit once a reader has its data. */
+     * the limit once a reader has its data (a descriptor of the file, fd). */
     for (size_t i = 0; i < nvictims; i++)
-        chunk_evict(e, victims[i]);
+        chunk_evict(e, &victims[i]);
     free(victims);
-    engine_notify(e, w, id, rc == 0 ? 0 : -EIO, flags);
+    engine_notify(e, w, rc == 0 ? fd : -1, rc == 0 ? 0 : -EIO, flags);
+    if (rc < 0 && fd >= 0)
+        close(fd);
 }
 
 /* ---- the compute pool ---- */
@@ -600,16 +634,27 @@ static void *worker_main(void *arg)
 
 /* ---- creation ---- */
 
+struct chunk_scan {
+    struct engine *e;
+    int err; /* the first chunk file that could not be looked at */
+};
+
 static void scan_cached_chunk(void *ctx, uint64_t id)
 {
-    struct engine *e = ctx;
+    struct chunk_scan *cs = ctx;
+    struct engine *e = cs->e;
     if (!task_chunk_present(e->t, id))
         return;
     e->n_cached++;
-    uint64_t size;
+    uint64_t size, ino;
     int64_t mtime_ns;
-    if (e->evict && cache_chunk_stat(e->c, id, &size, &mtime_ns) == 0)
-        evict_found(e->evict, id, size, mtime_ns);
+    if (!e->evict)
+        return;
+    int r = cache_chunk_stat(e->c, id, &size, &mtime_ns, &ino);
+    if (r == 0)
+        evict_found(e->evict, id, size, mtime_ns, ino);
+    else if (r != -ENOENT && cs->err == 0) /* ENOENT: removed since it was listed */
+        cs->err = r;
 }
 
 /* The ROIs whose result, made from the input as it is now, is stored count as done. */
@@ -632,49 +677,67 @@ static void scan_stored_results(struct engine *e)
     zarr_sigmemo_free(memo);
 }
 
-int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err)
+/* What a previous mount (or another process) already finished: the chunk files (which,
+ * with max_size, are also put in their order of use and trimmed) and the stored results.
+ * A cache whose chunk files cannot be listed is an error: counting nothing would under-count
+ * what max_size bounds. */
+static int scan_cache(struct engine *e, struct errbuf *err)
+{
+    struct chunk_scan cs = {.e = e};
+    int r = cache_chunk_each(e->c, scan_cached_chunk, &cs);
+    if (r == 0)
+        r = cs.err;
+    if (r < 0)
+        return err_set(err, r, "%s/chunks: cannot list the cached chunks: %s", cache_path(e->c),
+                       strerror(-r));
+    scan_stored_results(e);
+    if (e->evict) {
+        struct evict_victim *victims;
+        size_t nv = evict_settle(e->evict, &victims);
+        for (size_t i = 0; i < nv; i++)
+            chunk_evict(e, &victims[i]);
+        free(victims);
+    }
+    return 0;
+}
+
+static int start_threads(struct engine *e, struct errbuf *err)
+{
+    int rc = pthread_create(&e->poller_thread, NULL, poller_main, e);
+    if (rc != 0)
+        return err_set(err, -rc, "cannot start a thread: %s", strerror(rc));
+    e->poller_started = true;
+    e->threads = xcalloc((size_t)e->opts.threads, sizeof *e->threads);
+    for (int i = 0; i < e->opts.threads; i++) {
+        if ((rc = pthread_create(&e->threads[i], NULL, worker_main, e)) != 0)
+            return err_set(err, -rc, "cannot start compute threads: %s", strerror(rc));
+        e->nthreads = i + 1;
+    }
+    return 0;
+}
+
+int engine_create(struct task *t, struct cache *c, const struct engine_opts *o,
+                  struct engine **out, struct errbuf *err)
 {
     struct engine *e = xcalloc(1, sizeof *e);
     e->t = t;
     e->c = c;
+    e->opts = *o;
+    if (e->opts.threads < 1)
+        e->opts.threads = 1;
     e->started = now_monotonic();
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
-    pthread_cond_init(&e->remote_cv, NULL);
+    pthread_cond_init(&e->poller_cv, NULL);
     e->rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->rois);
-    if (t->level == 0)
-        cache_adopt(
-            c); /* this process serves the cache (maybe forked from the one that opened it) */
-    if (t->cfg.max_size > 0)
-        e->evict = evict_new(t->cfg.max_size);
-    /* What a previous mount (or another process) already finished. */
-    cache_chunk_each(c, scan_cached_chunk, e);
-    scan_stored_results(e);
-    if (e->evict) {
-        uint64_t *victims;
-        size_t nv = evict_settle(e->evict, &victims);
-        for (size_t i = 0; i < nv; i++)
-            chunk_evict(e, victims[i]);
-        free(victims);
-    }
-    int rc = pthread_create(&e->remote_thread, NULL, remote_main, e);
-    if (rc != 0) {
-        engine_destroy(e);
-        return err_set(err, -rc, "cannot start a thread: %s", strerror(rc));
-    }
-    e->remote_started = true;
-    e->nthreads = t->cfg.threads > 0 ? t->cfg.threads : 1;
-    e->threads = xcalloc((size_t)e->nthreads, sizeof *e->threads);
-    for (int i = 0; i < e->nthreads; i++) {
-        rc = pthread_create(&e->threads[i], NULL, worker_main, e);
-        if (rc != 0) {
-            e->nthreads = i;
-            engine_destroy(e);
-            return err_set(err, -rc, "cannot start compute threads: %s", strerror(rc));
-        }
-    }
-    if (t->level == 0 && t->nlevels > 1 && (rc = pyramid_engines_create(e, err)) < 0) {
+    cache_adopt(c); /* this process serves the cache (maybe forked from the one that opened it) */
+    if (o->max_size > 0)
+        e->evict = evict_new(o->max_size);
+    int rc = scan_cache(e, err);
+    if (rc == 0)
+        rc = start_threads(e, err);
+    if (rc < 0) {
         engine_destroy(e);
         return rc;
     }
@@ -684,21 +747,20 @@ int engine_create(struct task *t, struct cache *c, struct engine **out, struct e
 
 void engine_destroy(struct engine *e)
 {
-    pyramid_engines_destroy(e); /* the lower levels read this one: they stop first */
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
     pthread_cond_broadcast(&e->work_cv);
-    pthread_cond_broadcast(&e->remote_cv);
+    pthread_cond_broadcast(&e->poller_cv);
     pthread_mutex_unlock(&e->lock);
     proc_shutdown(e->t->proc);
     for (int i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i], NULL);
-    if (e->remote_started)
-        pthread_join(e->remote_thread, NULL);
+    if (e->poller_started)
+        pthread_join(e->poller_thread, NULL);
     free(e->threads);
     for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
         while (e->jobs[b])
-            engine_notify(e, job_remove(e, e->jobs[b]), 0, -EIO, 0);
+            engine_notify(e, job_remove(e, e->jobs[b]), -1, -EIO, 0);
     engine_flush_unstored(e); /* finished results survive the unmount */
     for (size_t r = 0; r < e->t->rois.n; r++)
         roi_result_unref(e->rois[r].result);
@@ -711,6 +773,6 @@ void engine_destroy(struct engine *e)
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->done_cv);
-    pthread_cond_destroy(&e->remote_cv);
+    pthread_cond_destroy(&e->poller_cv);
     free(e);
 }
