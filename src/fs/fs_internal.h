@@ -11,9 +11,9 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../engine/engine.h"
+#include "../arrays/arrayset.h"
+#include "../tree/namespace.h"
 #include "fs.h"
-#include "namespace.h"
 #include "passthrough.h"
 #include "versions.h"
 
@@ -36,9 +36,8 @@ struct handle {
 struct pending_open;
 
 struct fs {
-    struct task *t;
-    struct engine *e;
-    struct ns ns;
+    struct arrayset *set;
+    const struct ns *ns; /* the set's tree */
     struct timespec mtime;
     int64_t started_ns; /* CLOCK_REALTIME at mount: cache files changed later are "fresh" */
     uid_t uid;
@@ -47,8 +46,8 @@ struct fs {
     struct fuse_session *se;
     struct pt *pt;
     struct vt *vt;
-    uint64_t bound[TASK_MAX_LEVELS]; /* per pyramid level: encoded chunk size at most */
-    _Atomic uint64_t chunk_reads;    /* READ requests for chunks answered here */
+    uint64_t *bound;              /* per array of the set: encoded chunk size at most */
+    _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
     pthread_mutex_t handles_lock;
     struct handle handles; /* list head: chunks and metadata */
     struct handle status;  /* list head: open status files (few) */

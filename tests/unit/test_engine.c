@@ -9,9 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/cache.h"
-#include "engine/engine.h"
-#include "task.h"
+#include "engine_harness.h"
 
 static char dir[256];
 
@@ -120,7 +118,7 @@ static void test_assembly_order(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
         CHECK_EQ_INT(read_chunk(e, id, v), 0);
@@ -154,7 +152,7 @@ static void test_outside_input(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
         CHECK_EQ_INT(read_chunk(e, id, v), 0);
@@ -199,7 +197,7 @@ static void test_single_flight_and_remount(void)
         struct cache *c = NULL;
         struct engine *e = NULL;
         struct errbuf err;
-        CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+        CHECK(harness_start(t, &c, &e, &err) == 0);
         pthread_t th[8];
         struct reader_arg args[8];
         for (int i = 0; i < 8; i++) {
@@ -211,7 +209,7 @@ static void test_single_flight_and_remount(void)
             CHECK_EQ_INT(args[i].rc, 0);
         }
         CHECK_EQ_INT(t->proc->calls, round == 0 ? 3 : 0);
-        char *status = engine_status_json(e, NULL);
+        char *status = harness_status(e);
         CHECK_STR_CONTAINS(status, "\"done\": 3");
         CHECK_STR_CONTAINS(status, "\"cached\": 4");
         free(status);
@@ -240,19 +238,19 @@ static void test_failure_then_retry(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     CHECK_EQ_INT(read_chunk(e, 0, v), 0);
     CHECK_EQ_INT(v[5], input_at(1, 1));
     CHECK_EQ_INT(read_chunk(e, 3, v), -EIO);
-    char *status = engine_status_json(e, NULL);
+    char *status = harness_status(e);
     CHECK_STR_CONTAINS(status, "\"failed\": 1");
     CHECK_STR_CONTAINS(status, "boom");
     free(status);
     unlink(flag);
     CHECK_EQ_INT(read_chunk(e, 3, v), 0);
     CHECK_EQ_INT(v[0], 7);
-    status = engine_status_json(e, NULL);
+    status = harness_status(e);
     CHECK_STR_CONTAINS(status, "\"failed\": 0");
     free(status);
     engine_destroy(e);

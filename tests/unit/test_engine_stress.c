@@ -12,10 +12,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/cache.h"
-#include "engine/engine.h"
+#include "engine_harness.h"
 #include "nd.h"
-#include "task.h"
 
 #define SIDE    96 /* a SIDE x SIDE <u2 input */
 #define IN_CH   16 /* input chunks */
@@ -211,7 +209,7 @@ static void *poll_status(void *p)
 {
     struct poller *q = p;
     while (!atomic_load(q->stop)) {
-        char *s = engine_status_json(q->e, NULL);
+        char *s = harness_status(q->e);
         struct engine_progress pr;
         engine_progress(q->e, &pr);
         uint64_t size;
@@ -236,9 +234,7 @@ static void test_concurrent_readers(void)
         int r = task_open(path, &t, &err);
         free(path);
         if (r == 0)
-            r = cache_open(t, &c, &err);
-        if (r == 0)
-            r = engine_create(t, c, &e, &err);
+            r = harness_start(t, &c, &e, &err);
         if (r < 0)
             fprintf(stderr, "setup: %s\n", err.msg);
         CHECK_EQ_INT(r, 0);
