@@ -95,7 +95,8 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     /* one level alone is presented as the plain array, as before the array set existed */
     int r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;
     for (int l = 1; r == 0 && s->pyramid && l < pyramid_nlevels(s->pyramid); l++)
-        s->arrays[s->n++] = (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l};
+        s->arrays[s->n++] =
+            (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l};
     if (r == 0)
         r = open_caches(s, err);
     struct errbuf e = {{0}};
@@ -172,8 +173,8 @@ static json_t *level_status(const struct array *a)
     return json_pack("{s:i, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I}", "level", a->level, "rois",
                      "total", (json_int_t)p.rois_total, "done", (json_int_t)p.rois_done, "failed",
                      (json_int_t)p.rois_failed, "chunks", "total", (json_int_t)p.chunks_total,
-                     "present", (json_int_t)p.chunks_present, "cached",
-                     (json_int_t)p.chunks_cached, "calls", (json_int_t)p.calls);
+                     "present", (json_int_t)p.chunks_present, "cached", (json_int_t)p.chunks_cached,
+                     "calls", (json_int_t)p.calls);
 }
 
 json_t *arrayset_status(struct arrayset *s)

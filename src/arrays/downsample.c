@@ -13,9 +13,8 @@ static bool is_yx(const struct downsample *g, int d)
     return d == g->axis_y || d == g->axis_x;
 }
 
-void downsample_footprint(const struct downsample *g, const uint64_t *up_shape,
-                          const uint64_t *b0, const uint64_t *bshape, uint64_t *f0,
-                          uint64_t *fshape)
+void downsample_footprint(const struct downsample *g, const uint64_t *up_shape, const uint64_t *b0,
+                          const uint64_t *bshape, uint64_t *f0, uint64_t *fshape)
 {
     for (int d = 0; d < g->ndim; d++) {
         if (is_yx(g, d)) {

@@ -17,9 +17,8 @@ struct downsample {
 
 /* The box [f0, f0 + fshape) of the level above (of shape up_shape) that the box
  * [b0, b0 + bshape) reduces: y and x doubled and clipped to up_shape, the others the same. */
-void downsample_footprint(const struct downsample *g, const uint64_t *up_shape,
-                          const uint64_t *b0, const uint64_t *bshape, uint64_t *f0,
-                          uint64_t *fshape);
+void downsample_footprint(const struct downsample *g, const uint64_t *up_shape, const uint64_t *b0,
+                          const uint64_t *bshape, uint64_t *f0, uint64_t *fshape);
 /* Reduces src (C order, native byte order, shape fshape: the footprint of dst's box) into dst
  * (shape shape). Mean: of the block's elements inside src (4, or 2 or 1 at an odd edge),
  * rounded half to even for integer dtypes, in long double for 64-bit integers. */

@@ -22,10 +22,10 @@
 struct level {
     int number;
     const struct downsample *geom;
-    const struct task *up;      /* level L-1 */
-    struct engine *up_engine;   /* level L-1's engine: set (pyramid_set_engine) before this
-                                 * level's engine starts its threads, which read it */
-    struct zarr_meta input;     /* what this level's input looks like: the level itself */
+    const struct task *up;    /* level L-1 */
+    struct engine *up_engine; /* level L-1's engine: set (pyramid_set_engine) before this
+                               * level's engine starts its threads, which read it */
+    struct zarr_meta input;   /* what this level's input looks like: the level itself */
     struct task *task;
 };
 
@@ -108,8 +108,8 @@ static int wait_for_upper_chunk(const struct level *lv, uint64_t id, int *fd, st
     pthread_mutex_destroy(&s.m);
     pthread_cond_destroy(&s.cv);
     if (s.err < 0)
-        return err_set(err, -EIO, "level %d chunk %llu: %s", lv->number - 1,
-                       (unsigned long long)id, strerror(-s.err));
+        return err_set(err, -EIO, "level %d chunk %llu: %s", lv->number - 1, (unsigned long long)id,
+                       strerror(-s.err));
     *fd = s.fd;
     return 0;
 }
@@ -138,8 +138,8 @@ static int read_up_chunk(const struct level *lv, uint64_t id, void *buf, struct 
     close(fd);
     if (rc < 0) {
         free(data);
-        return err_set(err, -EIO, "level %d chunk %llu: cannot read its cache file",
-                       lv->number - 1, (unsigned long long)id);
+        return err_set(err, -EIO, "level %d chunk %llu: cannot read its cache file", lv->number - 1,
+                       (unsigned long long)id);
     }
     rc = zarr_decode_chunk(&lv->up->out, data, got, buf, err);
     free(data);
@@ -323,8 +323,7 @@ static void level_rois(const struct level *lv, const struct zarr_meta *o, struct
             rs->start = xrealloc(rs->start, cap * nd * sizeof(uint64_t));
             rs->stop = xrealloc(rs->stop, cap * nd * sizeof(uint64_t));
         }
-        nd_chunk_box(idx, o->chunks, o->shape, nd, &rs->start[rs->n * nd],
-                     &rs->stop[rs->n * nd]);
+        nd_chunk_box(idx, o->chunks, o->shape, nd, &rs->start[rs->n * nd], &rs->stop[rs->n * nd]);
         rs->n++;
     }
 }
@@ -349,9 +348,9 @@ static int level_task(struct pyramid *p, struct level *lv, struct errbuf *err)
         .meta = &lv->input, .read = level_read, .signature = level_signature, .ctx = lv};
     /* The level above is in the input signature (its chunks' keys), not here. */
     char dt[8];
-    char *identity = xasprintf("roifs-level 2\nroifs %s\nmethod %s\naxes %d %d\ndtype %s\n",
-                               ROIFS_VERSION, p->geom.nearest ? "nearest" : "mean", ay, ax,
-                               dtype_typestr(&o->dtype, dt));
+    char *identity =
+        xasprintf("roifs-level 2\nroifs %s\nmethod %s\naxes %d %d\ndtype %s\n", ROIFS_VERSION,
+                  p->geom.nearest ? "nearest" : "mean", ay, ax, dtype_typestr(&o->dtype, dt));
     char *dir = xasprintf("%s/L%d", p->t0->cache_dir, lv->number);
     spec.result_identity = identity;
     spec.cache_dir = dir;
@@ -396,8 +395,8 @@ static json_t *datasets(const struct pyramid *p)
         char path[16];
         snprintf(path, sizeof path, "%d", l);
         json_array_append_new(list, json_pack("{s:s, s:[{s:s, s:o}]}", "path", path,
-                                              "coordinateTransformations", "type", "scale",
-                                              "scale", scale));
+                                              "coordinateTransformations", "type", "scale", "scale",
+                                              scale));
     }
     return list;
 }

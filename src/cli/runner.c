@@ -227,7 +227,8 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
         pthread_mutex_unlock(&st->lock);
         if (issue) {
             size_t k = next++;
-            struct engine *le = arrayset_array(s, spec->arrays ? (size_t)spec->arrays[k] : 0)->engine;
+            struct engine *le =
+                arrayset_array(s, spec->arrays ? (size_t)spec->arrays[k] : 0)->engine;
             if (engine_chunk_has_failed_roi(le, spec->ids[k])) {
                 /* It would only run the failed ROI again: once per warm is enough. */
                 pthread_mutex_lock(&st->lock);

@@ -549,8 +549,8 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
     long minor = record_daemon(abs);
     free(abs);
     const struct array *a0 = arrayset_array(set, 0);
-    log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path,
-             o->mountpoint, a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
+    log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path, o->mountpoint,
+             a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(lc, 64);
     r = fuse_session_loop_mt(fs.se, lc);

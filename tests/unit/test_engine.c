@@ -1,11 +1,14 @@
 /* test_engine.c: the engine without FUSE: assembly order (later ROIs win), outside = input,
  * single-flight under concurrent opens, reuse of the cache across engines (remounts), ROIs
- * spanning chunks computed once, and failures reported as EIO plus a status entry. */
+ * spanning chunks computed once, failures reported as EIO plus a status entry, a cache that
+ * cannot be listed failing engine_create, and opens under [cache] max_size evicting each
+ * other's chunks without ever failing. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -259,6 +262,114 @@ static void test_failure_then_retry(void)
     free(flag);
 }
 
+/* engine_create looks at what the cache holds; when it cannot list the chunk files (here: no
+ * descriptor left) it fails with the reason, rather than start counting nothing cached. */
+static void test_unlistable_cache_fails_create(void)
+{
+    write_text("rois5.txt", "0:4, 0:4\n");
+    struct task *t = open_task("[input]\npath = in.zarr\n[rois]\nfile = rois5.txt\n"
+                               "[process]\nbuiltin = copy\n[cache]\ndir = cache5\n");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct errbuf err = {{0}};
+    CHECK_EQ_INT(cache_open(t->cache_dir, t->cfg.path, &c, &err), 0);
+    struct engine_opts o = harness_opts(t);
+    struct rlimit saved, low;
+    getrlimit(RLIMIT_NOFILE, &saved);
+    low = saved;
+    low.rlim_cur = 256;
+    CHECK_EQ_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[256], n = 0;
+    while (n < 256 && (fds[n] = dup(0)) >= 0)
+        n++;
+    int r = engine_create(t, c, &o, &e, &err);
+    while (n > 0)
+        close(fds[--n]);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    CHECK_EQ_INT(r, -EMFILE);
+    CHECK_STR_CONTAINS(err.msg, "cannot list the cached chunks");
+    cache_close(c);
+    task_close(t); /* the failed engine stopped its processor */
+}
+
+struct evict_reader {
+    struct engine *e;
+    unsigned seed;
+    int bad;
+};
+
+/* Reads all 64 chunks of the 32x32 array, in an order of its own, three times. */
+static void *evict_read_all(void *p)
+{
+    struct evict_reader *a = p;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 64; i++) {
+            uint64_t id = (uint64_t)((i * 17 + (int)a->seed * 5 + round) % 64);
+            int32_t v[16];
+            if (read_chunk(a->e, id, v) != 0) {
+                a->bad++;
+                continue;
+            }
+            int cy = (int)id / 8, cx = (int)id % 8;
+            for (int k = 0; k < 16; k++)
+                if (v[k] != 1000 * (cy * 4 + k / 4) + cx * 4 + k % 4)
+                    a->bad++;
+        }
+    return NULL;
+}
+
+/* With a max_size below one chunk every assembly evicts the chunks made before it, also those
+ * whose readers have not been answered yet: a reader still gets its chunk (a descriptor of
+ * the file made for it, never one opened again by name after the eviction). */
+static void test_eviction_never_fails_an_open(void)
+{
+    char *p = path_join(dir, "big.zarr");
+    mkdir_p(p, 0755);
+    free(p);
+    write_text("big.zarr/.zarray",
+               "{\"zarr_format\": 2, \"shape\": [32, 32], \"chunks\": [32, 32], \"dtype\": "
+               "\"<i4\", \"compressor\": null, \"fill_value\": 0, \"order\": \"C\", "
+               "\"filters\": null}");
+    int32_t *in = xmalloc(32 * 32 * sizeof *in);
+    for (int i = 0; i < 32 * 32; i++)
+        in[i] = 1000 * (i / 32) + i % 32;
+    char *name = path_join(dir, "big.zarr/0.0");
+    FILE *f = fopen(name, "wb");
+    CHECK(f && fwrite(in, sizeof *in, 32 * 32, f) == 32 * 32);
+    if (f)
+        fclose(f);
+    free(name);
+    free(in);
+    struct task *t = open_task("[input]\npath = big.zarr\n[rois]\ngrid = 4,4\n[process]\n"
+                               "builtin = copy\nthreads = 4\n[output]\nchunks = 4,4\n"
+                               "[cache]\ndir = cache6\nmax_size = 1\n");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct errbuf err;
+    CHECK(harness_start(t, &c, &e, &err) == 0);
+    pthread_t th[8];
+    struct evict_reader args[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (struct evict_reader){.e = e, .seed = (unsigned)i};
+        pthread_create(&th[i], NULL, evict_read_all, &args[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        bad += args[i].bad;
+    }
+    CHECK_EQ_INT(bad, 0);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
@@ -270,6 +381,8 @@ int main(void)
     RUN(test_outside_input);
     RUN(test_single_flight_and_remount);
     RUN(test_failure_then_retry);
+    RUN(test_unlistable_cache_fails_create);
+    RUN(test_eviction_never_fails_an_open);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -87,7 +87,7 @@ static void test_basic_order(void)
     uint64_t ids[8];
     CHECK_EQ_INT(evict_victims(ev, 3, &v), 0); /* 300 fits */
     free(v);
-    evict_touch(ev, 1);    /* order now 2, 3, 1 */
+    evict_touch(ev, 1);           /* order now 2, 3, 1 */
     evict_add(ev, 4, 150, 4 * 7); /* 450: 2 and 3 go, in that order */
     size_t n = evict_victims(ev, 4, &v);
     CHECK_EQ_INT(n, 2);
