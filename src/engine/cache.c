@@ -1,6 +1,7 @@
 /* cache.c: the backing directory (see cache.h): trusted only when it is the user's own, its
  * format marker, the conversion of an older layout, the registry of processes using it (one
- * configuration at a time), byte-range locks, and its recreation when removed under a mount.
+ * configuration at a time), byte-range locks, whether it keeps extended attributes, and its
+ * recreation when removed under a mount.
  * Chunk files are in chunkfile.c, ROI results in store.c. */
 #include "cache_internal.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -314,6 +316,28 @@ void cache_adopt(struct cache *c)
 
 /* ---- opening ---- */
 
+/* Where chunk records go (chunkfile.c): in extended attributes, or in sidecar files where the
+ * file system keeps no user xattrs (found by trying). */
+static void probe_xattrs(struct cache *c)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
+    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return; /* cannot write here: writes will say why */
+    char one = 1;
+    c->sidecar = fsetxattr(fd, CACHE_CHUNK_XATTR ".probe", &one, 1, 0) < 0 &&
+                 (errno == ENOTSUP || errno == EOPNOTSUPP);
+    close(fd);
+    unlinkat(c->chunks_fd, tmp, 0);
+    if (c->sidecar)
+        log_info("cache %s: no user extended attributes here; chunk records are kept in "
+                 "sidecar files (chunks/<id>.meta)",
+                 c->path);
+    else
+        log_debug("cache %s: chunk records in extended attributes", c->path);
+}
+
 /* Opens chunks/, results/ and locks/ of the directory dirfd into fds. */
 static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *err)
 {
@@ -360,7 +384,7 @@ int cache_open(const char *dir, const char *config_path, struct cache **out, str
     if (r < 0)
         goto fail;
     c->store = s;
-    chunkfile_probe(c);
+    probe_xattrs(c);
     *out = c;
     return 0;
 fail:
@@ -387,7 +411,8 @@ void cache_close(struct cache *c)
             close(fds[i]);
     for (int i = 0; i < c->nold; i++)
         close(c->old_fds[i]);
-    chunkfile_forget_verified(c);
+    free(c->verifying); /* the chunk files chunkfile.c verified */
+    free(c->ver);
     pthread_mutex_destroy(&c->repair_lock);
     pthread_mutex_destroy(&c->verified_lock);
     pthread_cond_destroy(&c->verified_cv);

@@ -20,7 +20,6 @@
 
 #include "../zarr/zarr.h"
 
-#define META_XATTR   "user.roifs.chunk"
 #define META_VERSION 2
 
 /* The record as stored (host byte order, which crc32c.c requires to be little-endian). */
@@ -62,26 +61,6 @@ static bool record_ok(const struct chunk_record *rec)
 {
     return memcmp(rec->magic, "rcr2", 4) == 0 && rec->version == META_VERSION &&
            rec->record_crc == zarr_crc32c(0, rec, offsetof(struct chunk_record, record_crc));
-}
-
-void chunkfile_probe(struct cache *c)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
-    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return; /* cannot write here: writes will say why */
-    char one = 1;
-    c->sidecar = fsetxattr(fd, META_XATTR ".probe", &one, 1, 0) < 0 &&
-                 (errno == ENOTSUP || errno == EOPNOTSUPP);
-    close(fd);
-    unlinkat(c->chunks_fd, tmp, 0);
-    if (c->sidecar)
-        log_info("cache %s: no user extended attributes here; chunk records are kept in "
-                 "sidecar files (chunks/<id>.meta)",
-                 c->path);
-    else
-        log_debug("cache %s: chunk records in extended attributes", c->path);
 }
 
 /* ---- the verified chunks of this process ---- */
@@ -166,14 +145,6 @@ static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key1
     pthread_mutex_unlock(&c->verified_lock);
 }
 
-void chunkfile_forget_verified(struct cache *c)
-{
-    free(c->verifying);
-    free(c->ver);
-    c->ver = NULL;
-    c->ver_cap = c->nver = 0;
-}
-
 /* ---- records ---- */
 
 /* The record of chunk id's open file fd (inode ino). 0 or -ENODATA. */
@@ -195,7 +166,7 @@ static int read_record(struct cache *c, uint64_t id, int fd, uint64_t ino,
             close(sfd);
         if (r < 0 || got != sizeof rec || !record_ok(&rec) || rec.ino != ino)
             return -ENODATA;
-    } else if (fgetxattr(fd, META_XATTR, &rec, sizeof rec) != (ssize_t)sizeof rec ||
+    } else if (fgetxattr(fd, CACHE_CHUNK_XATTR, &rec, sizeof rec) != (ssize_t)sizeof rec ||
                !record_ok(&rec)) {
         return -ENODATA;
     }
@@ -327,8 +298,7 @@ int cache_chunk_open_plain(struct cache *c, uint64_t id, int *fd)
     return 0;
 }
 
-int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns,
-                     uint64_t *ino)
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns, uint64_t *ino)
 {
     char name[32];
     struct stat st;
@@ -384,7 +354,7 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
     bool side_written = false;
     if (r == 0 && !c->sidecar) {
         record_fill(&rec, &m, 0);
-        if (fsetxattr(fd, META_XATTR, &rec, sizeof rec, 0) < 0)
+        if (fsetxattr(fd, CACHE_CHUNK_XATTR, &rec, sizeof rec, 0) < 0)
             r = -errno;
     } else if (r == 0) {
         record_fill(&rec, &m, (uint64_t)st.st_ino);

@@ -1,6 +1,6 @@
-/* engine_internal.h: the engine's state, shared by engine.c (scheduling, chunk opens, the
- * pool), ahead.c (readahead), compute.c (ROIs), assemble.c (chunk assembly), results.c,
- * status.c and progress.c.
+/* engine_internal.h: the engine's state, shared by engine.c (chunk opens, the pool,
+ * creation), jobs.c (chunk jobs, ROI states and outcomes), ahead.c (readahead), compute.c
+ * (ROIs), assemble.c (chunk assembly), results.c, status.c and progress.c.
  * Locking: engine.lock guards every field that changes after engine_create (ROI slots, jobs,
  * queues, counters, the error ring, the eviction order), except where a field says otherwise.
  * Unlocked readers: anyone may read e->t, e->c and e->opts (set at creation, never changed);
@@ -155,7 +155,7 @@ void engine_flush_unstored(struct engine *e);
 /* Computes ROI r (asked for as key want), stores its result and publishes it. */
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
 
-/* ---- engine.c, for compute.c and ahead.c ---- */
+/* ---- jobs.c: chunk jobs, ROI requests and outcomes, assembly ---- */
 
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
@@ -163,16 +163,23 @@ struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
  * once the chunk's lock is ours (lock held). */
 struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
                                     struct chunk_keys *keys);
+/* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
+void engine_job_promote(struct engine *e, struct chunk_job *job);
+/* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters
+ * (lock held). */
+struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job);
 /* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
  * retries it (lock held). */
 bool engine_has_failed_roi(struct engine *e, size_t row);
-
-/* ---- ahead.c ---- */
-
-/* After an open of chunk id: readahead and checks ahead (takes the lock). */
-void engine_read_ahead(struct engine *e, uint64_t id);
-/* Checks cached chunk id as an open would; makes it now when it is not current. */
-void engine_verify_ahead(struct engine *e, uint64_t id);
+/* The next queued ROI to compute, demanded ones first (lock held). */
+bool engine_pop_roi(struct engine *e, uint32_t *r);
+/* Assembles a job taken off the assembly queue, writes its chunk and answers its waiters
+ * (no lock held). */
+void engine_run_assembly(struct engine *e, struct chunk_job *job);
+/* Removes a chunk file evict_victims chose, if it is still that file (no lock held). */
+void engine_evict_chunk(struct engine *e, const struct evict_victim *v);
+/* The thread that polls the chunk locks other processes hold. */
+void *engine_poller_main(void *arg);
 
 void engine_record_error(struct engine *e, size_t roi, const char *msg);
 /* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
@@ -183,5 +190,12 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
  * of the chunk file fd (a dup, the last one fd itself; fd is closed when nobody waits), else
  * err (fd unused, -1). */
 void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags);
+
+/* ---- ahead.c ---- */
+
+/* After an open of chunk id: readahead and checks ahead (takes the lock). */
+void engine_read_ahead(struct engine *e, uint64_t id);
+/* Checks cached chunk id as an open would; makes it now when it is not current. */
+void engine_verify_ahead(struct engine *e, uint64_t id);
 
 #endif

@@ -20,50 +20,9 @@
  * be killed) before the daemon exits without it. */
 #define STOP_GRACE_S 5
 
-struct handle *handle_new(enum ns_kind kind)
-{
-    struct handle *h = xcalloc(1, sizeof *h);
-    h->kind = kind;
-    h->fd = -1;
-    return h;
-}
-
-void handle_add(struct fs *fs, struct handle *h)
-{
-    struct handle *head = h->kind == NS_STATUS ? &fs->status : &fs->handles;
-    pthread_mutex_lock(&fs->handles_lock);
-    h->next = head->next;
-    h->prev = head;
-    h->next->prev = h;
-    head->next = h;
-    pthread_mutex_unlock(&fs->handles_lock);
-}
-
-void handle_free(struct fs *fs, struct handle *h)
-{
-    pthread_mutex_lock(&fs->handles_lock);
-    h->prev->next = h->next;
-    h->next->prev = h->prev;
-    pthread_mutex_unlock(&fs->handles_lock);
-    if (h->kind == NS_CHUNK && h->fd >= 0 && fs->vt) /* no vt: the session is gone */
-        vt_release(fs->vt, h->ino);
-    if (h->fd >= 0)
-        close(h->fd);
-    free(h->buf);
-    free(h);
-}
-
 static struct fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
-}
-
-int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n)
-{
-    uint64_t base = ino, size;
-    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) != 1)
-        return -ENOENT;
-    return ns_get(fs->ns, base, n);
 }
 
 /* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it. */

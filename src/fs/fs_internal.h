@@ -1,5 +1,6 @@
-/* fs_internal.h: what fs.c (requests that answer at once, the session) and open.c (opens,
- * answered later, their interrupts, and the answers owed at unmount) share. */
+/* fs_internal.h: what fs.c (requests that answer at once, the session), open.c (opens,
+ * answered later, their interrupts, and the answers owed at unmount) and handles.c (open
+ * files, inodes to nodes) share. */
 #ifndef ROIFS_FS_INTERNAL_H
 #define ROIFS_FS_INTERNAL_H
 
@@ -55,14 +56,16 @@ struct fs {
     struct pending_open *pending; /* opens waiting for the engine (doubly linked) */
 };
 
+/* ---- handles.c ---- */
+
 /* A handle not listed yet: fill it, then handle_add (the list's readers see it whole). */
 struct handle *handle_new(enum ns_kind kind);
 void handle_add(struct fs *fs, struct handle *h);
 /* Unlists and frees h (releasing its inode's version). */
 void handle_free(struct fs *fs, struct handle *h);
 
-/* fs.c: the node behind inode ino, for any inode a lookup may have given (a later version's
- * too: n->ino is then the namespace inode). 0 or -ENOENT. */
+/* The node behind inode ino, for any inode a lookup may have given (a later version's too:
+ * n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
 
 /* open.c */
