@@ -1,7 +1,8 @@
 /* compute.c: running one ROI on the compute pool: take the result's lock (ROIs that several
  * chunks share may be asked for by other processes), look in the store once more, else read
  * the input, run the processor, and store the result under the key of exactly what was read.
- * No engine lock is held here. */
+ * No engine lock is held here: e->t, e->c and e->opts never change, and the ROI's state is
+ * set under the lock. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -19,6 +19,7 @@
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
 {
+    /* e->evict itself is set at creation; the order of use it holds is guarded by the lock */
     if (e->evict) { /* before the reader hears of it: its next open may evict */
         pthread_mutex_lock(&e->lock);
         evict_touch(e->evict, id);

@@ -461,6 +461,8 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
 {
     struct errbuf err = {{0}};
     size_t bad = SIZE_MAX;
+    /* Unlocked: off the assembly queue the job is this thread's until it is removed or waits
+     * again (struct chunk_job). */
     uint64_t id = job->id, len = 0;
     int rc = 0, written = 0, fd = job->fd; /* cached_already: the file found current */
     job->fd = -1;

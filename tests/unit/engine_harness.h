@@ -4,6 +4,7 @@
 #define ROIFS_ENGINE_HARNESS_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "engine/cache.h"
@@ -28,6 +29,42 @@ static inline int harness_start(struct task *t, struct cache **c, struct engine 
         return r;
     struct engine_opts o = harness_opts(t);
     return engine_create(t, *c, &o, e, err);
+}
+
+struct harness_open {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    int err, fd, done;
+};
+
+static inline void harness_on_open(void *ctx, int err, int fd, int flags)
+{
+    (void)flags;
+    struct harness_open *o = ctx;
+    pthread_mutex_lock(&o->m);
+    o->err = err;
+    o->fd = fd;
+    o->done = 1;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->m);
+}
+
+/* Opens chunk id through e and waits for the answer: 0 with *fd (the caller closes it), or
+ * the open's error. */
+static inline int harness_open_wait(struct engine *e, uint64_t id, int *fd)
+{
+    struct harness_open o = {.fd = -1};
+    pthread_mutex_init(&o.m, NULL);
+    pthread_cond_init(&o.cv, NULL);
+    engine_open_chunk(e, id, harness_on_open, &o);
+    pthread_mutex_lock(&o.m);
+    while (!o.done)
+        pthread_cond_wait(&o.cv, &o.m);
+    pthread_mutex_unlock(&o.m);
+    pthread_mutex_destroy(&o.m);
+    pthread_cond_destroy(&o.cv);
+    *fd = o.fd;
+    return o.err;
 }
 
 /* engine_status as the status file shows it (indented): malloc'd text. */

@@ -54,37 +54,14 @@ static int32_t input_at(int y, int x)
     return y >= 4 && x >= 4 ? 7 : 100 * y + x;
 }
 
-struct opened {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    int err, fd, done;
-};
-
-static void on_open(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct opened *o = ctx;
-    pthread_mutex_lock(&o->m);
-    o->err = err;
-    o->fd = fd;
-    o->done = 1;
-    pthread_cond_signal(&o->cv);
-    pthread_mutex_unlock(&o->m);
-}
-
 /* Opens chunk id and reads its 16 int32 values; returns the open's error. */
 static int read_chunk(struct engine *e, uint64_t id, int32_t *v)
 {
-    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    engine_open_chunk(e, id, on_open, &o);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    if (o.err)
-        return o.err;
-    ssize_t n = pread(o.fd, v, 64, 0);
-    close(o.fd);
+    int fd, r = harness_open_wait(e, id, &fd);
+    if (r)
+        return r;
+    ssize_t n = pread(fd, v, 64, 0);
+    close(fd);
     return n == 64 ? 0 : -EIO;
 }
 

@@ -114,40 +114,15 @@ static void make_layout(int n)
     write_file("task.ini", ini, strlen(ini));
 }
 
-struct opened {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    int err, fd, done;
-};
-
-static void on_open(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct opened *o = ctx;
-    pthread_mutex_lock(&o->m);
-    o->err = err;
-    o->fd = fd;
-    o->done = 1;
-    pthread_cond_signal(&o->cv);
-    pthread_mutex_unlock(&o->m);
-}
-
 /* Opens chunk id, reads it and compares it with the reference: 0, or what went wrong. */
 static int check_chunk(struct engine *e, uint64_t id)
 {
-    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    engine_open_chunk(e, id, on_open, &o);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    pthread_mutex_destroy(&o.m);
-    pthread_cond_destroy(&o.cv);
-    if (o.err)
-        return o.err;
+    int fd, r = harness_open_wait(e, id, &fd);
+    if (r)
+        return r;
     uint16_t v[OUT_CH * OUT_CH];
-    ssize_t n = pread(o.fd, v, sizeof v, 0);
-    close(o.fd);
+    ssize_t n = pread(fd, v, sizeof v, 0);
+    close(fd);
     if (n != (ssize_t)sizeof v)
         return -EIO;
     int cy = (int)(id / GRID), cx = (int)(id % GRID);

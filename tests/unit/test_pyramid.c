@@ -15,6 +15,7 @@
 #include "arrays/arrayset.h"
 #include "arrays/downsample.h"
 #include "check.h"
+#include "engine_harness.h"
 #include "nd.h"
 #include "scratch.h"
 
@@ -196,38 +197,15 @@ static void write_input(void)
     scratch_write_file(dir, "task.ini", ini, strlen(ini));
 }
 
-struct sync_read {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    int done, err, fd;
-};
-
-static void on_open(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct sync_read *s = ctx;
-    pthread_mutex_lock(&s->m);
-    s->err = err;
-    s->fd = fd;
-    s->done = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->m);
-}
-
 /* Opens chunk id of array a through its engine and decodes it into buf. */
 static int read_level_chunk(const struct array *a, uint64_t id, void *buf)
 {
-    struct sync_read s = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    engine_open_chunk(a->engine, id, on_open, &s);
-    pthread_mutex_lock(&s.m);
-    while (!s.done)
-        pthread_cond_wait(&s.cv, &s.m);
-    pthread_mutex_unlock(&s.m);
-    if (s.err)
-        return s.err;
+    int fd, r = harness_open_wait(a->engine, id, &fd);
+    if (r)
+        return r;
     char data[4096];
-    ssize_t n = pread(s.fd, data, sizeof data, 0);
-    close(s.fd);
+    ssize_t n = pread(fd, data, sizeof data, 0);
+    close(fd);
     struct errbuf err;
     return n < 0 ? -EIO : zarr_decode_chunk(&a->task->out, data, (size_t)n, buf, &err);
 }
