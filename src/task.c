@@ -340,8 +340,8 @@ static int load_table(struct task *t, struct errbuf *err)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
     enum roi_rounding rounding =
         t->cfg.rounding == ROUNDING_NGIO ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
-    r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in_meta->ndim, t->in_meta->shape,
-                         &t->rois, &e);
+    r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in_meta->ndim,
+                         t->in_meta->shape, &t->rois, &e);
     roi_table_free(&tab);
     if (r < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);

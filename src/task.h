@@ -34,9 +34,9 @@ struct task {
     /* The configuration file a configured task was resolved from. A derived task
      * (task_derived) has none (zeroed but for path): everything that defines it is below. */
     struct config cfg;
-    struct ome_image ome;       /* the array [input] path resolves to, and its OME metadata */
-    struct zarr_input *reader;  /* configured task: the input array's reader (derived: NULL) */
-    struct input_source source; /* the input, for reads and signatures */
+    struct ome_image ome;            /* the array [input] path resolves to, and its OME metadata */
+    struct zarr_input *reader;       /* configured task: the input array's reader (derived: NULL) */
+    struct input_source source;      /* the input, for reads and signatures */
     const struct zarr_meta *in_meta; /* the input's metadata (source.meta) */
     struct zarr_meta out;            /* the presented array */
     enum outside_mode outside;       /* what elements inside no ROI are */

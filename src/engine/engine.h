@@ -40,8 +40,8 @@ struct engine_opts {
 /* Starts o->threads compute threads after looking at what the cache holds (the chunk files,
  * the stored results). The engine borrows t and c and copies o. Fails (-errno, message in
  * err) when the cache cannot be listed or a thread cannot start. */
-int engine_create(struct task *t, struct cache *c, const struct engine_opts *o,
-                  struct engine **out, struct errbuf *err);
+int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, struct engine **out,
+                  struct errbuf *err);
 /* Stops the processor, fails every waiter with -EIO and joins the threads (every finished
  * result is in the cache's result store already). */
 void engine_destroy(struct engine *e);
@@ -64,8 +64,8 @@ struct engine_progress {
     size_t results_reused; /* ROIs taken from the result store instead of computed */
     size_t queue_demand, queue_readahead; /* ROIs queued for readers, and ahead of them */
     size_t chunk_jobs;                    /* chunks being made */
-    size_t chunks_elsewhere; /* of those, the ones another process holds the lock of */
-    bool cache_limited;      /* [cache] max_size: the three below are counted */
+    size_t chunks_elsewhere;              /* of those, the ones another process holds the lock of */
+    bool cache_limited;                   /* [cache] max_size: the three below are counted */
     uint64_t cache_bytes, cache_max_size, cache_evicted;
     uint64_t results_stored, results_damaged; /* records in the result store */
     double uptime;                            /* seconds since the engine started */

@@ -97,8 +97,8 @@ size_t evict_victims(struct evict *ev, uint64_t keep, struct evict_victim **vict
                 cap = cap ? 2 * cap : 8;
                 *victims = xrealloc(*victims, cap * sizeof **victims);
             }
-            (*victims)[k++] = (struct evict_victim){
-                n->id, IDLRU_ENTRY(n, struct evict_entry, node)->ino};
+            (*victims)[k++] =
+                (struct evict_victim){n->id, IDLRU_ENTRY(n, struct evict_entry, node)->ino};
             evict_remove(ev, n->id);
             ev->evicted++;
         }

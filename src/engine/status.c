@@ -29,8 +29,8 @@ json_t *engine_status(struct engine *e)
     double uptime = (double)(long long)(p.uptime * 1000) / 1000;
     json_t *doc = json_pack(
         "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I, s:o, s:{s:I, s:I, s:I, s:I}, s:f}",
-        "rois", "total", (json_int_t)p.rois_total, "pending", (json_int_t)p.rois_pending,
-        "running", (json_int_t)p.rois_running, "done", (json_int_t)p.rois_done, "failed",
+        "rois", "total", (json_int_t)p.rois_total, "pending", (json_int_t)p.rois_pending, "running",
+        (json_int_t)p.rois_running, "done", (json_int_t)p.rois_done, "failed",
         (json_int_t)p.rois_failed, "chunks", "total", (json_int_t)p.chunks_total, "present",
         (json_int_t)p.chunks_present, "cached", (json_int_t)p.chunks_cached, "calls",
         (json_int_t)p.calls, "errors", recent_errors(e), "queue", "demand",

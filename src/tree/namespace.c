@@ -330,8 +330,8 @@ static void child_name(const struct ns_chunks *ch, int d, uint64_t p, char *buf,
 
 /* Lists the chunk children of a directory at depth d with path index p, the k-th at offset
  * off0 + k. */
-static int list_chunks(const struct ns_chunks *ch, int d, uint64_t p, uint64_t off,
-                       uint64_t off0, ns_emit emit, void *ctx)
+static int list_chunks(const struct ns_chunks *ch, int d, uint64_t p, uint64_t off, uint64_t off0,
+                       ns_emit emit, void *ctx)
 {
     const struct task *t = ch->t;
     char name[32 * ROIFS_MAX_DIM];
@@ -392,8 +392,8 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
         nentries = (uint64_t)en->nchildren;
         uint64_t k = 0;
         for (int i = en->first_child; i >= 0; i = ns->e[i].next_sibling, k++)
-            if (off <= 2 + k && emit(ctx, ns->e[i].name, (uint64_t)i + 1,
-                                     ns->e[i].kind == NS_DIR, 3 + k))
+            if (off <= 2 + k &&
+                emit(ctx, ns->e[i].name, (uint64_t)i + 1, ns->e[i].kind == NS_DIR, 3 + k))
                 return 0;
     }
     const struct ns_chunks *ch = chunks_below(ns, &dir);

@@ -14,8 +14,8 @@
 
 enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
 
-#define NS_ROOT      0           /* the entry of the root directory */
-#define NS_INO_ROOT  1           /* its inode */
+#define NS_ROOT      0            /* the entry of the root directory */
+#define NS_INO_ROOT  1            /* its inode */
 #define NS_INO_LIMIT (1ULL << 63) /* inodes from here on are the FUSE side's (fs/versions.h) */
 
 struct ns_node {

@@ -127,8 +127,7 @@ static void test_flat_array(void)
     CHECK(strcmp(names, ". .. .zarray .zattrs .roifs 0.0 1.1 1.2") == 0);
     free(names);
     struct ns_node n;
-    CHECK(lookup(ns, NS_INO_ROOT, "1.2", &n) && n.kind == NS_CHUNK && n.chunk == 5 &&
-          n.array == 0);
+    CHECK(lookup(ns, NS_INO_ROOT, "1.2", &n) && n.kind == NS_CHUNK && n.chunk == 5 && n.array == 0);
     CHECK(lookup(ns, NS_INO_ROOT, ".zattrs", &n) && n.kind == NS_META && n.len == 8);
     uint64_t roifs = lookup(ns, NS_INO_ROOT, ".roifs", NULL);
     CHECK(lookup(ns, roifs, "status", &n) && n.kind == NS_STATUS);
