@@ -645,6 +645,11 @@ bool task_chunk_present(const struct task *t, uint64_t chunk_id)
     return t->outside == OUTSIDE_INPUT || roi_index_find(t->index, chunk_id) >= 0;
 }
 
+uint64_t task_chunks_present(const struct task *t)
+{
+    return t->outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+}
+
 void task_close(struct task *t)
 {
     if (!t)

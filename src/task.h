@@ -107,5 +107,7 @@ int task_derived(const struct task *parent, struct task_derived_spec *spec, stru
 
 /* True when an output chunk with this linear id exists in the presented tree. */
 bool task_chunk_present(const struct task *t, uint64_t chunk_id);
+/* How many do: every chunk of the grid with outside = input, else those ROIs touch. */
+uint64_t task_chunks_present(const struct task *t);
 
 #endif

@@ -87,7 +87,7 @@ static int print_cache_state(const struct task *t)
     }
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     size_t stored = 0;
-    uint64_t total = t->outside == OUTSIDE_INPUT ? t->nchunks : roi_index_nchunks(t->index);
+    uint64_t total = task_chunks_present(t);
     struct current_count cc = {.c = c, .t = t, .memo = memo};
     cache_chunk_each(c, count_current, &cc); /* the files there are, not the whole grid */
     uint64_t cached = cc.current;

@@ -14,7 +14,7 @@ static uint64_t *present_chunks(const struct arrayset *s, size_t *n, int **array
     size_t total = 0;
     for (size_t a = 0; a < arrayset_count(s); a++) {
         const struct task *t = arrayset_array(s, a)->task;
-        total += t->outside == OUTSIDE_INPUT ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+        total += (size_t)task_chunks_present(t);
     }
     uint64_t *ids = xmalloc((total ? total : 1) * sizeof *ids);
     *arrays = xmalloc((total ? total : 1) * sizeof **arrays);
@@ -22,7 +22,7 @@ static uint64_t *present_chunks(const struct arrayset *s, size_t *n, int **array
     for (size_t a = 0; a < arrayset_count(s); a++) {
         const struct task *t = arrayset_array(s, a)->task;
         bool all = t->outside == OUTSIDE_INPUT;
-        size_t m = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+        size_t m = (size_t)task_chunks_present(t);
         for (size_t k = 0; k < m; k++) {
             (*arrays)[*n] = (int)a;
             ids[(*n)++] = all ? k : roi_index_chunk_id(t->index, k);

@@ -1,13 +1,14 @@
 /* engine.h: demand-driven computation of the chunks of one array (a task and its cache). It
  * knows nothing of other arrays: a mount of several (pyramid levels) has one engine each.
- * Opening a chunk checks its cached
- * file against the key of what it is made of (its ROIs' result keys: processor, box, input
- * as it is now); when it is not current, the ROIs that touch it (and, behind them, those of
- * the chunks that follow: readahead) whose result with the current key is neither done nor
- * stored are queued on a pool of compute threads; each ROI key is computed at most once
- * (single-flight in the process, locks and the result store between processes), the chunk is
- * assembled in ROI list order, encoded, written to the cache, and every waiter is called back
- * with an fd. Callers never block on computation: the callback runs on a compute thread. */
+ * Opening a chunk checks its cached file against the key of what it is made of (its ROIs'
+ * result keys: processor, box, input as it is now); when it is not current, the ROIs that
+ * touch it (and, behind them, those of the chunks that follow: readahead) whose result with
+ * the current key is neither done nor stored are queued on a pool of compute threads; each
+ * ROI key is computed at most once (single-flight in the process, locks and the result store
+ * between processes), the chunk is assembled in ROI list order, encoded, written to the
+ * cache, and every waiter is called back with an fd of the file written. Callers never block
+ * on computation: the callback runs on a compute thread. The engine stops the task's
+ * processor when it is destroyed: a task serves one engine in its life. */
 #ifndef ROIFS_ENGINE_H
 #define ROIFS_ENGINE_H
 

@@ -21,8 +21,7 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->results_damaged = ss.damaged;
     p->rois_total = t->rois.n;
     p->chunks_total = t->nchunks;
-    p->chunks_present =
-        t->outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+    p->chunks_present = task_chunks_present(t);
     p->calls = t->proc->calls; /* atomic: counted outside the engine's lock */
     pthread_mutex_lock(&e->lock);
     p->rois_done = e->n_done;
