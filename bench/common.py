@@ -77,15 +77,17 @@ class Mount:
     """roifs mount CONFIG MNT (in the background, as users run it), timed.
 
     .mount_s: seconds until `roifs mount` returned (configuration check, input and ROI list
-    parse, ROI index build, cache scan, FUSE mount). .pid: the daemon."""
+    parse, ROI index build, cache scan, FUSE mount). .pid: the daemon. binary: another roifs
+    binary (an older build, measured side by side)."""
 
-    def __init__(self, config, mnt, opts=None):
+    def __init__(self, config, mnt, opts=None, binary=None):
         self.config, self.mnt = Path(config), Path(mnt)
         self.opts = opts
+        self.binary = binary or ROIFS
 
     def __enter__(self):
         self.mnt.mkdir(parents=True, exist_ok=True)
-        cmd = [ROIFS, "mount"] + (["-o", self.opts] if self.opts else []) + \
+        cmd = [self.binary, "mount"] + (["-o", self.opts] if self.opts else []) + \
             [str(self.config), str(self.mnt)]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -102,7 +104,7 @@ class Mount:
         return cpu_seconds(self.pid)
 
     def __exit__(self, *exc):
-        subprocess.run([ROIFS, "unmount", str(self.mnt)], capture_output=True, timeout=120)
+        subprocess.run([self.binary, "unmount", str(self.mnt)], capture_output=True, timeout=120)
         deadline = time.monotonic() + 60
         while self.pid and Path(f"/proc/{self.pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "warm", "gaussian", "memory"]
+ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "incremental", "cache_cost",
+         "warm", "gaussian", "memory"]
 
 MACHINE_KEYS = [("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory_gib", "memory (GiB)"),
                 ("os", "OS"), ("kernel", "kernel"), ("roifs", "roifs"),

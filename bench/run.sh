@@ -3,14 +3,15 @@
 # measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
-# Names: seed seed_numpy segmentation small_rois scaling warm gaussian memory (the default set), or any other
-# bench/<name>.py (e.g. proc_overhead), which runs the same way.
+# Names: seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory (the
+# default set), or any other bench/<name>.py (e.g. proc_overhead, cache_cost), which runs the
+# same way.
 # Environment: REPS=N overrides a benchmark's number of repeats; ROIFS_BENCH_TMP is the scratch
 # directory (default /tmp/roifs-bench; memory needs about 11 GiB free there); ROIFS_BIN uses
 # that binary instead of building ./build/roifs. Run as root (mounts, /sys/class/bdi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(seed seed_numpy segmentation small_rois scaling warm gaussian memory)
+all=(seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for n in "${names[@]}"; do

@@ -296,6 +296,7 @@ static int set_separator(struct loader *ld, const struct key_spec *k, const char
 static const struct key_spec keys[] = {
     {"input", "path", .set = set_path, .off = F(input_path)},
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},
+    {"input", "watch", .set = set_bool, .off = F(watch)},
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},

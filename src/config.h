@@ -39,6 +39,7 @@ struct config {
     /* [input] */
     char *input_path; /* absolute */
     int level;
+    bool watch; /* follow the input's changes while mounted (inotify) */
 
     /* [rois] */
     enum rois_kind rois_kind;

@@ -19,6 +19,7 @@ static const char usage_text[] =
     "       roifs export [-j N] CONFIG DEST   write the result as a plain Zarr array at DEST\n"
     "       roifs status MOUNTPOINT      summary of MOUNTPOINT/.roifs/status\n"
     "       roifs clean CONFIG           delete the cache of CONFIG\n"
+    "       roifs clean --unused CONFIG  remove what no ROI or chunk of CONFIG needs now\n"
     "       roifs --help | --version\n"
     "       roifs CONFIG MOUNTPOINT [-o OPTIONS]   as mount(8) runs it: mount -t fuse.roifs\n"
     "\n"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "nd.h"
+#include "provenance.h"
 
 /* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
 #define TASK_ERR(t, err, section, key, ...)                                                        \
@@ -582,17 +583,7 @@ static json_t *configured_attrs(const struct task *t)
         json_decref(attrs);
         attrs = json_object();
     }
-    json_t *params = json_object();
-    for (int i = 0; i < t->cfg.nparams; i++)
-        json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
-    char fp[32];
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
-    json_t *prov =
-        json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o}, s:I, s:s}", "version", ROIFS_VERSION,
-                  "config", t->cfg.path, "input", t->cfg.input_path, "processor", "kind",
-                  proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params", params,
-                  "rois", (json_int_t)t->rois.n, "fingerprint", fp);
-    json_object_set_new(attrs, "roifs", prov);
+    json_object_set_new(attrs, "roifs", provenance_new(t));
     return attrs;
 }
 
@@ -606,7 +597,15 @@ static void resolve_cache_dir(struct task *t)
     const char *home = getenv("HOME");
     char *base =
         xdg && xdg[0] == '/' ? xstrdup(xdg) : path_join(home && home[0] ? home : "/tmp", ".cache");
-    t->cache_dir = xasprintf("%s/roifs/%016llx", base, (unsigned long long)t->fingerprint);
+    /* Named by the job, not by its manifest: the same directory after an edit of the ROI
+     * list, the params or the processor, whose results keys keep apart (design.md). */
+    char *config = path_absolute(t->cfg.path), *input = path_absolute(t->ome.array_path);
+    char *job = xasprintf("roifs-job 1\nconfig %s\ninput %s\n", config, input);
+    t->cache_dir = xasprintf("%s/roifs/%016llx", base,
+                             (unsigned long long)fnv64(FNV64_INIT, job, strlen(job)));
+    free(job);
+    free(config);
+    free(input);
     free(base);
 }
 
@@ -643,6 +642,11 @@ bool task_chunk_present(const struct task *t, uint64_t chunk_id)
     if (chunk_id >= t->nchunks)
         return false;
     return t->outside == OUTSIDE_INPUT || roi_index_find(t->index, chunk_id) >= 0;
+}
+
+uint64_t task_version(const struct task *t)
+{
+    return t->fingerprint ^ t->result_id.lo ^ t->result_id.hi;
 }
 
 uint64_t task_chunks_present(const struct task *t)

@@ -1,7 +1,8 @@
 /* task.h: one array to compute: a configuration resolved against its input (the output
- * array's metadata, the ROI list and index, the processor, and the fingerprint that names the
- * cache: everything `check`, `mount`, `warm` and `export` validate before doing any work), or
- * a derived array whose maker gives all of that (task_derived). */
+ * array's metadata, the ROI list and index, the processor, the fingerprint of everything the
+ * output depends on and the cache directory: everything `check`, `mount`, `warm` and `export`
+ * validate before doing any work), or a derived array whose maker gives all of that
+ * (task_derived). */
 #ifndef ROIFS_TASK_H
 #define ROIFS_TASK_H
 
@@ -52,7 +53,7 @@ struct task {
     char *zattrs_json;    /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
     char *zarr_json;      /* format 3: served as zarr.json (NULL for format 2) */
     char *manifest;       /* configured task: canonical description of what defines the result */
-    uint64_t fingerprint; /* of the manifest: names the default cache directory */
+    uint64_t fingerprint; /* of the manifest (provenance; the cache is named by the job) */
     /* What every ROI result depends on besides its box and input (docs/design.md "processor
      * identity"): the processor, its params and the contents of the files it runs, the
      * output dtype, the halo, the input's path; and what every chunk's encoding depends on
@@ -107,6 +108,10 @@ int task_derived(const struct task *parent, struct task_derived_spec *spec, stru
 
 /* True when an output chunk with this linear id exists in the presented tree. */
 bool task_chunk_present(const struct task *t, uint64_t chunk_id);
+/* The version of the configuration t serves (its manifest and processor identity): what its
+ * cache registration names (cache_open), so that collecting garbage keeps what another
+ * version, served by another process, may need. */
+uint64_t task_version(const struct task *t);
 /* How many do: every chunk of the grid with outside = input, else those ROIs touch. */
 uint64_t task_chunks_present(const struct task *t);
 

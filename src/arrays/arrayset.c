@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nd.h"
 #include "pyramid.h"
 
 struct arrayset {
@@ -14,6 +15,7 @@ struct arrayset {
     size_t n;
     struct pyramid *pyramid; /* [output] ome = true, else NULL */
     struct ns *tree;
+    bool status_file; /* the tree has .roifs/status */
 };
 
 /* The engine options of the configuration, with the command line's thread count. */
@@ -72,12 +74,14 @@ static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
 }
 
 /* Opens each array's cache: the configured array's registers the configuration it serves,
- * the levels' (inside it) do not. */
+ * the levels' (inside it) do not, and look at its registrations. */
 static int open_caches(struct arrayset *s, struct errbuf *err)
 {
+    uint64_t version = task_version(s->arrays[0].task); /* every level serves that version */
     for (size_t i = 0; i < s->n; i++) {
         const struct task *t = s->arrays[i].task;
-        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, &s->arrays[i].cache, err);
+        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version,
+                           &s->arrays[i].cache, err);
         if (r < 0)
             return r;
     }
@@ -91,6 +95,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     struct engine_opts eo;
     engine_opts_of(&t->cfg, o->threads, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
+    s->status_file = o->status_file;
     s->n = 1;
     /* one level alone is presented as the plain array, as before the array set existed */
     int r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;
@@ -187,4 +192,70 @@ json_t *arrayset_status(struct arrayset *s)
         json_object_set_new(doc, "levels", levels);
     }
     return doc;
+}
+
+void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r)
+{
+    provenance_set_results(s->arrays[0].task, r);
+    if (s->pyramid)
+        pyramid_refresh_group(s->pyramid);
+    /* the tree points at the texts just replaced: made again, as it was */
+    ns_free(s->tree);
+    struct errbuf err = {{0}};
+    if (build_tree(s, s->status_file, &err) < 0) /* it was built once from the same arrays */
+        log_error("%s: %s", s->arrays[0].task->cfg.path, err.msg);
+}
+
+/* ---- input changes ([input] watch) ---- */
+
+/* The boxes of t's input that its storage files sids[0..n) hold (malloc'd, ndim each). */
+static void storage_boxes(const struct task *t, const uint64_t *sids, size_t n, uint64_t **lo,
+                          uint64_t **hi)
+{
+    const struct zarr_meta *in = t->in_meta;
+    int nd = in->ndim;
+    uint64_t grid[ROIFS_MAX_DIM];
+    zarr_meta_grid(in, grid);
+    *lo = xmalloc((n ? n : 1) * nd * sizeof **lo);
+    *hi = xmalloc((n ? n : 1) * nd * sizeof **hi);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t idx[ROIFS_MAX_DIM];
+        nd_unlinear(sids[i], grid, nd, idx);
+        nd_chunk_box(idx, in->chunks, in->shape, nd, *lo + i * nd, *hi + i * nd);
+    }
+}
+
+void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, bool all,
+                            void (*fn)(void *ctx, int array, uint64_t id), void *ctx)
+{
+    uint64_t *lo, *hi, *chunks = NULL;
+    storage_boxes(s->arrays[0].task, sids, all ? 0 : n, &lo, &hi);
+    size_t nboxes = all ? 0 : n;
+    for (size_t i = 0; i < s->n && s->arrays[i].engine; i++) {
+        if (i > 0) { /* a level: where the chunks of the level above that changed go */
+            free(lo);
+            free(hi);
+            nboxes = pyramid_changed_boxes(s->pyramid, s->arrays[i].level, chunks, nboxes, &lo,
+                                           &hi);
+        }
+        free(chunks);
+        nboxes = engine_input_changed(s->arrays[i].engine, lo, hi, nboxes, all, &chunks);
+        for (size_t k = 0; k < nboxes && fn; k++)
+            fn(ctx, (int)i, chunks[k]);
+    }
+    free(chunks);
+    free(lo);
+    free(hi);
+}
+
+void arrayset_input_broken(struct arrayset *s, const char *reason)
+{
+    char *was = s->arrays[0].engine ? engine_input_error(s->arrays[0].engine) : NULL;
+    if (!was)
+        log_error("[input] watch: %s; every chunk fails with EIO until the mount is made again",
+                  reason);
+    free(was);
+    for (size_t i = 0; i < s->n; i++)
+        if (s->arrays[i].engine)
+            engine_input_broken(s->arrays[i].engine, reason);
 }

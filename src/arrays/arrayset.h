@@ -12,6 +12,7 @@
 
 #include "../engine/cache.h"
 #include "../engine/engine.h"
+#include "../provenance.h"
 #include "../task.h"
 #include "../tree/namespace.h"
 
@@ -53,5 +54,20 @@ const struct ns *arrayset_tree(const struct arrayset *s);
 /* The status document of SPEC §6 for a started set: array 0's engine_status, and with a
  * pyramid "levels", each level's counters. A new reference. */
 json_t *arrayset_status(struct arrayset *s);
+
+/* Adds "results" to the provenance attributes (array 0's and the image group's) and makes
+ * the tree again with them: before anything is served, and before arrayset_tree is asked
+ * for (the tree asked for before is gone). */
+void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r);
+
+/* [input] watch, for a started set: the input's storage files sids[0..n) changed (with all:
+ * any may have). Every array forgets what depends on them (engine_input_changed), array after
+ * array, a pyramid level after the level it reduces; fn(ctx, array, id) for each chunk of the
+ * tree made stale. */
+void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, bool all,
+                            void (*fn)(void *ctx, int array, uint64_t id), void *ctx);
+/* The input's metadata changed: every chunk of every array fails with EIO from now on, the
+ * reason in the status ("input_error") and, once, the log. */
+void arrayset_input_broken(struct arrayset *s, const char *reason);
 
 #endif

@@ -30,6 +30,16 @@ void downsample_footprint(const struct downsample *g, const uint64_t *up_shape, 
     }
 }
 
+void downsample_image(const struct downsample *g, const uint64_t *u0, const uint64_t *u1,
+                      uint64_t *b0, uint64_t *b1)
+{
+    for (int d = 0; d < g->ndim; d++) {
+        bool half = is_yx(g, d);
+        b0[d] = half ? u0[d] / 2 : u0[d];
+        b1[d] = half ? (u1[d] + 1) / 2 : u1[d];
+    }
+}
+
 /* A reduction's walk: the C-order strides of src, and the position (in dst) of the element
  * being made, whose block starts at block_base. */
 struct block_walk {

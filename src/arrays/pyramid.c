@@ -403,6 +403,9 @@ static json_t *datasets(const struct pyramid *p)
 
 static int build_group(struct pyramid *p, struct errbuf *err)
 {
+    free(p->group_meta);
+    free(p->group_attrs);
+    p->group_meta = p->group_attrs = NULL;
     const struct task *t = p->t0;
     json_t *axes = ome_output_axes(&t->ome, t->out.ndim, err); /* checked by task_open */
     if (!axes)
@@ -502,4 +505,27 @@ void pyramid_set_engine(struct pyramid *p, int level, struct engine *e)
 {
     if (level + 1 < p->nlevels)
         p->levels[level + 1].up_engine = e;
+}
+
+void pyramid_refresh_group(struct pyramid *p)
+{
+    struct errbuf err = {{0}};
+    if (build_group(p, &err) < 0) /* it was built once from the same axes: cannot fail */
+        log_error("%s: the image group's metadata: %s", p->t0->cfg.path, err.msg);
+}
+
+size_t pyramid_changed_boxes(const struct pyramid *p, int level, const uint64_t *up_ids, size_t n,
+                             uint64_t **lo, uint64_t **hi)
+{
+    const struct task *up = p->levels[level].up;
+    int nd = up->out.ndim;
+    *lo = xmalloc((n ? n : 1) * nd * sizeof **lo);
+    *hi = xmalloc((n ? n : 1) * nd * sizeof **hi);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t idx[ROIFS_MAX_DIM], u0[ROIFS_MAX_DIM], u1[ROIFS_MAX_DIM];
+        nd_unlinear(up_ids[i], up->grid, nd, idx);
+        nd_chunk_box(idx, up->out.chunks, up->out.shape, nd, u0, u1);
+        downsample_image(&p->geom, u0, u1, *lo + i * nd, *hi + i * nd);
+    }
+    return n;
 }

@@ -7,8 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
-#include "../engine/store.h"
 #include "cli.h"
 
 static void print_dims(const char *label, const uint64_t *v, int n)
@@ -23,39 +21,6 @@ static const char *codec_name(const struct zarr_codec *c)
 {
     static const char *const names[] = {"none", "blosc", "zlib", "gzip", "zstd"};
     return names[c->id];
-}
-
-/* True when chunk id's file is current for the input as it is now: its record names the key
- * and its length matches (the checksum is left to the mount: check reads no chunk data). */
-static bool chunk_is_current(struct cache *c, const struct task *t, uint64_t id,
-                             struct zarr_sigmemo *memo)
-{
-    int fd;
-    if (cache_chunk_open_plain(c, id, &fd) < 0)
-        return false;
-    struct chunk_keys k;
-    engine_chunk_keys_now(t, id, memo, &k);
-    struct cache_chunk_meta m;
-    struct stat st;
-    bool yes = cache_chunk_meta_of(c, id, fd, &m) == 0 && key_eq(m.key, k.chunk) &&
-               fstat(fd, &st) == 0 && (uint64_t)st.st_size == m.length;
-    chunk_keys_free(&k);
-    close(fd);
-    return yes;
-}
-
-struct current_count {
-    struct cache *c;
-    const struct task *t;
-    struct zarr_sigmemo *memo;
-    uint64_t current;
-};
-
-static void count_current(void *ctx, uint64_t id)
-{
-    struct current_count *cc = ctx;
-    if (task_chunk_present(cc->t, id) && chunk_is_current(cc->c, cc->t, id, cc->memo))
-        cc->current++;
 }
 
 /* How much of t's cache is current: chunk files and ROI results made from the input and
@@ -78,27 +43,15 @@ static int print_cache_state(const struct task *t)
     }
     struct cache *c;
     if (r == 0)
-        r = cache_open(t->cache_dir, t->cfg.path, &c, &err);
+        r = cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err);
     if (r < 0) {
         printf(" (not usable)\n");
         fflush(stdout);
         fprintf(stderr, "roifs: %s\n", err.msg);
         return r == -EINVAL ? EXIT_USAGE : 0;
     }
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    size_t stored = 0;
-    uint64_t total = task_chunks_present(t);
-    struct current_count cc = {.c = c, .t = t, .memo = memo};
-    cache_chunk_each(c, count_current, &cc); /* the files there are, not the whole grid */
-    uint64_t cached = cc.current;
-    for (size_t r = 0; r < t->rois.n; r++)
-        stored +=
-            store_has(cache_store(c),
-                      engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)));
-    zarr_sigmemo_free(memo);
+    cli_print_census(t, c);
     cache_close(c);
-    printf(" (cached: %llu of %llu chunks, %zu of %zu ROI results)\n", (unsigned long long)cached,
-           (unsigned long long)total, stored, t->rois.n);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /* clean.c: `roifs clean CONFIG`: deletes the cache directory of CONFIG, only when it is a
- * roifs cache. */
+ * roifs cache; `clean --unused CONFIG` (gc.c) removes only what no current key names. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ static int remove_tree(const char *path)
 
 int cmd_clean(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--unused") == 0)
+        return cli_clean_unused(argv[2]);
     if (argc != 2)
         return cli_usage_error("clean needs exactly one CONFIG%s", "");
     struct task *t;

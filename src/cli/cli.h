@@ -30,6 +30,16 @@ int cli_parse_jobs(int argc, char **argv, int *threads, int *next);
 /* What directory dir holds: "cache 2", "cache 1" (an older roifs's layout), or NULL. */
 const char *cli_cache_layout(const char *dir);
 
+/* ---- the cache (gc.c) ---- */
+
+/* "512 B", "1.5 MiB". */
+void cli_format_bytes(uint64_t n, char *buf, size_t len);
+/* The rest of check's "cache:" line and the lines after it: the ROIs and chunks cached,
+ * stale and to compute. */
+void cli_print_census(const struct task *t, struct cache *c);
+/* roifs clean --unused CONFIG: the exit status. */
+int cli_clean_unused(const char *config);
+
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
 void cli_format_duration(double seconds, char *buf, size_t n);
 

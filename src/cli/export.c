@@ -12,8 +12,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "../engine/gc.h"
+#include "../provenance.h"
 #include "../tree/namespace.h"
 #include "../zarr/zarr.h"
 #include "cli.h"
@@ -369,6 +372,11 @@ static int open_dest(struct export *x, const struct task *t, int *lock)
 static int export_run(struct export *x, struct arrayset *s)
 {
     struct errbuf err = {{0}};
+    /* the attributes say what the cache held when the export started, as a mount's do */
+    const struct array *a0 = arrayset_array(s, 0);
+    struct provenance_results pr = {.total = a0->task->rois.n, .started = time(NULL)};
+    gc_results_made(a0->task, a0->cache, &pr.cached, &pr.made_min, &pr.made_max);
+    arrayset_set_provenance(s, &pr);
     if (walk(x, arrayset_tree(s), NS_INO_ROOT, "", &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_RUNTIME;

@@ -106,6 +106,11 @@ int cmd_status(int argc, char **argv)
     }
     printf("chunks:  %lld of %lld computed (%lld in the grid)\n", json_count(chunks, "cached"),
            json_count(chunks, "present"), json_count(chunks, "total"));
+    json_t *res = json_object_get(doc, "results");
+    if (json_is_object(res))
+        printf("results: %lld reused from the cache (not computed again), %lld computed by this "
+               "mount, %lld stored\n",
+               json_count(res, "reused"), json_count(res, "computed"), json_count(res, "stored"));
     print_failures(json_object_get(doc, "errors"));
     json_decref(doc);
     return 0;

@@ -258,11 +258,14 @@ static int check_users(struct cache *c, int users_fd, const char *mine, struct e
     return r;
 }
 
-/* Writes "CONFIG\nPID\n" into our registration (through a descriptor of its own: the one
- * holding the lock is read-only, like every descriptor that stays open). */
+/* Writes "CONFIG\nPID\nversion V\n" into our registration (through a descriptor of its own:
+ * the one holding the lock is read-only, like every descriptor that stays open). V names the
+ * version of the configuration (its manifest and processor identity) that this process
+ * serves: garbage collection keeps what another version may need. */
 static int write_registration(struct cache *c, int users_fd)
 {
-    char *text = xasprintf("%s\n%ld\n", c->config_path, (long)getpid());
+    char *text = xasprintf("%s\n%ld\nversion %016llx\n", c->config_path, (long)getpid(),
+                           (unsigned long long)c->version);
     int w = openat(users_fd, c->user_name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     int r = w < 0 || ftruncate(w, 0) < 0 ? -errno : 0;
     if (r == 0)
@@ -314,6 +317,45 @@ void cache_adopt(struct cache *c)
         write_registration(c, c->users_fd);
 }
 
+int cache_other_version(struct cache *c, char *who, size_t len)
+{
+    if (c->users_fd < 0)
+        return 0;
+    DIR *d = walk(c->users_fd);
+    if (!d)
+        return -errno;
+    char mine[32];
+    snprintf(mine, sizeof mine, "version %016llx\n", (unsigned long long)c->version);
+    int found = 0;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        if (de->d_name[0] == '.' || (c->user_name && strcmp(de->d_name, c->user_name) == 0))
+            continue;
+        int fd = openat(c->users_fd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        /* a live registration holds a shared lock: a test for a write lock sees it */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        char text[4200] = "";
+        size_t got = 0;
+        if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK &&
+            pread_full(fd, text, sizeof text - 1, 0, &got) == 0) {
+            text[got] = '\0';
+            if (!strstr(text, mine)) {
+                char *nl = strchr(text, '\n');
+                long pid = nl ? strtol(nl + 1, NULL, 10) : 0;
+                if (nl)
+                    *nl = '\0';
+                snprintf(who, len, "%s (pid %ld)", text, pid);
+                found = 1;
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+    return found;
+}
+
 /* ---- opening ---- */
 
 /* Where chunk records go (chunkfile.c): in extended attributes, or in sidecar files where the
@@ -348,10 +390,12 @@ static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *
     return 0;
 }
 
-int cache_open(const char *dir, const char *config_path, struct cache **out, struct errbuf *err)
+int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,
+               struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
     c->path = xstrdup(dir);
+    c->version = version;
     c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
@@ -377,6 +421,8 @@ int cache_open(const char *dir, const char *config_path, struct cache **out, str
         goto fail;
     if (config_path && (r = register_user(c, config_path, err)) < 0)
         goto fail;
+    if (!config_path) /* nested (a pyramid level's): the parent's users, to look at */
+        c->users_fd = openat(c->dirfd, "../users", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct store *s;
     char *rpath = xasprintf("%s/results", c->path);
     r = store_open(c->results_fd, c->locks_fd, rpath, &s, err);

@@ -30,12 +30,15 @@ struct store;
 /* Opens (creating with mode 0700) the cache directory dir (absolute). With config_path (the
  * configuration file the cache serves; NULL for a cache nested in another one, such as a
  * pyramid level's, whose parent is registered), the process registers in DIR/users and is
- * refused when a live process serves another configuration from it. -EINVAL (a
+ * refused when a live process serves another configuration from it; version names the
+ * version of that configuration it serves (task_version: a nested cache gives its parent's),
+ * which cache_other_version compares. -EINVAL (a
  * configuration error, exit status 2) with the reason in err when the directory is not
  * trusted (owner, mode, symbolic links), not a roifs cache, or in use by another
  * configuration; a cache of the older layout is emptied (and logged). Other failures are
  * -errno. */
-int cache_open(const char *dir, const char *config_path, struct cache **out, struct errbuf *err);
+int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,
+               struct errbuf *err);
 void cache_close(struct cache *c);
 /* The trust check of cache_open alone, changing nothing: 0, or -EINVAL with the reason. */
 int cache_check_trusted(const char *path, struct errbuf *err);
@@ -45,6 +48,10 @@ const char *cache_path(const struct cache *c);
 struct store *cache_store(struct cache *c);
 /* Called by the process that serves the cache (after a fork): its pid is what users/ names. */
 void cache_adopt(struct cache *c);
+/* Whether a live process other than this one serves another version of the configuration
+ * (its ROI list, params, processor or input edited since it started) from this directory:
+ * 1 with "CONFIG (pid N)" in who, 0, or -errno. */
+int cache_other_version(struct cache *c, char *who, size_t len);
 
 /* ---- chunk files (chunkfile.c) ---- */
 
@@ -85,6 +92,9 @@ int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len
  * 0 removed, -ESTALE another file has the name now (renamed there since ino was seen),
  * -ENOENT none has, -EBUSY the lock is held (the chunk is being made), other -errno. */
 int cache_chunk_remove_if(struct cache *c, uint64_t id, uint64_t ino);
+/* Removes chunk id's file and sidecar, whatever file it is: the caller holds the chunk's lock
+ * and has judged that very file (gc.c). 0 or -errno. */
+int cache_chunk_remove(struct cache *c, uint64_t id);
 /* Calls fn for every chunk file's id. */
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx);
 

@@ -29,6 +29,7 @@ struct cache {
     /* users/: this process's registration (a read-only descriptor holding a shared lock) */
     int user_fd, users_fd;
     char *user_name, *config_path;
+    uint64_t version; /* of the configuration served (cache_other_version) */
     /* chunk records: in the extended attribute CACHE_CHUNK_XATTR, or sidecar files (decided
      * at open by trying) */
     _Atomic bool sidecar;

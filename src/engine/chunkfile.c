@@ -429,14 +429,21 @@ int cache_chunk_remove_if(struct cache *c, uint64_t id, uint64_t ino)
         r = -errno;
     else if ((uint64_t)st.st_ino != ino)
         r = -ESTALE;
-    else if (unlinkat(c->chunks_fd, name, 0) < 0)
-        r = -errno;
-    if (r == 0) {
-        sidecar_of(id, name, sizeof name);
-        unlinkat(c->chunks_fd, name, 0);
-    }
+    else
+        r = cache_chunk_remove(c, id);
     cache_unlock(c, lock);
     return r;
+}
+
+int cache_chunk_remove(struct cache *c, uint64_t id)
+{
+    char name[40];
+    name_of(id, name, sizeof name);
+    if (unlinkat(c->chunks_fd, name, 0) < 0)
+        return -errno;
+    sidecar_of(id, name, sizeof name);
+    unlinkat(c->chunks_fd, name, 0);
+    return 0;
 }
 
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx)

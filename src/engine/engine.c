@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gc.h"
 #include "store.h"
 
 /* ---- opening a chunk ---- */
@@ -19,10 +20,14 @@
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
 {
-    /* e->evict itself is set at creation; the order of use it holds is guarded by the lock */
-    if (e->evict) { /* before the reader hears of it: its next open may evict */
+    /* e->evict itself is set at creation; the order of use it holds, and the stale chunks,
+     * are guarded by the lock (nstale is atomic: a hint read without it) */
+    if (e->evict || e->nstale) { /* before the reader hears of it: its next open may evict */
         pthread_mutex_lock(&e->lock);
-        evict_touch(e->evict, id);
+        if (e->evict)
+            evict_touch(e->evict, id);
+        if (e->nstale && engine_stale_take(e, id))
+            e->n_cached++; /* current again */
         pthread_mutex_unlock(&e->lock);
     }
     /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
@@ -32,6 +37,10 @@ static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, e
 
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
 {
+    if (e->is_broken) { /* the input's metadata changed under the mount (changes.c) */
+        cb(ctx, -EIO, -1, 0);
+        return;
+    }
     struct chunk_keys keys;
     engine_chunk_keys_now(e->t, id, NULL, &keys);
     bool replaced = false;
@@ -84,7 +93,13 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         return;
     }
     int64_t mtime_ns;
-    *known = cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
+    bool stale = false;
+    if (e->nstale) { /* made from input that changed since: its size is not known */
+        pthread_mutex_lock(&e->lock);
+        stale = engine_is_stale(e, id);
+        pthread_mutex_unlock(&e->lock);
+    }
+    *known = !stale && cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
     if (!*known)
         *size = 0;
 }
@@ -156,8 +171,9 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
         cs->err = r;
 }
 
-/* The ROIs whose result, made from the input as it is now, is stored count as done. */
-static void scan_stored_results(struct engine *e)
+/* The ROIs whose result, made from the input as it is now, is stored count as done; live
+ * (when not NULL) gets the key of every ROI. */
+static void scan_stored_results(struct engine *e, struct keyset *live)
 {
     struct store *st = cache_store(e->c);
     struct store_stats ss;
@@ -168,11 +184,18 @@ static void scan_stored_results(struct engine *e)
     for (size_t r = 0; r < e->t->rois.n; r++) {
         struct key128 k =
             engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
-        if (store_has(st, k)) {
+        struct store_info info;
+        if (live)
+            keyset_add(live, k);
+        if (store_lookup(st, k, &info)) {
             e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
             e->n_done++;
+            e->n_reused++;
+            engine_note_made(e, info.made);
         }
     }
+    e->n_at_start = e->n_done;
+    e->n_unused = ss.results > e->n_done ? ss.results - e->n_done : 0;
     zarr_sigmemo_free(memo);
 }
 
@@ -189,14 +212,11 @@ static int scan_cache(struct engine *e, struct errbuf *err)
     if (r < 0)
         return err_set(err, r, "%s/chunks: cannot list the cached chunks: %s", cache_path(e->c),
                        strerror(-r));
-    scan_stored_results(e);
-    if (e->evict) {
-        struct evict_victim *victims;
-        size_t nv = evict_settle(e->evict, &victims);
-        for (size_t i = 0; i < nv; i++)
-            engine_evict_chunk(e, &victims[i]);
-        free(victims);
-    }
+    struct keyset *live = e->evict ? keyset_new(e->t->rois.n) : NULL;
+    scan_stored_results(e, live);
+    if (e->evict) /* unused results first, then the least recently used chunks */
+        engine_budget_start(e, live);
+    keyset_free(live);
     return 0;
 }
 
@@ -230,6 +250,7 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->poller_cv, NULL);
     e->rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->rois);
+    idlru_init(&e->stale);
     cache_adopt(c); /* this process serves the cache (maybe forked from the one that opened it) */
     if (o->max_size > 0)
         e->evict = evict_new(o->max_size);
@@ -267,6 +288,8 @@ void engine_destroy(struct engine *e)
         free(e->errors[i].message);
     free(e->rois);
     evict_free(e->evict);
+    engine_stale_free(e);
+    free(e->broken);
     free(e->demand.buf);
     free(e->ahead.buf);
     pthread_mutex_destroy(&e->lock);

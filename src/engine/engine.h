@@ -60,14 +60,18 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
 struct engine_progress {
     size_t rois_total, rois_pending, rois_running, rois_done, rois_failed;
     uint64_t chunks_total, chunks_present, chunks_cached;
-    unsigned long calls;   /* processor invocations by this process */
-    size_t rois_computed;  /* ROIs computed by this process (not taken from the cache) */
-    size_t results_reused; /* ROIs taken from the result store instead of computed */
+    unsigned long calls;         /* processor invocations by this process */
+    size_t rois_computed;        /* ROIs computed by this process (not taken from the cache) */
+    size_t results_reused;       /* ROIs taken from the result store instead of computed */
+    size_t results_at_start;     /* of them, those whose result was stored at the start */
+    uint32_t made_min, made_max; /* when those were made, seconds since the epoch (0: none) */
     size_t queue_demand, queue_readahead; /* ROIs queued for readers, and ahead of them */
     size_t chunk_jobs;                    /* chunks being made */
     size_t chunks_elsewhere;              /* of those, the ones another process holds the lock of */
-    bool cache_limited;                   /* [cache] max_size: the three below are counted */
+    bool cache_limited; /* [cache] max_size: the cache_ and results_evicted ones are counted */
     uint64_t cache_bytes, cache_max_size, cache_evicted;
+    uint64_t cache_chunk_bytes, cache_result_bytes; /* cache_bytes: chunk files and results */
+    size_t results_evicted; /* unused results compacted away for max_size */
     uint64_t results_stored, results_damaged; /* records in the result store */
     double uptime;                            /* seconds since the engine started */
 };
@@ -111,6 +115,23 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
 void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmemo *memo,
                            struct chunk_keys *out);
 void chunk_keys_free(struct chunk_keys *k);
+
+/* ---- input changes (changes.c): [input] watch ---- */
+
+/* Forgets what depends on the boxes [lo, hi) of the engine's input (n of them, ndim
+ * coordinates each, in the input's coordinates; with all: on any part of it): the results of
+ * the ROIs whose read region touches one no longer count as done, the chunks they make (and
+ * with outside = input the boxes' own) as cached, and the size of such a chunk that depends on
+ * the encoding is unknown until its next open makes it again. Returns how many chunks of the
+ * tree it forgot, their ids (sorted) in *chunks (malloc'd): what readers of this array may
+ * hold stale. */
+size_t engine_input_changed(struct engine *e, const uint64_t *lo, const uint64_t *hi, size_t n,
+                            bool all, uint64_t **chunks);
+/* The input's metadata changed: every chunk open fails with EIO from now on, with reason in
+ * the status ("input_error") and the log. */
+void engine_input_broken(struct engine *e, const char *reason);
+/* The reason given to engine_input_broken (malloc'd), or NULL. */
+char *engine_input_error(struct engine *e);
 
 /* Seconds since this process started (the status document's "uptime"). */
 double engine_uptime(struct engine *e);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "../idlru.h"
 #include "../key.h"
 #include "engine.h"
 #include "evict.h"
@@ -119,13 +120,40 @@ struct engine {
     size_t n_running, n_done, n_failed;
     size_t n_computed; /* ROIs this engine computed */
     size_t n_reused;   /* ROIs taken from the result store instead of computed */
+    size_t n_at_start; /* ROIs whose current result was stored when the engine started */
+    size_t n_unused;   /* stored results no ROI's current key names, as far as known */
+    size_t results_evicted;
+    bool collecting; /* a compaction for max_size is under way */
+    bool budget_warned;
+    uint32_t made_min, made_max; /* when those were made (0: none) */
     uint64_t n_cached;
     struct unstored *unstored; /* results to store that no job holds (results.c) */
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
     size_t nerrors, err_head;
     /* [cache] max_size > 0: the cached chunks by last use (evict.h) */
     struct evict *evict;
+    /* [input] watch (changes.c): chunks whose file is stale since an input change, until made
+     * again; the reason the input may not be served any more */
+    struct idlru stale;
+    _Atomic size_t nstale;
+    char *broken;
+    _Atomic bool is_broken;
 };
+
+/* changes.c (lock held): takes chunk id out of the stale ones; true when its file was taken
+ * out of n_cached then (to count again once it is current). */
+bool engine_stale_take(struct engine *e, uint64_t id);
+bool engine_is_stale(struct engine *e, uint64_t id);
+void engine_stale_free(struct engine *e);
+
+/* ---- budget.c: [cache] max_size over chunk files and results (no lock held) ---- */
+
+struct keyset;
+/* At the start, after the scans: unused results first (live: the keys of every ROI now), then
+ * the least recently used chunks, until the cache is within the limit. */
+void engine_budget_start(struct engine *e, struct keyset *live);
+/* After chunk keep was written: the same, never evicting keep. */
+void engine_budget_check(struct engine *e, uint64_t keep);
 
 /* ---- assemble.c: assembly (no engine lock but to take a result's reference) ---- */
 
@@ -190,6 +218,10 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
  * of the chunk file fd (a dup, the last one fd itself; fd is closed when nobody waits), else
  * err (fd unused, -1). */
 void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags);
+
+/* progress.c: notes that a result made at made (seconds since the epoch) was there at the
+ * start (lock held, or before the threads start). */
+void engine_note_made(struct engine *e, uint32_t made);
 
 /* ---- ahead.c ---- */
 

@@ -20,6 +20,7 @@ struct evict_found {
 
 struct evict {
     uint64_t max_size, usage, evicted;
+    uint64_t other; /* bytes of the cache besides chunk files (the result store) */
     struct idlru lru;
     struct evict_found *found; /* evict_found() until evict_settle() */
     size_t nfound, capfound;
@@ -90,7 +91,7 @@ size_t evict_victims(struct evict *ev, uint64_t keep, struct evict_victim **vict
     size_t k = 0, cap = 0;
     *victims = NULL;
     struct idlru_node *n = idlru_oldest(&ev->lru);
-    while (ev->usage > ev->max_size && n) {
+    while (ev->usage + ev->other > ev->max_size && n) {
         struct idlru_node *newer = idlru_newer(&ev->lru, n);
         if (n->id != keep) {
             if (k == cap) {
@@ -107,9 +108,14 @@ size_t evict_victims(struct evict *ev, uint64_t keep, struct evict_victim **vict
     return k;
 }
 
+void evict_set_other(struct evict *ev, uint64_t bytes)
+{
+    ev->other = bytes;
+}
+
 void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, uint64_t *evicted)
 {
-    *usage = ev->usage;
+    *usage = ev->usage + ev->other;
     *max_size = ev->max_size;
     *evicted = ev->evicted;
 }
@@ -129,7 +135,7 @@ static int by_mtime(const void *a, const void *b)
     return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns ? 1 : 0;
 }
 
-size_t evict_settle(struct evict *ev, struct evict_victim **victims)
+void evict_settle_order(struct evict *ev)
 {
     /* Oldest first, so that the most recently written chunk ends up the most recently used. */
     if (ev->nfound)
@@ -139,5 +145,15 @@ size_t evict_settle(struct evict *ev, struct evict_victim **victims)
     free(ev->found);
     ev->found = NULL;
     ev->nfound = ev->capfound = 0;
+}
+
+size_t evict_settle(struct evict *ev, struct evict_victim **victims)
+{
+    evict_settle_order(ev);
     return evict_victims(ev, UINT64_MAX, victims);
+}
+
+uint64_t evict_chunk_bytes(const struct evict *ev)
+{
+    return ev->usage;
 }

@@ -412,7 +412,8 @@ void engine_evict_chunk(struct engine *e, const struct evict_victim *v)
     log_debug("chunk %llu: %s ([cache] max_size)", (unsigned long long)v->id,
               r == 0 ? "evicted from the cache" : "not evicted: being made or made again");
     pthread_mutex_lock(&e->lock);
-    if (e->n_cached && (r == 0 || r == -ENOENT))
+    bool uncounted = e->nstale && engine_stale_take(e, v->id); /* taken out already */
+    if (!uncounted && e->n_cached && (r == 0 || r == -ENOENT))
         e->n_cached--; /* a file that stays (a newer one) was counted when it replaced it */
     pthread_mutex_unlock(&e->lock);
 }
@@ -438,11 +439,31 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
     }
 }
 
+/* Writes chunk id to the cache (cache_chunk_write), counted in n_cached before any reader
+ * can see it: a reader may open the file as soon as it is renamed into place, and read the
+ * status right after. */
+static int write_counted(struct engine *e, uint64_t id, const void *data, size_t len,
+                         struct key128 key, int *fd)
+{
+    bool absent = !cache_chunk_exists(e->c, id);
+    if (absent) {
+        pthread_mutex_lock(&e->lock);
+        e->n_cached++;
+        pthread_mutex_unlock(&e->lock);
+    }
+    int w = cache_chunk_write(e->c, id, data, len, key, fd);
+    if ((absent && w < 0) || (!absent && w == 0)) { /* failed; or gone meanwhile */
+        pthread_mutex_lock(&e->lock);
+        e->n_cached += w == 0 ? 1 : -1;
+        pthread_mutex_unlock(&e->lock);
+    }
+    return w;
+}
+
 /* Assembles the job's chunk, stores its new results and writes the chunk file (no lock
- * held): 0 with *fd a read-only descriptor of the file written, *written as
- * cache_chunk_write says; on -ENOENT, *bad names the result that is missing. */
+ * held): 0 with *fd a read-only descriptor of the file written; on -ENOENT, *bad names the result that is missing. */
 static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, uint64_t *len,
-                      int *written, size_t *bad, struct errbuf *err)
+                      size_t *bad, struct errbuf *err)
 {
     void *data = NULL;
     size_t n = 0;
@@ -450,8 +471,9 @@ static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, ui
     int rc = engine_assemble(e, job, &data, &n, &key, bad, err);
     if (rc == 0)
         engine_store_job_results(e, job); /* before the chunk: it names them */
-    if (rc == 0 && (*written = cache_chunk_write(e->c, job->id, data, n, key, fd)) < 0)
-        rc = err_set(err, *written, "cannot write it to the cache: %s", strerror(-*written));
+    int w = rc == 0 ? write_counted(e, job->id, data, n, key, fd) : 0;
+    if (w < 0)
+        rc = err_set(err, w, "cannot write it to the cache: %s", strerror(-w));
     free(data);
     *len = n;
     return rc;
@@ -464,10 +486,10 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
     /* Unlocked: off the assembly queue the job is this thread's until it is removed or waits
      * again (struct chunk_job). */
     uint64_t id = job->id, len = 0;
-    int rc = 0, written = 0, fd = job->fd; /* cached_already: the file found current */
+    int rc = 0, fd = job->fd; /* cached_already: the file found current */
     job->fd = -1;
     if (!job->cached_already)
-        rc = make_chunk(e, job, &fd, &len, &written, &bad, &err);
+        rc = make_chunk(e, job, &fd, &len, &bad, &err);
     if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
         pthread_mutex_lock(&e->lock);
@@ -480,15 +502,13 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
     struct stat st;
     uint64_t ino = rc == 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
     pthread_mutex_lock(&e->lock);
-    struct evict_victim *victims = NULL;
-    size_t nvictims = 0;
-    if (rc == 0 && !job->cached_already) {
-        if (written == 0)
-            e->n_cached++; /* a new file; a replaced one was counted already */
-        if (e->evict) {
-            evict_add(e->evict, id, len, ino);
-            nvictims = evict_victims(e->evict, id, &victims);
-        }
+    bool budget = false;
+    /* counted by write_counted, or at the start; a stale one was taken out of the count */
+    if (rc == 0 && e->nstale && engine_stale_take(e, id))
+        e->n_cached++;
+    if (rc == 0 && !job->cached_already && e->evict) {
+        evict_add(e->evict, id, len, ino);
+        budget = true;
     }
     int flags = job->cached_already ? 0 : ENGINE_COMPUTED;
     if (job->replaced)
@@ -498,9 +518,8 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
     engine_flush_unstored(e);
     /* Evicted before the readers hear of this chunk, so that the cache never holds more than
      * the limit once a reader has its data (a descriptor of the file, fd). */
-    for (size_t i = 0; i < nvictims; i++)
-        engine_evict_chunk(e, &victims[i]);
-    free(victims);
+    if (budget)
+        engine_budget_check(e, id);
     engine_notify(e, w, rc == 0 ? fd : -1, rc == 0 ? 0 : -EIO, flags);
     if (rc < 0 && fd >= 0)
         close(fd);

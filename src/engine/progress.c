@@ -31,13 +31,20 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->chunks_cached = e->n_cached;
     p->rois_computed = e->n_computed;
     p->results_reused = e->n_reused;
+    p->results_at_start = e->n_at_start;
+    p->made_min = e->made_min;
+    p->made_max = e->made_max;
     p->queue_demand = e->demand.len;
     p->queue_readahead = e->ahead.len;
     p->chunk_jobs = e->njobs;
     p->chunks_elsewhere = e->n_locked_elsewhere;
     p->cache_limited = e->evict != NULL;
-    if (e->evict)
+    if (e->evict) {
         evict_stats(e->evict, &p->cache_bytes, &p->cache_max_size, &p->cache_evicted);
+        p->cache_chunk_bytes = evict_chunk_bytes(e->evict);
+        p->cache_result_bytes = p->cache_bytes - p->cache_chunk_bytes;
+        p->results_evicted = e->results_evicted;
+    }
     pthread_mutex_unlock(&e->lock);
     p->uptime = engine_uptime(e);
 }
@@ -98,6 +105,14 @@ bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
         failed = e->rois[rois[i]].state == RS_FAILED;
     pthread_mutex_unlock(&e->lock);
     return failed;
+}
+
+void engine_note_made(struct engine *e, uint32_t made)
+{
+    if (made && (!e->made_min || made < e->made_min))
+        e->made_min = made;
+    if (made > e->made_max)
+        e->made_max = made;
 }
 
 struct cache *engine_cache(struct engine *e)

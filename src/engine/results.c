@@ -61,6 +61,7 @@ void slot_forget(struct engine *e, uint32_t r)
     s->result = NULL;
     s->flushing = false;
     s->state = RS_IDLE;
+    e->n_unused += s->stored; /* its stored result is no current ROI's any more */
     s->stored = false;
     e->n_done--;
 }

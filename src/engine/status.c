@@ -37,13 +37,22 @@ json_t *engine_status(struct engine *e)
         (json_int_t)p.queue_demand, "readahead", (json_int_t)p.queue_readahead, "chunk_jobs",
         (json_int_t)p.chunk_jobs, "elsewhere", (json_int_t)p.chunks_elsewhere, "uptime", uptime);
     if (p.cache_limited)
-        json_object_set_new(doc, "cache",
-                            json_pack("{s:I, s:I, s:I}", "bytes", (json_int_t)p.cache_bytes,
-                                      "max_size", (json_int_t)p.cache_max_size, "evicted",
-                                      (json_int_t)p.cache_evicted));
+        json_object_set_new(
+            doc, "cache",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "bytes", (json_int_t)p.cache_bytes,
+                      "chunk_bytes", (json_int_t)p.cache_chunk_bytes, "result_bytes",
+                      (json_int_t)p.cache_result_bytes, "max_size", (json_int_t)p.cache_max_size,
+                      "evicted", (json_int_t)p.cache_evicted, "results_evicted",
+                      (json_int_t)p.results_evicted));
     json_object_set_new(doc, "results",
-                        json_pack("{s:I, s:I, s:I}", "stored", (json_int_t)p.results_stored,
-                                  "reused", (json_int_t)p.results_reused, "damaged",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "stored", (json_int_t)p.results_stored,
+                                  "reused", (json_int_t)p.results_reused, "cached_at_start",
+                                  (json_int_t)p.results_at_start, "computed",
+                                  (json_int_t)p.rois_computed, "damaged",
                                   (json_int_t)p.results_damaged));
+    char *input_error = engine_input_error(e);
+    if (input_error)
+        json_object_set_new(doc, "input_error", json_string(input_error));
+    free(input_error);
     return doc;
 }

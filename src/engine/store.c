@@ -1,74 +1,29 @@
-/* store.c: the result store (see store.h). Locks, outermost first: append (one appender per
- * process, held with the byte-range lock that makes it one appender across processes), scan
- * (one reader of pack tails at a time; owns the packs' scan positions), index (the key table
- * and the pack table, never held across I/O). */
-#include "store.h"
+/* store.c: the result store (see store.h and store_internal.h for its locks): the index,
+ * scans of the packs, appends and reads. Compaction is in store_gc.c. */
+#include "store_internal.h"
 
 #include <blosc.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../zarr/zarr.h"
 
 uint64_t store_pack_limit = 1ULL << 30;
 
-#define MAGIC       "roifsP1"
-#define CODEC_RAW   0
-#define CODEC_BLOSC 1
 #define SCAN_WINDOW (256u << 10)
-
-/* A record's header, little-endian as the host (crc32c.c requires one). */
-struct rec_header {
-    char magic[8];
-    uint64_t key_lo, key_hi;
-    uint64_t raw_len;
-    uint64_t stored_len;
-    uint32_t codec;
-    uint32_t data_crc;   /* of the stored bytes */
-    uint32_t reserved;   /* 0 */
-    uint32_t header_crc; /* of the bytes above */
-};
-_Static_assert(sizeof(struct rec_header) == 56, "the record header is 56 bytes on disk");
-
-struct entry {
-    struct key128 key;
-    uint64_t off, stored_len, raw_len;
-    uint32_t pack;
-    bool used;
-};
-
-struct pack {
-    int fd;           /* -1: no such pack */
-    uint64_t scanned; /* records up to here are indexed */
-    uint64_t size;    /* file size at the last scan */
-};
-
-struct store {
-    char *path;
-    int dirfd, locks_fd;
-    pthread_mutex_t append_lock, scan_lock, index_lock;
-    struct pack *packs; /* by number; packs[0] unused */
-    uint32_t npacks;    /* highest number + 1 */
-    struct entry *tab;
-    size_t cap, n;
-    uint64_t damaged;
-    /* records still to store raw without trying to compress them (see encode) */
-    _Atomic unsigned raw_streak;
-};
 
 /* ---- the index (index_lock held) ---- */
 
-static size_t slot_of(const struct store *s, struct key128 k)
+size_t store_slot_of(const struct store *s, struct key128 k)
 {
     size_t i = (size_t)(k.lo ^ (k.hi >> 7)) & (s->cap - 1);
     while (s->tab[i].used && !key_eq(s->tab[i].key, k))
@@ -85,10 +40,10 @@ static void index_put(struct store *s, const struct entry *e)
         s->tab = xcalloc(s->cap, sizeof *s->tab);
         for (size_t i = 0; i < ocap; i++)
             if (old[i].used)
-                s->tab[slot_of(s, old[i].key)] = old[i];
+                s->tab[store_slot_of(s, old[i].key)] = old[i];
         free(old);
     }
-    size_t i = slot_of(s, e->key);
+    size_t i = store_slot_of(s, e->key);
     if (!s->tab[i].used)
         s->n++;
     s->tab[i] = *e; /* a later record of the same key replaces the earlier one */
@@ -96,11 +51,11 @@ static void index_put(struct store *s, const struct entry *e)
 }
 
 /* Removes k when it still points at (pack, off): backward-shift deletion keeps probing exact. */
-static void index_drop(struct store *s, struct key128 k, uint32_t pack, uint64_t off)
+void store_index_drop(struct store *s, struct key128 k, uint32_t pack, uint64_t off)
 {
     if (!s->cap)
         return;
-    size_t i = slot_of(s, k);
+    size_t i = store_slot_of(s, k);
     if (!s->tab[i].used || s->tab[i].pack != pack || s->tab[i].off != off)
         return;
     s->tab[i].used = false;
@@ -108,24 +63,26 @@ static void index_drop(struct store *s, struct key128 k, uint32_t pack, uint64_t
     for (size_t j = (i + 1) & (s->cap - 1); s->tab[j].used; j = (j + 1) & (s->cap - 1)) {
         struct entry e = s->tab[j];
         s->tab[j].used = false;
-        s->tab[slot_of(s, e.key)] = e;
+        s->tab[store_slot_of(s, e.key)] = e;
     }
 }
 
 /* ---- records ---- */
 
-static uint32_t header_crc(const struct rec_header *h)
+uint32_t store_header_crc(const struct rec_header *h)
 {
     return zarr_crc32c(0, h, offsetof(struct rec_header, header_crc));
 }
 
-static bool header_ok(const struct rec_header *h)
+bool store_header_ok(const struct rec_header *h)
 {
-    return memcmp(h->magic, MAGIC, sizeof h->magic) == 0 && h->header_crc == header_crc(h) &&
-           (h->codec == CODEC_BLOSC || (h->codec == CODEC_RAW && h->stored_len == h->raw_len));
+    return memcmp(h->magic, STORE_MAGIC, sizeof h->magic) == 0 &&
+           h->header_crc == store_header_crc(h) &&
+           (h->codec == STORE_CODEC_BLOSC ||
+            (h->codec == STORE_CODEC_RAW && h->stored_len == h->raw_len));
 }
 
-static void pack_name(uint32_t n, char *buf, size_t len)
+void store_pack_name(uint32_t n, char *buf, size_t len)
 {
     snprintf(buf, len, "pack-%06u", n);
 }
@@ -148,10 +105,10 @@ static void add_pack(struct store *s, uint32_t n, int fd)
 /* Opens pack n for reading if it exists as a regular file (a symbolic link or anything else
  * is not ours: removed). Descriptors held open are read-only, so that the file system can be
  * remounted read-only under a running mount. 0, -ENOENT or -errno. */
-static int open_pack(struct store *s, uint32_t n, bool create)
+int store_open_pack(struct store *s, uint32_t n, bool create)
 {
     char name[32];
-    pack_name(n, name, sizeof name);
+    store_pack_name(n, name, sizeof name);
     if (create) {
         int w = openat(s->dirfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (w < 0)
@@ -180,7 +137,7 @@ static int open_pack(struct store *s, uint32_t n, bool create)
 
 /* Indexes the records of pack n from where the last scan stopped to the first record that is
  * incomplete or does not verify (scan_lock held). */
-static void scan_pack(struct store *s, uint32_t n)
+void store_scan_pack(struct store *s, uint32_t n)
 {
     struct pack *pk = &s->packs[n];
     struct stat st;
@@ -188,6 +145,7 @@ static void scan_pack(struct store *s, uint32_t n)
         return;
     uint64_t size = (uint64_t)st.st_size, off = pk->scanned, wstart = 0, wlen = 0;
     pk->size = size;
+    pk->unlinked = st.st_nlink == 0; /* compacted away by another process */
     if (off >= size)
         return;
     char *win = NULL;
@@ -204,13 +162,14 @@ static void scan_pack(struct store *s, uint32_t n)
         struct rec_header h;
         memcpy(&h, win + (off - wstart), sizeof h);
         uint64_t left = size - off - sizeof h;
-        if (!header_ok(&h) || h.stored_len > left)
+        if (!store_header_ok(&h) || h.stored_len > left)
             break;
         struct entry e = {.key = {h.key_lo, h.key_hi},
                           .off = off,
                           .stored_len = h.stored_len,
                           .raw_len = h.raw_len,
-                          .pack = n};
+                          .pack = n,
+                          .made = h.made};
         pthread_mutex_lock(&s->index_lock);
         index_put(s, &e);
         pthread_mutex_unlock(&s->index_lock);
@@ -224,8 +183,60 @@ static void scan_pack(struct store *s, uint32_t n)
 static void discover_packs(struct store *s)
 {
     uint32_t n = s->npacks ? s->npacks : 1;
-    while (open_pack(s, n, false) != -ENOENT)
+    while (store_open_pack(s, n, false) != -ENOENT)
         n++;
+}
+
+static int64_t dir_mtime(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : -1;
+}
+
+/* Opens every pack of the directory not known yet (scan lock held). Numbers only grow (a
+ * compaction copies into a new pack above the highest), but one made and compacted away
+ * since the last look leaves a gap that discover_packs stops at. 0 or -errno. */
+static int open_listed_packs(struct store *s)
+{
+    int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int r = -errno;
+        if (fd >= 0)
+            close(fd);
+        return r;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        unsigned n;
+        char tail;
+        if (sscanf(de->d_name, "pack-%u%c", &n, &tail) == 1 && n > 0 && n < (1u << 30) &&
+            (n >= s->npacks || s->packs[n].fd < 0))
+            store_open_pack(s, n, false);
+    }
+    closedir(d);
+    return 0;
+}
+
+void store_catch_up(struct store *s)
+{
+    /* Only the newest pack grows: older ones were complete when the next one was made. */
+    uint32_t cur = store_current_pack(s);
+    discover_packs(s);
+    int64_t m = dir_mtime(s->dirfd);
+    struct stat st;
+    bool cur_gone = cur && fstat(s->packs[cur].fd, &st) == 0 && st.st_nlink == 0;
+    if (m != s->dir_mtime_ns || cur_gone) {
+        /* packs were made or removed: look at all of them */
+        s->dir_mtime_ns = m;
+        open_listed_packs(s);
+        for (uint32_t n = 1; n < s->npacks; n++)
+            if (s->packs[n].fd >= 0 && fstat(s->packs[n].fd, &st) == 0)
+                s->packs[n].unlinked = st.st_nlink == 0;
+    }
+    for (uint32_t n = cur ? cur : 1; n < s->npacks; n++)
+        store_scan_pack(s, n);
+    store_retire_unlinked(s);
 }
 
 int store_open(int results_fd, int locks_fd, const char *path, struct store **out,
@@ -238,29 +249,21 @@ int store_open(int results_fd, int locks_fd, const char *path, struct store **ou
     pthread_mutex_init(&s->append_lock, NULL);
     pthread_mutex_init(&s->scan_lock, NULL);
     pthread_mutex_init(&s->index_lock, NULL);
+    pthread_rwlock_init(&s->fd_lock, NULL);
     /* Every pack there is, also after a gap in the numbers. */
-    int fd = openat(results_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int r = -errno;
-        if (fd >= 0)
-            close(fd);
+    pthread_mutex_lock(&s->scan_lock);
+    s->dir_mtime_ns = dir_mtime(results_fd);
+    int r = open_listed_packs(s);
+    if (r < 0) {
+        pthread_mutex_unlock(&s->scan_lock);
         err_set(err, r, "%s: %s", path, strerror(-r));
         store_close(s);
         return r;
     }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        unsigned n;
-        char tail;
-        if (sscanf(de->d_name, "pack-%u%c", &n, &tail) == 1 && n > 0 && n < (1u << 30))
-            open_pack(s, n, false);
-    }
-    closedir(d);
-    pthread_mutex_lock(&s->scan_lock);
     discover_packs(s);
     for (uint32_t n = 1; n < s->npacks; n++)
-        scan_pack(s, n);
+        store_scan_pack(s, n);
+    store_retire_unlinked(s); /* compacted away between the listing and the opening */
     pthread_mutex_unlock(&s->scan_lock);
     *out = s;
     return 0;
@@ -278,6 +281,7 @@ void store_close(struct store *s)
     pthread_mutex_destroy(&s->append_lock);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->index_lock);
+    pthread_rwlock_destroy(&s->fd_lock);
     free(s->path);
     free(s);
 }
@@ -285,13 +289,13 @@ void store_close(struct store *s)
 bool store_has(struct store *s, struct key128 k)
 {
     pthread_mutex_lock(&s->index_lock);
-    bool yes = s->cap && s->tab[slot_of(s, k)].used;
+    bool yes = s->cap && s->tab[store_slot_of(s, k)].used;
     pthread_mutex_unlock(&s->index_lock);
     return yes;
 }
 
 /* The highest pack number in use, 0 when none (scan_lock held). */
-static uint32_t current_pack(const struct store *s)
+uint32_t store_current_pack(const struct store *s)
 {
     for (uint32_t n = s->npacks; n-- > 1;)
         if (s->packs[n].fd >= 0)
@@ -302,18 +306,14 @@ static uint32_t current_pack(const struct store *s)
 void store_refresh(struct store *s)
 {
     pthread_mutex_lock(&s->scan_lock);
-    /* Only the newest pack grows: older ones were complete when the next one was made. */
-    uint32_t cur = current_pack(s);
-    discover_packs(s);
-    for (uint32_t n = cur ? cur : 1; n < s->npacks; n++)
-        scan_pack(s, n);
+    store_catch_up(s);
     pthread_mutex_unlock(&s->scan_lock);
 }
 
 /* ---- appending ---- */
 
 /* Takes the append lock (byte 0 of locks/all): a descriptor to close, or -errno. */
-static int lock_appends(struct store *s)
+int store_lock_appends(struct store *s)
 {
     int fd = openat(s->locks_fd, "all", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
@@ -327,13 +327,6 @@ static int lock_appends(struct store *s)
         }
     return fd;
 }
-
-/* A record ready to append: header and stored bytes. */
-struct pending {
-    struct rec_header h;
-    const void *body;
-    void *buf; /* compressed bytes, or NULL when body is the caller's data */
-};
 
 /* Compression must save this share of a record to be kept; after a record where it did not,
  * the next RAW_STREAK are stored raw without trying (one probe in RAW_STREAK + 1): one task's
@@ -350,11 +343,11 @@ static void encode(struct store *s, const struct store_item *it, size_t typesize
     size_t len = it->len;
     memset(p, 0, sizeof *p);
     struct rec_header *h = &p->h;
-    memcpy(h->magic, MAGIC, sizeof h->magic);
+    memcpy(h->magic, STORE_MAGIC, sizeof h->magic);
     h->key_lo = k.lo;
     h->key_hi = k.hi;
     h->raw_len = len;
-    h->codec = CODEC_RAW;
+    h->codec = STORE_CODEC_RAW;
     h->stored_len = len;
     p->body = data;
     unsigned streak = s->raw_streak;
@@ -369,15 +362,16 @@ static void encode(struct store *s, const struct store_item *it, size_t typesize
         if (r > 0 && (size_t)r <= len - len / MIN_SAVING) {
             p->buf = out;
             p->body = out;
-            h->codec = CODEC_BLOSC;
+            h->codec = STORE_CODEC_BLOSC;
             h->stored_len = (size_t)r;
         } else {
             free(out);
             s->raw_streak = RAW_STREAK;
         }
     }
+    h->made = (uint32_t)time(NULL);
     h->data_crc = !p->buf && it->has_crc ? it->crc : zarr_crc32c(0, p->body, h->stored_len);
-    h->header_crc = header_crc(h);
+    h->header_crc = store_header_crc(h);
 }
 
 /* Writes the n buffers of iov at off of w, all of them or an error (iov is consumed). */
@@ -408,14 +402,15 @@ static int write_all(int w, uint64_t off, struct iovec *iov, int n)
 static int open_for_append(struct store *s, uint32_t *n, struct errbuf *err)
 {
     int r;
-    if ((*n = current_pack(s)) == 0 && (r = open_pack(s, *n = 1, true)) < 0)
+    store_catch_up(s); /* the newest pack may have been compacted away by another process */
+    if ((*n = store_current_pack(s)) == 0 && (r = store_open_pack(s, *n = 1, true)) < 0)
         return err_set(err, r, "%s/pack-000001: cannot create: %s", s->path, strerror(-r));
     char name[32];
-    pack_name(*n, name, sizeof name);
+    store_pack_name(*n, name, sizeof name);
     int w = openat(s->dirfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (w < 0)
         return err_set(err, -errno, "%s/%s: cannot append: %s", s->path, name, strerror(errno));
-    scan_pack(s, *n); /* what others appended since we looked */
+    store_scan_pack(s, *n); /* what others appended since we looked */
     struct pack *pk = &s->packs[*n];
     if (pk->scanned < pk->size) {
         log_warn("%s/%s: dropping %llu bytes of an incomplete record at its end (a writer "
@@ -431,14 +426,15 @@ static int open_for_append(struct store *s, uint32_t *n, struct errbuf *err)
     return w;
 }
 
-/* Appends the records (append and scan locks held), rolling over to a new pack when the
- * current one is full. */
-static int append_records(struct store *s, struct pending *recs, size_t nrec, struct errbuf *err)
+int store_append_records(struct store *s, struct pending *recs, size_t nrec, uint32_t *first,
+                         uint32_t *last, struct errbuf *err)
 {
     uint32_t n;
     int w = open_for_append(s, &n, err), r = 0;
     if (w < 0)
         return w;
+    if (first)
+        *first = n;
     struct iovec *iov = xmalloc(2 * nrec * sizeof *iov);
     for (size_t i = 0; i < nrec && r == 0;) {
         struct pack *pk = &s->packs[n];
@@ -446,7 +442,7 @@ static int append_records(struct store *s, struct pending *recs, size_t nrec, st
         if (pk->scanned > 0 && pk->scanned + total > store_pack_limit) {
             close(w);
             w = -1;
-            if ((r = open_pack(s, n + 1, true)) < 0) {
+            if ((r = store_open_pack(s, n + 1, true)) < 0) {
                 err_set(err, r, "%s/pack-%06u: cannot create: %s", s->path, n + 1, strerror(-r));
                 break;
             }
@@ -478,12 +474,15 @@ static int append_records(struct store *s, struct pending *recs, size_t nrec, st
                               .off = at,
                               .stored_len = recs[i].h.stored_len,
                               .raw_len = recs[i].h.raw_len,
-                              .pack = n};
+                              .pack = n,
+                              .made = recs[i].h.made};
             index_put(s, &e);
         }
         pthread_mutex_unlock(&s->index_lock);
         pk->scanned = pk->size = end;
     }
+    if (last)
+        *last = n;
     free(iov);
     if (w >= 0)
         close(w);
@@ -499,12 +498,12 @@ int store_put_many(struct store *s, size_t n, const struct store_item *items, si
     for (size_t i = 0; i < n; i++)
         encode(s, &items[i], typesize, &recs[i]);
     pthread_mutex_lock(&s->append_lock);
-    int lock = lock_appends(s), r = 0;
+    int lock = store_lock_appends(s), r = 0;
     if (lock < 0) {
         r = err_set(err, lock, "%s: cannot lock for appending: %s", s->path, strerror(-lock));
     } else {
         pthread_mutex_lock(&s->scan_lock);
-        r = append_records(s, recs, n, err);
+        r = store_append_records(s, recs, n, NULL, NULL, err);
         pthread_mutex_unlock(&s->scan_lock);
         close(lock);
     }
@@ -531,24 +530,20 @@ static int damaged(struct store *s, const struct entry *e, const char *why)
     log_warn("%s/pack-%06u: the stored result %s at byte %llu %s; computing it again", s->path,
              e->pack, hex, (unsigned long long)e->off, why);
     pthread_mutex_lock(&s->index_lock);
-    index_drop(s, e->key, e->pack, e->off);
+    store_index_drop(s, e->key, e->pack, e->off);
     s->damaged++;
     pthread_mutex_unlock(&s->index_lock);
     return -EBADMSG;
 }
 
-int store_get(struct store *s, struct key128 k, void *data, size_t len)
+/* Why the last read_record of this thread failed. */
+static _Thread_local const char *record_why;
+
+/* Reads and checks the record of e (the result named k, len bytes) from fd into data:
+ * 0, or -EBADMSG with record_why set. */
+static int read_record(int fd, const struct entry *ep, struct key128 k, void *data, size_t len)
 {
-    pthread_mutex_lock(&s->index_lock);
-    struct entry e = {0};
-    if (s->cap)
-        e = s->tab[slot_of(s, k)];
-    int fd = e.used && e.pack < s->npacks ? s->packs[e.pack].fd : -1;
-    pthread_mutex_unlock(&s->index_lock);
-    if (!e.used)
-        return -ENOENT;
-    if (e.raw_len != len)
-        return damaged(s, &e, "has the wrong length");
+    struct entry e = *ep;
     struct rec_header h;
     void *buf = e.stored_len == len ? data : xmalloc(e.stored_len ? e.stored_len : 1);
     struct iovec iov[2] = {{&h, sizeof h}, {buf, e.stored_len}};
@@ -556,16 +551,68 @@ int store_get(struct store *s, struct key128 k, void *data, size_t len)
     const char *why = NULL;
     if (got != (ssize_t)(sizeof h + e.stored_len))
         why = "is truncated";
-    else if (!header_ok(&h) || h.key_lo != k.lo || h.key_hi != k.hi || h.raw_len != len ||
+    else if (!store_header_ok(&h) || h.key_lo != k.lo || h.key_hi != k.hi || h.raw_len != len ||
              h.stored_len != e.stored_len)
         why = "has a damaged header";
     else if (zarr_crc32c(0, buf, e.stored_len) != h.data_crc)
         why = "fails its checksum";
-    else if (h.codec == CODEC_BLOSC && blosc_decompress_ctx(buf, data, len, 1) != (int)len)
+    else if (h.codec == STORE_CODEC_BLOSC && blosc_decompress_ctx(buf, data, len, 1) != (int)len)
         why = "does not decompress";
     if (buf != data)
         free(buf);
-    return why ? damaged(s, &e, why) : 0;
+    record_why = why;
+    return why ? -EBADMSG : 0;
+}
+
+int store_get(struct store *s, struct key128 k, void *data, size_t len)
+{
+    pthread_rwlock_rdlock(&s->fd_lock); /* the pack's descriptor stays open while we read */
+    pthread_mutex_lock(&s->index_lock);
+    struct entry e = {0};
+    if (s->cap)
+        e = s->tab[store_slot_of(s, k)];
+    int fd = e.used && e.pack < s->npacks ? s->packs[e.pack].fd : -1;
+    pthread_mutex_unlock(&s->index_lock);
+    int r = !e.used ? -ENOENT : e.raw_len != len ? -EBADMSG : 0;
+    if (r == 0)
+        r = read_record(fd, &e, k, data, len);
+    pthread_rwlock_unlock(&s->fd_lock);
+    if (r == -EBADMSG)
+        return damaged(s, &e, e.raw_len != len ? "has the wrong length" : record_why);
+    return r;
+}
+
+bool store_lookup(struct store *s, struct key128 k, struct store_info *info)
+{
+    pthread_mutex_lock(&s->index_lock);
+    struct entry e = {0};
+    if (s->cap)
+        e = s->tab[store_slot_of(s, k)];
+    pthread_mutex_unlock(&s->index_lock);
+    if (e.used && info)
+        *info = (struct store_info){.stored_len = e.stored_len + sizeof(struct rec_header),
+                                    .raw_len = e.raw_len,
+                                    .made = e.made};
+    return e.used;
+}
+
+void store_each(struct store *s, void (*fn)(void *ctx, struct key128 k, const struct store_info *i),
+                void *ctx)
+{
+    pthread_mutex_lock(&s->index_lock);
+    size_t n = 0;
+    struct entry *copy = xmalloc((s->n ? s->n : 1) * sizeof *copy);
+    for (size_t i = 0; i < s->cap; i++)
+        if (s->tab[i].used)
+            copy[n++] = s->tab[i];
+    pthread_mutex_unlock(&s->index_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct store_info info = {.stored_len = copy[i].stored_len + sizeof(struct rec_header),
+                                  .raw_len = copy[i].raw_len,
+                                  .made = copy[i].made};
+        fn(ctx, copy[i].key, &info);
+    }
+    free(copy);
 }
 
 void store_get_stats(struct store *s, struct store_stats *st)

@@ -497,6 +497,13 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
         state_free(&fs);
         return r;
     }
+    /* the attributes say what the cache held now; fixed from here on (the tree is made
+     * again with them) */
+    struct engine_progress p;
+    engine_progress(arrayset_array(set, 0)->engine, &p);
+    arrayset_set_provenance(set, &(struct provenance_results){p.results_at_start, p.rois_total,
+                                                              p.made_min, p.made_max, time(NULL)});
+    fs.ns = arrayset_tree(set);
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);
     if ((r = mount_session(&fs, o, err)) < 0) {
@@ -508,6 +515,11 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
     long minor = record_daemon(abs);
     free(abs);
     const struct array *a0 = arrayset_array(set, 0);
+    struct errbuf werr = {{0}};
+    if (a0->task->cfg.watch && fs_follow_start(&fs, &werr) < 0)
+        log_warn("%s; changes of the input are found when a chunk is opened, and the kernel "
+                 "may serve pages and sizes cached before them",
+                 werr.msg);
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path, o->mountpoint,
              a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
@@ -516,6 +528,7 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
     fuse_loop_cfg_destroy(lc);
     /* Unmounted, or a stop signal: readers waiting for a chunk are answered now, the mount goes,
      * then the computations stop. Files still open fail once the session is gone. */
+    fs_follow_stop(&fs); /* it notifies the kernel through the session: stopped first */
     fs_answer_pending(&fs, EIO);
     fuse_session_unmount(fs.se);
     stop_engines(set, minor);

@@ -54,6 +54,7 @@ struct fs {
     struct handle status;  /* list head: open status files (few) */
     pthread_mutex_t pending_lock;
     struct pending_open *pending; /* opens waiting for the engine (doubly linked) */
+    struct watch *follow;         /* [input] watch (follow.c), or NULL */
 };
 
 /* ---- handles.c ---- */
@@ -67,6 +68,12 @@ void handle_free(struct fs *fs, struct handle *h);
 /* The node behind inode ino, for any inode a lookup may have given (a later version's too:
  * n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
+
+/* follow.c: [input] watch. Start once the session is mounted; stop before it goes. */
+int fs_follow_start(struct fs *fs, struct errbuf *err);
+void fs_follow_stop(struct fs *fs);
+/* The status document's "watch" section (a new reference), or NULL when not watching. */
+json_t *fs_follow_status(struct fs *fs);
 
 /* open.c */
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

@@ -200,7 +200,8 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
 
 /* ---- the status file ---- */
 
-/* The status document as text: the set's, plus the FUSE side's own "fuse" section. */
+/* The status document as text: the set's, plus the FUSE side's own "fuse" and "watch"
+ * sections. */
 static char *status_snapshot(struct fs *fs)
 {
     json_t *doc = arrayset_status(fs->set);
@@ -210,6 +211,9 @@ static char *status_snapshot(struct fs *fs)
     if (!pt && pt_reason(fs->pt))
         json_object_set_new(f, "passthrough_off", json_string(pt_reason(fs->pt)));
     json_object_set_new(doc, "fuse", f);
+    json_t *w = fs_follow_status(fs);
+    if (w)
+        json_object_set_new(doc, "watch", w);
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     size_t n = strlen(text);

@@ -19,6 +19,7 @@ struct rec {
     unsigned refs;   /* open files of the inode */
     int32_t backing; /* while refs > 0: its passthrough backing id, or 0 */
     bool current;    /* a lookup of the chunk answers with this inode */
+    bool outdated;   /* vt_invalidate: its size is not the chunk's (when no file is open) */
 };
 
 /* A chunk whose current inode is a later version's (rare: one per concurrent version). */
@@ -113,6 +114,15 @@ int vt_open(struct vt *vt, uint64_t ino, uint64_t base, int fd, const struct vt_
         /* The first open of the chunk in this mount: the inode has no pages yet. */
         r = add_rec(vt, ino, base, f);
         g->inval_attrs = f->fresh;
+    } else if (r->outdated && r->refs == 0) {
+        /* dropped from the kernel's caches when it was declared out of date */
+        r->outdated = false;
+        r->dev = f->dev;
+        r->file = f->ino;
+        r->size = f->size;
+        r->ctime = f->ctime_ns;
+        g->keep_cache = false;
+        g->inval_attrs = true;
     } else if (r->dev != f->dev || r->file != f->ino || r->ctime != f->ctime_ns ||
                r->size != f->size) {
         if (r->refs == 0) {
@@ -166,7 +176,7 @@ int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size)
 {
     pthread_mutex_lock(&vt->lock);
     struct rec *r = find_ino(vt, ino);
-    int rc = r ? 1 : (ino & VT_INO_BIT) ? -ENOENT : 0;
+    int rc = r ? (r->outdated && r->refs == 0 ? 2 : 1) : (ino & VT_INO_BIT) ? -ENOENT : 0;
     if (r) {
         *base = r->base;
         *size = r->size;
@@ -182,6 +192,22 @@ uint64_t vt_current(struct vt *vt, uint64_t base)
     uint64_t ino = n ? IDLRU_ENTRY(n, struct moved, node)->ino : base;
     pthread_mutex_unlock(&vt->lock);
     return ino;
+}
+
+int vt_invalidate(struct vt *vt, uint64_t base, uint64_t inos[2])
+{
+    pthread_mutex_lock(&vt->lock);
+    struct idlru_node *n = idlru_find(&vt->moved, base);
+    uint64_t cur = n ? IDLRU_ENTRY(n, struct moved, node)->ino : base;
+    struct rec *r = find_ino(vt, cur);
+    if (r)
+        r->outdated = true;
+    pthread_mutex_unlock(&vt->lock);
+    int k = 0;
+    inos[k++] = base;
+    if (cur != base)
+        inos[k++] = cur;
+    return k;
 }
 
 void vt_stats(struct vt *vt, struct vt_stats *s)

@@ -57,9 +57,15 @@ int vt_open(struct vt *vt, uint64_t ino, uint64_t base, int fd, const struct vt_
 void vt_release(struct vt *vt, uint64_t ino);
 
 /* What inode ino shows. 1: it serves (or served) a version; *size is that version's and
- * *base the chunk's namespace inode. 0: ino is a namespace inode that serves nothing yet (ask
- * the engine). -ENOENT: a later-version inode this table does not know. */
+ * *base the chunk's namespace inode. 2: it served a version that vt_invalidate declared out
+ * of date, and no file is open on it (*base set: ask the engine for the size). 0: ino is a
+ * namespace inode that serves nothing yet (ask the engine). -ENOENT: a later-version inode
+ * this table does not know. */
 int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size);
+/* The chunk whose namespace inode is base changed ([input] watch): the size of the version
+ * its inode serves is no longer the chunk's, once no file is open on it. Fills inos with the
+ * inodes whose pages and attributes the kernel must drop; returns how many (at most 2). */
+int vt_invalidate(struct vt *vt, uint64_t base, uint64_t inos[2]);
 /* The inode a lookup of the chunk whose namespace inode is base answers with. */
 uint64_t vt_current(struct vt *vt, uint64_t base);
 

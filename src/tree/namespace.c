@@ -138,6 +138,16 @@ int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struc
     return 0;
 }
 
+uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id)
+{
+    for (int i = 0; i < ns->nc; i++) {
+        const struct ns_chunks *ch = &ns->c[i];
+        if (ch->array == array)
+            return ch->ino0 + ch->base[ch->ndim] + id;
+    }
+    return 0;
+}
+
 /* ---- nodes ---- */
 
 static void entry_node(const struct ns *ns, int i, struct ns_node *out)

@@ -46,6 +46,10 @@ int ns_add_status(struct ns *ns, int parent, const char *name);
  * (err set) when the tree has no inode numbers left for them. */
 int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err);
 
+/* The inode of chunk id (a file at full depth) of array number `array`, or 0 when the tree
+ * has no chunks of that array. */
+uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id);
+
 /* Resolves name in directory parent: 0, -ENOENT or -ENOTDIR. A chunk name is accepted only
  * in canonical form: decimal indices without sign or leading zeros, inside the chunk grid,
  * with exactly the array's number of dimensions, of a chunk that exists. */

@@ -1,14 +1,15 @@
-"""[cache] max_size (SPEC §3): the chunk files of the cache stay within the limit, the least
-recently used chunks going first; an evicted chunk is made again when it is read, with the
-same bytes, from the stored ROI results (max_size bounds the chunk files; results are kept); a
-cache over a lowered limit is trimmed at mount, oldest files first."""
+"""[cache] max_size (SPEC §3): the cache (chunk files and stored ROI results) stays within the
+limit: ROI results no current key names go first, then the least recently used chunks; an
+evicted chunk is made again when it is read, with the same bytes, from the stored ROI results
+(current results are kept); a cache over a lowered limit is trimmed at mount, unused results
+first, then the oldest chunk files."""
 import os
 import time
 
 import numpy as np
 import zarr
 
-from conftest import chunk_key, make_task, read_bytes
+from conftest import chunk_key, make_task, read_bytes, run_roifs
 
 SHAPE, CHUNKS = (64, 64), (16, 16)  # 4 x 4 chunks of 512 bytes (uncompressed <u2)
 CHUNK_BYTES = 16 * 16 * 2
@@ -30,21 +31,46 @@ def cached(task):
     return {int(n) for n in os.listdir(d) if n.isdigit()}
 
 
+def result_bytes(task):
+    return sum(p.stat().st_size for p in (task.cache / "results").glob("pack-*"))
+
+
+def warm_results(task, roifs_bin):
+    """Every ROI result stored, no chunk file kept: the limit then has room for a known
+    number of chunks besides the results."""
+    r = run_roifs(roifs_bin, "warm", task.config)
+    assert r.returncode == 0, r.stderr
+    for n in os.listdir(task.cache / "chunks"):
+        os.unlink(task.cache / "chunks" / n)
+    return result_bytes(task)
+
+
 def chunk_id(idx):
     return idx[0] * 4 + idx[1]
 
 
-def test_least_recently_used_chunks_go_first(tmp_path, mount):
-    task, ref = limit_task(tmp_path, 4 * CHUNK_BYTES)
+def set_limit(task, max_size):
+    text = task.config.read_text()
+    task.config.write_text("\n".join(f"max_size = {max_size}" if l.startswith("max_size")
+                                     else l for l in text.splitlines()) + "\n")
+
+
+def test_least_recently_used_chunks_go_first(tmp_path, mount, roifs_bin):
+    task, ref = limit_task(tmp_path, "1M")
+    results = warm_results(task, roifs_bin)
+    limit = results + 4 * CHUNK_BYTES
+    set_limit(task, limit)
     order = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
     with mount(task.config) as m:
         for idx in order:
             read_bytes(m / chunk_key(idx))
-        # six computed, room for four: the two oldest went
+        # six made, room for four besides the results: the two oldest went
         assert cached(task) == {chunk_id(i) for i in order[2:]}
         st = m.status()
-        assert st["cache"] == {"bytes": 4 * CHUNK_BYTES, "max_size": 4 * CHUNK_BYTES,
-                               "evicted": 2}, st["cache"]
+        assert st["cache"] == {"bytes": limit, "chunk_bytes": 4 * CHUNK_BYTES,
+                               "result_bytes": results, "max_size": limit, "evicted": 2,
+                               "results_evicted": 0}, st["cache"]
+        assert st["calls"] == 0
         assert st["chunks"]["cached"] == 4, st["chunks"]
         # reading (0, 2) again makes it the most recently used: (0, 3) goes next
         time.sleep(0.01)
@@ -60,7 +86,7 @@ def test_least_recently_used_chunks_go_first(tmp_path, mount):
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert len(cached(task)) <= 4
         st = m.status()
-        assert st["cache"]["bytes"] <= 4 * CHUNK_BYTES, st["cache"]
+        assert st["cache"]["chunk_bytes"] <= 4 * CHUNK_BYTES, st["cache"]
         assert st["errors"] == [], st["errors"]
 
 
@@ -75,8 +101,7 @@ def test_lowered_limit_trims_the_cache_at_mount(tmp_path, mount):
         os.utime(task.cache / "chunks" / str(cid), (now - 100, now - 100))
     os.utime(task.cache / "chunks" / "9", (now - 10, now - 10))
     os.utime(task.cache / "chunks" / "5", (now, now))
-    task.config.write_text(task.config.read_text().replace("max_size = 1M",
-                                                           f"max_size = {2 * CHUNK_BYTES}"))
+    set_limit(task, result_bytes(task) + 2 * CHUNK_BYTES)
     with mount(task.config) as m:
         assert cached(task) == {5, 9}
         st = m.status()
@@ -89,3 +114,57 @@ def test_lowered_limit_trims_the_cache_at_mount(tmp_path, mount):
         assert m.status()["calls"] == 0
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert len(cached(task)) == 2
+
+
+def set_param(task, value):
+    text = task.config.read_text()
+    task.config.write_text("\n".join(f"param.value = {value}" if l.startswith("param.value")
+                                     else l for l in text.splitlines()) + "\n")
+
+
+def test_unused_results_go_first_at_mount(tmp_path, mount, roifs_bin):
+    task, ref = limit_task(tmp_path, "1M")
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+    one = result_bytes(task)
+    set_param(task, 2)  # every result of value 1 is unused now
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref + 1)
+        assert m.status()["calls"] == 16
+    assert result_bytes(task) > one
+    # room for one set of results and every chunk: the unused results go, no chunk does
+    set_limit(task, one + 16 * CHUNK_BYTES + 4096)
+    with mount(task.config) as m:
+        st = m.status()
+        assert st["cache"]["results_evicted"] == 16 and st["cache"]["evicted"] == 0, st
+        assert len(cached(task)) == 16
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref + 1)
+        assert m.status()["calls"] == 0
+    assert result_bytes(task) <= one + 4096
+    set_param(task, 1)  # those were removed: computed again
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert m.status()["calls"] == 16
+
+
+def test_unused_result_goes_first_during_a_mount(tmp_path, mount, roifs_bin):
+    """An input chunk rewritten under the mount makes its ROI's stored result unused; the new
+    one takes the cache over the limit: the unused one goes, not a chunk file."""
+    task, ref = limit_task(tmp_path, "1M")
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+    # room for the results, every chunk, and a few bytes more (a new result's record is not
+    # exactly the size of the one it replaces), not for a second result
+    set_limit(task, result_bytes(task) + 16 * CHUNK_BYTES + 64)
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert m.status()["cache"]["evicted"] == 0
+        z = zarr.open(str(task.input), mode="r+")
+        z[0:16, 0:16] = z[0:16, 0:16] + 100
+        ref[0:16, 0:16] += 100
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        st = m.status()
+        assert st["calls"] == 1
+        assert st["cache"]["results_evicted"] == 1 and st["cache"]["evicted"] == 0, st["cache"]
+        assert len(cached(task)) == 16
+        assert st["cache"]["bytes"] <= st["cache"]["max_size"], st["cache"]

@@ -2,6 +2,7 @@
 export (a plain Zarr array, resumable), status, clean, unmount of a dead mount, logging, the
 mount(8)/fstab form through mount.fuse3, and the man page."""
 import contextlib
+import json
 import os
 import pty
 import re
@@ -209,8 +210,14 @@ def test_export_is_a_plain_zarr_array(tmp_path, roifs_bin, mount):
                                                       for j in range(2)]
     with mount(task.config) as m:
         np.testing.assert_array_equal(exported[:], zarr.open(str(m.path), mode="r")[:])
-        for name in (".zarray", ".zattrs", "0/0", "4/1"):
+        for name in (".zarray", "0/0", "4/1"):
             assert (dest / name).read_bytes() == read_bytes(m / name), name
+        # the same attributes, but for what each found cached when it started
+        exp_attrs = json.loads((dest / ".zattrs").read_bytes())
+        mnt_attrs = json.loads(read_bytes(m / ".zattrs"))
+        assert exp_attrs["roifs"].pop("results")["cached_at_start"] == 0
+        assert mnt_attrs["roifs"].pop("results")["cached_at_start"] == len(ROIS)
+        assert exp_attrs == mnt_attrs
     assert sorted(events(task.counter, "start")) == list(range(len(ROIS)))
 
     r = run_roifs(roifs_bin, "export", task.config, dest)  # again: everything is kept

@@ -24,7 +24,7 @@ static inline struct engine_opts harness_opts(const struct task *t)
 static inline int harness_start(struct task *t, struct cache **c, struct engine **e,
                                 struct errbuf *err)
 {
-    int r = cache_open(t->cache_dir, t->cfg.path, c, err);
+    int r = cache_open(t->cache_dir, t->cfg.path, task_version(t), c, err);
     if (r < 0)
         return r;
     struct engine_opts o = harness_opts(t);

@@ -28,7 +28,7 @@ static int open_cache(const char *name, const char *config, struct cache **c, st
 {
     char *p = path_of(name);
     struct errbuf err = {{0}};
-    int r = cache_open(p, config, c, msg ? msg : &err);
+    int r = cache_open(p, config, 1, c, msg ? msg : &err);
     free(p);
     return r;
 }

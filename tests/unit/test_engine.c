@@ -1,8 +1,9 @@
 /* test_engine.c: the engine without FUSE: assembly order (later ROIs win), outside = input,
  * single-flight under concurrent opens, reuse of the cache across engines (remounts), ROIs
  * spanning chunks computed once, failures reported as EIO plus a status entry, a cache that
- * cannot be listed failing engine_create, and opens under [cache] max_size evicting each
- * other's chunks without ever failing. */
+ * cannot be listed failing engine_create, opens under [cache] max_size evicting each other's
+ * chunks without ever failing, and input changes reported (as [input] watch does) and the
+ * store compacted while readers open. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine/gc.h"
 #include "engine_harness.h"
 
 static char dir[256];
@@ -252,7 +254,7 @@ static void test_unlistable_cache_fails_create(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err = {{0}};
-    CHECK_EQ_INT(cache_open(t->cache_dir, t->cfg.path, &c, &err), 0);
+    CHECK_EQ_INT(cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err), 0);
     struct engine_opts o = harness_opts(t);
     struct rlimit saved, low;
     getrlimit(RLIMIT_NOFILE, &saved);
@@ -347,6 +349,104 @@ static void test_eviction_never_fails_an_open(void)
     task_close(t);
 }
 
+/* Writes input chunk 0.0 as version k (value 100 * y + x + 1000 * k), by rename. */
+static void write_version(int k)
+{
+    int32_t v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = 100 * (i / 4) + i % 4 + 1000 * k;
+    char tmp[320], name[320];
+    snprintf(tmp, sizeof tmp, "%s/in.zarr/.0.0.tmp", dir);
+    snprintf(name, sizeof name, "%s/in.zarr/0.0", dir);
+    FILE *f = fopen(tmp, "wb");
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    rename(tmp, name);
+}
+
+struct churn_arg {
+    struct engine *e;
+    int bad, reads;
+};
+
+static void *churn_reader(void *p)
+{
+    struct churn_arg *a = p;
+    for (int i = 0; i < 60; i++) {
+        int32_t v[16];
+        uint64_t id = (uint64_t)(i % 4);
+        if (read_chunk(a->e, id, v) != 0) {
+            a->bad++;
+            continue;
+        }
+        a->reads++;
+        /* chunk 0's first element is in ROI 0: input + 1, of one version of the input */
+        if (id == 0 && (v[0] - 1) % 1000 != 0)
+            a->bad++;
+    }
+    return NULL;
+}
+
+/* Input chunk 0.0 rewritten ten times and reported (as [input] watch does), and the result
+ * store compacted ([cache] max_size), while four threads open chunks: every read is of one
+ * version, the last one afterwards; nothing races (this test runs under ThreadSanitizer). */
+static void test_changes_under_readers(void)
+{
+    write_text("rois5.txt", "0:4, 0:4\n0:8, 2:6\n4:8, 0:4\n");
+    const char *ini = "[input]\npath = in.zarr\n[rois]\nfile = rois5.txt\n[process]\n"
+                      "builtin = add\nthreads = 2\n[cache]\ndir = cache5\n";
+    write_version(0);
+    struct task *t = open_task(ini);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct errbuf err;
+    CHECK(harness_start(t, &c, &e, &err) == 0);
+    pthread_t th[4];
+    struct churn_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct churn_arg){.e = e};
+        pthread_create(&th[i], NULL, churn_reader, &args[i]);
+    }
+    /* input chunk 0.0, the box [0, 4) x [0, 4) of the input */
+    const uint64_t lo[2] = {0, 0}, hi[2] = {4, 4};
+    uint64_t *stale = NULL;
+    for (int k = 1; k <= 10; k++) {
+        usleep(5000);
+        write_version(k);
+        engine_input_changed(e, lo, hi, 1, false, &stale);
+        free(stale);
+        if (k % 3 == 0) {
+            struct keyset *live = keyset_new(t->rois.n);
+            gc_current_results(t, NULL, live);
+            struct gc_report rep;
+            CHECK_EQ_INT(gc_collect(t, c, live, false, &rep, &err), 0);
+            keyset_free(live);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(args[i].bad, 0);
+        CHECK(args[i].reads > 0);
+    }
+    int32_t v[16];
+    CHECK_EQ_INT(read_chunk(e, 0, v), 0);
+    CHECK_EQ_INT(v[0], 10001);
+    /* reported, nothing read since: ROIs 0 and 1 read 0.0 and count as not done */
+    size_t n = engine_input_changed(e, lo, hi, 1, false, &stale);
+    CHECK_EQ_INT(n, 4); /* the chunks ROIs 0 and 1 touch: all four (ROI 2 reads 4:8 only) */
+    free(stale);
+    struct engine_progress pr;
+    engine_progress(e, &pr);
+    CHECK_EQ_INT(pr.rois_done, 1);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+    make_input(); /* the other tests' input */
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
@@ -360,6 +460,7 @@ int main(void)
     RUN(test_failure_then_retry);
     RUN(test_unlistable_cache_fails_create);
     RUN(test_eviction_never_fails_an_open);
+    RUN(test_changes_under_readers);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -1,9 +1,12 @@
-/* test_store.c: the result store (src/engine/store.c) and what it rests on: records appended
- * and found again after a reopen, a torn tail dropped and truncated by the next writer,
- * damaged records refused, packs rolling over, writers in several processes at once; the
- * crc32c fast path against the table; the key hash. */
+/* test_store.c: the result store (src/engine/store.c, store_gc.c) and what it rests on:
+ * records appended and found again after a reopen, a torn tail dropped and truncated by the
+ * next writer, damaged records refused, packs rolling over, writers in several processes at
+ * once; compaction keeping exactly what is wanted, seen by a store opened before it, killed at
+ * each step, and run while other processes append; the crc32c fast path against the table;
+ * the key hash. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +299,226 @@ static void test_concurrent_writers(void)
     store_pack_limit = 1ULL << 30;
 }
 
+/* ---- compaction ---- */
+
+/* Live: the records of who whose index is even (or, with all, every record of who). */
+struct live_set {
+    int who;
+    bool all;
+};
+
+static bool live_even(void *ctx, struct key128 k)
+{
+    const struct live_set *ls = ctx;
+    for (int i = 0; i < 400; i++)
+        if (key_eq(k, key_of(ls->who, i)))
+            return ls->all || i % 2 == 0;
+    return false;
+}
+
+static int count_packs(void)
+{
+    int n = 0;
+    for (int i = 1; i < 200; i++) {
+        char *p = pack_path(i);
+        n += file_size(p) >= 0;
+        free(p);
+    }
+    return n;
+}
+
+/* How many of records [from, to) of who the store holds (good or not). */
+static int count_has(struct store *s, int who, int from, int to)
+{
+    int n = 0;
+    for (int i = from; i < to; i++)
+        n += store_has(s, key_of(who, i));
+    return n;
+}
+
+static void test_compact_keeps_what_is_wanted(void)
+{
+    fresh("compact");
+    store_pack_limit = 16 << 10;
+    struct store *s = open_store();
+    CHECK_EQ_INT(put_many(s, 0, 0, 300), 0);
+    CHECK_EQ_INT(put_many(s, 1, 0, 20), 0); /* another job's: not wanted at all */
+    CHECK_EQ_INT(put_many(s, 0, 0, 10), 0); /* duplicates: the later copies are named */
+    struct store *other = open_store();     /* a process that looked before the compaction */
+    int packs = count_packs();
+    CHECK(packs > 5);
+    struct store_stats before, after;
+    store_get_stats(s, &before);
+    struct live_set ls = {0, false};
+    struct store_compaction c;
+    struct errbuf err = {{0}};
+    CHECK_EQ_INT(store_compact(s, live_even, &ls, &c, &err), 0);
+    CHECK_EQ_INT(c.kept, 150);
+    CHECK_EQ_INT(c.removed, 170);
+    CHECK(c.bytes_after < c.bytes_before / 2 + 8192);
+    CHECK(count_packs() < packs);
+    for (int i = 0; i < 300; i++)
+        CHECK_EQ_INT(store_has(s, key_of(0, i)), i % 2 == 0);
+    CHECK_EQ_INT(count_good(s, 0, 0, 300), 150);
+    CHECK_EQ_INT(count_has(s, 1, 0, 20), 0);
+    store_get_stats(s, &after);
+    CHECK_EQ_INT(after.results, 150);
+    CHECK(after.bytes < before.bytes);
+    /* the other store still reads what it knew (the removed packs stay open) until its next
+     * look, which finds the copies and lets the removed packs go */
+    CHECK_EQ_INT(count_good(other, 0, 0, 300), 300);
+    store_refresh(other);
+    CHECK_EQ_INT(count_good(other, 0, 0, 300), 150);
+    CHECK_EQ_INT(count_has(other, 0, 0, 300), 150);
+    struct store_stats ost;
+    store_get_stats(other, &ost);
+    CHECK_EQ_INT(ost.packs, count_packs());
+    /* both append on: nothing lands in a removed pack, each sees the other's */
+    CHECK_EQ_INT(put_many(other, 2, 0, 50), 0);
+    CHECK_EQ_INT(put_many(s, 3, 0, 50), 0);
+    store_refresh(s);
+    store_refresh(other);
+    CHECK_EQ_INT(count_good(s, 2, 0, 50), 50);
+    CHECK_EQ_INT(count_good(other, 3, 0, 50), 50);
+    store_close(other);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 300), 150);
+    CHECK_EQ_INT(count_good(s, 2, 0, 50) + count_good(s, 3, 0, 50), 100);
+    /* a second compaction with everything wanted changes nothing */
+    packs = count_packs();
+    ls.all = true;
+    ls.who = 0;
+    CHECK_EQ_INT(store_compact(s, live_even, &ls, &c, &err), 0);
+    CHECK_EQ_INT(c.removed, 100); /* 2's and 3's */
+    CHECK_EQ_INT(count_good(s, 0, 0, 300), 150);
+    store_close(s);
+    store_pack_limit = 1ULL << 30;
+}
+
+static int kill_at;
+
+static void kill_hook(int step)
+{
+    if (step == kill_at)
+        raise(SIGKILL);
+}
+
+/* Killed after the copies are written, after they are durable, after the first pack is
+ * removed; and a copy cut short (the newest pack truncated in the middle of a record): the
+ * next open finds every wanted record, and a complete compaction afterwards keeps them. */
+static void test_compact_killed_at_each_step(void)
+{
+    for (int step = 1; step <= 4; step++) {
+        char name[32];
+        snprintf(name, sizeof name, "killed%d", step);
+        fresh(name);
+        store_pack_limit = 16 << 10;
+        struct store *s = open_store();
+        CHECK_EQ_INT(put_many(s, 0, 0, 200), 0);
+        store_close(s);
+        int packs = count_packs();
+        pid_t pid = fork();
+        if (pid == 0) {
+            kill_at = step == 4 ? 1 : step;
+            store_compact_hook = kill_hook;
+            struct store *cs = open_store();
+            struct live_set ls = {0, false};
+            struct store_compaction c;
+            struct errbuf err = {{0}};
+            store_compact(cs, live_even, &ls, &c, &err);
+            _exit(3); /* never reached: the hook killed it */
+        }
+        int status;
+        CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status));
+        if (step == 4) { /* the kill came in the middle of writing the copies */
+            char *p = pack_path(packs + 1);
+            off_t sz = file_size(p);
+            CHECK(sz > 100);
+            CHECK(truncate(p, sz - 37) == 0);
+            free(p);
+        }
+        s = open_store();
+        for (int i = 0; i < 200; i += 2)
+            CHECK(store_has(s, key_of(0, i)));
+        CHECK_EQ_INT(count_good(s, 0, 0, 200) >= 100, 1);
+        for (int i = 0; i < 200; i += 2) {
+            uint16_t want[1000], got[1000];
+            size_t len = fill(0, i, want);
+            CHECK(store_get(s, key_of(0, i), got, len) == 0 && memcmp(want, got, len) == 0);
+        }
+        struct live_set ls = {0, false};
+        struct store_compaction c;
+        struct errbuf err = {{0}};
+        CHECK_EQ_INT(store_compact(s, live_even, &ls, &c, &err), 0);
+        CHECK_EQ_INT(count_good(s, 0, 0, 200), 100);
+        CHECK_EQ_INT(count_has(s, 0, 0, 200), 100);
+        store_close(s);
+        s = open_store();
+        CHECK_EQ_INT(count_good(s, 0, 0, 200), 100);
+        CHECK_EQ_INT(count_has(s, 0, 0, 200), 100);
+        store_close(s);
+        store_pack_limit = 1ULL << 30;
+    }
+}
+
+/* Wanted while others append: 0's even records and everything the writers 1..3 append. */
+static bool live_busy(void *ctx, struct key128 k)
+{
+    (void)ctx;
+    for (int w = 1; w <= 3; w++)
+        for (int i = 0; i < 150; i++)
+            if (key_eq(k, key_of(w, i)))
+                return true;
+    struct live_set ls = {0, false};
+    return live_even(&ls, k);
+}
+
+/* Three processes append while this one compacts again and again: nothing appended is lost,
+ * every wanted record stays, every other one goes. */
+static void test_compact_while_others_append(void)
+{
+    fresh("busy");
+    store_pack_limit = 32 << 10;
+    struct store *s = open_store();
+    CHECK_EQ_INT(put_many(s, 0, 0, 300), 0);
+    pid_t pids[3];
+    for (int w = 0; w < 3; w++) {
+        pids[w] = fork();
+        if (pids[w] == 0) {
+            struct store *cs = open_store();
+            int r = 0;
+            for (int i = 0; i < 150 && r == 0; i += 10) {
+                r = put_many(cs, w + 1, i, i + 10);
+                store_refresh(cs);
+            }
+            store_close(cs);
+            _exit(r == 0 ? 0 : 1);
+        }
+    }
+    struct store_compaction c;
+    struct errbuf err = {{0}};
+    for (int round = 0; round < 6; round++)
+        CHECK_EQ_INT(store_compact(s, live_busy, NULL, &c, &err), 0);
+    for (int w = 0; w < 3; w++) {
+        int status;
+        CHECK(waitpid(pids[w], &status, 0) == pids[w] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0);
+    }
+    store_refresh(s);
+    CHECK_EQ_INT(count_good(s, 0, 0, 300), 150);
+    for (int w = 1; w <= 3; w++)
+        CHECK_EQ_INT(count_good(s, w, 0, 150), 150);
+    store_close(s);
+    s = open_store();
+    CHECK_EQ_INT(count_good(s, 0, 0, 300), 150);
+    CHECK_EQ_INT(count_has(s, 0, 0, 300), 150);
+    for (int w = 1; w <= 3; w++)
+        CHECK_EQ_INT(count_good(s, w, 0, 150), 150);
+    store_close(s);
+    store_pack_limit = 1ULL << 30;
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/roifs-store-XXXXXX");
@@ -309,6 +532,9 @@ int main(void)
     RUN(test_damaged_records);
     RUN(test_packs_roll_over);
     RUN(test_concurrent_writers);
+    RUN(test_compact_keeps_what_is_wanted);
+    RUN(test_compact_killed_at_each_step);
+    RUN(test_compact_while_others_append);
     close(results_fd);
     close(locks_fd);
     char cmd[300];

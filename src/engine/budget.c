@@ -1,0 +1,118 @@
+/* budget.c: [cache] max_size over the whole cache directory of an engine, its chunk files
+ * and its result store. Beyond the limit, results no current key names go first (the store
+ * is compacted), then the least recently used chunk files (made again from the stored
+ * results, without the processor); the current results themselves are never evicted, since
+ * they are the only copy of the work. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "engine_internal.h"
+#include "gc.h"
+#include "store.h"
+
+static uint64_t result_bytes(struct engine *e)
+{
+    struct store_stats ss;
+    store_get_stats(cache_store(e->c), &ss);
+    return ss.bytes;
+}
+
+/* The keys every ROI needs now: those its slot holds or waits for, those chunk jobs will
+ * paste, and its key with the input as it is now (no lock held; takes it). */
+static struct keyset *live_keys(struct engine *e)
+{
+    const struct task *t = e->t;
+    struct keyset *ks = keyset_new(t->rois.n);
+    pthread_mutex_lock(&e->lock);
+    for (size_t r = 0; r < t->rois.n; r++)
+        if (e->rois[r].state != RS_IDLE && e->rois[r].state != RS_FAILED)
+            keyset_add(ks, e->rois[r].key);
+    for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
+        for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext)
+            for (size_t i = 0; i < job->nrois && job->scheduled; i++)
+                keyset_add(ks, job->use[i]);
+    pthread_mutex_unlock(&e->lock);
+    gc_current_results(t, NULL, ks);
+    return ks;
+}
+
+/* Compacts the result store without what no current key names (no lock held). */
+static void drop_unused(struct engine *e, struct keyset *live)
+{
+    struct keyset *own = live ? NULL : live_keys(e);
+    struct gc_report rep;
+    struct errbuf err = {{0}};
+    int r = gc_collect(e->t, e->c, live ? live : own, false, &rep, &err);
+    keyset_free(own);
+    if (r == -EBUSY)
+        log_info("[cache] max_size: unused results kept: %s", err.msg);
+    else if (r < 0)
+        log_warn("[cache] max_size: cannot remove unused results: %s", err.msg);
+    else
+        log_info("[cache] max_size: %zu unused results removed (%llu bytes)", rep.results_removed,
+                 (unsigned long long)(rep.results_bytes_before - rep.results_bytes_after));
+    pthread_mutex_lock(&e->lock);
+    if (r == 0)
+        e->n_unused = 0;
+    e->results_evicted += r == 0 ? rep.results_removed : 0;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Evicts chunk files (never keep) until the cache is within the limit. */
+static void evict_chunks(struct engine *e, uint64_t keep)
+{
+    uint64_t rb = result_bytes(e);
+    struct evict_victim *victims = NULL;
+    pthread_mutex_lock(&e->lock);
+    evict_set_other(e->evict, rb);
+    size_t n = evict_victims(e->evict, keep, &victims);
+    bool warn = rb > e->opts.max_size && !e->budget_warned;
+    e->budget_warned = e->budget_warned || warn;
+    pthread_mutex_unlock(&e->lock);
+    if (warn)
+        log_warn("[cache] max_size (%llu bytes) is below the %llu bytes of ROI results the "
+                 "cache must keep: chunk files are kept only while they are read",
+                 (unsigned long long)e->opts.max_size, (unsigned long long)rb);
+    for (size_t i = 0; i < n; i++)
+        engine_evict_chunk(e, &victims[i]);
+    free(victims);
+}
+
+static bool over_limit(struct engine *e)
+{
+    uint64_t rb = result_bytes(e), usage, max, evicted;
+    pthread_mutex_lock(&e->lock);
+    evict_set_other(e->evict, rb);
+    evict_stats(e->evict, &usage, &max, &evicted);
+    bool over = usage > max;
+    pthread_mutex_unlock(&e->lock);
+    return over;
+}
+
+void engine_budget_start(struct engine *e, struct keyset *live)
+{
+    evict_settle_order(e->evict);
+    if (over_limit(e) && e->n_unused > 0)
+        drop_unused(e, live);
+    evict_chunks(e, UINT64_MAX);
+}
+
+void engine_budget_check(struct engine *e, uint64_t keep)
+{
+    pthread_mutex_lock(&e->lock);
+    bool collect = e->n_unused > 0 && !e->collecting;
+    pthread_mutex_unlock(&e->lock);
+    if (collect && over_limit(e)) {
+        pthread_mutex_lock(&e->lock);
+        collect = !e->collecting; /* one compaction at a time */
+        e->collecting = true;
+        pthread_mutex_unlock(&e->lock);
+        if (collect) {
+            drop_unused(e, NULL);
+            pthread_mutex_lock(&e->lock);
+            e->collecting = false;
+            pthread_mutex_unlock(&e->lock);
+        }
+    }
+    evict_chunks(e, keep);
+}

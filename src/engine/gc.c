@@ -1,0 +1,307 @@
+/* gc.c: the census of a cache directory for a task and its garbage collection (gc.h): ROI
+ * results are judged by the keys of the task's ROIs with the input as it is now, chunk files
+ * by their record against the chunk's key now. */
+#include "gc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache_internal.h"
+#include "engine.h"
+#include "store.h"
+
+/* Temporary files older than this were left by a writer that died. */
+#define LEFTOVER_AGE_S 3600
+
+/* ---- key sets ---- */
+
+struct keyset {
+    struct key128 *tab;
+    bool *used;
+    size_t cap, n;
+};
+
+static size_t ks_slot(const struct keyset *ks, struct key128 k)
+{
+    size_t i = (size_t)(k.lo ^ (k.hi >> 11)) & (ks->cap - 1);
+    while (ks->used[i] && !key_eq(ks->tab[i], k))
+        i = (i + 1) & (ks->cap - 1);
+    return i;
+}
+
+struct keyset *keyset_new(size_t hint)
+{
+    struct keyset *ks = xcalloc(1, sizeof *ks);
+    ks->cap = 64;
+    while (ks->cap < 2 * hint)
+        ks->cap *= 2;
+    ks->tab = xcalloc(ks->cap, sizeof *ks->tab);
+    ks->used = xcalloc(ks->cap, sizeof *ks->used);
+    return ks;
+}
+
+void keyset_free(struct keyset *ks)
+{
+    if (!ks)
+        return;
+    free(ks->tab);
+    free(ks->used);
+    free(ks);
+}
+
+void keyset_add(struct keyset *ks, struct key128 k)
+{
+    if (2 * (ks->n + 1) > ks->cap) {
+        struct keyset old = *ks;
+        ks->cap *= 2;
+        ks->tab = xcalloc(ks->cap, sizeof *ks->tab);
+        ks->used = xcalloc(ks->cap, sizeof *ks->used);
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.used[i]) {
+                size_t j = ks_slot(ks, old.tab[i]);
+                ks->tab[j] = old.tab[i];
+                ks->used[j] = true;
+            }
+        free(old.tab);
+        free(old.used);
+    }
+    size_t i = ks_slot(ks, k);
+    if (!ks->used[i]) {
+        ks->used[i] = true;
+        ks->tab[i] = k;
+        ks->n++;
+    }
+}
+
+bool keyset_has(const struct keyset *ks, struct key128 k)
+{
+    return ks->used[ks_slot(ks, k)];
+}
+
+bool keyset_live(void *ctx, struct key128 k)
+{
+    return keyset_has(ctx, k);
+}
+
+void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks)
+{
+    struct zarr_sigmemo *own = memo ? NULL : zarr_sigmemo_new();
+    for (size_t r = 0; r < t->rois.n; r++)
+        keyset_add(ks, engine_roi_key(t, (uint32_t)r,
+                                      engine_roi_sig_now(t, (uint32_t)r, memo ? memo : own)));
+    zarr_sigmemo_free(own);
+}
+
+/* ---- chunk files ---- */
+
+enum chunk_verdict { CV_CURRENT, CV_STALE, CV_GONE };
+
+/* Judges chunk file id by its record against the chunk's key as the input is now; *size gets
+ * its size. */
+static enum chunk_verdict judge_chunk(const struct task *t, struct cache *c, uint64_t id,
+                                      struct zarr_sigmemo *memo, uint64_t *size)
+{
+    int fd;
+    *size = 0;
+    if (cache_chunk_open_plain(c, id, &fd) < 0)
+        return CV_GONE;
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        *size = (uint64_t)st.st_size;
+    enum chunk_verdict v = CV_STALE;
+    struct cache_chunk_meta m;
+    if (task_chunk_present(t, id) && cache_chunk_meta_of(c, id, fd, &m) == 0 && m.length == *size) {
+        struct chunk_keys k;
+        engine_chunk_keys_now(t, id, memo, &k);
+        if (key_eq(m.key, k.chunk))
+            v = CV_CURRENT;
+        chunk_keys_free(&k);
+    }
+    close(fd);
+    return v;
+}
+
+struct census_walk {
+    const struct task *t;
+    struct cache *c;
+    struct zarr_sigmemo *memo;
+    struct gc_census *cs;
+    struct gc_report *rep; /* collecting: remove what is stale */
+};
+
+static void census_chunk(void *ctx, uint64_t id)
+{
+    struct census_walk *w = ctx;
+    uint64_t size;
+    enum chunk_verdict v = judge_chunk(w->t, w->c, id, w->memo, &size);
+    if (v == CV_GONE)
+        return;
+    if (w->cs) {
+        w->cs->chunk_bytes += size;
+        if (v == CV_CURRENT)
+            w->cs->chunks_current++;
+        else
+            w->cs->chunks_stale++, w->cs->chunks_stale_bytes += size;
+        return;
+    }
+    if (v == CV_CURRENT)
+        return;
+    /* Under the chunk's lock, and judged again: a writer holds it until its file is in place,
+     * so what is removed is never a current file written meanwhile. */
+    int lock = cache_lock_chunk(w->c, id, false);
+    if (lock == -EWOULDBLOCK) {
+        w->rep->chunks_busy++;
+        return;
+    }
+    if (judge_chunk(w->t, w->c, id, w->memo, &size) == CV_STALE) {
+        cache_chunk_remove(w->c, id);
+        w->rep->chunks_removed++;
+        w->rep->chunk_bytes_removed += size;
+    }
+    cache_unlock(w->c, lock);
+}
+
+/* Removes what writers that died left in chunks/: temporary files older than an hour and
+ * sidecars whose data file is gone. */
+static size_t remove_leftovers(struct cache *c)
+{
+    int own = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = own >= 0 ? fdopendir(own) : NULL;
+    if (!d) {
+        if (own >= 0)
+            close(own);
+        return 0;
+    }
+    size_t n = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        struct stat st;
+        if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        bool gone = false;
+        if (strncmp(name, ".tmp.", 5) == 0 || strncmp(name, ".probe.", 7) == 0) {
+            gone = now - st.st_mtime > LEFTOVER_AGE_S;
+        } else {
+            const char *dot = strstr(name, ".meta");
+            uint64_t id;
+            char data[32];
+            if (dot && strcmp(dot, ".meta") == 0 && (size_t)(dot - name) < sizeof data) {
+                snprintf(data, sizeof data, "%.*s", (int)(dot - name), name);
+                gone = parse_u64(data, &id) == 0 && !cache_chunk_exists(c, id) &&
+                       now - st.st_mtime > LEFTOVER_AGE_S;
+            }
+        }
+        if (gone && unlinkat(c->chunks_fd, name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---- the census ---- */
+
+struct result_walk {
+    struct keyset *current;
+    struct gc_census *cs;
+};
+
+static void census_result(void *ctx, struct key128 k, const struct store_info *info)
+{
+    struct result_walk *w = ctx;
+    w->cs->results_bytes += info->stored_len;
+    if (keyset_has(w->current, k)) {
+        if (info->made && (!w->cs->made_min || info->made < w->cs->made_min))
+            w->cs->made_min = info->made;
+        if (info->made > w->cs->made_max)
+            w->cs->made_max = info->made;
+        return;
+    }
+    w->cs->results_unused++;
+    w->cs->results_unused_bytes += info->stored_len;
+}
+
+void gc_results_made(const struct task *t, struct cache *c, size_t *cached, uint32_t *made_min,
+                     uint32_t *made_max)
+{
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    *cached = 0;
+    *made_min = *made_max = 0;
+    for (size_t r = 0; r < t->rois.n; r++) {
+        struct store_info info;
+        if (!store_lookup(cache_store(c),
+                          engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)),
+                          &info))
+            continue;
+        ++*cached;
+        if (info.made && (!*made_min || info.made < *made_min))
+            *made_min = info.made;
+        if (info.made > *made_max)
+            *made_max = info.made;
+    }
+    zarr_sigmemo_free(memo);
+}
+
+void gc_census(const struct task *t, struct cache *c, struct gc_census *cs)
+{
+    memset(cs, 0, sizeof *cs);
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct store *st = cache_store(c);
+    struct keyset *current = keyset_new(t->rois.n);
+    for (size_t r = 0; r < t->rois.n; r++) {
+        struct key128 k = engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo));
+        keyset_add(current, k);
+        if (store_has(st, k))
+            cs->rois_cached++;
+        else
+            cs->rois_to_compute++;
+    }
+    struct result_walk rw = {current, cs};
+    store_each(st, census_result, &rw);
+    struct census_walk w = {.t = t, .c = c, .memo = memo, .cs = cs};
+    cache_chunk_each(c, census_chunk, &w); /* the files there are, not the whole grid */
+    uint64_t present = task_chunks_present(t);
+    cs->chunks_to_compute = present > cs->chunks_current ? present - cs->chunks_current : 0;
+    keyset_free(current);
+    zarr_sigmemo_free(memo);
+}
+
+/* ---- collecting ---- */
+
+int gc_collect(const struct task *t, struct cache *c, struct keyset *live, bool chunks,
+               struct gc_report *rep, struct errbuf *err)
+{
+    memset(rep, 0, sizeof *rep);
+    char who[4200];
+    int r = cache_other_version(c, who, sizeof who);
+    if (r > 0)
+        return err_set(err, -EBUSY,
+                       "%s: in use by %s, which serves another version of this configuration "
+                       "(edited since it started): what it needs would look unused",
+                       cache_path(c), who);
+    struct store_compaction sc;
+    r = store_compact(cache_store(c), keyset_live, live, &sc, err);
+    struct store_stats ss;
+    store_get_stats(cache_store(c), &ss);
+    rep->results_kept = ss.results;
+    rep->results_removed = sc.removed;
+    rep->results_bytes_before = sc.bytes_before;
+    rep->results_bytes_after = sc.bytes_after;
+    if (r < 0 || !chunks)
+        return r;
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct census_walk w = {.t = t, .c = c, .memo = memo, .rep = rep};
+    cache_chunk_each(c, census_chunk, &w);
+    zarr_sigmemo_free(memo);
+    rep->leftovers_removed = remove_leftovers(c);
+    return 0;
+}

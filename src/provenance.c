@@ -1,0 +1,93 @@
+/* provenance.c: the "roifs" attribute of the presented array (provenance.h). */
+#include "provenance.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "task.h"
+
+/* The files the processor runs, from the processor identity's "file PATH SIZE HASH" lines
+ * (task.c): {PATH: {"size": SIZE, "hash": HASH}}. */
+static json_t *processor_files(const struct task *t)
+{
+    json_t *files = json_object();
+    const char *p = t->result_identity;
+    while (p && *p) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > 5 && strncmp(p, "file ", 5) == 0) {
+            char *line = xasprintf("%.*s", (int)len, p);
+            char *hash = strrchr(line, ' ');
+            *hash++ = '\0';
+            char *size = strrchr(line, ' ');
+            *size++ = '\0';
+            json_object_set_new(
+                files, line + 5,
+                json_pack("{s:I, s:s}", "size", (json_int_t)strtoll(size, NULL, 10), "hash", hash));
+            free(line);
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return files;
+}
+
+void *provenance_new(const struct task *t)
+{
+    json_t *params = json_object();
+    for (int i = 0; i < t->cfg.nparams; i++)
+        json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
+    char fp[32], id[33];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
+    key_hex(t->result_id, id);
+    return json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o, s:s, s:o}, s:I, s:s}", "version",
+                     ROIFS_VERSION, "config", t->cfg.path, "input", t->cfg.input_path, "processor",
+                     "kind", proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params",
+                     params, "identity", id, "files", processor_files(t), "rois",
+                     (json_int_t)t->rois.n, "fingerprint", fp);
+}
+
+static json_t *iso_time(int64_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    char buf[32];
+    if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return json_null();
+    return json_string(buf);
+}
+
+/* Sets attrs.roifs.results (attrs: an object holding "roifs"). */
+static void set_results(json_t *attrs, json_t *results)
+{
+    json_t *prov = json_object_get(attrs, "roifs");
+    if (json_is_object(prov))
+        json_object_set(prov, "results", results);
+}
+
+static char *dump(json_t *v)
+{
+    return json_dumps(v, JSON_INDENT(4) | JSON_SORT_KEYS);
+}
+
+void provenance_set_results(struct task *t, const struct provenance_results *r)
+{
+    json_t *results =
+        json_pack("{s:I, s:I, s:o, s:o, s:o}", "cached_at_start", (json_int_t)r->cached, "rois",
+                  (json_int_t)r->total, "made_from", iso_time(r->made_min), "made_until",
+                  iso_time(r->made_max), "started", iso_time(r->started));
+    json_t *attrs = json_loads(t->zattrs_json, 0, NULL);
+    if (json_is_object(attrs)) {
+        set_results(attrs, results);
+        free(t->zattrs_json);
+        t->zattrs_json = dump(attrs);
+        if (t->out.format == 3) {
+            free(t->zarr_json);
+            t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, t->dimension_names);
+        }
+    }
+    json_decref(attrs);
+    json_decref(results);
+}
