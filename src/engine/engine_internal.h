@@ -69,6 +69,7 @@ struct chunk_job {
     bool demanded;
     bool locked_elsewhere; /* another process holds the chunk's lock: the poller waits for it */
     bool cached_already;   /* found current once locked: nothing to assemble (fd is it) */
+    bool failed;           /* a ROI failed: its waiters had EIO; held until the rest is stored */
     int fd;                /* cached_already: the current chunk file, else -1 */
     int lock;              /* the chunk's cache lock, or -1 */
     bool replaced;         /* a cached version that was not current is being replaced */

@@ -241,6 +241,11 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
         log_warn("chunk %llu: cannot take its lock (%s); computing it unlocked",
                  (unsigned long long)id, strerror(-lock));
     job->lock = lock;
+    /* The caller looked in the store before the lock was ours: another process may have
+     * stored the chunk's results and let the lock go since. A look now, under the lock, so
+     * that they are not computed again (two system calls when nothing changed; the caller's
+     * look, outside the engine's lock, did the scanning). */
+    store_refresh(cache_store(e->c));
     job_schedule(e, job);
     return job;
 }
@@ -368,17 +373,20 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
         engine_record_error(e, r, errmsg);
     }
     memcpy(idx, c0, sizeof(uint64_t) * nd);
-    for (;;) {
+    do {
         struct chunk_job *job = engine_job_find(e, nd_linear(idx, t->grid, nd));
         size_t i = job && job->scheduled ? job_index_of(job, r) : 0;
         if (job && job->scheduled && i < job->nrois && job->waits[i]) {
             job->waits[i] = 0;
             if (res) {
                 job->use[i] = s->key; /* what it was made from, maybe newer than wanted */
-                if (--job->pending == 0)
-                    asm_enqueue(e, job);
-            } else {
-                struct waiter *w = engine_job_remove(e, job);
+            } else if (!job->failed) {
+                /* Its readers fail now, but the job, and the chunk's lock, stay until the
+                 * other ROIs it asked for are done and stored (engine_run_assembly): released
+                 * now, another process would take the lock and compute them again. */
+                job->failed = true;
+                struct waiter *w = job->waiters;
+                job->waiters = NULL;
                 while (w) {
                     struct waiter *next = w->next;
                     w->next = failed;
@@ -386,15 +394,10 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
                     w = next;
                 }
             }
+            if (--job->pending == 0)
+                asm_enqueue(e, job);
         }
-        int d = nd - 1;
-        while (d >= 0 && ++idx[d] == c1[d]) {
-            idx[d] = c0[d];
-            d--;
-        }
-        if (d < 0)
-            break;
-    }
+    } while (nd_next_index(idx, c0, c1, nd));
     slot_settle(e, r);
     pthread_mutex_unlock(&e->lock);
     engine_flush_unstored(e);
@@ -461,7 +464,8 @@ static int write_counted(struct engine *e, uint64_t id, const void *data, size_t
 }
 
 /* Assembles the job's chunk, stores its new results and writes the chunk file (no lock
- * held): 0 with *fd a read-only descriptor of the file written; on -ENOENT, *bad names the result that is missing. */
+ * held): 0 with *fd a read-only descriptor of the file written; on -ENOENT, *bad names the result
+ * that is missing. */
 static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, uint64_t *len,
                       size_t *bad, struct errbuf *err)
 {
@@ -479,8 +483,31 @@ static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, ui
     return rc;
 }
 
+/* A job one of whose ROIs failed, once the others it asked for are done: stores their
+ * results while the chunk's lock is still ours, then lets it go; an open that came in the
+ * meantime gets an attempt of its own. */
+static void finish_failed_job(struct engine *e, struct chunk_job *job)
+{
+    uint64_t id = job->id;
+    engine_store_job_results(e, job);
+    pthread_mutex_lock(&e->lock);
+    struct waiter *w = engine_job_remove(e, job);
+    pthread_mutex_unlock(&e->lock);
+    engine_flush_unstored(e);
+    while (w) {
+        struct waiter *next = w->next;
+        engine_open_chunk(e, id, w->cb, w->ctx);
+        free(w);
+        w = next;
+    }
+}
+
 void engine_run_assembly(struct engine *e, struct chunk_job *job)
 {
+    if (job->failed) {
+        finish_failed_job(e, job);
+        return;
+    }
     struct errbuf err = {{0}};
     size_t bad = SIZE_MAX;
     /* Unlocked: off the assembly queue the job is this thread's until it is removed or waits
