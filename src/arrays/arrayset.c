@@ -80,8 +80,8 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
     uint64_t version = task_version(s->arrays[0].task); /* every level serves that version */
     for (size_t i = 0; i < s->n; i++) {
         const struct task *t = s->arrays[i].task;
-        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version,
-                           &s->arrays[i].cache, err);
+        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version, &s->arrays[i].cache,
+                           err);
         if (r < 0)
             return r;
     }
@@ -235,8 +235,8 @@ void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, 
         if (i > 0) { /* a level: where the chunks of the level above that changed go */
             free(lo);
             free(hi);
-            nboxes = pyramid_changed_boxes(s->pyramid, s->arrays[i].level, chunks, nboxes, &lo,
-                                           &hi);
+            nboxes =
+                pyramid_changed_boxes(s->pyramid, s->arrays[i].level, chunks, nboxes, &lo, &hi);
         }
         free(chunks);
         nboxes = engine_input_changed(s->arrays[i].engine, lo, hi, nboxes, all, &chunks);

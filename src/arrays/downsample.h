@@ -1,6 +1,6 @@
 /* downsample.h: the arithmetic of one pyramid level, with no engine: which box of the level
- * above a box of the level reduces (its footprint) and back (its image), and the reduction of each 2x2 block of y
- * and x (the mean, or the top-left element). */
+ * above a box of the level reduces (its footprint) and back (its image), and the reduction of each
+ * 2x2 block of y and x (the mean, or the top-left element). */
 #ifndef ROIFS_DOWNSAMPLE_H
 #define ROIFS_DOWNSAMPLE_H
 

@@ -17,6 +17,21 @@ static uint64_t result_bytes(struct engine *e)
     return ss.bytes;
 }
 
+/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. Only
+ * the file that was counted goes: one that another job or process renamed over it since (a
+ * newer version, which that job counts) stays, and so does one whose lock is held. */
+static void evict_chunk(struct engine *e, const struct evict_victim *v)
+{
+    int r = cache_chunk_remove_if(e->c, v->id, v->ino);
+    log_debug("chunk %llu: %s ([cache] max_size)", (unsigned long long)v->id,
+              r == 0 ? "evicted from the cache" : "not evicted: being made or made again");
+    pthread_mutex_lock(&e->lock);
+    bool uncounted = e->nstale && engine_stale_take(e, v->id); /* taken out already */
+    if (!uncounted && e->n_cached && (r == 0 || r == -ENOENT))
+        e->n_cached--; /* a file that stays (a newer one) was counted when it replaced it */
+    pthread_mutex_unlock(&e->lock);
+}
+
 /* The keys every ROI needs now: those its slot holds or waits for, those chunk jobs will
  * paste, and its key with the input as it is now (no lock held; takes it). */
 static struct keyset *live_keys(struct engine *e)
@@ -74,7 +89,7 @@ static void evict_chunks(struct engine *e, uint64_t keep)
                  "cache must keep: chunk files are kept only while they are read",
                  (unsigned long long)e->opts.max_size, (unsigned long long)rb);
     for (size_t i = 0; i < n; i++)
-        engine_evict_chunk(e, &victims[i]);
+        evict_chunk(e, &victims[i]);
     free(victims);
 }
 

@@ -99,8 +99,7 @@ static void ids_unique(struct ids *l)
 }
 
 /* Adds the ids of the chunk grid indices [c0, c1) of t to out. */
-static void add_range(const struct task *t, const uint64_t *c0, const uint64_t *c1,
-                      struct ids *out)
+static void add_range(const struct task *t, const uint64_t *c0, const uint64_t *c1, struct ids *out)
 {
     int nd = t->out.ndim;
     for (int d = 0; d < nd; d++)

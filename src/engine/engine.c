@@ -114,8 +114,15 @@ static void *worker_main(void *arg)
             e->asm_head = job->qnext;
             if (!e->asm_head)
                 e->asm_tail = NULL;
+            uint64_t id = job->id;
             pthread_mutex_unlock(&e->lock);
-            engine_run_assembly(e, job);
+            struct waiter *again = engine_run_assembly(e, job);
+            while (again) { /* came to a failed job: an attempt of their own */
+                struct waiter *next = again->next;
+                engine_open_chunk(e, id, again->cb, again->ctx);
+                free(again);
+                again = next;
+            }
             pthread_mutex_lock(&e->lock);
             continue;
         }

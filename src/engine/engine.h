@@ -71,9 +71,9 @@ struct engine_progress {
     bool cache_limited; /* [cache] max_size: the cache_ and results_evicted ones are counted */
     uint64_t cache_bytes, cache_max_size, cache_evicted;
     uint64_t cache_chunk_bytes, cache_result_bytes; /* cache_bytes: chunk files and results */
-    size_t results_evicted; /* unused results compacted away for max_size */
-    uint64_t results_stored, results_damaged; /* records in the result store */
-    double uptime;                            /* seconds since the engine started */
+    size_t results_evicted;                         /* unused results compacted away for max_size */
+    uint64_t results_stored, results_damaged;       /* records in the result store */
+    double uptime;                                  /* seconds since the engine started */
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
 

@@ -203,10 +203,9 @@ bool engine_has_failed_roi(struct engine *e, size_t row);
 /* The next queued ROI to compute, demanded ones first (lock held). */
 bool engine_pop_roi(struct engine *e, uint32_t *r);
 /* Assembles a job taken off the assembly queue, writes its chunk and answers its waiters
- * (no lock held). */
-void engine_run_assembly(struct engine *e, struct chunk_job *job);
-/* Removes a chunk file evict_victims chose, if it is still that file (no lock held). */
-void engine_evict_chunk(struct engine *e, const struct evict_victim *v);
+ * (no lock held). A job one of whose ROIs failed (its waiters had EIO) is stored and let go
+ * instead: returned are the waiters that came since, which the caller opens again. */
+struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job);
 /* The thread that polls the chunk locks other processes hold. */
 void *engine_poller_main(void *arg);
 

@@ -406,21 +406,6 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
 
 /* ---- chunk assembly ---- */
 
-/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. Only
- * the file that was counted goes: one that another job or process renamed over it since (a
- * newer version, which that job counts) stays, and so does one whose lock is held. */
-void engine_evict_chunk(struct engine *e, const struct evict_victim *v)
-{
-    int r = cache_chunk_remove_if(e->c, v->id, v->ino);
-    log_debug("chunk %llu: %s ([cache] max_size)", (unsigned long long)v->id,
-              r == 0 ? "evicted from the cache" : "not evicted: being made or made again");
-    pthread_mutex_lock(&e->lock);
-    bool uncounted = e->nstale && engine_stale_take(e, v->id); /* taken out already */
-    if (!uncounted && e->n_cached && (r == 0 || r == -ENOENT))
-        e->n_cached--; /* a file that stays (a newer one) was counted when it replaced it */
-    pthread_mutex_unlock(&e->lock);
-}
-
 /* A stored result the job needs turned out missing or damaged: compute it again, then
  * assemble once more (lock held). */
 static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
@@ -484,30 +469,22 @@ static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, ui
 }
 
 /* A job one of whose ROIs failed, once the others it asked for are done: stores their
- * results while the chunk's lock is still ours, then lets it go; an open that came in the
- * meantime gets an attempt of its own. */
-static void finish_failed_job(struct engine *e, struct chunk_job *job)
+ * results while the chunk's lock is still ours, then lets it go. Returns the waiters that
+ * came in the meantime, each to get an attempt of its own. */
+static struct waiter *finish_failed_job(struct engine *e, struct chunk_job *job)
 {
-    uint64_t id = job->id;
     engine_store_job_results(e, job);
     pthread_mutex_lock(&e->lock);
     struct waiter *w = engine_job_remove(e, job);
     pthread_mutex_unlock(&e->lock);
     engine_flush_unstored(e);
-    while (w) {
-        struct waiter *next = w->next;
-        engine_open_chunk(e, id, w->cb, w->ctx);
-        free(w);
-        w = next;
-    }
+    return w;
 }
 
-void engine_run_assembly(struct engine *e, struct chunk_job *job)
+struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
 {
-    if (job->failed) {
-        finish_failed_job(e, job);
-        return;
-    }
+    if (job->failed)
+        return finish_failed_job(e, job);
     struct errbuf err = {{0}};
     size_t bad = SIZE_MAX;
     /* Unlocked: off the assembly queue the job is this thread's until it is removed or waits
@@ -522,7 +499,7 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
         pthread_mutex_lock(&e->lock);
         job_retry_roi(e, job, bad);
         pthread_mutex_unlock(&e->lock);
-        return;
+        return NULL;
     }
     if (rc < 0)
         log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
@@ -550,6 +527,7 @@ void engine_run_assembly(struct engine *e, struct chunk_job *job)
     engine_notify(e, w, rc == 0 ? fd : -1, rc == 0 ? 0 : -EIO, flags);
     if (rc < 0 && fd >= 0)
         close(fd);
+    return NULL;
 }
 
 /* ---- the compute pool ---- */

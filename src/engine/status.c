@@ -44,12 +44,12 @@ json_t *engine_status(struct engine *e)
                       (json_int_t)p.cache_result_bytes, "max_size", (json_int_t)p.cache_max_size,
                       "evicted", (json_int_t)p.cache_evicted, "results_evicted",
                       (json_int_t)p.results_evicted));
-    json_object_set_new(doc, "results",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "stored", (json_int_t)p.results_stored,
-                                  "reused", (json_int_t)p.results_reused, "cached_at_start",
-                                  (json_int_t)p.results_at_start, "computed",
-                                  (json_int_t)p.rois_computed, "damaged",
-                                  (json_int_t)p.results_damaged));
+    json_object_set_new(
+        doc, "results",
+        json_pack("{s:I, s:I, s:I, s:I, s:I}", "stored", (json_int_t)p.results_stored, "reused",
+                  (json_int_t)p.results_reused, "cached_at_start", (json_int_t)p.results_at_start,
+                  "computed", (json_int_t)p.rois_computed, "damaged",
+                  (json_int_t)p.results_damaged));
     char *input_error = engine_input_error(e);
     if (input_error)
         json_object_set_new(doc, "input_error", json_string(input_error));

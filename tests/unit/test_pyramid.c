@@ -1,5 +1,6 @@
 /* test_pyramid.c: the pyramid of [output] ome = true. Its arithmetic (src/arrays/downsample.c)
- * against references written here: footprints and 2x2 reductions, mean (rounded half to even,
+ * against references written here: footprints and their inverse (a change's image), 2x2
+ * reductions, mean (rounded half to even,
  * exact for 64-bit integers) and nearest, odd sizes, y and x anywhere among three dimensions;
  * and the levels as arrays of the set (src/arrays/pyramid.c, arrayset.c): every chunk of every
  * level read through its engine equals the reference pyramid of the input, the tree and the
@@ -41,6 +42,36 @@ static void test_footprint(void)
     uint64_t up2[3] = {6, 5, 7}, d0[3] = {1, 2, 3}, ds[3] = {2, 3, 1};
     downsample_footprint(&h, up2, d0, ds, f0, fs);
     CHECK(f0[0] == 2 && fs[0] == 4 && f0[1] == 2 && fs[1] == 3 && f0[2] == 6 && fs[2] == 1);
+}
+
+/* The image of a box of the level above (where a change of it reaches) is exactly the
+ * elements of the level whose footprint touches it: every box of a 7 x 5 x 3 level above
+ * against every element of the level below, y and x the first and last dimensions. */
+static void test_image_is_what_the_footprint_touches(void)
+{
+    struct downsample g = {.ndim = 3, .axis_y = 0, .axis_x = 2};
+    uint64_t up[3] = {7, 5, 3}, lv[3] = {4, 5, 2};
+    int bad = 0;
+    uint64_t u0[3], u1[3];
+    for (u0[0] = 0; u0[0] < up[0]; u0[0]++)
+        for (u1[0] = u0[0] + 1; u1[0] <= up[0]; u1[0]++)
+            for (u0[2] = 0; u0[2] < up[2]; u0[2]++)
+                for (u1[2] = u0[2] + 1; u1[2] <= up[2]; u1[2]++) {
+                    u0[1] = 1, u1[1] = 3;
+                    uint64_t b0[3], b1[3], e[3] = {0, 0, 0}, one[3] = {1, 1, 1};
+                    downsample_image(&g, u0, u1, b0, b1);
+                    do {
+                        uint64_t f0[3], fs[3];
+                        downsample_footprint(&g, up, e, one, f0, fs);
+                        bool touches = true, inside = true;
+                        for (int d = 0; d < 3; d++) {
+                            touches = touches && f0[d] < u1[d] && u0[d] < f0[d] + fs[d];
+                            inside = inside && b0[d] <= e[d] && e[d] < b1[d];
+                        }
+                        bad += touches != inside;
+                    } while (nd_next_index(e, NULL, lv, 3));
+                }
+    CHECK_EQ_INT(bad, 0);
 }
 
 /* Rounds to the nearest integer, halves to the even one. */
@@ -291,6 +322,7 @@ int main(void)
         return 1;
     log_open_stderr(false);
     RUN(test_footprint);
+    RUN(test_image_is_what_the_footprint_touches);
     RUN(test_reduce_mean_and_nearest);
     RUN(test_reduce_wide_and_float);
     RUN(test_levels_through_engines);
