@@ -155,7 +155,7 @@ static void flip_byte(const char *name)
 {
     char *p = path_of(name);
     int fd = open(p, O_RDWR);
-    char b;
+    char b = 0;
     CHECK(fd >= 0 && pread(fd, &b, 1, 0) == 1);
     b ^= 0x55;
     CHECK(pwrite(fd, &b, 1, 0) == 1);
