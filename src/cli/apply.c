@@ -163,7 +163,7 @@ static int fsync_dir(int infd, const char *dir)
 static int replace_file(struct apply *a, uint64_t id, int fd, struct errbuf *err)
 {
     char key[ROIFS_MAX_DIM * 24 + 4], dir[sizeof key], tmp[sizeof key + 32];
-    zarr_input_storage_key(a->t->input, id, key, sizeof key);
+    zarr_input_storage_key(a->t->reader, id, key, sizeof key);
     key_paths(key, dir, sizeof dir, tmp, sizeof tmp);
     if (*dir) {
         char *full = path_join(a->input_path, dir);
@@ -304,7 +304,7 @@ static int apply_run(struct apply *a, bool again)
                             .chunk_ready = chunk_ready,
                             .ctx = a,
                             .describe = describe};
-    r = run_chunks(a->t, a->c, &spec);
+    r = run_chunks(a->set, &spec);
     if (r == 0 && a->plan.nreplaced == a->plan.nwritten)
         return finish(a);
     run_message("roifs: apply: %llu of %llu chunk files replaced; run the same command again "
@@ -320,8 +320,15 @@ int cmd_apply(int argc, char **argv)
     const char *config = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-j") == 0 && i + 1 < argc) {
-            if ((r = cli_parse_threads("apply", argv[++i], &threads)))
-                return r;
+            uint64_t j;
+            if (parse_u64(argv[++i], &j) < 0 || j == 0 || j > 1024) {
+                fprintf(stderr,
+                        "roifs: apply: -j needs a number of threads from 1 to 1024, not '%s'\n"
+                        "(see roifs --help)\n",
+                        argv[i]);
+                return EXIT_USAGE;
+            }
+            threads = (int)j;
         } else if (strcmp(argv[i], "--again") == 0) {
             again = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -343,17 +350,20 @@ int cmd_apply(int argc, char **argv)
     if ((r = cli_load_task(config, &a.t)))
         return r;
     a.config = config;
-    cli_set_threads(a.t, threads);
+    if (threads > 0)
+        a.t->cfg.threads = threads; /* readahead stays off (apply_check) */
     log_open_stderr(false);
-    if ((r = apply_check(&a)) == 0 && (r = cli_open_cache(a.t, &a.c)) == 0)
+    if ((r = apply_check(&a)) == 0 && (r = cli_open_arrays(a.t, 0, false, &a.set)) == 0) {
+        a.c = arrayset_array(a.set, 0)->cache;
         r = apply_run(&a, again);
+    }
     plan_free(&a.plan);
     free(a.ready);
     free(a.stored);
     free(a.results_dir);
     journal_close(&a.j);
-    if (a.c)
-        cache_close(a.c);
+    if (a.set)
+        arrayset_close(a.set); /* and its cache */
     if (a.infd >= 0)
         close(a.infd);
     if (a.lockfd >= 0)

@@ -56,7 +56,7 @@ static char *meta_text(const struct zarr_meta *m)
 /* The output must be the input's array, byte for byte in its encoding. */
 static int check_layout(const struct apply *a)
 {
-    const struct zarr_meta *in = a->t->in, *out = &a->t->out;
+    const struct zarr_meta *in = a->t->in_meta, *out = &a->t->out;
     char x[256], y[256];
     if (in->ndim != out->ndim || memcmp(in->shape, out->shape, sizeof(uint64_t) * in->ndim)) {
         dims_text(in->shape, in->ndim, x, sizeof x);
@@ -116,7 +116,7 @@ int apply_check(struct apply *a)
     int r = check_layout(a);
     if (r)
         return r;
-    if (t->cfg.outside == OUTSIDE_FILL && roi_index_nchunks(t->index) < t->nchunks)
+    if (t->outside == OUTSIDE_FILL && roi_index_nchunks(t->index) < t->nchunks)
         return refuse(a, "output", "outside",
                       "%llu of the input's %llu chunk files lie outside every ROI and would "
                       "be lost; set outside = input to keep them",
@@ -179,11 +179,11 @@ static int reconcile(struct apply *a)
         if (j->state[sid] == JC_REPLACED)
             continue;
         struct zarr_file_identity now;
-        zarr_input_storage_identity(a->t->input, sid, &now);
+        zarr_input_storage_identity(a->t->reader, sid, &now);
         if (same_identity(&now, &j->origin[sid]))
             continue; /* not renamed yet (a temporary file beside it is written again) */
         char key[ROIFS_MAX_DIM * 24 + 4];
-        zarr_input_storage_key(a->t->input, sid, key, sizeof key);
+        zarr_input_storage_key(a->t->reader, sid, key, sizeof key);
         uint64_t len = 0;
         uint32_t crc = 0;
         struct errbuf err = {{0}};
@@ -207,10 +207,10 @@ static int reconcile(struct apply *a)
 
 static int begin(struct apply *a)
 {
-    uint64_t n = zarr_input_nstorage(a->t->input);
+    uint64_t n = zarr_input_nstorage(a->t->reader);
     struct zarr_file_identity *ids = xmalloc((n ? n : 1) * sizeof *ids);
     for (uint64_t sid = 0; sid < n; sid++)
-        zarr_input_storage_identity(a->t->input, sid, &ids[sid]);
+        zarr_input_storage_identity(a->t->reader, sid, &ids[sid]);
     struct errbuf err = {{0}};
     int r = journal_begin(&a->j, a->t->fingerprint, ids, n, &err);
     free(ids);
@@ -260,7 +260,7 @@ int apply_start_journal(struct apply *a, bool again)
                       "an application of another version of this configuration to %s is "
                       "unfinished; restore that version and run apply to finish it",
                       a->input_path);
-    if (j->nstorage != zarr_input_nstorage(a->t->input)) {
+    if (j->nstorage != zarr_input_nstorage(a->t->reader)) {
         fprintf(stderr, "roifs: %s/apply/journal: does not describe %s\n", cache_path(a->c),
                 a->input_path);
         return EXIT_RUNTIME;
@@ -279,7 +279,7 @@ int apply_prepare(struct apply *a)
 {
     struct task *t = a->t;
     struct journal *j = &a->j;
-    zarr_input_pin_identities(t->input, j->origin); /* every key: from the original input */
+    zarr_input_pin_identities(t->reader, j->origin); /* every key: from the original input */
     struct store *s = cache_store(a->c);
     store_refresh(s);
     size_t nr = t->rois.n;
@@ -320,7 +320,7 @@ int apply_prepare(struct apply *a)
         return rc;
     a->ready = xmalloc((t->nchunks ? t->nchunks : 1) * sizeof *a->ready);
     a->results_dir = path_join(cache_path(a->c), "results");
-    a->array_bytes = nd_prod(t->in->shape, t->in->ndim) * t->in->dtype.size;
+    a->array_bytes = nd_prod(t->in_meta->shape, t->in_meta->ndim) * t->in_meta->dtype.size;
     /* Packs of about one chunk's results, so that dropping used results mostly unlinks whole
      * packs instead of copying what is kept; and a look at what can go after each chunk's
      * worth of new results. */

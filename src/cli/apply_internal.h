@@ -12,7 +12,8 @@
 struct apply {
     const char *config;
     struct task *t;
-    struct cache *c;
+    struct arrayset *set;   /* the one array: its cache, its engine while running */
+    struct cache *c;        /* the array's cache */
     const char *input_path; /* the input array's directory */
     int infd;               /* its descriptor */
     int lockfd;             /* holds the lock that keeps a second apply of the input out */
