@@ -30,6 +30,7 @@ struct input_source {
 #define TASK_MAX_LEVELS 64
 
 struct engine;
+struct channel_view;
 
 struct task {
     struct config cfg;
@@ -56,7 +57,8 @@ struct task {
      * (the served array metadata without attributes, outside). */
     char *result_identity;
     struct key128 result_id, encoding_id;
-    char *cache_dir; /* absolute */
+    char *cache_dir;              /* absolute */
+    struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;

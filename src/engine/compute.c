@@ -8,6 +8,7 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
+#include "labels.h"
 #include "store.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
@@ -60,6 +61,8 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
         log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
     }
     free(in);
+    if (rc == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
+        rc = engine_labels_check(t, out, n, err);
     *rcp = rc;
     struct roi_result *res = NULL;
     if (rc == 0) {
@@ -91,7 +94,7 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
     /* A ROI that lies in one chunk is only ever computed under that chunk's lock, whose
      * holder looked in the store when it took it. One that several chunks share may be asked
      * for by another process for another chunk: its own lock, and a fresh look. */
-    bool shared = roi_index_roi_nchunks(t->index, r) > 1;
+    bool shared = roi_index_roi_nchunks(t->index, r) > 1 || engine_labels_locked(t);
     int lock = -1;
     if (shared) {
         lock = cache_lock_result(e->c, want);

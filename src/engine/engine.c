@@ -4,6 +4,7 @@
  * in compute.c; keys and assembly are in assemble.c. One mutex guards the ROI and chunk
  * states; computation, I/O and callbacks run outside it. */
 #include "engine_internal.h"
+#include "labels.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -767,6 +768,7 @@ void engine_destroy(struct engine *e)
     for (size_t i = 0; i < e->nerrors; i++)
         free(e->errors[i].message);
     free(e->rois);
+    engine_labels_free(e);
     evict_free(e->evict);
     engine_stale_free(e);
     free(e->broken);

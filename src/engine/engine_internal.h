@@ -127,6 +127,7 @@ struct engine {
     _Atomic size_t nstale;
     char *broken;
     _Atomic bool is_broken;
+    struct labels_counts *label_counts; /* [labels] ids = sequential (labels.c) */
 };
 
 /* changes.c (lock held): takes chunk id out of the stale ones; true when its file was taken
