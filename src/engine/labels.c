@@ -11,8 +11,10 @@
 #include <time.h>
 
 #include "../labels/ids.h"
+#include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
+#include "gc.h"
 #include "store.h"
 
 /* Counts known to this process, by ROI (valid for the result key noted). */
@@ -26,7 +28,9 @@ struct labels_counts {
 struct labels_paste {
     const struct task *t;
     const uint32_t *rois;
-    uint64_t *offset; /* sequential: per job ROI, the ids of every earlier ROI */
+    uint64_t *offset;    /* sequential: per job ROI, the ids of every earlier ROI */
+    const uint64_t *map; /* stitch: (id, representative) pairs, sorted */
+    size_t nmap;
 };
 
 static bool mapping(const struct task *t)
@@ -46,9 +50,14 @@ int engine_labels_check(const struct task *t, const void *out, size_t n, struct 
     return labels_check_values(&t->cfg, &t->out.dtype, out, n, err);
 }
 
+static bool stitching(const struct task *t)
+{
+    return mapping(t) && t->cfg.label_stitch == LABEL_STITCH_IOU;
+}
+
 bool engine_labels_locked(const struct task *t)
 {
-    return sequential(t);
+    return sequential(t) || stitching(t);
 }
 
 /* The ROIs touching chunk id and the largest of them (index order is ROI order). */
@@ -77,6 +86,11 @@ void engine_labels_chunk_key(const struct task *t, uint64_t id, struct keyhash *
     key_add_u64(h, t->cfg.label_block);
     for (size_t i = 0; i < n; i++) /* unique: the ids depend on each ROI's index */
         key_add_u64(h, rois[i]);
+    if (stitching(t)) { /* on every ROI's result, through the mapping */
+        struct zarr_sigmemo *memo = zarr_sigmemo_new();
+        key_add_key(h, engine_stitch_map_key(t, memo));
+        zarr_sigmemo_free(memo);
+    }
     if (!sequential(t) || n == 0)
         return;
     /* sequential: on every earlier ROI's result, as the input is now */
@@ -146,21 +160,23 @@ static void sleep_briefly(void)
     nanosleep(&ts, NULL);
 }
 
-/* Makes sure ROI s's result named k exists (computing it here, under its lock, when no one
- * else does), then counts it. 0, or -EIO when it failed, -ECANCELED when stopping. */
-static int count_roi(struct engine *e, uint32_t s, struct key128 k, uint64_t *count,
-                     struct errbuf *err)
+int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 k, bool fresh,
+                         struct errbuf *err)
 {
-    struct store *st = cache_store(e->c);
     for (;;) {
         pthread_mutex_lock(&e->lock);
         struct roi_slot *sl = &e->rois[s];
         bool stopping = e->stopping;
-        if (sl->state == RS_DONE && !key_eq(sl->key, k) && sl->pins == 0)
-            slot_forget(e, s); /* made from input that has changed since */
+        if (sl->state == RS_DONE && sl->pins == 0 && (fresh || !key_eq(sl->key, k)))
+            slot_forget(e, s); /* made from older input, or to be made again */
         enum roi_state state = sl->state;
-        bool have = state == RS_DONE && key_eq(sl->key, k);
-        if (!have && !stopping && state != RS_RUNNING && (state != RS_DONE)) {
+        if (fresh && state == RS_DONE && sl->pins) { /* being pasted: not now */
+            pthread_mutex_unlock(&e->lock);
+            return err_set(err, -EAGAIN, "roi %u: its result is in use; try again", s);
+        }
+        bool have = state == RS_DONE && key_eq(sl->key, k) && !fresh;
+        bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;
+        if (mine) {
             if (state == RS_FAILED)
                 e->n_failed--;
             sl->state = RS_RUNNING; /* ours: a queued entry is skipped by the pool */
@@ -168,31 +184,47 @@ static int count_roi(struct engine *e, uint32_t s, struct key128 k, uint64_t *co
             e->n_running++;
         }
         pthread_mutex_unlock(&e->lock);
-        if (have) {
-            if (count_from_result(e, s, k, count) == 0)
-                return 0;
-            pthread_mutex_lock(&e->lock); /* gone from the store: compute it again */
-            if (e->rois[s].state == RS_DONE && key_eq(e->rois[s].key, k) && !e->rois[s].pins)
-                slot_forget(e, s);
-            pthread_mutex_unlock(&e->lock);
-            store_refresh(st);
-            continue;
-        }
+        if (have)
+            return 0;
         if (stopping)
             return err_set(err, -ECANCELED, "stopping");
-        if (state == RS_RUNNING || state == RS_DONE) { /* someone else's: wait for it */
+        if (!mine) { /* someone else's: wait for it */
             sleep_briefly();
             continue;
         }
-        engine_run_roi(e, s, k); /* under its result lock, and stored (engine_labels_locked) */
+        /* under its result lock, and stored at once (engine_labels_locked) */
+        if (fresh)
+            engine_run_roi_fresh(e, s, k);
+        else
+            engine_run_roi(e, s, k);
+        fresh = false;
         pthread_mutex_lock(&e->lock);
         state = e->rois[s].state;
         pthread_mutex_unlock(&e->lock);
         if (state == RS_FAILED)
-            return err_set(err, -EIO,
-                           "roi %u, whose ids the sequential ids of this chunk count, failed", s);
+            return err_set(err, -EIO, "roi %u, which the ids of this chunk depend on, failed", s);
         if (state == RS_IDLE)
             return err_set(err, -ECANCELED, "stopping");
+    }
+}
+
+/* |D_s| of ROI s's result named k, computing it first when needed. */
+static int count_roi(struct engine *e, uint32_t s, struct key128 k, uint64_t *count,
+                     struct errbuf *err)
+{
+    for (int attempt = 0;; attempt++) {
+        int rc = engine_labels_ensure(e, s, k, false, err);
+        if (rc < 0)
+            return rc;
+        if (count_from_result(e, s, k, count) == 0)
+            return 0;
+        if (attempt == 3)
+            return err_set(err, -EIO, "roi %u: its result cannot be read from the store", s);
+        pthread_mutex_lock(&e->lock); /* gone from the store: compute it again */
+        if (e->rois[s].state == RS_DONE && key_eq(e->rois[s].key, k) && !e->rois[s].pins)
+            slot_forget(e, s);
+        pthread_mutex_unlock(&e->lock);
+        store_refresh(cache_store(e->c));
     }
 }
 
@@ -238,6 +270,8 @@ int engine_labels_prepare(struct engine *e, const struct chunk_job *job, struct 
     p->t = t;
     p->rois = job->rois;
     *lp = p;
+    if (stitching(t))
+        return engine_stitch_mapping(e, &p->map, &p->nmap, err);
     if (!sequential(t))
         return 0;
     uint32_t last = last_roi(job->rois, job->nrois);
@@ -279,6 +313,7 @@ int engine_labels_paste(const struct labels_paste *lp, size_t i, void *buf, cons
     uint32_t r = lp->rois[i];
     if (t->cfg.label_ids == LABEL_IDS_UNIQUE) {
         labels_map_offset(dt, tmp, n, (uint64_t)r * t->cfg.label_block);
+        stitch_map_apply(dt, tmp, n, lp->map, lp->nmap);
     } else {
         /* D_r: the distinct values of the whole box (halo excluded), not just this part */
         uint64_t *vals;
@@ -303,11 +338,27 @@ void engine_labels_paste_free(struct labels_paste *lp)
     if (!lp)
         return;
     free(lp->offset);
+    free((void *)lp->map);
     free(lp);
+}
+
+void engine_labels_live(const struct task *t, struct key128 k, struct keyset *ks)
+{
+    if (sequential(t))
+        keyset_add(ks, count_key(k));
+    if (stitching(t))
+        keyset_add(ks, engine_stitch_strips_key(k));
+}
+
+void engine_labels_live_mapping(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks)
+{
+    if (stitching(t))
+        keyset_add(ks, engine_stitch_map_key(t, memo));
 }
 
 void engine_labels_free(struct engine *e)
 {
+    engine_stitch_free(e);
     struct labels_counts *c = e->label_counts;
     if (!c)
         return;

@@ -28,9 +28,6 @@ int labels_check_config(const struct config *cfg, const struct dtype *out, size_
     if (cfg->label_stitch == LABEL_STITCH_IOU && cfg->label_ids != LABEL_IDS_UNIQUE)
         return config_error(cfg, err, "labels", "stitch",
                             "[labels] stitch = iou needs ids = unique");
-    if (cfg->label_stitch == LABEL_STITCH_IOU) /* not built yet: refused, never ignored */
-        return config_error(cfg, err, "labels", "stitch",
-                            "[labels] stitch = iou is not supported by this version of roifs");
     if (cfg->label_ids != LABEL_IDS_UNIQUE)
         return 0;
     uint64_t top, max = dtype_max(out);
@@ -58,6 +55,8 @@ void labels_identity(const struct config *cfg, struct strbuf *sb)
     sb_printf(sb, "labels %s", ids[cfg->label_ids]);
     if (cfg->label_ids == LABEL_IDS_UNIQUE)
         sb_printf(sb, " block %llu", (unsigned long long)cfg->label_block);
+    if (cfg->label_stitch == LABEL_STITCH_IOU) /* results come with their border strips */
+        sb_printf(sb, " stitch");
     sb_printf(sb, "\n");
 }
 
@@ -136,6 +135,18 @@ static void put(const struct dtype *dt, void *buf, size_t i, uint64_t v)
         memcpy(p, &v, 8);
         break;
     }
+}
+
+uint64_t labels_get(const struct dtype *dt, const void *buf, size_t i)
+{
+    bool neg;
+    uint64_t v = get(dt, buf, i, &neg);
+    return neg ? 0 : v;
+}
+
+void labels_put(const struct dtype *dt, void *buf, size_t i, uint64_t v)
+{
+    put(dt, buf, i, v);
 }
 
 int labels_check_values(const struct config *cfg, const struct dtype *dt, const void *buf, size_t n,

@@ -31,6 +31,10 @@ int labels_check_values(const struct config *cfg, const struct dtype *dt, const 
  * number; *vals (malloc'd, NULL when there are none) gets them. */
 size_t labels_distinct(const struct dtype *dt, const void *buf, size_t n, uint64_t **vals);
 
+/* Element i of an integer buffer (0 for a negative one), and its store. */
+uint64_t labels_get(const struct dtype *dt, const void *buf, size_t i);
+void labels_put(const struct dtype *dt, void *buf, size_t i, uint64_t v);
+
 /* Maps n elements in place: nonzero v becomes base + v (ids = unique: base = r * block). */
 void labels_map_offset(const struct dtype *dt, void *buf, size_t n, uint64_t base);
 /* Maps n elements in place: nonzero v becomes base + (rank of v in vals[0..nv), from 1).
