@@ -299,6 +299,34 @@ static uint64_t dtype_max(const struct dtype *dt)
     return bits >= 64 ? UINT64_MAX : (1ULL << bits) - 1;
 }
 
+/* Calls map on each innermost row of the box [off, off + ext) of the chunk buffer. */
+static void each_row(const struct labels_paste *lp, void *buf, const uint64_t *off,
+                     const uint64_t *ext, size_t i, const uint64_t *vals, size_t nv)
+{
+    const struct task *t = lp->t;
+    const struct dtype *dt = &t->out.dtype;
+    int nd = t->out.ndim;
+    uint64_t idx[ROIFS_MAX_DIM] = {0}, pos[ROIFS_MAX_DIM];
+    size_t row = (size_t)ext[nd - 1];
+    uint32_t r = lp->rois[i];
+    for (;;) {
+        for (int d = 0; d < nd; d++)
+            pos[d] = off[d] + idx[d];
+        unsigned char *p = (unsigned char *)buf + nd_linear(pos, t->out.chunks, nd) * dt->size;
+        if (t->cfg.label_ids == LABEL_IDS_UNIQUE) {
+            labels_map_offset(dt, p, row, (uint64_t)r * t->cfg.label_block);
+            stitch_map_apply(dt, p, row, lp->map, lp->nmap);
+        } else {
+            labels_map_rank(dt, p, row, lp->offset[i], vals, nv);
+        }
+        int d = nd - 2;
+        while (d >= 0 && ++idx[d] == ext[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+}
+
 int engine_labels_paste(const struct labels_paste *lp, size_t i, void *buf, const uint64_t *dst_off,
                         const void *src, const uint64_t *bshape, const uint64_t *src_off,
                         const uint64_t *ext, struct errbuf *err)
@@ -306,30 +334,22 @@ int engine_labels_paste(const struct labels_paste *lp, size_t i, void *buf, cons
     const struct task *t = lp->t;
     const struct dtype *dt = &t->out.dtype;
     int nd = t->out.ndim;
-    uint64_t zero[ROIFS_MAX_DIM] = {0};
-    size_t n = nd_prod(ext, nd);
-    void *tmp = xmalloc(n ? n * dt->size : 1);
-    nd_copy(tmp, ext, zero, src, bshape, src_off, ext, nd, dt->size);
-    uint32_t r = lp->rois[i];
-    if (t->cfg.label_ids == LABEL_IDS_UNIQUE) {
-        labels_map_offset(dt, tmp, n, (uint64_t)r * t->cfg.label_block);
-        stitch_map_apply(dt, tmp, n, lp->map, lp->nmap);
-    } else {
+    uint64_t *vals = NULL;
+    size_t nv = 0;
+    if (t->cfg.label_ids == LABEL_IDS_SEQUENTIAL) {
         /* D_r: the distinct values of the whole box (halo excluded), not just this part */
-        uint64_t *vals;
-        size_t nv = labels_distinct(dt, src, nd_prod(bshape, nd), &vals);
+        nv = labels_distinct(dt, src, nd_prod(bshape, nd), &vals);
         if (nv && lp->offset[i] + nv > dtype_max(dt)) {
             free(vals);
-            free(tmp);
             return err_set(err, -ERANGE,
                            "sequential ids up to %llu (roi %u) do not fit the output dtype",
-                           (unsigned long long)(lp->offset[i] + nv), r);
+                           (unsigned long long)(lp->offset[i] + nv), lp->rois[i]);
         }
-        labels_map_rank(dt, tmp, n, lp->offset[i], vals, nv);
-        free(vals);
     }
-    nd_copy(buf, t->out.chunks, dst_off, tmp, ext, zero, ext, nd, dt->size);
-    free(tmp);
+    nd_copy(buf, t->out.chunks, dst_off, src, bshape, src_off, ext, nd, dt->size);
+    if (nd_prod(ext, nd) > 0) /* mapped in place, row by row */
+        each_row(lp, buf, dst_off, ext, i, vals, nv);
+    free(vals);
     return 0;
 }
 

@@ -205,13 +205,31 @@ size_t labels_distinct(const struct dtype *dt, const void *buf, size_t n, uint64
     return k;
 }
 
+/* Validated ids are non-negative: signed elements have the bits of the unsigned type of
+ * their size, so the mappings work on unsigned elements. */
+#define MAP_OFFSET(T)                                                                              \
+    do {                                                                                           \
+        T *p = buf;                                                                                \
+        T add = (T)base;                                                                           \
+        for (size_t i = 0; i < n; i++)                                                             \
+            p[i] = p[i] ? (T)(p[i] + add) : 0;                                                     \
+    } while (0)
+
 void labels_map_offset(const struct dtype *dt, void *buf, size_t n, uint64_t base)
 {
-    for (size_t i = 0; i < n; i++) {
-        bool neg;
-        uint64_t x = get(dt, buf, i, &neg);
-        if (x)
-            put(dt, buf, i, base + x);
+    switch (dt->size) {
+    case 1:
+        MAP_OFFSET(uint8_t);
+        break;
+    case 2:
+        MAP_OFFSET(uint16_t);
+        break;
+    case 4:
+        MAP_OFFSET(uint32_t);
+        break;
+    default:
+        MAP_OFFSET(uint64_t);
+        break;
     }
 }
 
