@@ -12,6 +12,7 @@
 /* A chunk file this process has verified (or written): trusted until its inode changes. */
 struct verified {
     uint64_t id, ino;
+    int64_t mtime_ns; /* the file's state when its checksum was checked */
     struct key128 key;
     bool used;
 };

@@ -1,10 +1,14 @@
 /* chunkfile.c: the cached chunk files, DIR/chunks/<id>, served as they are (passthrough), and
- * their records {version, chunk key, length, crc32c}: in the extended attribute
+ * their records {version, chunk key, length, inode, stamp, crc32c}: in the extended attribute
  * user.roifs.chunk, set on the temporary file before the rename so that content and record
  * appear together, or where the file system keeps no user xattrs in a sidecar <id>.meta
- * written before the data's rename and valid only for the data file's inode. A file is
- * current when its record names the key wanted; its length is checked at every open and its
- * checksum once per file version and process. */
+ * written before the data's rename. A file is current when its record names the key wanted;
+ * its length is checked at every open. Its checksum is checked only when the file is not
+ * exactly as written: roifs stamps each file it writes with a modification time to the
+ * nanosecond (the precise clock, which no later write(2) reproduces: the kernel stamps writes
+ * with the coarse clock of the last tick) and records it with the inode; any write to the
+ * file since, a copy, or a restore changes one of them. Such a file's checksum is read once
+ * per process and file state (inode, modification time). */
 #include "cache_internal.h"
 
 #include <dirent.h>
@@ -16,24 +20,26 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../zarr/zarr.h"
 
 #define META_XATTR   "user.roifs.chunk"
-#define META_VERSION 2
+#define META_VERSION 3
 
 /* The record as stored (host byte order, which crc32c.c requires to be little-endian). */
 struct chunk_record {
-    char magic[4]; /* "rcr2" */
+    char magic[4]; /* "rcr3" */
     uint32_t version;
     uint64_t key_lo, key_hi;
     uint64_t length;
-    uint64_t ino; /* sidecar: the data file's inode; xattr: 0 */
+    uint64_t ino;     /* the data file's inode when written */
+    int64_t mtime_ns; /* its modification time as roifs stamped it */
     uint32_t crc;
     uint32_t record_crc; /* of the bytes above */
 };
-_Static_assert(sizeof(struct chunk_record) == 48, "the chunk record is 48 bytes");
+_Static_assert(sizeof(struct chunk_record) == 56, "the chunk record is 56 bytes");
 
 static void name_of(uint64_t id, char *buf, size_t len)
 {
@@ -45,23 +51,62 @@ static void sidecar_of(uint64_t id, char *buf, size_t len)
     snprintf(buf, len, "%" PRIu64 ".meta", id);
 }
 
-static void record_fill(struct chunk_record *rec, const struct cache_chunk_meta *m, uint64_t ino)
+static int64_t mtime_of(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static void record_fill(struct chunk_record *rec, const struct cache_chunk_meta *m,
+                        const struct stat *st)
 {
     memset(rec, 0, sizeof *rec);
-    memcpy(rec->magic, "rcr2", 4);
+    memcpy(rec->magic, "rcr3", 4);
     rec->version = META_VERSION;
     rec->key_lo = m->key.lo;
     rec->key_hi = m->key.hi;
     rec->length = m->length;
-    rec->ino = ino;
+    rec->ino = (uint64_t)st->st_ino;
+    rec->mtime_ns = mtime_of(st);
     rec->crc = m->crc;
     rec->record_crc = zarr_crc32c(0, rec, offsetof(struct chunk_record, record_crc));
 }
 
 static bool record_ok(const struct chunk_record *rec)
 {
-    return memcmp(rec->magic, "rcr2", 4) == 0 && rec->version == META_VERSION &&
+    return memcmp(rec->magic, "rcr3", 4) == 0 && rec->version == META_VERSION &&
            rec->record_crc == zarr_crc32c(0, rec, offsetof(struct chunk_record, record_crc));
+}
+
+/* The record of roifs before the stamp (its files are checked in full once per process). */
+struct chunk_record_v2 {
+    char magic[4]; /* "rcr2" */
+    uint32_t version;
+    uint64_t key_lo, key_hi;
+    uint64_t length;
+    uint64_t ino; /* sidecar: the data file's inode; xattr: 0 */
+    uint32_t crc;
+    uint32_t record_crc;
+};
+_Static_assert(sizeof(struct chunk_record_v2) == 48, "the version 2 record is 48 bytes");
+
+static bool record_v2_read(const void *buf, size_t len, bool sidecar, uint64_t ino,
+                           struct chunk_record *rec)
+{
+    struct chunk_record_v2 old;
+    if (len != sizeof old)
+        return false;
+    memcpy(&old, buf, sizeof old);
+    if (memcmp(old.magic, "rcr2", 4) != 0 || old.version != 2 ||
+        old.record_crc != zarr_crc32c(0, &old, offsetof(struct chunk_record_v2, record_crc)) ||
+        (sidecar && old.ino != ino))
+        return false;
+    *rec = (struct chunk_record){.key_lo = old.key_lo,
+                                 .key_hi = old.key_hi,
+                                 .length = old.length,
+                                 .ino = 0,
+                                 .mtime_ns = -1,
+                                 .crc = old.crc};
+    return true;
 }
 
 void chunkfile_probe(struct cache *c)
@@ -94,12 +139,14 @@ static size_t ver_slot(const struct cache *c, uint64_t id)
     return i;
 }
 
-static bool is_verified_locked(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+static bool is_verified_locked(struct cache *c, uint64_t id, const struct stat *st,
+                               struct key128 key)
 {
     if (!c->ver_cap)
         return false;
     const struct verified *v = &c->ver[ver_slot(c, id)];
-    return v->used && v->ino == ino && key_eq(v->key, key);
+    return v->used && v->ino == (uint64_t)st->st_ino && v->mtime_ns == mtime_of(st) &&
+           key_eq(v->key, key);
 }
 
 static bool being_verified(const struct cache *c, uint64_t id)
@@ -113,12 +160,12 @@ static bool being_verified(const struct cache *c, uint64_t id)
 /* True when chunk id's file (inode ino, made of key) is verified already. Else the caller
  * verifies it and then calls end_verify; another thread verifying the same chunk (an open
  * and the check ahead of it) is waited for rather than repeated. */
-static bool begin_verify(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+static bool begin_verify(struct cache *c, uint64_t id, const struct stat *st, struct key128 key)
 {
     pthread_mutex_lock(&c->verified_lock);
-    while (!is_verified_locked(c, id, ino, key) && being_verified(c, id))
+    while (!is_verified_locked(c, id, st, key) && being_verified(c, id))
         pthread_cond_wait(&c->verified_cv, &c->verified_lock);
-    bool yes = is_verified_locked(c, id, ino, key);
+    bool yes = is_verified_locked(c, id, st, key);
     if (!yes) {
         if (c->nverifying == c->verifying_cap) {
             c->verifying_cap = c->verifying_cap ? 2 * c->verifying_cap : 8;
@@ -130,12 +177,13 @@ static bool begin_verify(struct cache *c, uint64_t id, uint64_t ino, struct key1
     return yes;
 }
 
-static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key);
+static void set_verified(struct cache *c, uint64_t id, const struct stat *st, struct key128 key);
 
-static void end_verify(struct cache *c, uint64_t id, uint64_t ino, struct key128 key, bool ok)
+static void end_verify(struct cache *c, uint64_t id, const struct stat *st, struct key128 key,
+                       bool ok)
 {
     if (ok)
-        set_verified(c, id, ino, key);
+        set_verified(c, id, st, key);
     pthread_mutex_lock(&c->verified_lock);
     for (size_t i = 0; i < c->nverifying; i++)
         if (c->verifying[i] == id) {
@@ -146,7 +194,7 @@ static void end_verify(struct cache *c, uint64_t id, uint64_t ino, struct key128
     pthread_mutex_unlock(&c->verified_lock);
 }
 
-static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key128 key)
+static void set_verified(struct cache *c, uint64_t id, const struct stat *st, struct key128 key)
 {
     pthread_mutex_lock(&c->verified_lock);
     if (2 * (c->nver + 1) > c->ver_cap) {
@@ -162,7 +210,8 @@ static void set_verified(struct cache *c, uint64_t id, uint64_t ino, struct key1
     struct verified *v = &c->ver[ver_slot(c, id)];
     if (!v->used)
         c->nver++;
-    *v = (struct verified){.id = id, .ino = ino, .key = key, .used = true};
+    *v = (struct verified){
+        .id = id, .ino = (uint64_t)st->st_ino, .mtime_ns = mtime_of(st), .key = key, .used = true};
     pthread_mutex_unlock(&c->verified_lock);
 }
 
@@ -176,11 +225,18 @@ void chunkfile_forget_verified(struct cache *c)
 
 /* ---- records ---- */
 
-/* The record of chunk id's open file fd (inode ino). 0 or -ENODATA. */
-static int read_record(struct cache *c, uint64_t id, int fd, uint64_t ino,
-                       struct cache_chunk_meta *m)
+/* The record of chunk id's open file fd (whose state is *fst). 0 or -ENODATA. *as_written:
+ * the file is the one the record was made for, unchanged since (same inode and stamp). */
+static int read_record(struct cache *c, uint64_t id, int fd, const struct stat *fst,
+                       struct cache_chunk_meta *m, bool *as_written)
 {
     struct chunk_record rec;
+    union {
+        struct chunk_record now;
+        struct chunk_record_v2 old;
+    } buf;
+    uint64_t ino = (uint64_t)fst->st_ino;
+    ssize_t len = -1;
     if (c->sidecar) {
         char name[40];
         sidecar_of(id, name, sizeof name);
@@ -190,15 +246,21 @@ static int read_record(struct cache *c, uint64_t id, int fd, uint64_t ino,
         int r = sfd < 0 ? -ENODATA
                 : fstat(sfd, &st) < 0 || !S_ISREG(st.st_mode)
                     ? -ENODATA
-                    : pread_full(sfd, &rec, sizeof rec, 0, &got);
+                    : pread_full(sfd, &buf, sizeof buf, 0, &got);
         if (sfd >= 0)
             close(sfd);
-        if (r < 0 || got != sizeof rec || !record_ok(&rec) || rec.ino != ino)
+        len = r < 0 ? -1 : (ssize_t)got;
+    } else {
+        len = fgetxattr(fd, META_XATTR, &buf, sizeof buf);
+    }
+    if (len == (ssize_t)sizeof rec) {
+        memcpy(&rec, &buf, sizeof rec);
+        if (!record_ok(&rec) || (c->sidecar && rec.ino != ino))
             return -ENODATA;
-    } else if (fgetxattr(fd, META_XATTR, &rec, sizeof rec) != (ssize_t)sizeof rec ||
-               !record_ok(&rec)) {
+    } else if (len < 0 || !record_v2_read(&buf, (size_t)len, c->sidecar, ino, &rec)) {
         return -ENODATA;
     }
+    *as_written = rec.ino == ino && rec.mtime_ns == mtime_of(fst);
     m->key = (struct key128){rec.key_lo, rec.key_hi};
     m->length = rec.length;
     m->crc = rec.crc;
@@ -208,9 +270,10 @@ static int read_record(struct cache *c, uint64_t id, int fd, uint64_t ino,
 int cache_chunk_meta_of(struct cache *c, uint64_t id, int fd, struct cache_chunk_meta *meta)
 {
     struct stat st;
+    bool as_written;
     if (fstat(fd, &st) < 0)
         return -errno;
-    return read_record(c, id, fd, (uint64_t)st.st_ino, meta);
+    return read_record(c, id, fd, &st, meta, &as_written);
 }
 
 /* crc32c of the first size bytes of fd, read through a buffer that stays in the CPU's cache
@@ -264,10 +327,11 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
         return damaged(c, id, errno == ELOOP ? "is a symbolic link" : strerror(errno), true);
     struct stat st;
     struct cache_chunk_meta m;
+    bool as_written = false;
     enum cache_chunk_state s = CHUNK_CURRENT;
     if (fstat(f, &st) < 0 || !S_ISREG(st.st_mode)) {
         s = damaged(c, id, "is not a regular file", true);
-    } else if (read_record(c, id, f, (uint64_t)st.st_ino, &m) < 0) {
+    } else if (read_record(c, id, f, &st, &m, &as_written) < 0) {
         log_info("chunk %" PRIu64 ": its cache file has no record of what it was made from "
                  "(copied without extended attributes?); computing it again",
                  id);
@@ -279,10 +343,11 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
         s = CHUNK_STALE;
     } else if ((uint64_t)st.st_size != m.length) {
         s = damaged(c, id, "has the wrong length", false);
-    } else if (!begin_verify(c, id, (uint64_t)st.st_ino, want)) {
+    } else if (!as_written && !begin_verify(c, id, &st, want)) {
+        /* written to, copied or restored since roifs wrote it: the content must show it */
         uint32_t crc = 0;
         int r = crc_of_file(f, m.length, &crc);
-        end_verify(c, id, (uint64_t)st.st_ino, want, r == 0 && crc == m.crc);
+        end_verify(c, id, &st, want, r == 0 && crc == m.crc);
         log_debug("chunk %" PRIu64 ": checksum of %" PRIu64 " bytes verified", id, m.length);
         if (r < 0 || crc != m.crc)
             s = damaged(c, id, r < 0 ? "cannot be read" : "fails its checksum", false);
@@ -347,6 +412,18 @@ static int rename_in(int dirfd, const char *tmp, const char *name)
     return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
 }
 
+/* Sets fd's modification time to the precise clock's now, and *st to the file's state after.
+ * A write(2) to the file later stamps it with the coarse clock (the time of the last tick,
+ * before now or after it, never exactly now), so the stamp in the record tells a file that
+ * nobody wrote since from any other. */
+static int stamp(int fd, struct stat *st)
+{
+    struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {0}};
+    if (clock_gettime(CLOCK_REALTIME, &t[1]) < 0 || futimens(fd, t) < 0 || fstat(fd, st) < 0)
+        return -errno;
+    return 0;
+}
+
 static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
                             struct key128 key, bool *replaced)
 {
@@ -362,15 +439,15 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
     struct chunk_record rec;
     struct stat st;
     int r = write_full(fd, data, len);
-    if (r == 0 && fstat(fd, &st) < 0)
-        r = -errno;
+    if (r == 0)
+        r = stamp(fd, &st);
     bool side_written = false;
     if (r == 0 && !c->sidecar) {
-        record_fill(&rec, &m, 0);
+        record_fill(&rec, &m, &st);
         if (fsetxattr(fd, META_XATTR, &rec, sizeof rec, 0) < 0)
             r = -errno;
     } else if (r == 0) {
-        record_fill(&rec, &m, (uint64_t)st.st_ino);
+        record_fill(&rec, &m, &st);
         sidecar_of(id, side, sizeof side);
         snprintf(side_tmp, sizeof side_tmp, "%s.tmp", tmp);
         int sfd =
@@ -396,7 +473,7 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
         (void)side_written; /* a sidecar naming a file that never appeared is never valid */
         return r;
     }
-    set_verified(c, id, (uint64_t)st.st_ino, key);
+    set_verified(c, id, &st, key);
     return 0;
 }
 

@@ -248,6 +248,11 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
         log_warn("chunk %llu: cannot take its lock (%s); computing it unlocked",
                  (unsigned long long)id, strerror(-lock));
     job->lock = lock;
+    /* The caller looked in the store before the lock was ours: another process may have
+     * stored the chunk's results and let the lock go since. A look now, under the lock, so
+     * that they are not computed again (two system calls when nothing changed; the caller's
+     * look, outside the engine's lock, did the scanning). */
+    store_refresh(cache_store(e->c));
     job_schedule(e, job);
     return job;
 }
@@ -470,10 +475,13 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
             job->waits[i] = 0;
             if (res) {
                 job->use[i] = s->key; /* what it was made from, maybe newer than wanted */
-                if (--job->pending == 0)
-                    asm_enqueue(e, job);
-            } else {
-                struct waiter *w = job_remove(e, job);
+            } else if (!job->failed) {
+                /* Its readers fail now, but the job, and the chunk's lock, stay until the
+                 * other ROIs it asked for are done and stored (run_assembly): released now,
+                 * another process would take the lock and compute them again. */
+                job->failed = true;
+                struct waiter *w = job->waiters;
+                job->waiters = NULL;
                 while (w) {
                     struct waiter *next = w->next;
                     w->next = failed;
@@ -481,6 +489,8 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
                     w = next;
                 }
             }
+            if (--job->pending == 0)
+                asm_enqueue(e, job);
         }
         int d = nd - 1;
         while (d >= 0 && ++idx[d] == c1[d]) {
@@ -539,8 +549,31 @@ static int write_counted(struct engine *e, uint64_t id, const void *data, size_t
     return w;
 }
 
+/* A job one of whose ROIs failed, once the others it asked for are done: stores their
+ * results while the chunk's lock is still ours, then lets it go; an open that came in the
+ * meantime gets an attempt of its own. */
+static void finish_failed_job(struct engine *e, struct chunk_job *job)
+{
+    uint64_t id = job->id;
+    engine_store_job_results(e, job);
+    pthread_mutex_lock(&e->lock);
+    struct waiter *w = job_remove(e, job);
+    pthread_mutex_unlock(&e->lock);
+    engine_flush_unstored(e);
+    while (w) {
+        struct waiter *next = w->next;
+        engine_open_chunk(e, id, w->cb, w->ctx);
+        free(w);
+        w = next;
+    }
+}
+
 static void run_assembly(struct engine *e, struct chunk_job *job)
 {
+    if (job->failed) {
+        finish_failed_job(e, job);
+        return;
+    }
     struct errbuf err = {{0}};
     void *data = NULL;
     size_t len = 0, bad = SIZE_MAX;

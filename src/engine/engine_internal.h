@@ -56,6 +56,7 @@ struct chunk_job {
     bool demanded;
     bool remote;         /* another process holds the chunk's lock: wait for it */
     bool cached_already; /* found current once locked: nothing to assemble */
+    bool failed;         /* a ROI failed: its waiters had EIO; held until the rest is stored */
     int lock;            /* the chunk's cache lock, or -1 */
     int fd;              /* cached_already: the current file found, or -1 */
     bool replaced;       /* a cached version that was not current is being replaced */

@@ -217,9 +217,24 @@ _counter = itertools.count()
 
 
 @contextlib.contextmanager
-def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30):
-    """roifs mount -f CONFIG MNT in the background; yields a Mount; unmounts and requires
-    daemon exit status 0. Never leaves a mount or a daemon behind."""
+def watched(proc, mnt):
+    """Puts a daemon (a Popen of its own session) serving mnt under the test's watchdog, for
+    tests that start (and maybe kill) daemons themselves."""
+    key = id(proc)
+    with _live_lock:
+        _live[key] = (proc, mnt)
+    try:
+        yield proc
+    finally:
+        with _live_lock:
+            _live.pop(key, None)
+
+
+@contextlib.contextmanager
+def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30, env=None):
+    """roifs mount -f CONFIG MNT in the background (env: its environment, default ours);
+    yields a Mount; unmounts and requires daemon exit status 0. Never leaves a mount or a
+    daemon behind."""
     config = Path(config)
     mnt = Path(mnt or config.parent / "mnt")
     mnt.mkdir(parents=True, exist_ok=True)
@@ -227,7 +242,8 @@ def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30):
     with open(log, "wb") as logf:
         proc = subprocess.Popen([roifs_bin, "mount", "-f", *args, str(config), str(mnt)],
                                 stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd="/", start_new_session=True)
+                                stdin=subprocess.DEVNULL, cwd="/", start_new_session=True,
+                                env=env)
     key = id(proc)
     with _live_lock:
         _live[key] = (proc, mnt)
@@ -275,9 +291,9 @@ def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30):
 
 @pytest.fixture
 def mount(roifs_bin):
-    """mount(config, mnt=None, args=()) -> context manager yielding a Mount."""
-    def _mount(config, mnt=None, args=(), ready_timeout=30):
-        return mounted(roifs_bin, config, mnt, args, ready_timeout)
+    """mount(config, mnt=None, args=(), env=None) -> context manager yielding a Mount."""
+    def _mount(config, mnt=None, args=(), ready_timeout=30, env=None):
+        return mounted(roifs_bin, config, mnt, args, ready_timeout, env)
     return _mount
 
 

@@ -342,3 +342,30 @@ def test_foreign_directory_is_refused(tmp_path, roifs_bin):
     assert (f"roifs: {task.cache}: not a roifs cache directory (not empty, no roifs format "
             "marker); refusing to use it") in r.stderr, r.stderr
     assert os.listdir(task.cache) == ["precious.txt"]
+
+
+def test_chunk_files_as_written_are_served_without_reading_them(tmp_path, mount, roifs_bin):
+    """A cache file nobody wrote to since roifs did (same inode, same nanosecond stamp) is served
+    at once, also by a fresh mount: no checksum pass over its bytes on the first open."""
+    task, ref = spanning_task(tmp_path)
+    assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
+    with mount(task.config, args=("-d",)) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert m.status()["calls"] == 0
+        log = m.log_text()
+    assert "checksum of" not in log, [l for l in log.splitlines() if "checksum" in l]
+
+
+def test_cached_chunk_changed_while_mounted(tmp_path, mount, roifs_bin):
+    """A cache file written to while a mount serves it (after that mount verified it) is
+    checked again at its next open, and made again from the stored results."""
+    task, ref = spanning_task(tmp_path)
+    assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
+    f = task.cache / "chunks" / "1"
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(chunk_of(m, "0.1"), ref[:, 16:32])
+        flip(f, 4 * (5 * 16 + 10))  # an element inside ROI 0
+        for _ in range(2):
+            np.testing.assert_array_equal(chunk_of(m, "0.1"), ref[:, 16:32])
+        assert f"chunk 1: its cache file {task.cache}/chunks/1 fails its checksum" in m.log_text()
+        assert m.status()["calls"] == 0  # made again from the stored results

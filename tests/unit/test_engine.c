@@ -1,7 +1,9 @@
 /* test_engine.c: the engine without FUSE: assembly order (later ROIs win), outside = input,
  * single-flight under concurrent opens, reuse of the cache across engines (remounts), ROIs
- * spanning chunks computed once, failures reported as EIO plus a status entry, and input
- * changes reported (as [input] watch does) and the store compacted while readers open. */
+ * spanning chunks computed once, failures reported as EIO plus a status entry, input
+ * changes reported (as [input] watch does), the store compacted while readers open, and
+ * two engines on one cache (two processes: open-file-description locks conflict inside one
+ * process too) computing each ROI once around a failure and a lock just let go. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "engine/gc.h"
+#include "engine/engine_internal.h"
 #include "task.h"
 
 static char dir[256];
@@ -356,6 +359,145 @@ static void test_changes_under_readers(void)
     make_input(); /* the other tests' input */
 }
 
+/* Two engines (two mounts) of one configuration on one cache. */
+struct pair {
+    struct task *t[2];
+    struct cache *c[2];
+    struct engine *e[2];
+};
+
+static bool pair_open(struct pair *p, const char *ini)
+{
+    memset(p, 0, sizeof *p);
+    struct errbuf err;
+    for (int i = 0; i < 2; i++) {
+        p->t[i] = open_task(ini);
+        CHECK(p->t[i] != NULL);
+        if (!p->t[i] || cache_open(p->t[i], &p->c[i], &err) < 0 ||
+            engine_create(p->t[i], p->c[i], &p->e[i], &err) < 0)
+            return false;
+    }
+    return true;
+}
+
+static void pair_close(struct pair *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->e[i])
+            engine_destroy(p->e[i]);
+        if (p->c[i])
+            cache_close(p->c[i]);
+        if (p->t[i])
+            task_close(p->t[i]);
+    }
+}
+
+/* Waits (up to 20 s) until no ROI of e is queued or running. */
+static void settle(struct engine *e)
+{
+    for (int i = 0; i < 2000; i++) {
+        bool busy = false;
+        pthread_mutex_lock(&e->lock);
+        for (size_t r = 0; r < e->t->rois.n; r++)
+            busy = busy || e->rois[r].state == RS_QUEUED || e->rois[r].state == RS_RUNNING;
+        pthread_mutex_unlock(&e->lock);
+        if (!busy)
+            return;
+        usleep(10000);
+    }
+    fprintf(stderr, "the engine did not settle within 20 s\n");
+    CHECK(false);
+}
+
+/* ROI 0 fails at once (while fail.flag exists); ROIs 1 to 3, in the same chunk, take 0.3 s
+ * each on one thread, so the chunk fails while they still run. */
+static const char failing_ini[] =
+    "[input]\npath = in.zarr\n[rois]\nfile = rois5.txt\n[process]\n"
+    "command = if [ $ROIFS_ROI = 0 ] && [ -e fail.flag ]; then exit 3; fi; sleep 0.3; cat\n"
+    "threads = 1\n[cache]\ndir = %s\n";
+
+/* The chunk's lock stays with the first engine until those ROIs are stored, so the second
+ * one takes them from the store instead of computing them again (it used to get the lock at
+ * once and run all four). */
+static void test_failed_chunk_keeps_its_lock(void)
+{
+    write_text("rois5.txt", "0:2, 0:2\n0:4, 0:2\n2:4, 2:4\n1:3, 1:3\n");
+    write_text("fail.flag", "x");
+    char ini[512];
+    snprintf(ini, sizeof ini, failing_ini, "cache5");
+    struct pair p;
+    if (pair_open(&p, ini)) {
+        int32_t v[16];
+        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), -EIO);
+        CHECK_EQ_INT(read_chunk(p.e[1], 0, v), -EIO);
+        settle(p.e[0]);
+        settle(p.e[1]);
+        CHECK_EQ_INT(p.t[0]->proc->calls, 4);
+        CHECK_EQ_INT(p.t[1]->proc->calls, 1); /* only the failed ROI, tried again */
+    }
+    pair_close(&p);
+}
+
+/* An open that comes while a failed chunk's other ROIs still run gets an attempt of its own
+ * once they are done, not the failure it came after. */
+static void test_open_while_a_failed_chunk_settles(void)
+{
+    write_text("fail.flag", "x");
+    char ini[512];
+    snprintf(ini, sizeof ini, failing_ini, "cache7");
+    struct pair p;
+    if (pair_open(&p, ini)) {
+        int32_t v[16];
+        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), -EIO);
+        char *flag = path_join(dir, "fail.flag");
+        unlink(flag);
+        free(flag);
+        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), 0);
+        CHECK_EQ_INT(v[0], input_at(0, 0));
+        CHECK_EQ_INT(p.t[0]->proc->calls, 5);
+    }
+    pair_close(&p);
+}
+
+/* A job whose lock another process let go after storing the chunk's results, created by a
+ * caller that looked in the store before (as an open or readahead does, before the engine's
+ * lock): it finds them once the lock is its own, and computes nothing. */
+static void test_lock_taken_after_another_stored(void)
+{
+    write_text("rois6.txt", "0:2, 0:2\n1:4, 1:3\n");
+    struct pair p;
+    if (pair_open(&p, "[input]\npath = in.zarr\n[rois]\nfile = rois6.txt\n[process]\n"
+                      "builtin = add\nparam.value = 5\n[cache]\ndir = cache6\n")) {
+        int32_t v[16];
+        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), 0);
+        CHECK_EQ_INT(p.t[0]->proc->calls, 2);
+        struct engine *e = p.e[1]; /* its store index is from before */
+        struct chunk_keys keys;
+        engine_chunk_keys_now(p.t[1], 0, NULL, &keys);
+        struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        struct waiter *w = xmalloc(sizeof *w);
+        *w = (struct waiter){.cb = on_open, .ctx = &o};
+        pthread_mutex_lock(&e->lock);
+        struct chunk_job *job = engine_job_create(e, 0, true, &keys);
+        w->next = job->waiters;
+        job->waiters = w;
+        pthread_mutex_unlock(&e->lock);
+        chunk_keys_free(&keys);
+        pthread_mutex_lock(&o.m);
+        while (!o.done)
+            pthread_cond_wait(&o.cv, &o.m);
+        pthread_mutex_unlock(&o.m);
+        CHECK_EQ_INT(o.err, 0);
+        if (o.fd >= 0) {
+            CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
+            CHECK_EQ_INT(v[0], input_at(0, 0) + 5);
+            close(o.fd);
+        }
+        CHECK_EQ_INT(p.t[1]->proc->calls, 0);
+    }
+    pair_close(&p);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
@@ -368,6 +510,9 @@ int main(void)
     RUN(test_single_flight_and_remount);
     RUN(test_failure_then_retry);
     RUN(test_changes_under_readers);
+    RUN(test_failed_chunk_keeps_its_lock);
+    RUN(test_open_while_a_failed_chunk_settles);
+    RUN(test_lock_taken_after_another_stored);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
