@@ -142,7 +142,16 @@ struct adjacency {
 static void adjacency_build(const struct task *t, struct adjacency *a)
 {
     size_t n = t->rois.n, cap = 16, k = 0;
-    uint64_t z0[ROIFS_MAX_DIM], z1[ROIFS_MAX_DIM];
+    int nd = t->rois.ndim;
+    /* every read region once: the pairs are tested with plain comparisons (n^2 of them) */
+    uint64_t *lo = xmalloc((n ? n : 1) * (size_t)nd * sizeof *lo);
+    uint64_t *hi = xmalloc((n ? n : 1) * (size_t)nd * sizeof *hi);
+    for (size_t r = 0; r < n; r++) {
+        uint64_t sh[ROIFS_MAX_DIM];
+        roi_read_region(&t->rois, r, t->halo, t->in->shape, &lo[r * nd], sh);
+        for (int d = 0; d < nd; d++)
+            hi[r * nd + d] = lo[r * nd + d] + sh[d];
+    }
     a->first = xmalloc((n + 1) * sizeof *a->first);
     a->total = xcalloc(n ? n : 1, sizeof *a->total);
     a->nbr = xmalloc(cap * sizeof *a->nbr);
@@ -150,7 +159,13 @@ static void adjacency_build(const struct task *t, struct adjacency *a)
     for (uint32_t r = 0; r < n; r++) {
         a->first[r] = k;
         for (uint32_t q = 0; q < n; q++) {
-            if (q == r || !zone(t, r, q, z0, z1))
+            uint64_t elems = 1;
+            for (int d = 0; d < nd && elems; d++) {
+                uint64_t z0 = lo[r * nd + d] > lo[q * nd + d] ? lo[r * nd + d] : lo[q * nd + d];
+                uint64_t z1 = hi[r * nd + d] < hi[q * nd + d] ? hi[r * nd + d] : hi[q * nd + d];
+                elems = z1 > z0 ? elems * (z1 - z0) : 0;
+            }
+            if (q == r || elems == 0)
                 continue;
             if (k == cap) {
                 cap *= 2;
@@ -159,10 +174,12 @@ static void adjacency_build(const struct task *t, struct adjacency *a)
             }
             a->nbr[k] = q;
             a->off[k++] = a->total[r];
-            a->total[r] += zone_elems(t->rois.ndim, z0, z1);
+            a->total[r] += elems;
         }
     }
     a->first[n] = k;
+    free(lo);
+    free(hi);
 }
 
 static void adjacency_free(struct adjacency *a)
