@@ -39,7 +39,9 @@ int labels_check_config(const struct config *cfg, const struct dtype *out, size_
         snprintf(need, sizeof need, "beyond 2^64");
     else
         snprintf(need, sizeof need, "up to %llu", (unsigned long long)(top - 1));
-    return config_error(cfg, err, "labels", "block",
+    /* the default block is refused at the line that asked for unique ids */
+    const char *key = config_line(cfg, "labels", "block") ? "block" : "ids";
+    return config_error(cfg, err, "labels", key,
                         "[labels] block: %llu ids for each of %zu ROIs need ids %s, more than "
                         "the output dtype %s holds (at most %llu); use a smaller block or a "
                         "wider dtype",

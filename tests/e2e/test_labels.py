@@ -252,6 +252,12 @@ def test_block_that_does_not_fit_the_dtype(tmp_path, roifs_bin):
     assert run_roifs(roifs_bin, "check", t.config).returncode == 0
 
 
+def test_default_block_too_large_for_the_dtype(tmp_path, roifs_bin):
+    """The default block (65536) does not fit |u1: refused at the ids line."""
+    refused(tmp_path, roifs_bin, {"ids": "unique"}, {"dtype": "|u1"}, "ids",
+            "[labels] block: 65536 ids for each of 2 ROIs need ids up to 131071")
+
+
 def test_huge_block(tmp_path, roifs_bin):
     refused(tmp_path, roifs_bin, {"ids": "unique", "block": str(2 ** 63)}, {"dtype": "<u8"},
             "block", "beyond 2^64")
