@@ -98,3 +98,19 @@ def test_errors(tmp_path, roifs_bin, case):
     needle = {"no-c-axis": "has no c axis", "out-of-range": "5 is out of range (the c axis",
               "watch": "cannot be used with watch"}[case]
     assert needle in r.stderr, r.stderr
+
+
+def test_ome_output_has_no_c_axis(tmp_path, roifs_bin):
+    """ome = true: the presented image's axes are the input's without c, and its pyramid
+    halves y and x of the channel."""
+    image, data = make_plate(tmp_path)
+    cfg = write_config(tmp_path / "task.ini", {
+        "input": {"path": image, "level": 0, "channel": 1}, "rois": {"grid": "1,32,32"},
+        "process": {"builtin": "copy"},
+        "output": {"ome": "true", "levels": 2, "chunks": "1,32,32"},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+        axes = json.loads((m / ".zattrs").read_text())["multiscales"][0]["axes"]
+        assert [a["name"] for a in axes] == ["z", "y", "x"]
+        np.testing.assert_array_equal(zarr.open(str(m / "0"), mode="r")[...], data[0][1])
+        assert zarr.open(str(m / "1"), mode="r").shape == (3, 48, 64)
