@@ -71,7 +71,7 @@ static int find_c(const json_t *list, int ndim)
 /* The c axis and the list it was found in (new reference, for the names without it). */
 static int locate_axis(const struct task *t, json_t **names)
 {
-    int nd = t->in->ndim, axis = -1;
+    int nd = t->in_meta->ndim, axis = -1;
     *names = NULL;
     if (t->ome.found && t->ome.axes_json) {
         json_t *axes = json_loads(t->ome.axes_json, 0, NULL);
@@ -81,14 +81,14 @@ static int locate_axis(const struct task *t, json_t **names)
         if (axis >= 0)
             return axis;
     }
-    const char *text = zarr_input_dimension_names_text(t->input);
+    const char *text = zarr_input_dimension_names_text(t->reader);
     json_t *dn = text ? json_loads(text, 0, NULL) : NULL;
     if ((axis = find_c(dn, nd)) >= 0) {
         *names = dn;
         return axis;
     }
     json_decref(dn);
-    text = zarr_input_zattrs_text(t->input);
+    text = zarr_input_zattrs_text(t->reader);
     json_t *attrs = text ? json_loads(text, 0, NULL) : NULL;
     json_t *ad = json_object_get(attrs, "_ARRAY_DIMENSIONS");
     if ((axis = find_c(ad, nd)) >= 0)
@@ -134,26 +134,27 @@ int channel_resolve(struct task *t, struct errbuf *err)
                             "[input] channel: the input %s has no c axis (no OME axis, "
                             "dimension_names or _ARRAY_DIMENSIONS entry is named c)",
                             t->ome.array_path);
-    if ((uint64_t)cfg->channel >= t->in->shape[c]) {
+    if ((uint64_t)cfg->channel >= t->in_meta->shape[c]) {
         json_decref(names);
         return config_error(cfg, err, "input", "channel",
                             "[input] channel: %d is out of range (the c axis, dimension %d, has "
                             "%llu channels: 0 to %llu)",
-                            cfg->channel, c, (unsigned long long)t->in->shape[c],
-                            (unsigned long long)t->in->shape[c] - 1);
+                            cfg->channel, c, (unsigned long long)t->in_meta->shape[c],
+                            (unsigned long long)t->in_meta->shape[c] - 1);
     }
-    if (t->in->ndim < 2 || cfg->watch) {
+    if (t->in_meta->ndim < 2 || cfg->watch) {
         json_decref(names);
         return config_error(cfg, err, "input", "channel",
-                            t->in->ndim < 2 ? "[input] channel: the input has no axis besides c"
-                                            : "[input] channel cannot be used with watch = true");
+                            t->in_meta->ndim < 2
+                                ? "[input] channel: the input has no axis besides c"
+                                : "[input] channel cannot be used with watch = true");
     }
     struct channel_view *v = xcalloc(1, sizeof *v);
-    v->input = t->input;
+    v->input = t->reader;
     v->axis = c;
     v->idx = (uint64_t)cfg->channel;
-    v->ndim = t->in->ndim;
-    v->meta = *t->in;
+    v->ndim = t->in_meta->ndim;
+    v->meta = *t->in_meta;
     drop_u64(v->meta.shape, v->ndim, c);
     drop_u64(v->meta.chunks, v->ndim, c);
     drop_u64(v->meta.shard.inner, v->ndim, c);
@@ -166,8 +167,8 @@ int channel_resolve(struct task *t, struct errbuf *err)
     if (t->ome.found)
         drop_ome_axis(&t->ome, c);
     t->channel = v;
-    t->in = &v->meta;
-    t->src = (struct input_source){view_read, view_signature, v};
+    t->source = (struct input_source){&v->meta, view_read, view_signature, v};
+    t->in_meta = &v->meta;
     return 0;
 }
 

@@ -8,10 +8,10 @@
 struct task;
 
 /* With cfg.channel set: finds the input's c axis (OME axes, Zarr v3 dimension_names or the
- * _ARRAY_DIMENSIONS attribute), checks the index, and replaces t->in (the input's metadata
- * without c), t->src (reads of the channel) and t->ome (its axes without c). -EINVAL with
- * "FILE:LINE: [input] channel: ..." when the input has no c axis or the index is out of
- * range. Without channel: 0 and nothing changes. */
+ * _ARRAY_DIMENSIONS attribute), checks the index, and replaces t->source (reads of the
+ * channel, with the input's metadata without c), t->in_meta and t->ome (its axes without c).
+ * -EINVAL with "FILE:LINE: [input] channel: ..." when the input has no c axis or the index is out
+ * of range. Without channel: 0 and nothing changes. */
 int channel_resolve(struct task *t, struct errbuf *err);
 /* The view's dimension names without c (JSON list text), or NULL (no channel, or none). */
 const char *channel_dimension_names(const struct task *t);

@@ -1,7 +1,8 @@
 /* compute.c: running one ROI on the compute pool: take the result's lock (ROIs that several
  * chunks share may be asked for by other processes), look in the store once more, else read
  * the input, run the processor, and store the result under the key of exactly what was read.
- * No engine lock is held here. */
+ * No engine lock is held here: e->t, e->c and e->opts never change, and the ROI's state is
+ * set under the lock. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     const struct task *t = e->t;
     int nd = t->rois.ndim;
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     size_t n = nd_prod(rshape, nd);
     struct proc_request rq = {
         .roi = r,
@@ -41,9 +42,9 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
         .stop = &t->rois.stop[(size_t)r * nd],
         .in_start = rstart,
         .in_shape = rshape,
-        .in_dtype = t->in->dtype,
+        .in_dtype = t->in_meta->dtype,
         .out_dtype = t->out.dtype,
-        .in_nbytes = n * t->in->dtype.size,
+        .in_nbytes = n * t->in_meta->dtype.size,
         .out_nbytes = n * t->out.dtype.size,
     };
     rq.in_dtype.big_endian = rq.out_dtype.big_endian = false;
@@ -56,7 +57,7 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     int rc = task_input_read(t, rstart, rshape, in, &sig, err);
     for (int attempt = 0; rc == 0; attempt++) {
         rc = proc_run(t->proc, &rq, err);
-        if (rc == 0 || rc == -ECANCELED || attempt >= t->cfg.retries)
+        if (rc == 0 || rc == -ECANCELED || attempt >= e->opts.retries)
             break;
         log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
     }

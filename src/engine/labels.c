@@ -35,7 +35,7 @@ struct labels_paste {
 
 static bool mapping(const struct task *t)
 {
-    return t->level == 0 && t->cfg.labels && t->cfg.label_ids != LABEL_IDS_KEEP;
+    return t->cfg.labels && t->cfg.label_ids != LABEL_IDS_KEEP;
 }
 
 static bool sequential(const struct task *t)
@@ -45,8 +45,7 @@ static bool sequential(const struct task *t)
 
 int engine_labels_check(const struct task *t, const void *out, size_t n, struct errbuf *err)
 {
-    if (t->level != 0)
-        return 0;
+    /* a derived array (a pyramid level) has no [labels]: its cfg is zeroed */
     return labels_check_values(&t->cfg, &t->out.dtype, out, n, err);
 }
 

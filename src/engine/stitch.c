@@ -25,7 +25,7 @@ struct stitch_state {
 
 static bool stitching(const struct task *t)
 {
-    return t->level == 0 && t->cfg.labels && t->cfg.label_stitch == LABEL_STITCH_IOU;
+    return t->cfg.labels && t->cfg.label_stitch == LABEL_STITCH_IOU;
 }
 
 static struct key128 derived(struct key128 k, const char *what)
@@ -42,8 +42,8 @@ static bool zone(const struct task *t, uint32_t r, uint32_t s, uint64_t *z0, uin
     int nd = t->rois.ndim;
     uint64_t a0[ROIFS_MAX_DIM], as[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM];
     uint64_t a1[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, a0, as);
-    roi_read_region(&t->rois, s, t->halo, t->in->shape, b0, bs);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, a0, as);
+    roi_read_region(&t->rois, s, t->halo, t->in_meta->shape, b0, bs);
     for (int d = 0; d < nd; d++) {
         a1[d] = a0[d] + as[d];
         b1[d] = b0[d] + bs[d];
@@ -148,7 +148,7 @@ static void adjacency_build(const struct task *t, struct adjacency *a)
     uint64_t *hi = xmalloc((n ? n : 1) * (size_t)nd * sizeof *hi);
     for (size_t r = 0; r < n; r++) {
         uint64_t sh[ROIFS_MAX_DIM];
-        roi_read_region(&t->rois, r, t->halo, t->in->shape, &lo[r * nd], sh);
+        roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, &lo[r * nd], sh);
         for (int d = 0; d < nd; d++)
             hi[r * nd + d] = lo[r * nd + d] + sh[d];
     }
