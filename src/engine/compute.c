@@ -9,6 +9,7 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
+#include "labels.h"
 #include "store.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
@@ -61,10 +62,14 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
         log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
     }
     free(in);
+    if (rc == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
+        rc = engine_labels_check(t, out, n, err);
     *rcp = rc;
     struct roi_result *res = NULL;
     if (rc == 0) {
         res = roi_result_new(engine_roi_key(e->t, r, sig), engine_roi_box_nbytes(t, r));
+        /* stitch = iou: the overlap zones of the whole result, halo included */
+        engine_stitch_strips(e, r, out, rstart, rshape, res->key);
         crop_to_box(t, r, out, rstart, rshape, res);
         res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
     }
@@ -84,7 +89,8 @@ static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
     sb_free(&box);
 }
 
-void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
+/* fresh: compute even when a result named want is stored (stitching lost its strips). */
+static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh)
 {
     struct errbuf err = {{0}};
     const struct task *t = e->t;
@@ -92,7 +98,7 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
     /* A ROI that lies in one chunk is only ever computed under that chunk's lock, whose
      * holder looked in the store when it took it. One that several chunks share may be asked
      * for by another process for another chunk: its own lock, and a fresh look. */
-    bool shared = roi_index_roi_nchunks(t->index, r) > 1;
+    bool shared = roi_index_roi_nchunks(t->index, r) > 1 || engine_labels_locked(t);
     int lock = -1;
     if (shared) {
         lock = cache_lock_result(e->c, want);
@@ -100,7 +106,7 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
             log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
                      strerror(-lock));
         store_refresh(st);
-        if (store_has(st, want)) {
+        if (!fresh && store_has(st, want)) {
             cache_unlock(e->c, lock);
             engine_roi_finish(e, r, roi_result_new(want, 0), true, true, NULL);
             return;
@@ -132,4 +138,14 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
     if (!res)
         log_roi_failure(t, r, err.msg);
     engine_roi_finish(e, r, res, stored, false, err.msg);
+}
+
+void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
+{
+    run_roi(e, r, want, false);
+}
+
+void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want)
+{
+    run_roi(e, r, want, true);
 }
