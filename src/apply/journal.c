@@ -233,3 +233,35 @@ int journal_finish(struct journal *j, struct errbuf *err)
 {
     return append(j, REC_FINISH, 0, (uint64_t)time(NULL), 0, true, err);
 }
+
+int journal_peek(const char *cache_dir, bool *unfinished, uint64_t *replaced, uint64_t *total)
+{
+    *unfinished = false;
+    char *path = path_join(cache_dir, "apply");
+    int dirfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    free(path);
+    if (dirfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    char *data = NULL;
+    size_t len = 0;
+    int r = file_read_max(dirfd, JOURNAL, SIZE_MAX, &data, &len);
+    close(dirfd);
+    if (r == -ENOENT)
+        return 0;
+    if (r < 0)
+        return r;
+    struct journal j;
+    memset(&j, 0, sizeof j);
+    j.fd = j.dirfd = -1;
+    struct errbuf err = {{0}};
+    uint64_t valid = 0;
+    r = parse(&j, data, len, &valid, &err); /* a torn end is left for apply to cut */
+    free(data);
+    if (r == 0) {
+        *unfinished = j.begun && !j.finished;
+        *replaced = j.nreplaced;
+        *total = j.nstorage;
+    }
+    free_state(&j);
+    return r;
+}

@@ -39,6 +39,8 @@ void cli_format_bytes(uint64_t n, char *buf, size_t len);
 void cli_print_census(const struct task *t, struct cache *c);
 /* roifs clean --unused CONFIG: the exit status. */
 int cli_clean_unused(const char *config);
+/* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t. */
+int cli_refuse_unfinished_apply(const struct task *t);
 
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
 void cli_format_duration(double seconds, char *buf, size_t n);

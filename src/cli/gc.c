@@ -137,6 +137,10 @@ int cli_clean_unused(const char *config)
         task_close(t);
         return 0;
     }
+    if ((r = cli_refuse_unfinished_apply(t))) {
+        task_close(t);
+        return r;
+    }
     log_open_stderr(false);
     struct cache *c = NULL;
     if ((r = open_cache(t, t, &c))) {

@@ -536,3 +536,26 @@ def test_apply_progress_bar_on_a_terminal(tmp_path, roifs_bin):
     assert len(bars) >= 3, text
     assert bars[-1][0] == "#" * 24 and bars[-1][2] == "36", text
     assert "peak scratch" in text
+
+
+def test_clean_refused_while_an_application_is_unfinished(tmp_path, roifs_bin):
+    """`roifs clean` and `clean --unused` would drop the journal (or results named by the
+    original input) that an interrupted apply needs to finish without applying a ROI twice:
+    both refuse (exit 2) until it finished, then clean as usual."""
+    t = apply_task(tmp_path)
+    orig = t.inp.copy()
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "replaced:2"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    for args in (["clean"], ["clean", "--unused"]):
+        r = run_roifs(roifs_bin, *args, t.config)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "an unfinished `roifs apply` (2 of 36 input files replaced)" in r.stderr, r.stderr
+        assert f"finish it with `roifs apply {t.config}` first" in r.stderr, r.stderr
+        assert (t.cache / "apply" / "journal").exists()
+    r = apply(roifs_bin, t.config)
+    assert r.returncode == 0, r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+    r = run_roifs(roifs_bin, "clean", "--unused", t.config)
+    assert r.returncode == 0, r.stderr
+    r = run_roifs(roifs_bin, "clean", t.config)
+    assert r.returncode == 0 and not t.cache.exists(), r.stderr
