@@ -1,6 +1,7 @@
 /* util.c: error buffers, logging and small file helpers shared by every part of roifs. */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -541,29 +542,14 @@ int parse_size(const char *s, uint64_t *out)
         return -EINVAL;
     memcpy(buf, s, n);
     buf[n] = '\0';
+    /* a suffix K, M, G or T (either case): 2^10, 2^20, 2^30 or 2^40 */
+    static const char suffixes[] = "KMGT";
+    const char *sfx = strchr(suffixes, toupper((unsigned char)buf[n - 1]));
     uint64_t mult = 1;
-    switch (buf[n - 1]) {
-    case 'K':
-    case 'k':
-        mult = 1ULL << 10;
-        break;
-    case 'M':
-    case 'm':
-        mult = 1ULL << 20;
-        break;
-    case 'G':
-    case 'g':
-        mult = 1ULL << 30;
-        break;
-    case 'T':
-    case 't':
-        mult = 1ULL << 40;
-        break;
-    default:
-        break;
-    }
-    if (mult != 1)
+    if (sfx && *sfx) {
+        mult = 1ULL << (10 * (sfx - suffixes + 1));
         buf[n - 1] = '\0';
+    }
     uint64_t v;
     int r = parse_u64(buf, &v);
     if (r < 0)
