@@ -606,6 +606,18 @@ static int setup_units(struct zarr_input *in, struct errbuf *err)
     return 0;
 }
 
+/* Frees what zarr_input_open made before the cache: the directory and the metadata texts. */
+static void free_opened(struct zarr_input *in)
+{
+    if (in->dirfd >= 0)
+        close(in->dirfd);
+    free(in->zarray);
+    free(in->zattrs);
+    free(in->dimnames);
+    free(in->path);
+    free(in);
+}
+
 int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out, struct errbuf *err)
 {
     struct zarr_input *in = xcalloc(1, sizeof *in);
@@ -614,20 +626,14 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
     if (in->dirfd < 0) {
         int e = -errno;
         err_set(err, e, "%s: %s", path, strerror(-e));
-        free(in->path);
-        free(in);
+        free_opened(in);
         return e;
     }
     int r = read_metadata(in, err);
     if (r == 0)
         r = setup_units(in, err);
     if (r < 0) {
-        close(in->dirfd);
-        free(in->zarray);
-        free(in->zattrs);
-        free(in->dimnames);
-        free(in->path);
-        free(in);
+        free_opened(in);
         return r;
     }
     zarr_meta_grid(&in->meta, in->grid);
@@ -696,10 +702,5 @@ void zarr_input_close(struct zarr_input *in)
     idlru_destroy(&in->lru);
     pthread_mutex_destroy(&in->lock);
     pthread_cond_destroy(&in->loaded);
-    close(in->dirfd);
-    free(in->zarray);
-    free(in->zattrs);
-    free(in->dimnames);
-    free(in->path);
-    free(in);
+    free_opened(in);
 }

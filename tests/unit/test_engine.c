@@ -149,6 +149,19 @@ static void test_outside_input(void)
     harness_rig_close(&g);
 }
 
+/* Starts n threads of fn, thread i given the i-th of the args (size bytes each). */
+static void start_all(pthread_t *th, int n, void *(*fn)(void *), void *args, size_t size)
+{
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, fn, (char *)args + (size_t)i * size);
+}
+
+static void join_all(pthread_t *th, int n)
+{
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
 struct reader_arg {
     struct engine *e;
     uint64_t id;
@@ -176,14 +189,12 @@ static void test_single_flight_and_remount(void)
             return;
         pthread_t th[8];
         struct reader_arg args[8];
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < 8; i++)
             args[i] = (struct reader_arg){.e = g.e, .id = (uint64_t)(i % 4)};
-            pthread_create(&th[i], NULL, reader, &args[i]);
-        }
-        for (int i = 0; i < 8; i++) {
-            pthread_join(th[i], NULL);
+        start_all(th, 8, reader, args, sizeof *args);
+        join_all(th, 8);
+        for (int i = 0; i < 8; i++)
             CHECK_EQ_INT(args[i].rc, 0);
-        }
         CHECK_EQ_INT(g.t->proc->calls, round == 0 ? 3 : 0);
         char *status = harness_status(g.e);
         CHECK_STR_CONTAINS(status, "\"done\": 3");
@@ -314,15 +325,13 @@ static void test_eviction_never_fails_an_open(void)
         return;
     pthread_t th[8];
     struct evict_reader args[8];
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 8; i++)
         args[i] = (struct evict_reader){.e = g.e, .seed = (unsigned)i};
-        pthread_create(&th[i], NULL, evict_read_all, &args[i]);
-    }
+    start_all(th, 8, evict_read_all, args, sizeof *args);
+    join_all(th, 8);
     int bad = 0;
-    for (int i = 0; i < 8; i++) {
-        pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++)
         bad += args[i].bad;
-    }
     CHECK_EQ_INT(bad, 0);
     harness_rig_close(&g);
 }
@@ -380,10 +389,9 @@ static void test_changes_under_readers(void)
     struct errbuf err;
     pthread_t th[4];
     struct churn_arg args[4];
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         args[i] = (struct churn_arg){.e = g.e};
-        pthread_create(&th[i], NULL, churn_reader, &args[i]);
-    }
+    start_all(th, 4, churn_reader, args, sizeof *args);
     /* input chunk 0.0, the box [0, 4) x [0, 4) of the input */
     const uint64_t lo[2] = {0, 0}, hi[2] = {4, 4};
     uint64_t *stale = NULL;
@@ -400,8 +408,8 @@ static void test_changes_under_readers(void)
             keyset_free(live);
         }
     }
+    join_all(th, 4);
     for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
         CHECK_EQ_INT(args[i].bad, 0);
         CHECK(args[i].reads > 0);
     }
