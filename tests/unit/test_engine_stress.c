@@ -34,10 +34,7 @@ static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
 static uint64_t rnd(uint64_t n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state % n;
+    return check_xorshift(&rng_state) % n;
 }
 
 static int bumped_cy = -1, bumped_cx = -1; /* the input chunk rewritten with other values */

@@ -17,10 +17,8 @@
 static _Thread_local uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(uint64_t n)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return n ? rnd_state % n : rnd_state;
+    uint64_t v = check_xorshift(&rnd_state);
+    return n ? v % n : v;
 }
 
 static char tmp_root[256];
