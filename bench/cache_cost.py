@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from numcodecs import Blosc
 
 import common as C
 
@@ -57,12 +56,9 @@ def du(path):
 
 def small_task(d):
     n, ch, t = 4096, 1024, 64
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
-    data = np.random.default_rng(0).integers(0, 1000, (n, n), dtype="<u2")
     inp = d / "small_in.zarr"
-    zarr.open(str(inp), mode="w", shape=(n, n), chunks=(ch, ch), dtype="<u2",
-              compressor=comp)[:] = data
-    rois = [((y, y + t), (x, x + t)) for y in range(0, n, t) for x in range(0, n, t)]
+    data = C.random_input(inp, (n, n), (ch, ch), 0)
+    rois = C.tiles((n, n), t)
     C.write_rois(d / "small_rois.txt", rois)
     cfg = C.write_config(d / "small.ini", {
         "input": {"path": inp}, "rois": {"file": d / "small_rois.txt"},
@@ -75,13 +71,9 @@ def small_task(d):
 def scaling_task(d):
     t, ch, (ty, tx) = 32, 256, (250, 400)
     shape = (ty * t, tx * t)
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
-    data = np.random.default_rng(100000).integers(0, 1000, shape, dtype="<u2")
     inp = d / "big_in.zarr"
-    zarr.open(str(inp), mode="w", shape=shape, chunks=(ch, ch), dtype="<u2",
-              compressor=comp)[:] = data
-    rois = [((y, y + t), (x, x + t)) for y in range(0, shape[0], t)
-            for x in range(0, shape[1], t)]
+    data = C.random_input(inp, shape, (ch, ch), 100000)
+    rois = C.tiles(shape, t)
     C.write_rois(d / "big_rois.txt", rois)
     cfg = C.write_config(d / "big.ini", {
         "input": {"path": inp}, "rois": {"file": d / "big_rois.txt"},
