@@ -556,8 +556,7 @@ static void test_lock_taken_after_another_stored(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
-    if (!mkdtemp(dir))
+    if (check_mkdtemp(dir, sizeof dir, "engine"))
         return 1;
     log_open_stderr(false);
     make_input();
@@ -571,9 +570,6 @@ int main(void)
     RUN(test_failed_chunk_keeps_its_lock);
     RUN(test_open_while_a_failed_chunk_settles);
     RUN(test_lock_taken_after_another_stored);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    check_rmtree(dir);
     return check_done();
 }

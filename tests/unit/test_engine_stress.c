@@ -292,16 +292,12 @@ static void test_input_change_under_readers(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/roifs-engine-stress-XXXXXX");
-    if (!mkdtemp(dir))
+    if (check_mkdtemp(dir, sizeof dir, "engine-stress"))
         return 1;
     log_open_stderr(false);
     make_input();
     RUN(test_concurrent_readers);
     RUN(test_input_change_under_readers);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    check_rmtree(dir);
     return check_done();
 }
