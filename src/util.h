@@ -3,6 +3,7 @@
 #define ROIFS_UTIL_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -94,6 +95,9 @@ uint64_t mem_physical_bytes(void);
 
 /* Monotonic clock in seconds. */
 double now_monotonic(void);
+/* Initialises cv to time its waits (pthread_cond_timedwait) by CLOCK_MONOTONIC, which a
+ * change of the wall clock does not move. */
+void cond_init_monotonic(pthread_cond_t *cv);
 
 /* Parses a non-negative decimal integer that fills the whole string. 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
