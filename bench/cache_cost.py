@@ -7,6 +7,7 @@ against the output's size.
 
 The baseline binary: $ROIFS_BASELINE_BIN, else commit 8e647d5 is built in a temporary git
 worktree (removed afterwards). Target: within 10 % of the baseline (mount + read)."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,17 @@ import common as C
 
 REPS = int(os.environ.get("REPS", 5))
 BASELINE_COMMIT = "8e647d5"
+
+
+@contextlib.contextmanager
+def baseline_binary(info):
+    """build_baseline's binary, named in info["baseline"]; removed again on leaving."""
+    baseline, cleanup = build_baseline()
+    try:
+        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
+        yield baseline
+    finally:
+        cleanup()
 
 
 def build_baseline():
@@ -104,20 +116,15 @@ def runner(binary, cfg, cache, mnt, expected, n, sizes):
 
 def main():
     info = C.machine()
-    baseline, cleanup = build_baseline()
-    try:
-        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
-        with C.scratch("cache_cost") as d:
-            small, big = small_task(d), scaling_task(d)
-            sizes = {k: [] for k in ("small new", "small old", "big new", "big old")}
-            cases = {}
-            for name, (cfg, cache, exp, n) in (("small", small), ("big", big)):
-                for who, b in (("new", C.ROIFS), ("old", baseline)):
-                    cases[f"{name} | {who}"] = runner(b, cfg, cache, d / "mnt", exp, n,
-                                                      sizes[f"{name} {who}"])
-            res = C.interleaved(REPS, cases)
-    finally:
-        cleanup()
+    with baseline_binary(info) as baseline, C.scratch("cache_cost") as d:
+        small, big = small_task(d), scaling_task(d)
+        sizes = {k: [] for k in ("small new", "small old", "big new", "big old")}
+        cases = {}
+        for name, (cfg, cache, exp, n) in (("small", small), ("big", big)):
+            for who, b in (("new", C.ROIFS), ("old", baseline)):
+                cases[f"{name} | {who}"] = runner(b, cfg, cache, d / "mnt", exp, n,
+                                                  sizes[f"{name} {who}"])
+        res = C.interleaved(REPS, cases)
 
     rows, summary, raw = [], [], {"runs": res, "sizes": sizes}
     output_bytes = {"small": 4096 * 4096 * 2, "big": 8000 * 12800 * 2}
