@@ -448,6 +448,18 @@ double now_monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+DIR *opendir_at(int dirfd, const char *rel)
+{
+    int fd = openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
 void cond_init_monotonic(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;

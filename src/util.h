@@ -2,6 +2,7 @@
 #ifndef ROIFS_UTIL_H
 #define ROIFS_UTIL_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -92,6 +93,11 @@ int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got);
 /* Physical memory of this machine in bytes (2^40 when unknown): what no single buffer
  * computed from a configuration or metadata may exceed. */
 uint64_t mem_physical_bytes(void);
+
+/* Opens directory rel of dirfd ("." for dirfd itself) for readdir, on an open file description
+ * of its own (a dup() would share dirfd's offset) that closedir closes: NULL with errno set
+ * when it cannot. */
+DIR *opendir_at(int dirfd, const char *rel);
 
 /* Monotonic clock in seconds. */
 double now_monotonic(void);
