@@ -288,6 +288,44 @@ def in_session(argv, cwd="/", env=None, log=None):
         kill_group(proc)
 
 
+def all_at_once(*calls, timeout=60):
+    """Runs each of calls (functions of no arguments) in a thread of its own, all at once,
+    and waits (up to timeout seconds each) for them to end."""
+    th = [threading.Thread(target=c) for c in calls]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(timeout)
+
+
+def done_before_kill_9(roifs_bin, config, mnt, chunk, log, wait=1.0):
+    """Mounts config at mnt (a new folder; output to log), reads chunk in the background and
+    after wait seconds kills -9 the daemon: the ROIs it had done by then (its status)."""
+    mnt.mkdir()
+    p = subprocess.Popen([roifs_bin, "mount", "-f", str(config), str(mnt)],
+                         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(mnt / ".roifs" / "status"):
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        reader = subprocess.Popen(["cat", str(mnt / chunk)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(wait)
+        done_before = read_status(mnt)["rois"]["done"]
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(10)
+        reader.kill()
+        reader.wait(10)
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+    return done_before
+
+
 @contextlib.contextmanager
 def mounted(roifs_bin, config, mnt=None, args=(), ready_timeout=30, env=None):
     """roifs mount -f CONFIG MNT in the background (env: its environment, default ours);

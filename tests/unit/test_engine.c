@@ -162,10 +162,12 @@ static void join_all(pthread_t *th, int n)
         pthread_join(th[i], NULL);
 }
 
+/* What a reading thread is given (e, and id or seed) and reports (rc, or bad and reads). */
 struct reader_arg {
     struct engine *e;
     uint64_t id;
-    int rc;
+    unsigned seed;
+    int rc, bad, reads;
 };
 
 static void *reader(void *p)
@@ -270,16 +272,10 @@ static void test_unlistable_cache_fails_create(void)
     task_close(t); /* the failed engine stopped its processor */
 }
 
-struct evict_reader {
-    struct engine *e;
-    unsigned seed;
-    int bad;
-};
-
 /* Reads all 64 chunks of the 32x32 array, in an order of its own, three times. */
 static void *evict_read_all(void *p)
 {
-    struct evict_reader *a = p;
+    struct reader_arg *a = p;
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < 64; i++) {
             uint64_t id = (uint64_t)((i * 17 + (int)a->seed * 5 + round) % 64);
@@ -324,9 +320,9 @@ static void test_eviction_never_fails_an_open(void)
                       "[cache]\ndir = cache6\nmax_size = 1\n"))
         return;
     pthread_t th[8];
-    struct evict_reader args[8];
+    struct reader_arg args[8];
     for (int i = 0; i < 8; i++)
-        args[i] = (struct evict_reader){.e = g.e, .seed = (unsigned)i};
+        args[i] = (struct reader_arg){.e = g.e, .seed = (unsigned)i};
     start_all(th, 8, evict_read_all, args, sizeof *args);
     join_all(th, 8);
     int bad = 0;
@@ -351,14 +347,9 @@ static void write_version(int k)
     rename(tmp, name);
 }
 
-struct churn_arg {
-    struct engine *e;
-    int bad, reads;
-};
-
 static void *churn_reader(void *p)
 {
-    struct churn_arg *a = p;
+    struct reader_arg *a = p;
     for (int i = 0; i < 60; i++) {
         int32_t v[16];
         uint64_t id = (uint64_t)(i % 4);
@@ -388,9 +379,9 @@ static void test_changes_under_readers(void)
         return;
     struct errbuf err;
     pthread_t th[4];
-    struct churn_arg args[4];
+    struct reader_arg args[4];
     for (int i = 0; i < 4; i++)
-        args[i] = (struct churn_arg){.e = g.e};
+        args[i] = (struct reader_arg){.e = g.e};
     start_all(th, 4, churn_reader, args, sizeof *args);
     /* input chunk 0.0, the box [0, 4) x [0, 4) of the input */
     const uint64_t lo[2] = {0, 0}, hi[2] = {4, 4};
