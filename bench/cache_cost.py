@@ -7,6 +7,7 @@ against the output's size.
 
 The baseline binary: $ROIFS_BASELINE_BIN, else commit 8e647d5 is built in a temporary git
 worktree (removed afterwards). Target: within 10 % of the baseline (mount + read)."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,12 +17,22 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from numcodecs import Blosc
 
 import common as C
 
 REPS = int(os.environ.get("REPS", 5))
 BASELINE_COMMIT = "8e647d5"
+
+
+@contextlib.contextmanager
+def baseline_binary(info):
+    """build_baseline's binary, named in info["baseline"]; removed again on leaving."""
+    baseline, cleanup = build_baseline()
+    try:
+        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
+        yield baseline
+    finally:
+        cleanup()
 
 
 def build_baseline():
@@ -57,12 +68,9 @@ def du(path):
 
 def small_task(d):
     n, ch, t = 4096, 1024, 64
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
-    data = np.random.default_rng(0).integers(0, 1000, (n, n), dtype="<u2")
     inp = d / "small_in.zarr"
-    zarr.open(str(inp), mode="w", shape=(n, n), chunks=(ch, ch), dtype="<u2",
-              compressor=comp)[:] = data
-    rois = [((y, y + t), (x, x + t)) for y in range(0, n, t) for x in range(0, n, t)]
+    data = C.random_input(inp, (n, n), (ch, ch), 0)
+    rois = C.tiles((n, n), t)
     C.write_rois(d / "small_rois.txt", rois)
     cfg = C.write_config(d / "small.ini", {
         "input": {"path": inp}, "rois": {"file": d / "small_rois.txt"},
@@ -75,13 +83,9 @@ def small_task(d):
 def scaling_task(d):
     t, ch, (ty, tx) = 32, 256, (250, 400)
     shape = (ty * t, tx * t)
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
-    data = np.random.default_rng(100000).integers(0, 1000, shape, dtype="<u2")
     inp = d / "big_in.zarr"
-    zarr.open(str(inp), mode="w", shape=shape, chunks=(ch, ch), dtype="<u2",
-              compressor=comp)[:] = data
-    rois = [((y, y + t), (x, x + t)) for y in range(0, shape[0], t)
-            for x in range(0, shape[1], t)]
+    data = C.random_input(inp, shape, (ch, ch), 100000)
+    rois = C.tiles(shape, t)
     C.write_rois(d / "big_rois.txt", rois)
     cfg = C.write_config(d / "big.ini", {
         "input": {"path": inp}, "rois": {"file": d / "big_rois.txt"},
@@ -112,20 +116,15 @@ def runner(binary, cfg, cache, mnt, expected, n, sizes):
 
 def main():
     info = C.machine()
-    baseline, cleanup = build_baseline()
-    try:
-        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
-        with C.scratch("cache_cost") as d:
-            small, big = small_task(d), scaling_task(d)
-            sizes = {k: [] for k in ("small new", "small old", "big new", "big old")}
-            cases = {}
-            for name, (cfg, cache, exp, n) in (("small", small), ("big", big)):
-                for who, b in (("new", C.ROIFS), ("old", baseline)):
-                    cases[f"{name} | {who}"] = runner(b, cfg, cache, d / "mnt", exp, n,
-                                                      sizes[f"{name} {who}"])
-            res = C.interleaved(REPS, cases)
-    finally:
-        cleanup()
+    with baseline_binary(info) as baseline, C.scratch("cache_cost") as d:
+        small, big = small_task(d), scaling_task(d)
+        sizes = {k: [] for k in ("small new", "small old", "big new", "big old")}
+        cases = {}
+        for name, (cfg, cache, exp, n) in (("small", small), ("big", big)):
+            for who, b in (("new", C.ROIFS), ("old", baseline)):
+                cases[f"{name} | {who}"] = runner(b, cfg, cache, d / "mnt", exp, n,
+                                                  sizes[f"{name} {who}"])
+        res = C.interleaved(REPS, cases)
 
     rows, summary, raw = [], [], {"runs": res, "sizes": sizes}
     output_bytes = {"small": 4096 * 4096 * 2, "big": 8000 * 12800 * 2}

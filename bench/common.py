@@ -257,6 +257,27 @@ def machine():
     }
 
 
+# ---------------------------------------------------------------- inputs
+
+
+def random_input(path, shape, chunks, seed, high=1000, lz4=True):
+    """A uint16 zarr array at path of random values in [0, high) (numpy generator seed),
+    blosc lz4 (clevel 5, shuffle) or uncompressed: the data it holds."""
+    import zarr
+    from numcodecs import Blosc
+    data = np.random.default_rng(seed).integers(0, high, shape, dtype="<u2")
+    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE) if lz4 else None
+    zarr.open(str(path), mode="w", shape=shape, chunks=chunks, dtype="<u2",
+              compressor=comp)[:] = data
+    return data
+
+
+def tiles(shape, t):
+    """The t x t tiles of a 2-d shape, row by row, as ROIs."""
+    return [((y, y + t), (x, x + t)) for y in range(0, shape[0], t)
+            for x in range(0, shape[1], t)]
+
+
 # ---------------------------------------------------------------- the dask alternative
 
 

@@ -12,11 +12,8 @@ import os
 import subprocess
 import time
 
-import dask
-import dask.array as da
 import numpy as np
 import zarr
-from numcodecs import Blosc
 
 import common as C
 
@@ -31,16 +28,6 @@ def f(x):
     return x + np.uint16(1)
 
 
-def dask_pattern(in_path, out_path, rois):
-    y = da.from_zarr(str(in_path))
-    z = da.zeros(y.shape, dtype=y.dtype, chunks=y.chunks)
-    for roi in rois:
-        sl = tuple(slice(a, b) for a, b in roi)
-        shape = tuple(b - a for a, b in roi)
-        z[sl] = da.from_delayed(dask.delayed(f)(y[sl]), shape, y.dtype)
-    z.to_zarr(str(out_path), overwrite=True)
-
-
 def expected(data, rois):
     out = np.zeros_like(data)
     for (y0, y1), (x0, x1) in rois:
@@ -50,15 +37,11 @@ def expected(data, rois):
 
 def main():
     info = C.machine()
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
     shape = (TY * T, TX * T)
     with C.scratch("incremental") as d:
-        data = np.random.default_rng(19).integers(0, 1000, shape, dtype="<u2")
         inp = d / "in.zarr"
-        zarr.open(str(inp), mode="w", shape=shape, chunks=(CH, CH), dtype="<u2",
-                  compressor=comp)[:] = data
-        base = [((y, y + T), (x, x + T)) for y in range(0, shape[0], T)
-                for x in range(0, shape[1], T)]
+        data = C.random_input(inp, shape, (CH, CH), 19)
+        base = C.tiles(shape, T)
         assert len(base) == 1000
         edited = base + ADDED
         want = expected(data, edited)
@@ -93,7 +76,7 @@ def main():
         def run_dask():
             out = d / "dask.zarr"
             C.rmtree(out)
-            t = C.timed(lambda: dask_pattern(inp, out, edited))
+            t = C.timed(lambda: C.dask_from_delayed(inp, out, edited, f))
             assert np.array_equal(zarr.open(str(out), mode="r")[:], want)
             return {"s": t, "calls": len(edited)}
 

@@ -46,11 +46,8 @@ def main():
     info = C.machine()
     os.environ.setdefault("ROIFS_PYTHONPATH", str(C.REPO / "python"))
     with C.scratch("proc_overhead") as d:
-        rng = np.random.default_rng(0)
-        data = rng.integers(0, 60000, (N, N), dtype="<u2")
         inp = d / "in.zarr"
-        zarr.open(str(inp), mode="w", shape=(N, N), chunks=(CH, CH), dtype="<u2",
-                  compressor=None)[:] = data
+        data = C.random_input(inp, (N, N), (CH, CH), 0, high=60000, lz4=False)
         expected = data + 1
         (d / "add1_worker.py").write_text(WORKER)
         kinds = {

@@ -8,7 +8,6 @@ import os
 
 import numpy as np
 import zarr
-from numcodecs import Blosc
 
 import common as C
 
@@ -26,15 +25,11 @@ def dask_pattern(in_path, out_path, rois):
 
 def main():
     info = C.machine()
-    comp = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
     with C.scratch("small_rois") as d:
-        rng = np.random.default_rng(0)
-        data = rng.integers(0, 1000, (N, N), dtype="<u2")
         inp = d / "in.zarr"
-        zarr.open(str(inp), mode="w", shape=(N, N), chunks=(CH, CH), dtype="<u2",
-                  compressor=comp)[:] = data
+        data = C.random_input(inp, (N, N), (CH, CH), 0)
         expected = data + 1
-        rois = [((y, y + T), (x, x + T)) for y in range(0, N, T) for x in range(0, N, T)]
+        rois = C.tiles((N, N), T)
         C.write_rois(d / "rois.txt", rois)
         cfg = C.write_config(d / "task.ini", {
             "input": {"path": inp},

@@ -17,7 +17,7 @@ import zarr
 from numcodecs import Blosc
 
 import common as C
-from cache_cost import BASELINE_COMMIT, build_baseline
+from cache_cost import BASELINE_COMMIT, baseline_binary
 
 REPS = int(os.environ.get("REPS", 7))
 SHAPE, CHUNKS = (8, 4096, 4096), (1, 1024, 1024)
@@ -70,30 +70,25 @@ def case(binary, cfg, mnt, reader, want):
 
 def main():
     info = C.machine()
-    baseline, cleanup = build_baseline()
-    try:
-        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
-        with C.scratch("warm_cost") as d:
-            inp = make_input(d)
-            expected = zarr.open(str(inp), mode="r")[:]
-            cases = {}
-            for enc, out in ENCODINGS.items():
-                for who, b in (("new", C.ROIFS), ("old", baseline)):
-                    cfg = C.write_config(d / f"{enc}-{who}.ini", {
-                        "input": {"path": inp}, "rois": {"grid": "1,1024,1024"},
-                        "process": {"builtin": "copy"}, "output": out,
-                        "cache": {"dir": d / f"cache-{enc}-{who}"}})
-                    subprocess.run([b, "warm", str(cfg)], check=True, capture_output=True)
-                    for rname, reader, want in (("raw read()", read_raw, expected.nbytes if
-                                                 enc == "none" else None),
-                                                ("zarr-python", read_zarr, expected)):
-                        if want is None:  # compressed files: their total size, read once
-                            with C.Mount(cfg, d / "mnt", binary=b) as m:
-                                want = read_raw(m.mnt)
-                        cases[f"{enc} {rname} | {who}"] = case(b, cfg, d / "mnt", reader, want)
-            res = C.interleaved(REPS, cases)
-    finally:
-        cleanup()
+    with baseline_binary(info) as baseline, C.scratch("warm_cost") as d:
+        inp = make_input(d)
+        expected = zarr.open(str(inp), mode="r")[:]
+        cases = {}
+        for enc, out in ENCODINGS.items():
+            for who, b in (("new", C.ROIFS), ("old", baseline)):
+                cfg = C.write_config(d / f"{enc}-{who}.ini", {
+                    "input": {"path": inp}, "rois": {"grid": "1,1024,1024"},
+                    "process": {"builtin": "copy"}, "output": out,
+                    "cache": {"dir": d / f"cache-{enc}-{who}"}})
+                subprocess.run([b, "warm", str(cfg)], check=True, capture_output=True)
+                for rname, reader, want in (("raw read()", read_raw, expected.nbytes if
+                                             enc == "none" else None),
+                                            ("zarr-python", read_zarr, expected)):
+                    if want is None:  # compressed files: their total size, read once
+                        with C.Mount(cfg, d / "mnt", binary=b) as m:
+                            want = read_raw(m.mnt)
+                    cases[f"{enc} {rname} | {who}"] = case(b, cfg, d / "mnt", reader, want)
+        res = C.interleaved(REPS, cases)
 
     rows, summary = [], []
     for enc in ENCODINGS:

@@ -1,6 +1,7 @@
 /* util.c: error buffers, logging and small file helpers shared by every part of roifs. */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -447,6 +448,27 @@ double now_monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+DIR *opendir_at(int dirfd, const char *rel)
+{
+    int fd = openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
+void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 /* ---- parsing ---- */
 
 static const char *skip_ws(const char *s)
@@ -541,29 +563,14 @@ int parse_size(const char *s, uint64_t *out)
         return -EINVAL;
     memcpy(buf, s, n);
     buf[n] = '\0';
+    /* a suffix K, M, G or T (either case): 2^10, 2^20, 2^30 or 2^40 */
+    static const char suffixes[] = "KMGT";
+    const char *sfx = strchr(suffixes, toupper((unsigned char)buf[n - 1]));
     uint64_t mult = 1;
-    switch (buf[n - 1]) {
-    case 'K':
-    case 'k':
-        mult = 1ULL << 10;
-        break;
-    case 'M':
-    case 'm':
-        mult = 1ULL << 20;
-        break;
-    case 'G':
-    case 'g':
-        mult = 1ULL << 30;
-        break;
-    case 'T':
-    case 't':
-        mult = 1ULL << 40;
-        break;
-    default:
-        break;
-    }
-    if (mult != 1)
+    if (sfx && *sfx) {
+        mult = 1ULL << (10 * (sfx - suffixes + 1));
         buf[n - 1] = '\0';
+    }
     uint64_t v;
     int r = parse_u64(buf, &v);
     if (r < 0)

@@ -2,7 +2,9 @@
 #ifndef ROIFS_UTIL_H
 #define ROIFS_UTIL_H
 
+#include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -92,8 +94,16 @@ int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got);
  * computed from a configuration or metadata may exceed. */
 uint64_t mem_physical_bytes(void);
 
+/* Opens directory rel of dirfd ("." for dirfd itself) for readdir, on an open file description
+ * of its own (a dup() would share dirfd's offset) that closedir closes: NULL with errno set
+ * when it cannot. */
+DIR *opendir_at(int dirfd, const char *rel);
+
 /* Monotonic clock in seconds. */
 double now_monotonic(void);
+/* Initialises cv to time its waits (pthread_cond_timedwait) by CLOCK_MONOTONIC, which a
+ * change of the wall clock does not move. */
+void cond_init_monotonic(pthread_cond_t *cv);
 
 /* Parses a non-negative decimal integer that fills the whole string. 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);

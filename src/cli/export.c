@@ -221,13 +221,9 @@ static int list_entry(void *ctx, const char *name, uint64_t ino, bool is_dir, ui
 /* Removes what an interrupted export left half-written in directory rel ("" for DEST). */
 static void remove_stale_temps(struct export *x, const char *rel)
 {
-    int fd = openat(x->destfd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    DIR *d = opendir_at(x->destfd, *rel ? rel : ".");
+    if (!d)
         return;
-    }
     struct dirent *de;
     while ((de = readdir(d)))
         if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) == 0)

@@ -292,11 +292,7 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
 
     struct run_state st = {.spec = spec};
     pthread_mutex_init(&st.lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&st.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&st.cv);
 
     struct tally ta = {
         .verb = spec->verb, .spec = spec, .chunks_total = spec->n, .start = now_monotonic()};

@@ -10,20 +10,6 @@
 #include "labels.h"
 #include "store.h"
 
-/* The box of chunk id: [c0, c1), extent ext. */
-static void chunk_box(const struct task *t, uint64_t id, uint64_t *c0, uint64_t *c1, uint64_t *ext)
-{
-    int nd = t->out.ndim;
-    uint64_t idx[ROIFS_MAX_DIM];
-    nd_unlinear(id, t->grid, nd, idx);
-    for (int d = 0; d < nd; d++) {
-        c0[d] = idx[d] * t->out.chunks[d];
-        c1[d] =
-            c0[d] + t->out.chunks[d] < t->out.shape[d] ? c0[d] + t->out.chunks[d] : t->out.shape[d];
-        ext[d] = c1[d] - c0[d];
-    }
-}
-
 size_t engine_roi_box_nbytes(const struct task *t, size_t r)
 {
     int nd = t->rois.ndim;
@@ -92,7 +78,7 @@ int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, s
     int nd = t->out.ndim;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
     uint64_t zero[ROIFS_MAX_DIM] = {0}, osig = 0;
-    chunk_box(t, job->id, c0, c1, ext);
+    engine_chunk_box(t, job->id, c0, c1, ext);
     size_t isz = t->out.dtype.size;
     void *buf = xmalloc(t->chunk_nbytes);
     nd_fill(buf, t->chunk_nbytes / isz, t->out.fill, isz);

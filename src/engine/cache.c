@@ -84,24 +84,10 @@ static int open_subdir(int dirfd, const char *dirpath, const char *name, struct 
     return r < 0 ? r : fd;
 }
 
-/* A stream over directory fd with an open file description of its own (a dup() would share
- * fd's offset). NULL with errno set on failure. */
-static DIR *walk(int fd)
-{
-    int own = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = own >= 0 ? fdopendir(own) : NULL;
-    if (!d && own >= 0) {
-        int e = errno;
-        close(own);
-        errno = e;
-    }
-    return d;
-}
-
 /* Removes everything in directory fd, subdirectories to depth levels. */
 static void empty_dir(int fd, int depth)
 {
-    DIR *d = walk(fd);
+    DIR *d = opendir_at(fd, ".");
     if (!d)
         return;
     struct dirent *de;
@@ -141,7 +127,7 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 
 static bool dir_is_empty(int fd)
 {
-    DIR *d = walk(fd);
+    DIR *d = opendir_at(fd, ".");
     if (!d)
         return false;
     bool empty = true;
@@ -222,7 +208,7 @@ int cache_lock_result(struct cache *c, struct key128 key)
  * registrations of processes that are gone. users_fd: DIR/users; mine: our name's prefix. */
 static int check_users(struct cache *c, int users_fd, const char *mine, struct errbuf *err)
 {
-    DIR *d = walk(users_fd);
+    DIR *d = opendir_at(users_fd, ".");
     if (!d)
         return err_set(err, -errno, "%s/users: %s", c->path, strerror(errno));
     int r = 0;
@@ -321,7 +307,7 @@ int cache_other_version(struct cache *c, char *who, size_t len)
 {
     if (c->users_fd < 0)
         return 0;
-    DIR *d = walk(c->users_fd);
+    DIR *d = opendir_at(c->users_fd, ".");
     if (!d)
         return -errno;
     char mine[32];

@@ -525,14 +525,9 @@ int cache_chunk_remove(struct cache *c, uint64_t id)
 
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx)
 {
-    int own = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = own >= 0 ? fdopendir(own) : NULL;
-    if (!d) {
-        int e = -errno;
-        if (own >= 0)
-            close(own);
-        return e;
-    }
+    DIR *d = opendir_at(c->chunks_fd, ".");
+    if (!d)
+        return -errno;
     struct dirent *de;
     while ((de = readdir(d))) {
         uint64_t id;

@@ -178,13 +178,9 @@ static void census_chunk(void *ctx, uint64_t id)
  * sidecars whose data file is gone. */
 static size_t remove_leftovers(struct cache *c)
 {
-    int own = openat(c->chunks_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = own >= 0 ? fdopendir(own) : NULL;
-    if (!d) {
-        if (own >= 0)
-            close(own);
+    DIR *d = opendir_at(c->chunks_fd, ".");
+    if (!d)
         return 0;
-    }
     size_t n = 0;
     time_t now = time(NULL);
     struct dirent *de;

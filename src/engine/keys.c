@@ -34,18 +34,14 @@ uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmem
     return sig;
 }
 
-/* The box of chunk id: [c0, c1), extent ext. */
-static void chunk_box(const struct task *t, uint64_t id, uint64_t *c0, uint64_t *c1, uint64_t *ext)
+void engine_chunk_box(const struct task *t, uint64_t id, uint64_t *c0, uint64_t *c1, uint64_t *ext)
 {
     int nd = t->out.ndim;
     uint64_t idx[ROIFS_MAX_DIM];
     nd_unlinear(id, t->grid, nd, idx);
-    for (int d = 0; d < nd; d++) {
-        c0[d] = idx[d] * t->out.chunks[d];
-        c1[d] =
-            c0[d] + t->out.chunks[d] < t->out.shape[d] ? c0[d] + t->out.chunks[d] : t->out.shape[d];
+    nd_chunk_box(idx, t->out.chunks, t->out.shape, nd, c0, c1);
+    for (int d = 0; d < nd; d++)
         ext[d] = c1[d] - c0[d];
-    }
 }
 
 struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struct key128 *rois,
@@ -81,7 +77,7 @@ void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmem
     uint64_t osig = 0;
     if (t->outside == OUTSIDE_INPUT) {
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-        chunk_box(t, id, c0, c1, ext);
+        engine_chunk_box(t, id, c0, c1, ext);
         task_input_signature(t, c0, ext, m, &osig);
     }
     out->chunk = engine_chunk_key_of(t, id, out->rois, n, osig);

@@ -198,14 +198,9 @@ static int64_t dir_mtime(int fd)
  * since the last look leaves a gap that discover_packs stops at. 0 or -errno. */
 static int open_listed_packs(struct store *s)
 {
-    int fd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int r = -errno;
-        if (fd >= 0)
-            close(fd);
-        return r;
-    }
+    DIR *d = opendir_at(s->dirfd, ".");
+    if (!d)
+        return -errno;
     struct dirent *de;
     while ((de = readdir(d))) {
         unsigned n;

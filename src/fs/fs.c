@@ -439,11 +439,7 @@ static void stop_engines(struct arrayset *set, long minor)
 {
     struct stopper s = {.minor = minor};
     pthread_mutex_init(&s.lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&s.cv);
     pthread_t th;
     bool watching = pthread_create(&th, NULL, stop_watch, &s) == 0;
     arrayset_stop(set);

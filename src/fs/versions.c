@@ -82,15 +82,29 @@ static struct rec *find_ino(struct vt *vt, uint64_t ino)
     return n ? IDLRU_ENTRY(n, struct rec, by_ino) : NULL;
 }
 
+/* The record stands for version f of its chunk file from now on. */
+static void rec_set_file(struct rec *r, const struct vt_file *f)
+{
+    r->dev = f->dev;
+    r->file = f->ino;
+    r->size = f->size;
+    r->ctime = f->ctime_ns;
+}
+
+/* The inode of r shows version f from now on: the kernel drops its pages and attributes. */
+static void rec_replace(struct rec *r, const struct vt_file *f, struct vt_grant *g)
+{
+    rec_set_file(r, f);
+    g->keep_cache = false;
+    g->inval_attrs = true;
+}
+
 static struct rec *add_rec(struct vt *vt, uint64_t ino, uint64_t base, const struct vt_file *f)
 {
     struct rec *r = xcalloc(1, sizeof *r);
     r->by_ino.id = ino;
     r->base = base;
-    r->dev = f->dev;
-    r->file = f->ino;
-    r->size = f->size;
-    r->ctime = f->ctime_ns;
+    rec_set_file(r, f);
     r->current = true;
     idlru_add(&vt->by_ino, &r->by_ino);
     vt->stats.records++;
@@ -117,22 +131,12 @@ int vt_open(struct vt *vt, uint64_t ino, uint64_t base, int fd, const struct vt_
     } else if (r->outdated && r->refs == 0) {
         /* dropped from the kernel's caches when it was declared out of date */
         r->outdated = false;
-        r->dev = f->dev;
-        r->file = f->ino;
-        r->size = f->size;
-        r->ctime = f->ctime_ns;
-        g->keep_cache = false;
-        g->inval_attrs = true;
+        rec_replace(r, f, g);
     } else if (r->dev != f->dev || r->file != f->ino || r->ctime != f->ctime_ns ||
                r->size != f->size) {
         if (r->refs == 0) {
             /* Nothing open on the old version: the new one takes its inode. */
-            r->dev = f->dev;
-            r->file = f->ino;
-            r->size = f->size;
-            r->ctime = f->ctime_ns;
-            g->keep_cache = false;
-            g->inval_attrs = true;
+            rec_replace(r, f, g);
             vt->stats.replaced_in_place++;
         } else {
             /* Files are open on the old version: they keep it and its inode; the chunk's name

@@ -386,11 +386,7 @@ int proc_builtin_create(const struct config *cfg, struct proc **out, struct errb
         free(b);
         return rc;
     }
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    cond_init_monotonic(&b->wake);
     pthread_mutex_init(&b->lock, NULL);
     *out = &b->base;
     return 0;

@@ -73,29 +73,60 @@ static size_t min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* Starts a zlib (gzip: a gzip) decoder on zs. */
+static int inflate_start(z_stream *zs, bool gzip, const char *name, struct errbuf *err)
+{
+    memset(zs, 0, sizeof *zs);
+    if (inflateInit2(zs, gzip ? 15 + 16 : 15) != Z_OK)
+        return err_set(err, -ENOMEM, "%s: cannot initialise the decoder", name);
+    return 0;
+}
+
+/* One inflate call from *in (*in_left bytes; both advanced past what it used) into out (room
+ * for avail bytes): zlib's result, with the bytes used and made. */
+static int inflate_step(z_stream *zs, const unsigned char **in, size_t *in_left, unsigned char *out,
+                        size_t avail, size_t *used, size_t *made)
+{
+    zs->next_in = (unsigned char *)*in;
+    zs->avail_in = (uInt)min_sz(*in_left, UINT_MAX);
+    zs->next_out = out;
+    zs->avail_out = (uInt)min_sz(avail, UINT_MAX);
+    uInt ai = zs->avail_in, ao = zs->avail_out;
+    int zr = inflate(zs, Z_NO_FLUSH);
+    *used = ai - zs->avail_in;
+    *made = ao - zs->avail_out;
+    *in += *used;
+    *in_left -= *used;
+    return zr;
+}
+
+/* The error that inflate's result zr (not Z_STREAM_END) means, or 0 to go on; stuck: the call
+ * used and made nothing although there was room for output (the input ended early). */
+static int inflate_fault(const z_stream *zs, int zr, bool stuck, const char *name,
+                         struct errbuf *err)
+{
+    if (zr == Z_BUF_ERROR && stuck)
+        return err_set(err, -EIO, "%s: truncated stream", name);
+    if (zr != Z_OK && zr != Z_BUF_ERROR)
+        return err_set(err, -EIO, "%s: corrupt stream (%s)", name, zs->msg ? zs->msg : "error");
+    return 0;
+}
+
 /* Inflates src into exactly dst_len bytes. Gzip input may hold several members. */
 static int inflate_exact(const void *src, size_t src_len, void *dst, size_t dst_len, bool gzip,
                          struct errbuf *err)
 {
     const char *name = gzip ? "gzip" : "zlib";
     z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (inflateInit2(&zs, gzip ? 15 + 16 : 15) != Z_OK)
-        return err_set(err, -ENOMEM, "%s: cannot initialise the decoder", name);
+    int r = inflate_start(&zs, gzip, name, err);
+    if (r < 0)
+        return r;
     const unsigned char *in = src;
     unsigned char *out = dst, spill[16];
-    size_t in_left = src_len, out_left = dst_len;
-    int r = 0;
+    size_t in_left = src_len, out_left = dst_len, used, made;
     for (;;) {
-        zs.next_in = (unsigned char *)in;
-        zs.avail_in = (uInt)min_sz(in_left, UINT_MAX);
-        zs.next_out = out_left ? out : spill;
-        zs.avail_out = (uInt)(out_left ? min_sz(out_left, UINT_MAX) : sizeof spill);
-        uInt ai = zs.avail_in, ao = zs.avail_out;
-        int zr = inflate(&zs, Z_NO_FLUSH);
-        size_t used = ai - zs.avail_in, made = ao - zs.avail_out;
-        in += used;
-        in_left -= used;
+        int zr = inflate_step(&zs, &in, &in_left, out_left ? out : spill,
+                              out_left ? out_left : sizeof spill, &used, &made);
         if (!out_left && made) {
             r = err_set(err, -EIO, "%s: decoded more than %zu bytes, expected %zu", name, dst_len,
                         dst_len);
@@ -110,14 +141,8 @@ static int inflate_exact(const void *src, size_t src_len, void *dst, size_t dst_
                 r = wrong_size(err, name, dst_len - out_left, dst_len);
             break;
         }
-        if (zr == Z_BUF_ERROR && !used && !made) {
-            r = err_set(err, -EIO, "%s: truncated stream", name);
+        if ((r = inflate_fault(&zs, zr, !used && !made, name, err)) < 0)
             break;
-        }
-        if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            r = err_set(err, -EIO, "%s: corrupt stream (%s)", name, zs.msg ? zs.msg : "error");
-            break;
-        }
     }
     inflateEnd(&zs);
     return r;
@@ -226,14 +251,13 @@ static int inflate_alloc(const void *src, size_t src_len, bool gzip, size_t max_
 {
     const char *name = gzip ? "gzip" : "zlib";
     z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (inflateInit2(&zs, gzip ? 15 + 16 : 15) != Z_OK)
-        return err_set(err, -ENOMEM, "%s: cannot initialise the decoder", name);
+    int r = inflate_start(&zs, gzip, name, err);
+    if (r < 0)
+        return r;
     size_t cap = src_len * 4 + 64, len = 0;
     unsigned char *buf = xmalloc(cap);
     const unsigned char *in = src;
-    size_t in_left = src_len;
-    int r = 0;
+    size_t in_left = src_len, used, made;
     for (;;) {
         if (len == cap) {
             if (cap >= max_len) {
@@ -243,29 +267,15 @@ static int inflate_alloc(const void *src, size_t src_len, bool gzip, size_t max_
             cap = cap * 2 > max_len ? max_len : cap * 2;
             buf = xrealloc(buf, cap);
         }
-        zs.next_in = (unsigned char *)in;
-        zs.avail_in = (uInt)min_sz(in_left, UINT_MAX);
-        zs.next_out = buf + len;
-        zs.avail_out = (uInt)min_sz(cap - len, UINT_MAX);
-        uInt ai = zs.avail_in, ao = zs.avail_out;
-        int zr = inflate(&zs, Z_NO_FLUSH);
-        size_t used = ai - zs.avail_in, made = ao - zs.avail_out;
-        in += used;
-        in_left -= used;
+        int zr = inflate_step(&zs, &in, &in_left, buf + len, cap - len, &used, &made);
         len += made;
         if (zr == Z_STREAM_END) {
             if (gzip && in_left > 0 && inflateReset(&zs) == Z_OK)
                 continue;
             break;
         }
-        if (zr == Z_BUF_ERROR && !used && !made && len < cap) {
-            r = err_set(err, -EIO, "%s: truncated stream", name);
+        if ((r = inflate_fault(&zs, zr, !used && !made && len < cap, name, err)) < 0)
             break;
-        }
-        if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            r = err_set(err, -EIO, "%s: corrupt stream (%s)", name, zs.msg ? zs.msg : "error");
-            break;
-        }
     }
     inflateEnd(&zs);
     if (r < 0) {

@@ -199,6 +199,20 @@ static void forget(struct zarr_input *in, struct chunk *c)
     pthread_mutex_unlock(&in->lock);
 }
 
+/* The end of a decode of raw (read from file key) into data with result r: frees raw, and
+ * either hands data over in *out or frees it and names the file in the error. */
+static int keep_decoded(const struct zarr_input *in, const char *key, int r, void *raw, void *data,
+                        void **out, struct errbuf *err)
+{
+    free(raw);
+    if (r < 0) {
+        free(data);
+        return err_prefix(err, -EIO, "%s/%s", in->path, key);
+    }
+    *out = data;
+    return 0;
+}
+
 /* Reads and decodes the whole chunk file key (not sharded) into a malloc'd C-order native
  * buffer (*out NULL: missing). */
 static int load_whole(struct zarr_input *in, const char *key, void **out, struct file_id *fid,
@@ -213,21 +227,14 @@ static int load_whole(struct zarr_input *in, const char *key, void **out, struct
         return 0;
     if (r < 0)
         return r;
-    void *data;
     if (m->format == 2 && m->compressor.id == ZC_NONE && len == in->chunk_nbytes &&
         !m->dtype.big_endian && !(m->fortran_order && m->ndim > 1)) {
-        data = raw; /* the file is the chunk: no copy */
-    } else {
-        data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
-        r = zarr_decode_chunk(m, raw, len, data, err);
-        free(raw);
-        if (r < 0) {
-            free(data);
-            return err_prefix(err, -EIO, "%s/%s", in->path, key);
-        }
+        *out = raw; /* the file is the chunk: no copy */
+        return 0;
     }
-    *out = data;
-    return 0;
+    void *data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
+    r = zarr_decode_chunk(m, raw, len, data, err);
+    return keep_decoded(in, key, r, raw, data, out, err);
 }
 
 /* Reads n bytes at off of the open file fd (named key) into a malloc'd buffer. */
@@ -288,13 +295,7 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
     }
     uint64_t *entries = xmalloc(in->index_nbytes);
     r = zarr_shard_index_decode(m, raw, size, entries, err);
-    free(raw);
-    if (r < 0) {
-        free(entries);
-        return err_prefix(err, -EIO, "%s/%s", in->path, key);
-    }
-    *out = entries;
-    return 0;
+    return keep_decoded(in, key, r, raw, entries, out, err);
 }
 
 /* Reads and decodes inner chunk uid of a sharded array through its shard's (cached) index. */
@@ -605,6 +606,18 @@ static int setup_units(struct zarr_input *in, struct errbuf *err)
     return 0;
 }
 
+/* Frees what zarr_input_open made before the cache: the directory and the metadata texts. */
+static void free_opened(struct zarr_input *in)
+{
+    if (in->dirfd >= 0)
+        close(in->dirfd);
+    free(in->zarray);
+    free(in->zattrs);
+    free(in->dimnames);
+    free(in->path);
+    free(in);
+}
+
 int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out, struct errbuf *err)
 {
     struct zarr_input *in = xcalloc(1, sizeof *in);
@@ -613,20 +626,14 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
     if (in->dirfd < 0) {
         int e = -errno;
         err_set(err, e, "%s: %s", path, strerror(-e));
-        free(in->path);
-        free(in);
+        free_opened(in);
         return e;
     }
     int r = read_metadata(in, err);
     if (r == 0)
         r = setup_units(in, err);
     if (r < 0) {
-        close(in->dirfd);
-        free(in->zarray);
-        free(in->zattrs);
-        free(in->dimnames);
-        free(in->path);
-        free(in);
+        free_opened(in);
         return r;
     }
     zarr_meta_grid(&in->meta, in->grid);
@@ -695,10 +702,5 @@ void zarr_input_close(struct zarr_input *in)
     idlru_destroy(&in->lru);
     pthread_mutex_destroy(&in->lock);
     pthread_cond_destroy(&in->loaded);
-    close(in->dirfd);
-    free(in->zarray);
-    free(in->zattrs);
-    free(in->dimnames);
-    free(in->path);
-    free(in);
+    free_opened(in);
 }

@@ -190,6 +190,41 @@ def make_task(tmp_path, data, chunks, *, rois, process=None, output=None, compre
     return Task(tmp_path, config, inpath, rois_file, cache, tmp_path / "mnt", inp, list(rois))
 
 
+def write_rois(task, rois):
+    """Rewrites task's ROI file with rois, one per line."""
+    task.rois_file.write_text("".join(roi_text(r) + "\n" for r in rois))
+
+
+def set_option(task, key, value):
+    """Rewrites task's configuration with every line that starts with key set to value."""
+    text = task.config.read_text()
+    task.config.write_text("\n".join(f"{key} = {value}" if l.startswith(key) else l
+                                     for l in text.splitlines()) + "\n")
+
+
+def random_boxes(rng, n, shape, lo, hi):
+    """n boxes anywhere in shape, each side lo..hi elements (random.Random rng): for the load
+    tests, which want ROIs that overlap and straddle chunks."""
+    rois = []
+    for _ in range(n):
+        box = []
+        for s in shape:
+            side = rng.randint(lo, hi)
+            a = rng.randrange(0, s - side)
+            box.append((a, a + side))
+        rois.append(tuple(box))
+    return rois
+
+
+def added_within(data, rois, value=1, fill=-1):
+    """The output of an "add value" processor over rois of a 2-d <i4 input: data + value
+    inside them (later ROIs win), fill elsewhere."""
+    out = np.full(data.shape, fill, "<i4")
+    for (y0, y1), (x0, x1) in rois:
+        out[y0:y1, x0:x1] = data[y0:y1, x0:x1] + value
+    return out
+
+
 # ---------------------------------------------------------------- mounting
 
 
@@ -228,6 +263,67 @@ def watched(proc, mnt):
     finally:
         with _live_lock:
             _live.pop(key, None)
+
+
+def kill_group(proc):
+    """Kills (SIGKILL) the process group of proc, a Popen of its own session, unless it has
+    exited, and reaps it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def in_session(argv, cwd="/", env=None, log=None):
+    """argv in a session of its own, its output to log (None: nowhere); killed with its group
+    on leaving, for tests that start processes other than a mount."""
+    with open(log or os.devnull, "wb") as logf:
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
+                                env=env)
+    try:
+        yield proc
+    finally:
+        kill_group(proc)
+
+
+def all_at_once(*calls, timeout=60):
+    """Runs each of calls (functions of no arguments) in a thread of its own, all at once,
+    and waits (up to timeout seconds each) for them to end."""
+    th = [threading.Thread(target=c) for c in calls]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(timeout)
+
+
+def done_before_kill_9(roifs_bin, config, mnt, chunk, log, wait=1.0):
+    """Mounts config at mnt (a new folder; output to log), reads chunk in the background and
+    after wait seconds kills -9 the daemon: the ROIs it had done by then (its status)."""
+    mnt.mkdir()
+    p = subprocess.Popen([roifs_bin, "mount", "-f", str(config), str(mnt)],
+                         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(mnt / ".roifs" / "status"):
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        reader = subprocess.Popen(["cat", str(mnt / chunk)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(wait)
+        done_before = read_status(mnt)["rois"]["done"]
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(10)
+        reader.kill()
+        reader.wait(10)
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+    return done_before
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import zarr
 
-from conftest import chunk_key, make_task, read_bytes, run_roifs
+from conftest import chunk_key, make_task, read_bytes, run_roifs, set_option
 
 SHAPE, CHUNKS = (64, 64), (16, 16)  # 4 x 4 chunks of 512 bytes (uncompressed <u2)
 CHUNK_BYTES = 16 * 16 * 2
@@ -49,17 +49,11 @@ def chunk_id(idx):
     return idx[0] * 4 + idx[1]
 
 
-def set_limit(task, max_size):
-    text = task.config.read_text()
-    task.config.write_text("\n".join(f"max_size = {max_size}" if l.startswith("max_size")
-                                     else l for l in text.splitlines()) + "\n")
-
-
 def test_least_recently_used_chunks_go_first(tmp_path, mount, roifs_bin):
     task, ref = limit_task(tmp_path, "1M")
     results = warm_results(task, roifs_bin)
     limit = results + 4 * CHUNK_BYTES
-    set_limit(task, limit)
+    set_option(task, "max_size", limit)
     order = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
     with mount(task.config) as m:
         for idx in order:
@@ -101,7 +95,7 @@ def test_lowered_limit_trims_the_cache_at_mount(tmp_path, mount):
         os.utime(task.cache / "chunks" / str(cid), (now - 100, now - 100))
     os.utime(task.cache / "chunks" / "9", (now - 10, now - 10))
     os.utime(task.cache / "chunks" / "5", (now, now))
-    set_limit(task, result_bytes(task) + 2 * CHUNK_BYTES)
+    set_option(task, "max_size", result_bytes(task) + 2 * CHUNK_BYTES)
     with mount(task.config) as m:
         assert cached(task) == {5, 9}
         st = m.status()
@@ -116,24 +110,18 @@ def test_lowered_limit_trims_the_cache_at_mount(tmp_path, mount):
         assert len(cached(task)) == 2
 
 
-def set_param(task, value):
-    text = task.config.read_text()
-    task.config.write_text("\n".join(f"param.value = {value}" if l.startswith("param.value")
-                                     else l for l in text.splitlines()) + "\n")
-
-
 def test_unused_results_go_first_at_mount(tmp_path, mount, roifs_bin):
     task, ref = limit_task(tmp_path, "1M")
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
     one = result_bytes(task)
-    set_param(task, 2)  # every result of value 1 is unused now
+    set_option(task, "param.value", 2)  # every result of value 1 is unused now
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref + 1)
         assert m.status()["calls"] == 16
     assert result_bytes(task) > one
     # room for one set of results and every chunk: the unused results go, no chunk does
-    set_limit(task, one + 16 * CHUNK_BYTES + 4096)
+    set_option(task, "max_size", one + 16 * CHUNK_BYTES + 4096)
     with mount(task.config) as m:
         st = m.status()
         assert st["cache"]["results_evicted"] == 16 and st["cache"]["evicted"] == 0, st
@@ -141,7 +129,7 @@ def test_unused_results_go_first_at_mount(tmp_path, mount, roifs_bin):
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref + 1)
         assert m.status()["calls"] == 0
     assert result_bytes(task) <= one + 4096
-    set_param(task, 1)  # those were removed: computed again
+    set_option(task, "param.value", 1)  # those were removed: computed again
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert m.status()["calls"] == 16
@@ -155,7 +143,7 @@ def test_unused_result_goes_first_during_a_mount(tmp_path, mount, roifs_bin):
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
     # room for the results, every chunk, and a few bytes more (a new result's record is not
     # exactly the size of the one it replaces), not for a second result
-    set_limit(task, result_bytes(task) + 16 * CHUNK_BYTES + 64)
+    set_option(task, "max_size", result_bytes(task) + 16 * CHUNK_BYTES + 64)
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert m.status()["cache"]["evicted"] == 0

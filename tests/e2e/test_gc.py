@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, make_task, run_roifs
+from conftest import PY, added_within, make_task, run_roifs, set_option, write_rois
 
 SHAPE, CH = (64, 64), (16, 16)
 HALO = 1
@@ -42,23 +42,6 @@ def job(tmp_path, rois=ROIS):
                      output={"compressor": "blosc", "fill_value": -1},
                      sections={"rois": {"halo": f"{HALO},{HALO}"}})
     return task, data, counter
-
-
-def reference(data, rois, value=1):
-    out = np.full(SHAPE, -1, "<i4")
-    for (y0, y1), (x0, x1) in rois:
-        out[y0:y1, x0:x1] = data[y0:y1, x0:x1] + value
-    return out
-
-
-def write_rois(task, rois):
-    task.rois_file.write_text("".join(f"{a}:{b}, {c}:{d}\n" for (a, b), (c, d) in rois))
-
-
-def set_param(task, value):
-    text = task.config.read_text()
-    task.config.write_text("\n".join(f"param.value = {value}" if l.startswith("param.value")
-                                     else l for l in text.splitlines()) + "\n")
 
 
 def records(cache):
@@ -146,7 +129,7 @@ def test_check_counts_and_clean_unused_keeps_exactly_the_current(tmp_path, mount
     # and it is enough: a mount computes only what check said, once each
     counter.unlink()
     with mount(task.config) as m:
-        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], reference(data, new))
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], added_within(data, new))
         st = m.status()
     assert st["calls"] == len(new) - len(same)
     assert st["results"]["reused"] == len(same)
@@ -161,10 +144,10 @@ def test_clean_unused_while_a_mount_reads(tmp_path, mount, roifs_bin):
     again while clean --unused runs; a mount of another version of the configuration (the
     file edited since it started) makes clean --unused refuse, keeping what it needs."""
     task, data, counter = job(tmp_path)
-    ref = reference(data, ROIS)
+    ref = added_within(data, ROIS)
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
-        set_param(task, 2)  # the mount serves value 1, the file says 2
+        set_option(task, "param.value", 2)  # the mount serves value 1, the file says 2
         r = run_roifs(roifs_bin, "clean", "--unused", task.config)
         assert r.returncode == 1, r.stdout + r.stderr
         assert (f"in use by {task.config} (pid {m.proc.pid}), which serves another version "
@@ -174,7 +157,7 @@ def test_clean_unused_while_a_mount_reads(tmp_path, mount, roifs_bin):
         # the mount's
         assert run_roifs(roifs_bin, "warm", task.config, timeout=60).returncode == 0
         assert len(records(task.cache)) == 24
-        set_param(task, 1)
+        set_option(task, "param.value", 1)
         for _ in range(2):
             r = run_roifs(roifs_bin, "clean", "--unused", task.config)
             assert r.returncode == 0, r.stderr
@@ -201,9 +184,9 @@ def test_kill_during_compaction_loses_nothing_current(tmp_path, mount, roifs_bin
     hit = False
     for attempt in range(12):
         # a set of unused results: warmed with another value, then back
-        set_param(task, 10 + attempt)
+        set_option(task, "param.value", 10 + attempt)
         assert run_roifs(roifs_bin, "warm", task.config, timeout=120).returncode == 0
-        set_param(task, 1)
+        set_option(task, "param.value", 1)
         assert run_roifs(roifs_bin, "warm", task.config, timeout=120).returncode == 0
         before = set(os.listdir(results))
         p = subprocess.Popen([roifs_bin, "clean", "--unused", str(task.config)],

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, make_task, run_roifs
+from conftest import PY, added_within, make_task, run_roifs, set_option, write_rois
 
 SHAPE, CH = (64, 64), (16, 16)
 HALO = 2
@@ -26,24 +26,6 @@ def base_rois():
             ((30, 50), (30, 50)), ((40, 64), (0, 12)), ((0, 16), (48, 64)),
             ((10, 14), (30, 60)), ((50, 60), (50, 60)), ((33, 47), (2, 9)),
             ((18, 26), (18, 26)), ((56, 64), (20, 40)), ((2, 6), (40, 44))]
-
-
-def reference(data, rois, value=1):
-    out = np.full(SHAPE, -1, "<i4")
-    for (y0, y1), (x0, x1) in rois:
-        out[y0:y1, x0:x1] = data[y0:y1, x0:x1] + value
-    return out
-
-
-def write_rois(task, rois):
-    task.rois_file.write_text("".join(f"{a}:{b}, {c}:{d}\n" for (a, b), (c, d) in rois))
-
-
-def set_param(task, value):
-    text = task.config.read_text()
-    lines = [f"param.value = {value}" if l.startswith("param.value") else l
-             for l in text.splitlines()]
-    task.config.write_text("\n".join(lines) + "\n")
 
 
 def counter_lines(path):
@@ -84,7 +66,7 @@ def read_all(mnt):
 
 def mount_and_read(mount, task, data, rois, value=1):
     with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m.path), reference(data, rois, value))
+        np.testing.assert_array_equal(read_all(m.path), added_within(data, rois, value))
         return m.status()
 
 
@@ -122,10 +104,10 @@ def test_edits_compute_only_new_keys(tmp_path, mount):
     rois[i], rois[j] = rois[j], rois[i]
     edit(rois, [])
     # a param: every ROI
-    set_param(task, 5)
+    set_option(task, "param.value", 5)
     edit(rois, rois, value=5)
     # back to the first param value: its results were kept
-    set_param(task, 1)
+    set_option(task, "param.value", 1)
     edit(rois, [], value=1)
 
 
@@ -182,7 +164,7 @@ def test_default_cache_directory_survives_an_edit(tmp_path, mount, monkeypatch):
     rois = rois + [((8, 40), (8, 40))]
     write_rois(task, rois)
     assert mount_and_read(mount, task, data, rois)["calls"] == 1
-    set_param(task, 2)
+    set_option(task, "param.value", 2)
     assert mount_and_read(mount, task, data, rois, 2)["calls"] == len(rois)
     assert os.listdir(xdg / "roifs") == dirs
 
@@ -194,7 +176,7 @@ def test_two_processes_on_one_cache_during_an_edit(tmp_path, mount, roifs_bin):
     the ROIs of the new list that are new run once in all."""
     task, data, counter = job(tmp_path)
     old = base_rois()
-    ref_old = reference(data, old)
+    ref_old = added_within(data, old)
     with mount(task.config) as a:
         np.testing.assert_array_equal(read_all(a.path), ref_old)
         counter.unlink()
@@ -203,7 +185,7 @@ def test_two_processes_on_one_cache_during_an_edit(tmp_path, mount, roifs_bin):
         new = old + added
         new[3] = moved
         del new[6]
-        ref_new = reference(data, new)
+        ref_new = added_within(data, new)
         write_rois(task, new)
         stop, seen, errors = threading.Event(), [0], []
 
@@ -264,7 +246,7 @@ def test_provenance_attributes(tmp_path, mount, roifs_bin):
         made = [time.mktime(time.strptime(res[k], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
                 for k in ("made_from", "made_until")]
         assert t0 - 1 <= made[0] <= made[1] <= t1 + 1, (res, t0, t1)
-        np.testing.assert_array_equal(read_all(m.path), reference(data, rois))
+        np.testing.assert_array_equal(read_all(m.path), added_within(data, rois))
         # computing the new ROI changes nothing the mount already said
         assert json.loads((m.path / ".zattrs").read_text())["roifs"] == attrs
         st = m.status()

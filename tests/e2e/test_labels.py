@@ -5,17 +5,13 @@ on a fresh mount computes every ROI once); exactly once across a remount, two pr
 one cache and a kill -9 in the middle; the validation of the processor's values (a negative
 id, an id >= block) and the refusals of check and mount (exit 2, "roifs: FILE:LINE: ...")."""
 import os
-import signal
-import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
 import zarr
 from scipy import ndimage
 
-from conftest import line_of, make_task, mounted, read_status, run_roifs
+from conftest import all_at_once, done_before_kill_9, line_of, make_task, mounted, run_roifs
 
 HALO = (3, 4)
 SHAPE = (96, 120)
@@ -135,12 +131,7 @@ def test_sequential_two_processes_share_every_roi(tmp_path, roifs_bin):
                 s = (slice(32 * i, 32 * i + 32), slice(40 * j, 40 * j + 40))
                 got[s] = z[s]
             out[key] = got
-        th = [threading.Thread(target=read, args=(m1, False, 1)),
-              threading.Thread(target=read, args=(m2, True, 2))]
-        for x in th:
-            x.start()
-        for x in th:
-            x.join(60)
+        all_at_once(lambda: read(m1, False, 1), lambda: read(m2, True, 2))
         np.testing.assert_array_equal(out[1], want)
         np.testing.assert_array_equal(out[2], want)
         assert m1.status()["calls"] + m2.status()["calls"] == len(ROIS)
@@ -150,30 +141,9 @@ def test_sequential_kill_9_then_remount(tmp_path, roifs_bin):
     """kill -9 while the last chunk computes the earlier ROIs; a remount finishes the job
     (ROIs finished before the kill are not computed again) and serves the reference."""
     t, want = label_task(tmp_path, "sequential", delay="0.4")
-    log = tmp_path / "calls.log"
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    p = subprocess.Popen([roifs_bin, "mount", "-f", str(t.config), str(mnt)],
-                         stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(mnt / ".roifs" / "status"):
-            assert time.monotonic() < deadline and p.poll() is None
-            time.sleep(0.05)
-        reader = subprocess.Popen(["cat", str(mnt / "2.2")], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(1.0)  # some ROIs done (0.4 s each), not all
-        done_before = read_status(mnt)["rois"]["done"]
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait(10)
-        reader.kill()
-        reader.wait(10)
-    finally:
-        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
+    # after 1 s some ROIs are done (0.4 s each), not all
+    done_before = done_before_kill_9(roifs_bin, t.config, tmp_path / "mnt", "2.2",
+                                     tmp_path / "calls.log")
     assert 1 <= done_before < 5
     with mounted(roifs_bin, t.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[...], want)

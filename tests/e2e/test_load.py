@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PY, make_task
+from conftest import PY, make_task, random_boxes
 
 SHAPE, IN_CHUNKS, OUT_CHUNKS = (4096, 4096), (512, 512), (256, 256)
 NROIS, NREADERS = 10_000, 16
@@ -50,15 +50,7 @@ json.dump(digests, open(out, "w"))
 def random_rois(rng):
     """Boxes of 16..160 elements per side anywhere in the array: they overlap one another,
     straddle chunk boundaries and leave some chunks' parts (and a few chunks) uncovered."""
-    rois = []
-    for _ in range(NROIS):
-        box = []
-        for s in SHAPE:
-            n = rng.randint(16, 160)
-            a = rng.randrange(0, s - n)
-            box.append((a, a + n))
-        rois.append(tuple(box))
-    return rois
+    return random_boxes(rng, NROIS, SHAPE, 16, 160)
 
 
 def chunk_orders(grid):

@@ -36,8 +36,9 @@ import numcodecs
 import numpy as np
 import pytest
 
-from conftest import (PY, chunk_key, chunks_touched, fuse_mounts, is_mounted, lazy_unmount,
-                      make_task, mounted, pid_alive, watched)
+from conftest import (PY, chunk_key, chunks_touched, fuse_mounts, in_session, is_mounted,
+                      kill_group, lazy_unmount, make_task, mounted, pid_alive, random_boxes,
+                      watched)
 
 SHAPE, IN_CHUNKS, OUT_CHUNKS = (2048, 2048), (256, 256), (128, 128)
 NROIS = 10_000
@@ -113,15 +114,7 @@ json.dump(results, open(spec["out"], "w"))
 
 def random_rois(rng):
     """Boxes of 8..72 elements per side: about 67 per chunk, half of them spanning chunks."""
-    rois = []
-    for _ in range(NROIS):
-        box = []
-        for s in SHAPE:
-            n = rng.randint(8, 72)
-            a = rng.randrange(0, s - n)
-            box.append((a, a + n))
-        rois.append(tuple(box))
-    return rois
+    return random_boxes(rng, NROIS, SHAPE, 8, 72)
 
 
 def reference(inp, rois, fail):
@@ -206,27 +199,9 @@ def killable_mount(roifs_bin, config, mnt, env, log):
                 time.sleep(0.05)
             yield proc
         finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            kill_group(proc)
             if is_mounted(mnt):
                 lazy_unmount(mnt)
-
-
-@contextlib.contextmanager
-def background(argv, env, log):
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd="/", start_new_session=True,
-                                env=env)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def wait_for_kill_point(log, b_proc, deadline):
@@ -285,12 +260,12 @@ def test_readers_two_mounts_and_warm_with_a_kill(tmp_path, roifs_bin):
                 "mounts": {"A": str(mnt_a), "B": str(mnt_b)}, "mount": "AB"[p // 2],
                 "orders": orders, "go": str(go), "killed": str(killed),
                 "out": str(tmp_path / f"got{p}.json")}))
-            readers.append(stack.enter_context(background(
-                [PY, "-c", READER, str(spec)], env, tmp_path / f"reader{p}.log")))
+            readers.append(stack.enter_context(in_session(
+                [PY, "-c", READER, str(spec)], env=env, log=tmp_path / f"reader{p}.log")))
         start = time.monotonic()
         go.touch()
-        warm = stack.enter_context(background([roifs_bin, "warm", str(task.config)],
-                                              envs["W"], tmp_path / "warm.log"))
+        warm = stack.enter_context(in_session([roifs_bin, "warm", str(task.config)],
+                                              env=envs["W"], log=tmp_path / "warm.log"))
         at_kill = wait_for_kill_point(calls_log, b, start + 120)
         killed.touch()  # before the kill: a reader that sees B fail knows why
         before_kill = len(read_log(calls_log))  # calls logged before the kill, at least

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PY, is_mounted, lazy_unmount, make_task, pid_alive
+from conftest import PY, in_session, is_mounted, lazy_unmount, make_task, pid_alive
 
 # Each records its pid and that of a child in its process group, then blocks for minutes.
 COMMAND = "echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; cat >/dev/null; wait"
@@ -56,19 +56,6 @@ def long_task(tmp_path, kind):
     return task, pids
 
 
-@contextlib.contextmanager
-def started(argv, cwd):
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 def kill_and_check(proc, pids):
     assert all(pid_alive(p) for p in pids), "test bug: a processor ended before the kill"
     os.kill(proc.pid, signal.SIGKILL)  # the process only, not its group
@@ -85,7 +72,7 @@ def test_kill_9_of_the_daemon(tmp_path, roifs_bin, kind):
     task, pids = long_task(tmp_path, kind)
     task.mnt.mkdir()
     reader = None
-    with started([roifs_bin, "mount", "-f", task.config, task.mnt], tmp_path) as proc:
+    with in_session([roifs_bin, "mount", "-f", task.config, task.mnt], tmp_path) as proc:
         try:
             deadline = time.monotonic() + 20
             while not is_mounted(task.mnt):
@@ -106,5 +93,5 @@ def test_kill_9_of_the_daemon(tmp_path, roifs_bin, kind):
 def test_kill_9_of_warm_and_export(tmp_path, roifs_bin, how, kind):
     task, pids = long_task(tmp_path, kind)
     argv = [roifs_bin, how, task.config] + ([tmp_path / "out.zarr"] if how == "export" else [])
-    with started(argv, tmp_path) as proc:
+    with in_session(argv, tmp_path) as proc:
         kill_and_check(proc, wait_for_pids(pids, 4, proc))

@@ -302,6 +302,19 @@ def test_odd_chunk_names_nested(tmp_path, mount):
 # ---------------------------------------------------------------- metadata never a path
 
 
+def assert_input_rejected(roifs_bin, task, key, file):
+    """check and mount both refuse task's input (exit 2, `roifs: ` naming key and file) and
+    mount nothing."""
+    for cmd in (["check", task.config], ["mount", task.config, task.mnt]):
+        task.mnt.mkdir(exist_ok=True)
+        r = run_roifs(roifs_bin, *cmd)
+        out = f"exit {r.returncode}\n{r.stderr}"
+        assert r.returncode == 2, out
+        assert r.stderr.startswith("roifs: ") and key in r.stderr, out
+        assert file in r.stderr, out
+        assert not is_mounted(task.mnt)
+
+
 SEPARATORS = ["../", "..", "./", "//", "/..", "\\", "", " ", "\u2215", "-", "_",
               "/etc/passwd", 0, 1.5, True, [], {"a": "/"}]
 
@@ -313,14 +326,7 @@ def test_input_separator_is_not_a_path(tmp_path, roifs_bin, sep):
     meta = json.loads(zpath.read_text())
     meta["dimension_separator"] = sep
     zpath.write_text(json.dumps(meta))
-    for cmd in (["check", task.config], ["mount", task.config, task.mnt]):
-        task.mnt.mkdir(exist_ok=True)
-        r = run_roifs(roifs_bin, *cmd)
-        out = f"exit {r.returncode}\n{r.stderr}"
-        assert r.returncode == 2, out
-        assert r.stderr.startswith("roifs: ") and "dimension_separator" in r.stderr, out
-        assert ".zarray" in r.stderr, out
-        assert not is_mounted(task.mnt)
+    assert_input_rejected(roifs_bin, task, "dimension_separator", ".zarray")
 
 
 V3_KEY_ENCODINGS = [
@@ -347,11 +353,4 @@ def test_input_v3_key_encoding_is_not_a_path(tmp_path, roifs_bin, encoding):
             "chunk_key_encoding": encoding, "fill_value": 0,
             "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
     (task.input / "zarr.json").write_text(json.dumps(meta))
-    for cmd in (["check", task.config], ["mount", task.config, task.mnt]):
-        task.mnt.mkdir(exist_ok=True)
-        r = run_roifs(roifs_bin, *cmd)
-        out = f"exit {r.returncode}\n{r.stderr}"
-        assert r.returncode == 2, out
-        assert r.stderr.startswith("roifs: ") and "chunk_key_encoding" in r.stderr, out
-        assert "zarr.json" in r.stderr, out
-        assert not is_mounted(task.mnt)
+    assert_input_rejected(roifs_bin, task, "chunk_key_encoding", "zarr.json")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, chunk_slices, make_task, read_bytes
+from conftest import PY, added_within, chunk_slices, make_task, read_bytes
 
 
 def read_all(mnt):
@@ -143,13 +143,6 @@ def spanning_rois(seed, n=41):
     return rois
 
 
-def reference(data, rois, value=7):
-    ref = np.full(data.shape, -1, "<i4")
-    for (y0, y1), (x0, x1) in rois:
-        ref[y0:y1, x0:x1] = data[y0:y1, x0:x1] + value
-    return ref
-
-
 def touching(rois, block):
     """ROIs whose read region (box grown by the halo, clipped) meets the input block."""
     (b0, b1), (c0, c1) = block
@@ -173,7 +166,7 @@ def test_remount_after_one_input_chunk_rewritten(tmp_path, mount, seed):
                      output={"compressor": "blosc", "fill_value": -1},
                      sections={"rois": {"halo": f"{HALO},{HALO}"}})
     with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m.path), reference(data, rois))
+        np.testing.assert_array_equal(read_all(m.path), added_within(data, rois, 7))
     assert sorted(map(int, counter_lines(counter))) == list(range(len(rois)))
     counter.unlink()
     block = ((16, 32), (16, 32))  # input chunk 1.1, rewritten while unmounted
@@ -188,8 +181,8 @@ def test_remount_after_one_input_chunk_rewritten(tmp_path, mount, seed):
         for idx in [(i, j) for i in range(4) for j in range(4)][::-1]:
             sl = chunk_slices(idx, SHAPE, CH)
             out[sl] = z[sl]
-        np.testing.assert_array_equal(out, reference(data, rois))
-        np.testing.assert_array_equal(read_all(m.path), reference(data, rois))
+        np.testing.assert_array_equal(out, added_within(data, rois, 7))
+        np.testing.assert_array_equal(read_all(m.path), added_within(data, rois, 7))
         calls = m.status()["calls"]
     runs = sorted(map(int, counter_lines(counter)))
     assert runs == want, f"ran {runs}, expected each of {want} exactly once"

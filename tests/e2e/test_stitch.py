@@ -4,18 +4,13 @@ from the SPEC: blobs crossing grid borders (a halo), blobs crossing overlapping 
 halo), two thresholds; the global pass is made once (calls == ROIs, a remount computes nothing
 and reuses the stored mapping), shared by two processes on one cache, and survives a kill -9
 in its middle."""
-import os
-import signal
-import subprocess
-import threading
-import time
 
 import numpy as np
 import pytest
 import zarr
 from scipy import ndimage
 
-from conftest import make_task, mounted, read_status, run_roifs
+from conftest import all_at_once, done_before_kill_9, make_task, mounted, run_roifs
 from test_labels import blobs, reference
 
 SHAPE = (96, 120)
@@ -115,11 +110,7 @@ def test_stitch_two_processes(tmp_path, roifs_bin):
             mounted(roifs_bin, t.config, tmp_path / "m2") as m2:
         def read(m, key):
             out[key] = zarr.open(str(m.path), mode="r")[...]
-        th = [threading.Thread(target=read, args=(m, i)) for i, m in enumerate((m1, m2))]
-        for x in th:
-            x.start()
-        for x in th:
-            x.join(60)
+        all_at_once(lambda: read(m1, 0), lambda: read(m2, 1))
         np.testing.assert_array_equal(out[0], want)
         np.testing.assert_array_equal(out[1], want)
         assert m1.status()["calls"] + m2.status()["calls"] == len(GRID)
@@ -129,29 +120,8 @@ def test_stitch_two_processes(tmp_path, roifs_bin):
 
 def test_stitch_kill_9_during_the_pass(tmp_path, roifs_bin):
     t, want, _ = stitch_task(tmp_path, GRID, (6, 6), 0.5, delay="0.3")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    p = subprocess.Popen([roifs_bin, "mount", "-f", str(t.config), str(mnt)],
-                         stdout=open(tmp_path / "killed.log", "wb"), stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(mnt / ".roifs" / "status"):
-            assert time.monotonic() < deadline and p.poll() is None
-            time.sleep(0.05)
-        reader = subprocess.Popen(["cat", str(mnt / "1.1")], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(1.0)
-        done_before = read_status(mnt)["rois"]["done"]
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait(10)
-        reader.kill()
-        reader.wait(10)
-    finally:
-        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
+    done_before = done_before_kill_9(roifs_bin, t.config, tmp_path / "mnt", "1.1",
+                                     tmp_path / "killed.log")
     assert 1 <= done_before < len(GRID)
     with mounted(roifs_bin, t.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[...], want)

@@ -2,6 +2,7 @@
 #ifndef ROIFS_CHECK_H
 #define ROIFS_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,16 @@ static int check_count;
         test();                                                                                    \
         printf("%s %s\n", check_failures == check_before_ ? "ok" : "not ok", #test);               \
     } while (0)
+
+/* One step of Marsaglia's xorshift64 over *s (never 0): the tests' repeatable random
+ * numbers. */
+static inline uint64_t check_xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
 
 /* A fresh scratch directory /tmp/roifs-test-NAME-XXXXXX in dir (cap bytes). 0, or 1 (the
  * exit status) after a message. */

@@ -1,12 +1,16 @@
 /* engine_harness.h: what the engine's unit tests share: an engine over a task's own cache with
- * the options of its configuration, and the engine's status document as text. */
+ * the options of its configuration (alone or with its task, a rig), an open that waits, and
+ * the engine's status document as text. */
 #ifndef ROIFS_ENGINE_HARNESS_H
 #define ROIFS_ENGINE_HARNESS_H
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "task.h"
@@ -29,6 +33,41 @@ static inline int harness_start(struct task *t, struct cache **c, struct engine 
         return r;
     struct engine_opts o = harness_opts(t);
     return engine_create(t, *c, &o, e, err);
+}
+
+/* A task, its cache and an engine over them: what most engine tests start from. */
+struct harness_rig {
+    struct task *t;
+    struct cache *c;
+    struct engine *e;
+};
+
+static inline void harness_rig_close(struct harness_rig *g)
+{
+    if (g->e)
+        engine_destroy(g->e);
+    if (g->c)
+        cache_close(g->c);
+    if (g->t)
+        task_close(g->t);
+    *g = (struct harness_rig){0};
+}
+
+/* Opens the task of configuration file path, its cache and an engine into g: true, or false
+ * (a failed check, the reason on stderr) with nothing left open. */
+static inline bool harness_rig_open(struct harness_rig *g, const char *path)
+{
+    *g = (struct harness_rig){0};
+    struct errbuf err = {{0}};
+    int r = task_open(path, &g->t, &err);
+    if (r == 0)
+        r = harness_start(g->t, &g->c, &g->e, &err);
+    if (r < 0) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        harness_rig_close(g);
+    }
+    CHECK_EQ_INT(r, 0);
+    return r == 0;
 }
 
 struct harness_open {

@@ -13,10 +13,7 @@
 static uint64_t rnd_state = 88172645463325252ULL;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return check_xorshift(&rnd_state);
 }
 
 /* Smooth, compressible data when smooth, else random bytes. */

@@ -83,6 +83,16 @@ static struct task *open_task(const char *ini)
     return t;
 }
 
+/* Writes task.ini and opens its rig: false (a failed check) when it cannot. */
+static bool rig_open(struct harness_rig *g, const char *ini)
+{
+    write_text("task.ini", ini);
+    char *p = path_join(dir, "task.ini");
+    bool ok = harness_rig_open(g, p);
+    free(p);
+    return ok;
+}
+
 static const char value_cmd[] =
     "/usr/bin/python3 -c \"import os,sys,numpy as n;s=[int(v) for v in "
     "os.environ['ROIFS_IN_SHAPE'].split(',')];"
@@ -96,17 +106,12 @@ static void test_assembly_order(void)
              "[input]\npath = in.zarr\n[rois]\nfile = rois.txt\n[process]\ncommand = %s\n"
              "threads = 2\n[output]\nfill_value = -1\n[cache]\ndir = cache1\n",
              value_cmd);
-    struct task *t = open_task(ini);
-    CHECK(t != NULL);
-    if (!t)
+    struct harness_rig g;
+    if (!rig_open(&g, ini))
         return;
-    struct cache *c = NULL;
-    struct engine *e = NULL;
-    struct errbuf err;
-    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
-        CHECK_EQ_INT(read_chunk(e, id, v), 0);
+        CHECK_EQ_INT(read_chunk(g.e, id, v), 0);
         int cy = (int)id / 2, cx = (int)id % 2;
         for (int i = 0; i < 16; i++) {
             int y = cy * 4 + i / 4, x = cx * 4 + i % 4, want = -1;
@@ -119,28 +124,21 @@ static void test_assembly_order(void)
             CHECK_EQ_INT(v[i], want);
         }
     }
-    CHECK_EQ_INT(t->proc->calls, 3);
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    CHECK_EQ_INT(g.t->proc->calls, 3);
+    harness_rig_close(&g);
 }
 
 static void test_outside_input(void)
 {
     write_text("rois2.txt", "1:3, 1:7\n");
-    struct task *t = open_task("[input]\npath = in.zarr\n[rois]\nfile = rois2.txt\n"
-                               "[process]\nbuiltin = add\nparam.value = 1000\n"
-                               "[output]\noutside = input\n[cache]\ndir = cache2\n");
-    CHECK(t != NULL);
-    if (!t)
+    struct harness_rig g;
+    if (!rig_open(&g, "[input]\npath = in.zarr\n[rois]\nfile = rois2.txt\n"
+                      "[process]\nbuiltin = add\nparam.value = 1000\n"
+                      "[output]\noutside = input\n[cache]\ndir = cache2\n"))
         return;
-    struct cache *c = NULL;
-    struct engine *e = NULL;
-    struct errbuf err;
-    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
-        CHECK_EQ_INT(read_chunk(e, id, v), 0);
+        CHECK_EQ_INT(read_chunk(g.e, id, v), 0);
         int cy = (int)id / 2, cx = (int)id % 2;
         for (int i = 0; i < 16; i++) {
             int y = cy * 4 + i / 4, x = cx * 4 + i % 4;
@@ -148,15 +146,28 @@ static void test_outside_input(void)
             CHECK_EQ_INT(v[i], input_at(y, x) + (in_roi ? 1000 : 0));
         }
     }
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    harness_rig_close(&g);
 }
 
+/* Starts n threads of fn, thread i given the i-th of the args (size bytes each). */
+static void start_all(pthread_t *th, int n, void *(*fn)(void *), void *args, size_t size)
+{
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, fn, (char *)args + (size_t)i * size);
+}
+
+static void join_all(pthread_t *th, int n)
+{
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* What a reading thread is given (e, and id or seed) and reports (rc, or bad and reads). */
 struct reader_arg {
     struct engine *e;
     uint64_t id;
-    int rc;
+    unsigned seed;
+    int rc, bad, reads;
 };
 
 static void *reader(void *p)
@@ -175,32 +186,23 @@ static void test_single_flight_and_remount(void)
     const char *ini = "[input]\npath = in.zarr\n[rois]\nfile = rois3.txt\n[process]\n"
                       "builtin = add\nparam.delay = 0.2\nthreads = 3\n[cache]\ndir = cache3\n";
     for (int round = 0; round < 2; round++) {
-        struct task *t = open_task(ini);
-        CHECK(t != NULL);
-        if (!t)
+        struct harness_rig g;
+        if (!rig_open(&g, ini))
             return;
-        struct cache *c = NULL;
-        struct engine *e = NULL;
-        struct errbuf err;
-        CHECK(harness_start(t, &c, &e, &err) == 0);
         pthread_t th[8];
         struct reader_arg args[8];
-        for (int i = 0; i < 8; i++) {
-            args[i] = (struct reader_arg){.e = e, .id = (uint64_t)(i % 4)};
-            pthread_create(&th[i], NULL, reader, &args[i]);
-        }
-        for (int i = 0; i < 8; i++) {
-            pthread_join(th[i], NULL);
+        for (int i = 0; i < 8; i++)
+            args[i] = (struct reader_arg){.e = g.e, .id = (uint64_t)(i % 4)};
+        start_all(th, 8, reader, args, sizeof *args);
+        join_all(th, 8);
+        for (int i = 0; i < 8; i++)
             CHECK_EQ_INT(args[i].rc, 0);
-        }
-        CHECK_EQ_INT(t->proc->calls, round == 0 ? 3 : 0);
-        char *status = harness_status(e);
+        CHECK_EQ_INT(g.t->proc->calls, round == 0 ? 3 : 0);
+        char *status = harness_status(g.e);
         CHECK_STR_CONTAINS(status, "\"done\": 3");
         CHECK_STR_CONTAINS(status, "\"cached\": 4");
         free(status);
-        engine_destroy(e);
-        cache_close(c);
-        task_close(t);
+        harness_rig_close(&g);
     }
 }
 
@@ -214,33 +216,26 @@ static void test_failure_then_retry(void)
              "[input]\npath = in.zarr\n[rois]\nfile = rois4.txt\n[process]\n"
              "command = if [ $ROIFS_ROI = 1 ] && [ -e fail.flag ]; then echo boom >&2; exit 3;"
              " fi; cat\n[cache]\ndir = cache4\n");
-    struct task *t = open_task(ini);
-    CHECK(t != NULL);
-    if (!t) {
+    struct harness_rig g;
+    if (!rig_open(&g, ini)) {
         free(flag);
         return;
     }
-    struct cache *c = NULL;
-    struct engine *e = NULL;
-    struct errbuf err;
-    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
-    CHECK_EQ_INT(read_chunk(e, 0, v), 0);
+    CHECK_EQ_INT(read_chunk(g.e, 0, v), 0);
     CHECK_EQ_INT(v[5], input_at(1, 1));
-    CHECK_EQ_INT(read_chunk(e, 3, v), -EIO);
-    char *status = harness_status(e);
+    CHECK_EQ_INT(read_chunk(g.e, 3, v), -EIO);
+    char *status = harness_status(g.e);
     CHECK_STR_CONTAINS(status, "\"failed\": 1");
     CHECK_STR_CONTAINS(status, "boom");
     free(status);
     unlink(flag);
-    CHECK_EQ_INT(read_chunk(e, 3, v), 0);
+    CHECK_EQ_INT(read_chunk(g.e, 3, v), 0);
     CHECK_EQ_INT(v[0], 7);
-    status = harness_status(e);
+    status = harness_status(g.e);
     CHECK_STR_CONTAINS(status, "\"failed\": 0");
     free(status);
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    harness_rig_close(&g);
     free(flag);
 }
 
@@ -277,16 +272,10 @@ static void test_unlistable_cache_fails_create(void)
     task_close(t); /* the failed engine stopped its processor */
 }
 
-struct evict_reader {
-    struct engine *e;
-    unsigned seed;
-    int bad;
-};
-
 /* Reads all 64 chunks of the 32x32 array, in an order of its own, three times. */
 static void *evict_read_all(void *p)
 {
-    struct evict_reader *a = p;
+    struct reader_arg *a = p;
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < 64; i++) {
             uint64_t id = (uint64_t)((i * 17 + (int)a->seed * 5 + round) % 64);
@@ -325,31 +314,22 @@ static void test_eviction_never_fails_an_open(void)
         fclose(f);
     free(name);
     free(in);
-    struct task *t = open_task("[input]\npath = big.zarr\n[rois]\ngrid = 4,4\n[process]\n"
-                               "builtin = copy\nthreads = 4\n[output]\nchunks = 4,4\n"
-                               "[cache]\ndir = cache6\nmax_size = 1\n");
-    CHECK(t != NULL);
-    if (!t)
+    struct harness_rig g;
+    if (!rig_open(&g, "[input]\npath = big.zarr\n[rois]\ngrid = 4,4\n[process]\n"
+                      "builtin = copy\nthreads = 4\n[output]\nchunks = 4,4\n"
+                      "[cache]\ndir = cache6\nmax_size = 1\n"))
         return;
-    struct cache *c = NULL;
-    struct engine *e = NULL;
-    struct errbuf err;
-    CHECK(harness_start(t, &c, &e, &err) == 0);
     pthread_t th[8];
-    struct evict_reader args[8];
-    for (int i = 0; i < 8; i++) {
-        args[i] = (struct evict_reader){.e = e, .seed = (unsigned)i};
-        pthread_create(&th[i], NULL, evict_read_all, &args[i]);
-    }
+    struct reader_arg args[8];
+    for (int i = 0; i < 8; i++)
+        args[i] = (struct reader_arg){.e = g.e, .seed = (unsigned)i};
+    start_all(th, 8, evict_read_all, args, sizeof *args);
+    join_all(th, 8);
     int bad = 0;
-    for (int i = 0; i < 8; i++) {
-        pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++)
         bad += args[i].bad;
-    }
     CHECK_EQ_INT(bad, 0);
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    harness_rig_close(&g);
 }
 
 /* Writes input chunk 0.0 as version k (value 100 * y + x + 1000 * k), by rename. */
@@ -367,14 +347,9 @@ static void write_version(int k)
     rename(tmp, name);
 }
 
-struct churn_arg {
-    struct engine *e;
-    int bad, reads;
-};
-
 static void *churn_reader(void *p)
 {
-    struct churn_arg *a = p;
+    struct reader_arg *a = p;
     for (int i = 0; i < 60; i++) {
         int32_t v[16];
         uint64_t id = (uint64_t)(i % 4);
@@ -399,87 +374,68 @@ static void test_changes_under_readers(void)
     const char *ini = "[input]\npath = in.zarr\n[rois]\nfile = rois5.txt\n[process]\n"
                       "builtin = add\nthreads = 2\n[cache]\ndir = cache5\n";
     write_version(0);
-    struct task *t = open_task(ini);
-    CHECK(t != NULL);
-    if (!t)
+    struct harness_rig g;
+    if (!rig_open(&g, ini))
         return;
-    struct cache *c = NULL;
-    struct engine *e = NULL;
     struct errbuf err;
-    CHECK(harness_start(t, &c, &e, &err) == 0);
     pthread_t th[4];
-    struct churn_arg args[4];
-    for (int i = 0; i < 4; i++) {
-        args[i] = (struct churn_arg){.e = e};
-        pthread_create(&th[i], NULL, churn_reader, &args[i]);
-    }
+    struct reader_arg args[4];
+    for (int i = 0; i < 4; i++)
+        args[i] = (struct reader_arg){.e = g.e};
+    start_all(th, 4, churn_reader, args, sizeof *args);
     /* input chunk 0.0, the box [0, 4) x [0, 4) of the input */
     const uint64_t lo[2] = {0, 0}, hi[2] = {4, 4};
     uint64_t *stale = NULL;
     for (int k = 1; k <= 10; k++) {
         usleep(5000);
         write_version(k);
-        engine_input_changed(e, lo, hi, 1, false, &stale);
+        engine_input_changed(g.e, lo, hi, 1, false, &stale);
         free(stale);
         if (k % 3 == 0) {
-            struct keyset *live = keyset_new(t->rois.n);
-            gc_current_results(t, NULL, live);
+            struct keyset *live = keyset_new(g.t->rois.n);
+            gc_current_results(g.t, NULL, live);
             struct gc_report rep;
-            CHECK_EQ_INT(gc_collect(t, c, live, false, &rep, &err), 0);
+            CHECK_EQ_INT(gc_collect(g.t, g.c, live, false, &rep, &err), 0);
             keyset_free(live);
         }
     }
+    join_all(th, 4);
     for (int i = 0; i < 4; i++) {
-        pthread_join(th[i], NULL);
         CHECK_EQ_INT(args[i].bad, 0);
         CHECK(args[i].reads > 0);
     }
     int32_t v[16];
-    CHECK_EQ_INT(read_chunk(e, 0, v), 0);
+    CHECK_EQ_INT(read_chunk(g.e, 0, v), 0);
     CHECK_EQ_INT(v[0], 10001);
     /* reported, nothing read since: ROIs 0 and 1 read 0.0 and count as not done */
-    size_t n = engine_input_changed(e, lo, hi, 1, false, &stale);
+    size_t n = engine_input_changed(g.e, lo, hi, 1, false, &stale);
     CHECK_EQ_INT(n, 4); /* the chunks ROIs 0 and 1 touch: all four (ROI 2 reads 4:8 only) */
     free(stale);
     struct engine_progress pr;
-    engine_progress(e, &pr);
+    engine_progress(g.e, &pr);
     CHECK_EQ_INT(pr.rois_done, 1);
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    harness_rig_close(&g);
     make_input(); /* the other tests' input */
 }
 
 /* Two engines (two mounts) of one configuration on one cache. */
 struct pair {
-    struct task *t[2];
-    struct cache *c[2];
-    struct engine *e[2];
+    struct harness_rig r[2];
 };
 
 static bool pair_open(struct pair *p, const char *ini)
 {
     memset(p, 0, sizeof *p);
-    struct errbuf err;
-    for (int i = 0; i < 2; i++) {
-        p->t[i] = open_task(ini);
-        CHECK(p->t[i] != NULL);
-        if (!p->t[i] || harness_start(p->t[i], &p->c[i], &p->e[i], &err) < 0)
+    for (int i = 0; i < 2; i++)
+        if (!rig_open(&p->r[i], ini))
             return false;
-    }
     return true;
 }
 
 static void pair_close(struct pair *p)
 {
-    for (int i = 0; i < 2; i++) {
-        if (p->e[i])
-            engine_destroy(p->e[i]);
-        if (p->c[i])
-            cache_close(p->c[i]);
-        if (p->t[i])
-            task_close(p->t[i]);
-    }
+    for (int i = 0; i < 2; i++)
+        harness_rig_close(&p->r[i]);
 }
 
 /* Waits (up to 20 s) until no ROI of e is queued or running. */
@@ -518,12 +474,12 @@ static void test_failed_chunk_keeps_its_lock(void)
     struct pair p;
     if (pair_open(&p, ini)) {
         int32_t v[16];
-        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), -EIO);
-        CHECK_EQ_INT(read_chunk(p.e[1], 0, v), -EIO);
-        settle(p.e[0]);
-        settle(p.e[1]);
-        CHECK_EQ_INT(p.t[0]->proc->calls, 4);
-        CHECK_EQ_INT(p.t[1]->proc->calls, 1); /* only the failed ROI, tried again */
+        CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), -EIO);
+        CHECK_EQ_INT(read_chunk(p.r[1].e, 0, v), -EIO);
+        settle(p.r[0].e);
+        settle(p.r[1].e);
+        CHECK_EQ_INT(p.r[0].t->proc->calls, 4);
+        CHECK_EQ_INT(p.r[1].t->proc->calls, 1); /* only the failed ROI, tried again */
     }
     pair_close(&p);
 }
@@ -538,13 +494,13 @@ static void test_open_while_a_failed_chunk_settles(void)
     struct pair p;
     if (pair_open(&p, ini)) {
         int32_t v[16];
-        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), -EIO);
+        CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), -EIO);
         char *flag = path_join(dir, "fail.flag");
         unlink(flag);
         free(flag);
-        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), 0);
+        CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), 0);
         CHECK_EQ_INT(v[0], input_at(0, 0));
-        CHECK_EQ_INT(p.t[0]->proc->calls, 5);
+        CHECK_EQ_INT(p.r[0].t->proc->calls, 5);
     }
     pair_close(&p);
 }
@@ -559,11 +515,11 @@ static void test_lock_taken_after_another_stored(void)
     if (pair_open(&p, "[input]\npath = in.zarr\n[rois]\nfile = rois6.txt\n[process]\n"
                       "builtin = add\nparam.value = 5\n[cache]\ndir = cache6\n")) {
         int32_t v[16];
-        CHECK_EQ_INT(read_chunk(p.e[0], 0, v), 0);
-        CHECK_EQ_INT(p.t[0]->proc->calls, 2);
-        struct engine *e = p.e[1]; /* its store index is from before */
+        CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), 0);
+        CHECK_EQ_INT(p.r[0].t->proc->calls, 2);
+        struct engine *e = p.r[1].e; /* its store index is from before */
         struct chunk_keys keys;
-        engine_chunk_keys_now(p.t[1], 0, NULL, &keys);
+        engine_chunk_keys_now(p.r[1].t, 0, NULL, &keys);
         struct harness_open o = {
             .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
         struct waiter *w = xmalloc(sizeof *w);
@@ -584,15 +540,14 @@ static void test_lock_taken_after_another_stored(void)
             CHECK_EQ_INT(v[0], input_at(0, 0) + 5);
             close(o.fd);
         }
-        CHECK_EQ_INT(p.t[1]->proc->calls, 0);
+        CHECK_EQ_INT(p.r[1].t->proc->calls, 0);
     }
     pair_close(&p);
 }
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/roifs-engine-XXXXXX");
-    if (!mkdtemp(dir))
+    if (check_mkdtemp(dir, sizeof dir, "engine"))
         return 1;
     log_open_stderr(false);
     make_input();
@@ -606,9 +561,6 @@ int main(void)
     RUN(test_failed_chunk_keeps_its_lock);
     RUN(test_open_while_a_failed_chunk_settles);
     RUN(test_lock_taken_after_another_stored);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    check_rmtree(dir);
     return check_done();
 }

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "engine_harness.h"
 #include "nd.h"
+#include "scratch.h"
 
 #define SIDE    96 /* a SIDE x SIDE <u2 input */
 #define IN_CH   16 /* input chunks */
@@ -33,22 +34,7 @@ static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
 static uint64_t rnd(uint64_t n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state % n;
-}
-
-static void write_file(const char *name, const void *data, size_t len)
-{
-    char *p = path_join(dir, name);
-    FILE *f = fopen(p, "wb");
-    CHECK(f != NULL);
-    if (f) {
-        CHECK_EQ_INT(fwrite(data, 1, len, f), len);
-        fclose(f);
-    }
-    free(p);
+    return check_xorshift(&rng_state) % n;
 }
 
 static int bumped_cy = -1, bumped_cx = -1; /* the input chunk rewritten with other values */
@@ -74,7 +60,7 @@ static void write_input_chunk(int cy, int cx)
     char name[64], tmp[80];
     snprintf(name, sizeof name, "in.zarr/%d.%d", cy, cx);
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
-    write_file(tmp, enc, n);
+    scratch_write_file(dir, tmp, enc, n);
     free(enc);
     char *from = path_join(dir, tmp), *to = path_join(dir, name);
     CHECK_EQ_INT(rename(from, to), 0);
@@ -92,7 +78,7 @@ static void make_input(void)
                          "\"dtype\": \"<u2\", \"compressor\": {\"id\": \"blosc\", \"cname\": "
                          "\"lz4\", \"clevel\": 5, \"shuffle\": 1, \"blocksize\": 0}, "
                          "\"fill_value\": 0, \"order\": \"C\", \"filters\": null}";
-    write_file("in.zarr/.zarray", zarray, strlen(zarray));
+    scratch_write_file(dir, "in.zarr/.zarray", zarray, strlen(zarray));
     for (int cy = 0; cy < SIDE / IN_CH; cy++)
         for (int cx = 0; cx < SIDE / IN_CH; cx++)
             write_input_chunk(cy, cx);
@@ -127,7 +113,7 @@ static void make_layout(int n)
         boxes[i][0] = y0, boxes[i][1] = y0 + h, boxes[i][2] = x0, boxes[i][3] = x0 + w;
     }
     make_reference();
-    write_file("rois.txt", rois.buf, rois.len);
+    scratch_write_file(dir, "rois.txt", rois.buf, rois.len);
     sb_free(&rois);
     char ini[512];
     snprintf(ini, sizeof ini,
@@ -135,7 +121,7 @@ static void make_layout(int n)
              "threads = 4\nreadahead = 3\n[output]\nchunks = 12,12\nfill_value = 9\n[cache]\n"
              "dir = cache%d\n",
              n);
-    write_file("task.ini", ini, strlen(ini));
+    scratch_write_file(dir, "task.ini", ini, strlen(ini));
 }
 
 /* Opens chunk id, reads it and compares it with the reference: 0, or what went wrong. */
@@ -249,20 +235,13 @@ static int read_concurrently(struct engine *e)
     return bad;
 }
 
-/* The task of task.ini with its cache and an engine, or NULL. */
-static struct task *start(struct cache **c, struct engine **e)
+/* The rig of task.ini: false (a failed check) when it cannot be opened. */
+static bool start(struct harness_rig *g)
 {
     char *path = path_join(dir, "task.ini");
-    struct task *t = NULL;
-    struct errbuf err = {{0}};
-    int r = task_open(path, &t, &err);
+    bool ok = harness_rig_open(g, path);
     free(path);
-    if (r == 0)
-        r = harness_start(t, c, e, &err);
-    if (r < 0)
-        fprintf(stderr, "setup: %s\n", err.msg);
-    CHECK_EQ_INT(r, 0);
-    return r == 0 ? t : NULL;
+    return ok;
 }
 
 static void test_concurrent_readers(void)
@@ -270,20 +249,16 @@ static void test_concurrent_readers(void)
     for (int round = 0; round < 2 * LAYOUTS; round++) {
         if (round % 2 == 0)
             make_layout(round / 2);
-        struct cache *c = NULL;
-        struct engine *e = NULL;
-        struct task *t = start(&c, &e);
-        if (!t)
+        struct harness_rig g;
+        if (!start(&g))
             return;
-        CHECK_EQ_INT(read_concurrently(e), 0);
+        CHECK_EQ_INT(read_concurrently(g.e), 0);
         /* each ROI once in the first engine; the remount finds everything in the cache */
-        CHECK_EQ_INT(t->proc->calls, round % 2 == 0 ? NROIS : 0);
+        CHECK_EQ_INT(g.t->proc->calls, round % 2 == 0 ? NROIS : 0);
         struct engine_progress pr;
-        engine_progress(e, &pr);
+        engine_progress(g.e, &pr);
         CHECK_EQ_INT(pr.rois_failed, 0);
-        engine_destroy(e);
-        cache_close(c);
-        task_close(t);
+        harness_rig_close(&g);
     }
 }
 
@@ -295,13 +270,11 @@ static void test_concurrent_readers(void)
 static void test_input_change_under_readers(void)
 {
     make_layout(LAYOUTS);
-    struct cache *c = NULL;
-    struct engine *e = NULL;
-    struct task *t = start(&c, &e);
-    if (!t)
+    struct harness_rig g;
+    if (!start(&g))
         return;
-    CHECK_EQ_INT(read_concurrently(e), 0);
-    CHECK_EQ_INT(t->proc->calls, NROIS);
+    CHECK_EQ_INT(read_concurrently(g.e), 0);
+    CHECK_EQ_INT(g.t->proc->calls, NROIS);
     bumped_cy = 2, bumped_cx = 3;
     write_input_chunk(bumped_cy, bumped_cx);
     make_reference();
@@ -310,27 +283,21 @@ static void test_input_change_under_readers(void)
         touching += boxes[i][0] < (bumped_cy + 1) * IN_CH && boxes[i][1] > bumped_cy * IN_CH &&
                     boxes[i][2] < (bumped_cx + 1) * IN_CH && boxes[i][3] > bumped_cx * IN_CH;
     CHECK(touching > 0);
-    CHECK_EQ_INT(read_concurrently(e), 0);
-    CHECK_EQ_INT(t->proc->calls, NROIS + touching);
-    engine_destroy(e);
-    cache_close(c);
-    task_close(t);
+    CHECK_EQ_INT(read_concurrently(g.e), 0);
+    CHECK_EQ_INT(g.t->proc->calls, NROIS + touching);
+    harness_rig_close(&g);
     bumped_cy = bumped_cx = -1;
     make_input();
 }
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/roifs-engine-stress-XXXXXX");
-    if (!mkdtemp(dir))
+    if (check_mkdtemp(dir, sizeof dir, "engine-stress"))
         return 1;
     log_open_stderr(false);
     make_input();
     RUN(test_concurrent_readers);
     RUN(test_input_change_under_readers);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    check_rmtree(dir);
     return check_done();
 }

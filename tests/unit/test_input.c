@@ -17,10 +17,8 @@
 static _Thread_local uint64_t rnd_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(uint64_t n)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return n ? rnd_state % n : rnd_state;
+    uint64_t v = check_xorshift(&rnd_state);
+    return n ? v % n : v;
 }
 
 static char tmp_root[256];
@@ -290,6 +288,19 @@ static void test_variants(void)
     }
 }
 
+/* Opens the input at dir (an LRU of lru bytes), which the test expects to open: NULL (a
+ * failed check, the reason on stderr) when it does not. */
+static struct zarr_input *open_ok(const char *dir, size_t lru)
+{
+    struct zarr_input *in = NULL;
+    struct errbuf err;
+    int r = zarr_input_open(dir, lru, &in, &err);
+    if (r < 0)
+        fprintf(stderr, "zarr_input_open: %s\n", err.msg);
+    CHECK_EQ_INT(r, 0);
+    return r == 0 ? in : NULL;
+}
+
 static void test_zero_dim(void)
 {
     struct arr a;
@@ -298,9 +309,8 @@ static void test_zero_dim(void)
     write_array(&a, dir, false);
     struct zarr_input *in;
     struct errbuf err;
-    int r = zarr_input_open(dir, 0, &in, &err);
-    CHECK_EQ_INT(r, 0);
-    if (r < 0)
+    in = open_ok(dir, 0);
+    if (!in)
         return;
     int32_t v = 0;
     CHECK_EQ_INT(zarr_input_read(in, NULL, NULL, &v, &err), 0);
@@ -333,9 +343,8 @@ static void test_errors(void)
     char *dir = new_dir("errs");
     write_array(&a, dir, false);
     scratch_write_file(dir, ".zattrs", "{\"a\": 1}", 8);
-    int r = zarr_input_open(dir, 0, &in, &err);
-    CHECK_EQ_INT(r, 0);
-    if (r < 0)
+    in = open_ok(dir, 0);
+    if (!in)
         return;
     CHECK(strcmp(zarr_input_zattrs_text(in), "{\"a\": 1}") == 0);
     CHECK_STR_CONTAINS(zarr_input_zarray_text(in), "\"zarr_format\": 2");
@@ -483,11 +492,9 @@ static void test_threads(void)
     struct worker w[NT];
     pthread_barrier_t barrier;
     struct zarr_input *in;
-    struct errbuf err;
     /* single flight: eight threads want chunk (0, 0) at once; it is decoded once */
-    int r = zarr_input_open(dir, 64 << 20, &in, &err);
-    CHECK_EQ_INT(r, 0);
-    if (r < 0)
+    in = open_ok(dir, 64 << 20);
+    if (!in)
         return;
     pthread_barrier_init(&barrier, NULL, NT);
     for (int i = 0; i < NT; i++) {
@@ -508,9 +515,8 @@ static void test_threads(void)
     CHECK(st.waits <= NT - 1);
     zarr_input_close(in);
     /* random boxes from four threads through a two-chunk cache */
-    r = zarr_input_open(dir, 0, &in, &err);
-    CHECK_EQ_INT(r, 0);
-    if (r < 0)
+    in = open_ok(dir, 0);
+    if (!in)
         return;
     pthread_barrier_init(&barrier, NULL, 4);
     for (int i = 0; i < 4; i++) {
@@ -544,9 +550,8 @@ static void test_read_speed(void)
     write_array(&a, dir, false);
     struct zarr_input *in;
     struct errbuf err;
-    int r = zarr_input_open(dir, 64 << 20, &in, &err);
-    CHECK_EQ_INT(r, 0);
-    if (r < 0)
+    in = open_ok(dir, 64 << 20);
+    if (!in)
         return;
     uint16_t *buf = malloc(64 * 64 * 2);
     uint64_t start[2], box[] = {64, 64};

@@ -368,10 +368,7 @@ static size_t reference(int ndim, const uint64_t *shape, const uint8_t *fg, int6
 static uint64_t rng_state = 88172645463325252ULL;
 static uint64_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return check_xorshift(&rng_state);
 }
 
 /* One random block of the given shape, `in > value` with int16 input, against the reference;

@@ -11,10 +11,8 @@
 static uint64_t rnd_state = 0x12345678;
 static uint64_t rnd(uint64_t n)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return n ? rnd_state % n : 0;
+    uint64_t v = check_xorshift(&rnd_state);
+    return n ? v % n : 0;
 }
 
 /* Element-wise reference for nd_copy. */

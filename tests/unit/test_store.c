@@ -521,8 +521,7 @@ static void test_compact_while_others_append(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/roifs-store-XXXXXX");
-    if (!mkdtemp(dir))
+    if (check_mkdtemp(dir, sizeof dir, "store"))
         return 1;
     log_open_stderr(false);
     RUN(test_crc32c);
@@ -537,9 +536,6 @@ int main(void)
     RUN(test_compact_while_others_append);
     close(results_fd);
     close(locks_fd);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
+    check_rmtree(dir);
     return check_done();
 }

@@ -19,10 +19,7 @@ static char tmp_root[256];
 static uint64_t rnd_state = 0x2545F4914F6CDD1DULL;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return check_xorshift(&rnd_state);
 }
 
 static int parse(const char *json, struct zarr_meta *m, struct errbuf *err)

@@ -118,10 +118,7 @@ struct shared {
 
 static uint64_t rnd(uint64_t *s)
 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
+    return check_xorshift(s);
 }
 
 static void *worker(void *arg)
