@@ -575,6 +575,11 @@ static void resolve_cache_dir(struct task *t)
 
 int task_open(const char *config_path, struct task **out, struct errbuf *err)
 {
+    return task_open_flags(config_path, 0, out, err);
+}
+
+int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err)
+{
     struct task *t = xcalloc(1, sizeof *t);
     int r = config_load(config_path, &t->cfg, err);
     if (r < 0) {
@@ -584,7 +589,7 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
     if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
         (r = load_rois(t, err)) < 0)
         goto fail;
-    if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
+    if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
     if (t->out.format == 3)
         t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, t->dimension_names);

@@ -102,6 +102,10 @@ void pyramid_free(struct task *t);
  * the processor. Errors are -EINVAL (bad configuration, input or ROI list: exit status 2)
  * with err->msg = "FILE[:LINE]: ..." naming the offending key or value. */
 int task_open(const char *config_path, struct task **out, struct errbuf *err);
+/* task_open without the processor (t->proc NULL), for commands that only need the cache's
+ * place and keys (`clean`): a `python` processor would start interpreters, a plugin load. */
+#define TASK_NO_PROC 1u
+int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err);
 void task_close(struct task *t);
 
 /* Computes result_id and encoding_id from result_identity and the served metadata. */

@@ -17,6 +17,8 @@
 int cli_usage_error(const char *fmt, const char *arg);
 /* task_open with the error printed: 0 or EXIT_USAGE. */
 int cli_load_task(const char *path, struct task **t);
+/* The same with task_open_flags's flags (TASK_NO_PROC). */
+int cli_load_task_flags(const char *path, unsigned flags, struct task **t);
 /* cache_open with the error printed: 0, EXIT_USAGE (a directory roifs may not use) or
  * EXIT_RUNTIME. */
 int cli_open_cache(const struct task *t, struct cache **c);

@@ -53,8 +53,8 @@ void cli_print_census(const struct task *t, struct cache *c)
            (unsigned long long)cs.chunks_current, (unsigned long long)present, cs.rois_cached,
            t->rois.n);
     char from[32], until[32], bytes[32], unused[32], stale[32];
-    printf("ROIs:      %zu cached (a mount or warm reuses them), %zu to compute",
-           cs.rois_cached, cs.rois_to_compute);
+    printf("ROIs:      %zu cached (a mount or warm reuses them), %zu to compute", cs.rois_cached,
+           cs.rois_to_compute);
     if (cs.rois_cached && cs.made_min) {
         format_time(cs.made_min, from, sizeof from);
         format_time(cs.made_max, until, sizeof until);
@@ -109,7 +109,7 @@ static int clean_level(const struct task *t, struct cache *c, int l, struct gc_r
 int cli_clean_unused(const char *config)
 {
     struct task *t;
-    int r = cli_load_task(config, &t);
+    int r = cli_load_task_flags(config, TASK_NO_PROC, &t);
     if (r)
         return r;
     struct stat st;

@@ -27,8 +27,13 @@ int cli_usage_error(const char *fmt, const char *arg)
 
 int cli_load_task(const char *path, struct task **t)
 {
+    return cli_load_task_flags(path, 0, t);
+}
+
+int cli_load_task_flags(const char *path, unsigned flags, struct task **t)
+{
     struct errbuf err = {{0}};
-    if (task_open(path, t, &err) < 0) {
+    if (task_open_flags(path, flags, t, &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_USAGE;
     }
@@ -311,7 +316,7 @@ int cmd_clean(int argc, char **argv)
     if (argc != 2)
         return cli_usage_error("clean needs exactly one CONFIG%s", "");
     struct task *t;
-    int r = cli_load_task(argv[1], &t);
+    int r = cli_load_task_flags(argv[1], TASK_NO_PROC, &t);
     if (r)
         return r;
     struct stat st;

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ struct pyworker {
     bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
     bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
     unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
+    unsigned gen;  /* the fork server that forked it (pypool.srv_gen then) */
     struct spawn_lines err_lines;
     char last[512]; /* last line of its stderr, for messages */
     uint64_t req[(sizeof(struct py_request) + 4 * ROIFS_MAX_DIM * 8) / 8];
@@ -54,7 +56,14 @@ struct pyworker {
 
 struct pypool {
     struct proc base;
+    /* The fork server; NULL after it died and a new one failed to start. srv_lock guards srv
+     * and srv_gen (bumped at each restart) and is held across a fork request, so that one
+     * thread restarts a dead server while the others wait for it. */
+    pthread_mutex_t srv_lock;
     struct pyserver *srv;
+    _Atomic unsigned srv_gen;
+    _Atomic bool renew;        /* a new server started: replace the idle workers of the old one */
+    struct pyserver_opts opts; /* owned copies: a dead server is started again with them */
     double timeout;
     pthread_mutex_t lock; /* guards workers, nworkers and busy flags */
     struct pyworker **workers;
@@ -141,9 +150,52 @@ static void worker_reset(struct pypool *pp, struct pyworker *w)
 static void worker_retire(struct pypool *pp, struct pyworker *w)
 {
     struct errbuf kerr;
-    if (w->pid > 0 && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
+    pthread_mutex_lock(&pp->srv_lock);
+    /* A worker of an earlier server died with it (PR_SET_PDEATHSIG). */
+    if (w->pid > 0 && pp->srv && w->gen == pp->srv_gen && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
         log_warn("python worker %d: cannot kill it: %s", (int)w->pid, kerr.msg);
+    pthread_mutex_unlock(&pp->srv_lock);
     worker_reset(pp, w);
+}
+
+/* The fork server died (kill -9, out of memory...), and its workers with it: a new one, with
+ * the same file, params and directory. Called with srv_lock held. */
+static int restart_server(struct pypool *pp, const char *why, struct errbuf *err)
+{
+    pid_t old = pp->srv ? pyserver_pid(pp->srv) : 0;
+    log_warn("python: %s; starting a new one", why);
+    pyserver_stop(pp->srv, true); /* reaps it if it is our child; its socket is closed */
+    pp->srv = NULL;
+    pp->srv_gen++;
+    struct pyserver *s = NULL;
+    int rc = pyserver_start(&pp->opts, &s, err);
+    if (rc)
+        return err_prefix(err, rc, "the fork server %d is gone and a new one did not start",
+                          (int)old);
+    pp->srv = s;
+    log_warn("python: fork server %d started in place of %d", (int)pyserver_pid(s), (int)old);
+    return 0;
+}
+
+/* pyserver_fork, with the server started again when it is gone. */
+static int fork_worker_process(struct pypool *pp, int sock, int err_w, int mfd, pid_t *pid,
+                               unsigned *gen, struct errbuf *err)
+{
+    pthread_mutex_lock(&pp->srv_lock);
+    int rc = pp->srv ? pyserver_fork(pp->srv, sock, err_w, mfd, pid, err)
+                     : err_set(err, -EPIPE, "no fork server");
+    if (rc == -EPIPE && !pp->stopping) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        rc = restart_server(pp, why, err);
+        if (!rc) {
+            pp->renew = true;
+            rc = pyserver_fork(pp->srv, sock, err_w, mfd, pid, err);
+        }
+    }
+    *gen = pp->srv_gen;
+    pthread_mutex_unlock(&pp->srv_lock);
+    return rc;
 }
 
 static double tick_of(const struct pypool *pp)
@@ -189,7 +241,8 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         return err_set(err, rc, "cannot set up a python worker: %s", strerror(-rc));
     }
     pid_t pid = 0;
-    rc = pyserver_fork(pp->srv, sv[1], ep[1], mfd, &pid, err);
+    unsigned gen = 0;
+    rc = fork_worker_process(pp, sv[1], ep[1], mfd, &pid, &gen, err);
     spawn_close(&sv[1]);
     spawn_close(&ep[1]);
     if (rc) {
@@ -202,6 +255,7 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
     fcntl(ep[0], F_SETPIPE_SZ, STDERR_PIPE); /* best effort */
     set_tick(sv[0], tick_of(pp));
     w->pid = pid;
+    w->gen = gen;
     pthread_mutex_lock(&pp->lock);
     w->sock = sv[0];
     pthread_mutex_unlock(&pp->lock);
@@ -432,10 +486,18 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     double deadline = pp->timeout > 0 ? now_monotonic() + pp->timeout : 0;
     struct py_reply rep = {0};
     enum outcome end;
-    if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0)
-        end = PY_GONE; /* both ends of its socket closed: worker and server */
-    else
-        end = wait_reply(pp, w, deadline, &rep, err);
+    if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0) {
+        /* Both other ends of its socket are closed, the worker's and the server's: they died
+         * while it was idle (the server killed, its workers with it). The ROI was not sent:
+         * the caller may try it on a new worker. */
+        int e = errno;
+        rc = err_set(err, -ENOTCONN, "python worker %d is gone (and so is the fork server): %s",
+                     (int)w->pid, strerror(e));
+        log_warn("%s; forking a new one", err->msg);
+        worker_reset(pp, w);
+        return rc;
+    }
+    end = wait_reply(pp, w, deadline, &rep, err);
     switch (end) {
     case PY_OK:
         memcpy(rq->out, w->map + out_off, rq->out_nbytes);
@@ -473,21 +535,54 @@ static void replace(struct pypool *pp, struct pyworker *w)
         log_warn("python: %s", ferr.msg);
 }
 
+/* After a restart of the server, the idle workers of the old one (dead with it) are forked
+ * anew, so that `threads` are ready again. */
+static void renew_stale(struct pypool *pp)
+{
+    for (;;) {
+        struct pyworker *w = NULL;
+        pthread_mutex_lock(&pp->lock);
+        for (size_t i = 0; i < pp->nworkers && !w && !pp->stopping; i++) {
+            struct pyworker *x = pp->workers[i];
+            if (!x->busy && x->pid > 0 && x->gen != pp->srv_gen)
+                w = x;
+        }
+        if (w)
+            w->busy = true;
+        pthread_mutex_unlock(&pp->lock);
+        if (!w)
+            return;
+        worker_reset(pp, w);
+        replace(pp, w);
+        release(pp, w);
+    }
+}
+
 static int python_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
 {
     struct pypool *pp = (struct pypool *)p;
     struct pyworker *w = acquire(pp);
     if (!w)
         return err_set(err, -ECANCELED, "shut down");
-    if (w->pid > 0)
-        check_idle(pp, w);
-    int rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
-    if (!rc) {
-        rc = exchange(pp, w, rq, err);
-        if (rc)
-            replace(pp, w);
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        if (w->pid > 0)
+            check_idle(pp, w);
+        rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
+        if (!rc)
+            rc = exchange(pp, w, rq, err);
+        if (rc != -ENOTCONN) /* the ROI was not sent: once more, on a new worker */
+            break;
+        if (attempt == 1) {
+            rc = -EIO;
+            break;
+        }
     }
+    if (rc && !w->pid)
+        replace(pp, w);
     release(pp, w);
+    if (pp->renew && atomic_exchange(&pp->renew, false))
+        renew_stale(pp);
     return rc;
 }
 
@@ -524,6 +619,11 @@ static void python_destroy(struct proc *p)
     }
     free(pp->workers);
     pyserver_stop(pp->srv, owner);
+    free((char *)pp->opts.interpreter);
+    free((char *)pp->opts.spec);
+    free((char *)pp->opts.dir);
+    free((char *)pp->opts.params_json);
+    pthread_mutex_destroy(&pp->srv_lock);
     pthread_mutex_destroy(&pp->lock);
     free(pp);
 }
@@ -593,11 +693,13 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
         .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
     struct pyserver *srv = NULL;
     rc = pyserver_start(&o, &srv, err);
-    free(params);
-    if (rc)
+    if (rc) {
+        free(params);
         return python_spec_error(cfg, rc, err);
+    }
     bool slurm = cfg->executor == EXECUTOR_SLURM;
     if (slurm) { /* the file imports and has its function: the nodes run it */
+        free(params);
         pyserver_stop(srv, true);
         return create_slurm(cfg, interp, out, err);
     }
@@ -605,6 +707,11 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     struct pypool *pp = xcalloc(1, sizeof *pp);
     pp->base.ops = &python_ops;
     pp->srv = srv;
+    pp->opts = (struct pyserver_opts){.interpreter = xstrdup(interp),
+                                      .spec = xstrdup(cfg->proc_value),
+                                      .dir = cfg->dir ? xstrdup(cfg->dir) : NULL,
+                                      .params_json = params};
+    pthread_mutex_init(&pp->srv_lock, NULL);
     pp->timeout = cfg->timeout;
     pp->creator = getpid();
     pp->forks_at_create = fork_count;

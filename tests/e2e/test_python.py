@@ -9,6 +9,7 @@ import re
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -445,6 +446,89 @@ def test_worker_exits_while_idle(tmp_path, mount):
         assert read_bytes(m / "1") == want[2:4].tobytes()
         assert m.status()["rois"]["failed"] == 0
         assert "while idle; forking a new one" in m.log_text()
+
+
+def ppid(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def test_fork_server_killed_mid_roi(tmp_path, mount):
+    """kill -9 of the fork server while a ROI runs: its workers die with it, that ROI fails
+    (status and log say so), a new server is started and a later read succeeds."""
+    task, want = slow_task(tmp_path)
+    with mount(task.config) as m:
+        assert read_bytes(m / "0") == want[0:2].tobytes()
+        before = interpreters(task.dir)
+        busy = task.dir / "busy.txt"
+        got = {}
+
+        def reader():
+            try:
+                got["data"] = read_bytes(m / "1")
+            except OSError as e:
+                got["error"] = e
+
+        t = threading.Thread(target=reader)
+        t.start()
+        deadline = time.monotonic() + 20
+        while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        worker = int(busy.read_text())
+        server = ppid(worker)
+        assert server in before and worker in before, (server, worker, before)
+        os.kill(server, signal.SIGKILL)
+        t.join(20)
+        assert not t.is_alive()
+        assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        assert any(f"python worker {worker} is gone (and so is the fork server)" in e
+                   for e in errors_of(m, 1)), m.status()
+        (task.dir / "flag").unlink()
+        assert read_bytes(m / "1") == want[2:4].tobytes()
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], want)
+        now = interpreters(task.dir)
+        assert len(now) == 3 and not set(now) & set(before), (before, now)
+        assert f"the fork server {server} is gone" in m.log_text(), m.log_text()
+    assert not wait_no_interpreters(task.dir), "interpreters left after unmount"
+
+
+def test_fork_server_killed_while_idle(tmp_path, mount):
+    """kill -9 of the idle fork server (its workers die with it): the next read starts a new
+    server and succeeds, no ROI fails."""
+    task, want = slow_task(tmp_path)
+    (task.dir / "flag").unlink()
+    with mount(task.config) as m:
+        assert read_bytes(m / "0") == want[0:2].tobytes()
+        before = interpreters(task.dir)
+        server = [p for p in before if ppid(p) not in before]
+        assert len(server) == 1, before
+        os.kill(server[0], signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while interpreters(task.dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not interpreters(task.dir), "the workers outlived their server"
+        for i in (1, 2, 3):
+            assert read_bytes(m / str(i)) == want[2 * i:2 * i + 2].tobytes()
+        assert m.status()["rois"]["failed"] == 0, m.status()
+        now = interpreters(task.dir)  # a new server and `threads` new workers
+        assert len(now) == 3 and not set(now) & set(before), (before, now)
+        assert f"the fork server {server[0]} is gone" in m.log_text(), m.log_text()
+    assert not wait_no_interpreters(task.dir), "interpreters left after unmount"
+
+
+def test_clean_starts_no_interpreter(tmp_path, roifs_bin):
+    """`roifs clean` (and `clean --unused`) need the cache's place, not the processor: the
+    user's file is not imported."""
+    (tmp_path / "f.py").write_text(
+        "open('imported', 'a').write('x')\n\ndef f(block, roi):\n    return block\n")
+    task = make_task(tmp_path, np.arange(8, dtype="<i4"), (2,), rois=[((0, 4),)],
+                     process={"python": "f.py:f"})
+    for args in (["clean"], ["clean", "--unused"]):
+        r = run_roifs(roifs_bin, *args, task.config)
+        assert r.returncode == 0, r
+        assert not (task.dir / "imported").exists(), f"roifs {' '.join(args)} imported f.py"
+    r = run_roifs(roifs_bin, "check", task.config)  # check does start it (the control)
+    assert r.returncode == 0, r
+    assert (task.dir / "imported").exists()
 
 
 # ---------------------------------------------------------------- nothing left behind
