@@ -645,6 +645,27 @@ static bool pop_runnable(struct engine *e, uint32_t *r)
     return false;
 }
 
+/* ROI r and more queued batchable ROIs after it, marked running, as long as the other
+ * threads keep work to do (small ROIs cost the processor a round trip each: python). */
+static size_t pop_batch(struct engine *e, uint32_t r, uint32_t *batch)
+{
+    size_t n = 1;
+    batch[0] = r;
+    while (n < PROC_BATCH_MAX && e->demand.len + e->ahead.len > (size_t)e->nthreads) {
+        struct roi_queue *q = e->demand.len ? &e->demand : &e->ahead;
+        uint32_t next = q->buf[q->head];
+        if (e->rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))
+            break;
+        queue_pop(q, &next);
+        if (e->rois[next].state != RS_QUEUED)
+            continue; /* as pop_runnable: queued twice, or done meanwhile */
+        e->rois[next].state = RS_RUNNING;
+        e->n_running++;
+        batch[n++] = next;
+    }
+    return n;
+}
+
 static void *worker_main(void *arg)
 {
     struct engine *e = arg;
@@ -667,8 +688,13 @@ static void *worker_main(void *arg)
             struct key128 want = e->rois[r].key;
             e->rois[r].state = RS_RUNNING;
             e->n_running++;
+            uint32_t batch[PROC_BATCH_MAX];
+            size_t n = engine_roi_batchable(e, r) ? pop_batch(e, r, batch) : 1;
             pthread_mutex_unlock(&e->lock);
-            engine_run_roi(e, r, want);
+            if (n > 1)
+                engine_run_rois(e, batch, n);
+            else
+                engine_run_roi(e, r, want);
             pthread_mutex_lock(&e->lock);
             continue;
         }

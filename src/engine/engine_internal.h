@@ -197,6 +197,11 @@ void engine_flush_unstored(struct engine *e);
 /* ---- compute.c: ROIs on the pool (no engine lock) ---- */
 /* Computes ROI r (asked for as key want), stores its result and publishes it. */
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
+/* True when ROI r may run in a batch (engine_run_rois): the processor takes batches, the ROI
+ * lies in one chunk (no result lock) and is small (PROC_BATCH_BYTES). */
+bool engine_roi_batchable(const struct engine *e, uint32_t r);
+/* Computes n batchable ROIs in one processor call and publishes each. */
+void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
 
 /* ---- engine.c, for compute.c and ahead.c ---- */
 

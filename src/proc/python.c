@@ -381,9 +381,11 @@ static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
     return 0;
 }
 
-static size_t build_request(struct pyworker *w, const struct proc_request *rq, size_t out_off)
+/* Writes ROI rq's request to dst (8-byte aligned); its length. */
+static size_t build_request(const struct pyworker *w, const struct proc_request *rq,
+                            uint64_t *dst, size_t in_off, size_t out_off)
 {
-    struct py_request *h = (struct py_request *)w->req;
+    struct py_request *h = (struct py_request *)dst;
     char dt[8];
     memset(h, 0, sizeof *h);
     h->kind = PY_REQ_ROI;
@@ -391,7 +393,7 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     h->roi = rq->roi;
     h->label = rq->label;
     h->map_size = w->map_size;
-    h->in_off = (size_t)sysconf(_SC_PAGESIZE);
+    h->in_off = in_off;
     h->in_nbytes = rq->in_nbytes;
     h->out_off = out_off;
     h->out_nbytes = rq->out_nbytes;
@@ -399,7 +401,7 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     memcpy(h->in_dtype, ts, strnlen(ts, sizeof h->in_dtype - 1));
     ts = dtype_typestr_le(&rq->out_dtype, dt);
     memcpy(h->out_dtype, ts, strnlen(ts, sizeof h->out_dtype - 1));
-    uint64_t *d = w->req + sizeof *h / 8;
+    uint64_t *d = dst + sizeof *h / 8;
     size_t n = (size_t)rq->ndim * sizeof *d;
     memcpy(d, rq->start, n);
     memcpy(d + rq->ndim, rq->stop, n);
@@ -411,11 +413,11 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
 /* Waits for the reply in recv(), waking every tick (SO_RCVTIMEO) to read stderr and to
  * check the deadline and the shutdown (which also ends the recv with SHUT_RD). */
 static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double deadline,
-                               struct py_reply *rep, struct errbuf *err)
+                               struct py_reply *rep, char *buf, size_t size, size_t *len,
+                               struct errbuf *err)
 {
-    char buf[sizeof *rep + 4096 + 1];
     for (;;) {
-        ssize_t n = recv(w->sock, buf, sizeof buf - 1, 0);
+        ssize_t n = recv(w->sock, buf, size - 1, 0);
         if (n > 0) {
             if ((size_t)n < sizeof *rep)
                 return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes", (int)w->pid,
@@ -423,7 +425,8 @@ static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double dea
                        PY_BROKEN;
             memcpy(rep, buf, sizeof *rep);
             buf[n] = '\0';
-            if (rep->kind == PY_REP_OK)
+            *len = (size_t)n;
+            if (rep->kind == PY_REP_OK || rep->kind == PY_REP_BATCH)
                 return PY_OK;
             if (rep->kind == PY_REP_DIED)
                 return PY_DIED;
@@ -478,13 +481,15 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     if (rc)
         return rc;
     memcpy(w->map + page, rq->in, rq->in_nbytes);
-    size_t len = build_request(w, rq, out_off);
+    size_t len = build_request(w, rq, w->req, page, out_off);
     if (w->tick_cut) {
         set_tick(w->sock, tick_of(pp));
         w->tick_cut = false;
     }
     double deadline = pp->timeout > 0 ? now_monotonic() + pp->timeout : 0;
     struct py_reply rep = {0};
+    char buf[sizeof rep + 4096 + 1];
+    size_t got = 0;
     enum outcome end;
     if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0) {
         /* Both other ends of its socket are closed, the worker's and the server's: they died
@@ -497,7 +502,11 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
         worker_reset(pp, w);
         return rc;
     }
-    end = wait_reply(pp, w, deadline, &rep, err);
+    end = wait_reply(pp, w, deadline, &rep, buf, sizeof buf, &got, err);
+    if (end == PY_OK && rep.kind != PY_REP_OK) {
+        err_set(err, -EIO, "python worker %d sent a batch reply", (int)w->pid);
+        end = PY_BROKEN;
+    }
     switch (end) {
     case PY_OK:
         memcpy(rq->out, w->map + out_off, rq->out_nbytes);
@@ -522,6 +531,98 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     }
     if (end != PY_SHUTDOWN)
         log_warn("%s; killing it, forking a new one", err->msg);
+    worker_retire(pp, w);
+    return rc;
+}
+
+/* ---- a batch of small ROIs: one round trip ---- */
+
+/* The per-ROI outcomes of a batch reply into rcs and errs; copies the results out. */
+static int read_batch_reply(struct pyworker *w, size_t n, const struct proc_request *rq,
+                            const size_t *out_off, const char *buf, size_t len, int *rcs,
+                            struct errbuf *errs)
+{
+    const struct py_item *items = (const struct py_item *)(buf + sizeof(struct py_reply));
+    size_t msg = sizeof(struct py_reply) + n * sizeof *items;
+    if (len < msg)
+        return err_set(&errs[0], -EIO, "python worker %d sent a batch reply of %zu bytes",
+                       (int)w->pid, len);
+    for (size_t i = 0; i < n; i++) {
+        struct py_item it;
+        memcpy(&it, &items[i], sizeof it);
+        if (it.kind == PY_REP_OK) {
+            rcs[i] = 0;
+            memcpy(rq[i].out, w->map + out_off[i], rq[i].out_nbytes);
+        } else if (it.kind == PY_REP_ERROR && it.len <= len - msg) {
+            rcs[i] = err_set(&errs[i], -EIO, "%.*s", (int)it.len, buf + msg);
+            msg += it.len;
+        } else {
+            return err_set(&errs[0], -EIO, "python worker %d sent a broken batch reply",
+                           (int)w->pid);
+        }
+    }
+    return 0;
+}
+
+/* 0 with every ROI's outcome in rcs/errs, or an error of the whole batch in errs[0] (the
+ * worker died: -EIO; not sent: -ENOTCONN), the worker then reset. */
+static int exchange_many(struct pypool *pp, struct pyworker *w, size_t n,
+                         const struct proc_request *rq, int *rcs, struct errbuf *errs)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), at = page, len = sizeof(struct py_batch);
+    size_t in_off[PROC_BATCH_MAX], out_off[PROC_BATCH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        in_off[i] = at;
+        out_off[i] = at + align_up(rq[i].in_nbytes, MAP_ALIGN);
+        at = out_off[i] + align_up(rq[i].out_nbytes, MAP_ALIGN);
+    }
+    int rc = map_for(w, at, &errs[0]);
+    if (rc)
+        return rc;
+    uint64_t *msg = xmalloc(sizeof(struct py_batch) + n * sizeof w->req);
+    struct py_batch b = {PY_REQ_BATCH, (uint32_t)n};
+    memcpy(msg, &b, sizeof b);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(w->map + in_off[i], rq[i].in, rq[i].in_nbytes);
+        len += build_request(w, &rq[i], msg + len / 8, in_off[i], out_off[i]);
+    }
+    ssize_t sent = send(w->sock, msg, len, MSG_NOSIGNAL);
+    free(msg);
+    if (sent < 0) {
+        int e = errno;
+        rc = err_set(&errs[0], -ENOTCONN,
+                     "python worker %d is gone (and so is the fork server): %s", (int)w->pid,
+                     strerror(e));
+        log_warn("%s; forking a new one", errs[0].msg);
+        worker_reset(pp, w);
+        return rc;
+    }
+    size_t size = sizeof(struct py_reply) + n * (sizeof(struct py_item) + PY_BATCH_MSG_MAX) + 1;
+    char *buf = xmalloc(size);
+    struct py_reply rep = {0};
+    size_t got = 0;
+    enum outcome end = wait_reply(pp, w, 0, &rep, buf, size, &got, &errs[0]);
+    if (end == PY_OK && rep.kind != PY_REP_BATCH) {
+        err_set(&errs[0], -EIO, "python worker %d answered a batch with kind %u", (int)w->pid,
+                rep.kind);
+        end = PY_BROKEN;
+    }
+    if (end == PY_OK)
+        rc = read_batch_reply(w, n, rq, out_off, buf, got, rcs, errs);
+    free(buf);
+    if (end == PY_OK && rc == 0) {
+        if (rep.value || (w->rois += (unsigned)n) % STDERR_EVERY < n)
+            drain_stderr(w);
+        return 0;
+    }
+    if (end == PY_DIED || end == PY_GONE)
+        return report_death(pp, w, end, (int)rep.value, &errs[0]);
+    if (end == PY_SHUTDOWN)
+        rc = err_set(&errs[0], -ECANCELED, "shut down");
+    else
+        log_warn("%s; killing it, forking a new one", errs[0].msg);
+    if (!rc)
+        rc = -EIO;
     worker_retire(pp, w);
     return rc;
 }
@@ -586,6 +687,46 @@ static int python_run(struct proc *p, const struct proc_request *rq, struct errb
     return rc;
 }
 
+/* Small ROIs, one round trip for all (with a timeout: one by one, each timed). */
+static void python_run_many(struct proc *p, size_t n, const struct proc_request *rq, int *rcs,
+                            struct errbuf *errs)
+{
+    struct pypool *pp = (struct pypool *)p;
+    if (pp->timeout > 0 || n > PROC_BATCH_MAX) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = python_run(p, &rq[i], &errs[i]);
+        return;
+    }
+    struct pyworker *w = acquire(pp);
+    int rc = w ? 0 : err_set(&errs[0], -ECANCELED, "shut down");
+    for (int attempt = 0; w; attempt++) {
+        if (w->pid > 0)
+            check_idle(pp, w);
+        rc = w->pid > 0 ? 0 : worker_fork(pp, w, &errs[0]);
+        if (!rc)
+            rc = exchange_many(pp, w, n, rq, rcs, errs);
+        if (rc != -ENOTCONN) /* the batch was not sent: once more, on a new worker */
+            break;
+        if (attempt == 1) {
+            rc = -EIO;
+            break;
+        }
+    }
+    if (rc) /* the whole batch failed */
+        for (size_t i = 0; i < n; i++) {
+            rcs[i] = rc;
+            if (i)
+                errs[i] = errs[0];
+        }
+    if (w) {
+        if (rc && !w->pid)
+            replace(pp, w);
+        release(pp, w);
+    }
+    if (pp->renew && atomic_exchange(&pp->renew, false))
+        renew_stale(pp);
+}
+
 /* ---- the end ---- */
 
 /* Busy workers' recv() ends at once (SHUT_RD on roifs's end), the ROI fails with -ECANCELED
@@ -630,6 +771,7 @@ static void python_destroy(struct proc *p)
 
 static const struct proc_ops python_ops = {
     .run = python_run,
+    .run_many = python_run_many,
     .shutdown = python_shutdown,
     .destroy = python_destroy,
 };

@@ -356,6 +356,62 @@ def test_worker_script_serves_as_python(tmp_path, mount):
         assert re.search(r"python worker \d+: computing 0", m.log_text()), m.log_text()
 
 
+BATCHED = """\
+import re
+
+def f(block, roi):
+    if roi.index == 7:
+        raise ValueError("bad 7")
+    if roi.index == 100:
+        print("hello from 100")
+    status = open("/proc/self/status").read()
+    with open("switches.txt", "a") as out:
+        out.write(re.search(r"voluntary_ctxt_switches:\\s*(\\d+)", status).group(1) + "\\n")
+    return block * 3
+"""
+
+
+def test_small_rois_batched(tmp_path, mount):
+    """Small ROIs go to a worker in batches (one round trip for up to 32): far fewer waits of
+    the worker than ROIs; a ROI that raises fails alone, the others of its batch are
+    served; output written during a batch reaches the log."""
+    (tmp_path / "f.py").write_text(BATCHED)
+    inp = np.arange(2048, dtype="<i4")
+    task = make_task(tmp_path, inp, (256,), rois=[((4 * i, 4 * i + 4),) for i in range(512)],
+                     process={"python": "f.py:f", "threads": 1, "readahead": 0})
+    with mount(task.config) as m:
+        expect_eio(m / "0")
+        for c in range(1, 8):
+            assert read_bytes(m / str(c)) == (inp[256 * c:256 * (c + 1)] * 3).tobytes()
+        st = m.status()
+        assert st["rois"]["failed"] == 1 and st["calls"] == 512, st
+        assert errors_of(m, 7) == ["ValueError: bad 7 (f.py:5)"], st
+        switches = [int(x) for x in (task.dir / "switches.txt").read_text().split()]
+        assert len(switches) == 511
+        # one ROI per round trip waited at least once per ROI
+        assert max(switches) - min(switches) < 511 // 4, (min(switches), max(switches))
+        assert "hello from 100" in m.log_text()
+
+
+def test_worker_killed_mid_batch(tmp_path, mount):
+    """A worker killed during a batch fails the ROIs of that batch (the chunk's read gets
+    EIO, the status names the death); a new worker computes them on the next read."""
+    (tmp_path / "f.py").write_text(SLOW.replace("roi.index == 1 ", "roi.index == 40 "))
+    (tmp_path / "flag").touch()
+    inp = np.arange(256, dtype="<i4")
+    task = make_task(tmp_path, inp, (256,), rois=[((4 * i, 4 * i + 4),) for i in range(64)],
+                     process={"python": "f.py:f", "threads": 1, "readahead": 0})
+    with mount(task.config) as m:
+        got, victim = read_killing_busy(m / "0", task.dir / "busy.txt")
+        assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        st = m.status()
+        assert 1 < st["rois"]["failed"] <= 32, st  # its batch, not more
+        assert errors_of(m, 40) == [f"python worker {victim} was killed by signal 9 before "
+                                    f"replying"], st
+        (task.dir / "flag").unlink()
+        assert read_bytes(m / "0") == (inp * 10).tobytes()
+
+
 # ---------------------------------------------------------------- workers that die or hang
 
 SLOW = """\
