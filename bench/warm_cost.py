@@ -120,8 +120,7 @@ def main():
           "files stamped when written, checked in full only when not as written).\n\n" +
           C.md_table(["encoding", "reader", "fresh old (ms)", "fresh new (ms)", "new / old",
                       "daemon CPU old / new (s)", "repeat old (ms)", "repeat new (ms)",
-                      "new / old", "daemon CPU old / new (s)"], rows) +
-          "\n\n" + C.idle_note())
+                      "new / old", "daemon CPU old / new (s)"], rows))
     C.save("warm_cost", "Cost of verifying the cache on warm reads", summary, md,
            {"runs": res}, info)
 
