@@ -63,8 +63,7 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
 /* Retries a failed run as configured. */
 static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf *err)
 {
-    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->t->cfg.retries;
-         attempt++) {
+    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->t->cfg.retries; attempt++) {
         log_warn("roi %zu: attempt %d failed (%s); retrying", w->rq.roi, attempt + 1, err->msg);
         rc = proc_run(e->t->proc, &w->rq, err);
     }

@@ -645,13 +645,14 @@ static bool pop_runnable(struct engine *e, uint32_t *r)
     return false;
 }
 
-/* ROI r and more queued batchable ROIs after it, marked running, as long as the other
- * threads keep work to do (small ROIs cost the processor a round trip each: python). */
+/* ROI r and more queued batchable ROIs after it, marked running: at most this thread's
+ * share of the queue, so that the other threads get as much (small ROIs cost the processor
+ * a round trip each: python). */
 static size_t pop_batch(struct engine *e, uint32_t r, uint32_t *batch)
 {
-    size_t n = 1;
+    size_t n = 1, share = (e->demand.len + e->ahead.len) / (size_t)e->nthreads;
     batch[0] = r;
-    while (n < PROC_BATCH_MAX && e->demand.len + e->ahead.len > (size_t)e->nthreads) {
+    while (n < PROC_BATCH_MAX && n <= share && e->demand.len + e->ahead.len > 0) {
         struct roi_queue *q = e->demand.len ? &e->demand : &e->ahead;
         uint32_t next = q->buf[q->head];
         if (e->rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))

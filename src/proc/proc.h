@@ -60,8 +60,8 @@ static inline int proc_run(struct proc *p, const struct proc_request *rq, struct
 }
 #define PROC_BATCH_MAX   32
 #define PROC_BATCH_BYTES (64 << 10)
-static inline void proc_run_many(struct proc *p, size_t n, const struct proc_request *rq,
-                                 int *rcs, struct errbuf *errs)
+static inline void proc_run_many(struct proc *p, size_t n, const struct proc_request *rq, int *rcs,
+                                 struct errbuf *errs)
 {
     p->calls += n;
     p->ops->run_many(p, n, rq, rcs, errs);

@@ -382,8 +382,8 @@ static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
 }
 
 /* Writes ROI rq's request to dst (8-byte aligned); its length. */
-static size_t build_request(const struct pyworker *w, const struct proc_request *rq,
-                            uint64_t *dst, size_t in_off, size_t out_off)
+static size_t build_request(const struct pyworker *w, const struct proc_request *rq, uint64_t *dst,
+                            size_t in_off, size_t out_off)
 {
     struct py_request *h = (struct py_request *)dst;
     char dt[8];
@@ -590,9 +590,9 @@ static int exchange_many(struct pypool *pp, struct pyworker *w, size_t n,
     free(msg);
     if (sent < 0) {
         int e = errno;
-        rc = err_set(&errs[0], -ENOTCONN,
-                     "python worker %d is gone (and so is the fork server): %s", (int)w->pid,
-                     strerror(e));
+        rc =
+            err_set(&errs[0], -ENOTCONN, "python worker %d is gone (and so is the fork server): %s",
+                    (int)w->pid, strerror(e));
         log_warn("%s; forking a new one", errs[0].msg);
         worker_reset(pp, w);
         return rc;
