@@ -1,5 +1,5 @@
 /* fuzz_namespace.c: libFuzzer harness for the chunk-name parser of the mounted tree
- * (ns_lookup, ns_get, ns_readdir in src/fs/namespace.c). Input layout: one byte of ndim - 1
+ * (ns_lookup, ns_get, ns_readdir in src/tree/namespace.c). Input layout: one byte of ndim - 1
  * (modulo 4), one byte of flags (bit 0: separator "/", bit 1: outside = input, bits 2-4:
  * number of ROIs), one byte per dimension of chunk grid extent - 1 (modulo 16), 2 * ndim bytes
  * per ROI (start and length in chunks), then a path below the mount point. A name must resolve
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/namespace.h"
+#include "tree/namespace.h"
 #include "nd.h"
 
 #define FUZZ_NAME "fuzz_namespace"
@@ -64,21 +64,21 @@ static void walk(const struct ns *ns, const struct task *t, const char *path)
             FUZZ_ASSERT(r == -ENOENT || r == -ENOTDIR, "lookup returned %d", r);
             return;
         }
-        if (n.kind == NS_META || n.kind == NS_STATUS || n.ino == NS_INO_ROIFS)
+        if (n.kind == NS_META || n.kind == NS_STATUS || strcmp(name, ".roifs") == 0)
             chunk_path = false;
         struct ns_node again;
         FUZZ_ASSERT(ns_get(ns, n.ino, &again) == 0 && again.ino == n.ino && again.kind == n.kind &&
-                        again.depth == n.depth && again.prefix == n.prefix,
+                        again.depth == n.depth && again.path_index == n.path_index,
                     "ns_get(%llu) disagrees with the lookup of '%s'", (unsigned long long)n.ino,
                     name);
         dir = n.ino;
     }
     if (n.kind == NS_CHUNK) {
         FUZZ_ASSERT(chunk_path && n.depth == t->out.ndim, "chunk at depth %d", n.depth);
-        FUZZ_ASSERT(task_chunk_present(t, n.prefix), "absent chunk %llu resolved",
-                    (unsigned long long)n.prefix);
+        FUZZ_ASSERT(task_chunk_present(t, n.chunk), "absent chunk %llu resolved",
+                    (unsigned long long)n.chunk);
         char key[32 * ROIFS_MAX_DIM];
-        canonical_key(t, n.prefix, key, sizeof key);
+        canonical_key(t, n.chunk, key, sizeof key);
         FUZZ_ASSERT(strcmp(joined, key) == 0, "'%s' resolved to chunk '%s'", joined, key);
     }
     if (n.kind == NS_DIR) {
@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     t.out.separator = data[1] & 1 ? '/' : '.';
     t.out.dtype.kind = DT_UINT;
     t.out.dtype.size = 1;
-    t.cfg.outside = data[1] & 2 ? OUTSIDE_INPUT : OUTSIDE_FILL;
+    t.outside = data[1] & 2 ? OUTSIDE_INPUT : OUTSIDE_FILL;
     t.zarray_json = zarray;
     t.zattrs_json = zattrs;
     uint64_t shape[ROIFS_MAX_DIM];
@@ -130,16 +130,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct errbuf err;
     FUZZ_ASSERT(roi_index_build(&rs, shape, t.out.chunks, &t.index, &err) == 0, "%s", err.msg);
 
-    struct ns ns;
-    ns_init(&ns, &t);
+    /* the tree of a mount of one array, as the array set builds it */
+    struct ns *ns = ns_new();
+    ns_add_file(ns, NS_ROOT, ".zarray", zarray);
+    ns_add_file(ns, NS_ROOT, ".zattrs", zattrs);
+    ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    FUZZ_ASSERT(ns_add_chunks(ns, NS_ROOT, &t, 0, &err) == 0, "%s", err.msg);
     size_t len = size - need;
     char *path = malloc(len + 1);
     memcpy(path, data + need, len);
     path[len] = '\0';
-    walk(&ns, &t, path);
-    struct listing l = {&ns, NS_INO_ROOT, 0};
-    FUZZ_ASSERT(ns_readdir(&ns, NS_INO_ROOT, 0, check_entry, &l) == 0, "readdir of the root");
+    walk(ns, &t, path);
+    struct listing l = {ns, NS_INO_ROOT, 0};
+    FUZZ_ASSERT(ns_readdir(ns, NS_INO_ROOT, 0, check_entry, &l) == 0, "readdir of the root");
     free(path);
+    ns_free(ns);
     roi_index_free(t.index);
     return 0;
 }

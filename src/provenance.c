@@ -89,15 +89,5 @@ void provenance_set_results(struct task *t, const struct provenance_results *r)
         }
     }
     json_decref(attrs);
-    /* [output] ome: the image group carries it too (format 2: .zattrs; 3: zarr.json) */
-    char **group = t->group_zattrs_json ? &t->group_zattrs_json : &t->group_meta_json;
-    json_t *g = *group ? json_loads(*group, 0, NULL) : NULL;
-    json_t *gattrs = t->group_zattrs_json ? g : json_object_get(g, "attributes");
-    if (json_is_object(gattrs) && json_object_get(gattrs, "roifs")) {
-        set_results(gattrs, results);
-        free(*group);
-        *group = dump(g);
-    }
-    json_decref(g);
     json_decref(results);
 }

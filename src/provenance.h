@@ -21,8 +21,9 @@ struct provenance_results {
     uint32_t made_min, made_max; /* when those were made, seconds since the epoch (0: none) */
     int64_t started;             /* the mount's (or export's) start, seconds since the epoch */
 };
-/* Adds "results" to the attribute of t (and of its image group), replacing the attribute
- * texts t serves; called once, before the mount serves anything. */
+/* Adds "results" to the attribute of t, replacing the attribute texts t serves (an image
+ * group copies it from there: arrayset_set_provenance); called once, before the mount serves
+ * anything. */
 void provenance_set_results(struct task *t, const struct provenance_results *r);
 
 #endif

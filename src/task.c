@@ -1,5 +1,6 @@
 /* task.c: resolves a configuration against its input array and ROI list into everything a
- * mount, warm or export needs, checking each cross-cutting rule with file:line messages. */
+ * mount, warm or export needs, checking each cross-cutting rule with file:line messages; and
+ * builds the tasks of derived arrays (task_derived) from what their maker gives. */
 #include "task.h"
 
 #include <errno.h>
@@ -20,6 +21,21 @@
 #define TASK_ERR(t, err, section, key, ...)                                                        \
     return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
+/* ---- the input of a configured task: its Zarr array ---- */
+
+static int zarr_source_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
+                            uint64_t *sig, struct errbuf *err)
+{
+    return sig ? zarr_input_read_sig(ctx, start, shape, dst, sig, err)
+               : zarr_input_read(ctx, start, shape, dst, err);
+}
+
+static int zarr_source_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
+                                 struct zarr_sigmemo *memo, uint64_t *sig)
+{
+    return zarr_input_signature_memo(ctx, start, shape, memo, sig);
+}
+
 static int open_input(struct task *t, struct errbuf *err)
 {
     struct errbuf e;
@@ -29,19 +45,23 @@ static int open_input(struct task *t, struct errbuf *err)
         TASK_ERR(t, err, "input", level_err ? "level" : "path", "[input] %s: %s",
                  level_err ? "level" : "path", e.msg);
     }
-    r = zarr_input_open(t->ome.array_path, 64u << 20, &t->input, &e);
+    r = zarr_input_open(t->ome.array_path, 64u << 20, &t->reader, &e);
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
-    t->in = zarr_input_meta(t->input);
+    t->source = (struct input_source){.meta = zarr_input_meta(t->reader),
+                                      .read = zarr_source_read,
+                                      .signature = zarr_source_signature,
+                                      .ctx = t->reader};
+    t->in_meta = t->source.meta;
     return 0;
 }
 
 static int check_dims(struct task *t, const char *key, const char *section, int n,
                       struct errbuf *err)
 {
-    if (n != 0 && n != t->in->ndim)
+    if (n != 0 && n != t->in_meta->ndim)
         TASK_ERR(t, err, section, key, "[%s] %s has %d entries, the input has %d dimensions",
-                 section, key, n, t->in->ndim);
+                 section, key, n, t->in_meta->ndim);
     return 0;
 }
 
@@ -135,7 +155,7 @@ static bool names_are_strings(const json_t *v, int n)
 static int resolve_dimension_names(struct task *t, struct errbuf *err)
 {
     json_t *names = NULL;
-    const char *text = zarr_input_dimension_names_text(t->input);
+    const char *text = zarr_input_dimension_names_text(t->reader);
     if (t->cfg.ome) {
         struct errbuf e;
         json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
@@ -145,7 +165,7 @@ static int resolve_dimension_names(struct task *t, struct errbuf *err)
         json_decref(axes);
     } else if (text) {
         names = json_loads(text, 0, NULL);
-    } else if ((text = zarr_input_zattrs_text(t->input))) {
+    } else if ((text = zarr_input_zattrs_text(t->reader))) {
         json_t *attrs = json_loads(text, 0, NULL);
         json_t *a = json_object_get(attrs, "_ARRAY_DIMENSIONS");
         if (names_are_strings(a, t->out.ndim))
@@ -206,7 +226,7 @@ static bool roi_bytes(const struct task *t, size_t r, uint64_t *bytes, bool *box
 {
     int nd = t->rois.ndim;
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], n = 1, box = 1, a, b;
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     bool over = false, box_over = false;
     for (int d = 0; d < nd; d++) {
         over = over || __builtin_mul_overflow(n, rshape[d], &n);
@@ -215,7 +235,7 @@ static bool roi_bytes(const struct task *t, size_t r, uint64_t *bytes, bool *box
     }
     box_over = box_over || __builtin_mul_overflow(box, t->out.dtype.size, &b);
     over = over || box_over ||
-           __builtin_mul_overflow(n, (uint64_t)t->in->dtype.size + t->out.dtype.size, &a) ||
+           __builtin_mul_overflow(n, (uint64_t)t->in_meta->dtype.size + t->out.dtype.size, &a) ||
            __builtin_add_overflow(a, b, bytes);
     *box_fits = !box_over && b <= mem_physical_bytes() / 3;
     return !over;
@@ -255,22 +275,23 @@ static int resolve_output(struct task *t, struct errbuf *err)
     o->format = cfg->format == 3 ? 3 : 2;
     if (cfg->shard_ndim && o->format != 3)
         TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
-    o->ndim = t->in->ndim;
-    memcpy(o->shape, t->in->shape, sizeof o->shape);
+    o->ndim = t->in_meta->ndim;
+    memcpy(o->shape, t->in_meta->shape, sizeof o->shape);
     int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
     if (r < 0)
         return r;
     /* by default the chunks a reader of the input decodes (inner chunks when sharded) */
-    memcpy(o->chunks, cfg->chunks_ndim ? cfg->chunks : zarr_meta_read_chunks(t->in),
+    memcpy(o->chunks, cfg->chunks_ndim ? cfg->chunks : zarr_meta_read_chunks(t->in_meta),
            sizeof o->chunks);
     if (cfg->dtype) {
         struct errbuf e;
         if (dtype_parse(cfg->dtype, &o->dtype, &e) < 0)
             TASK_ERR(t, err, "output", "dtype", "[output] dtype: %s", e.msg);
     } else {
-        o->dtype = t->in->dtype; /* byte order too: processors still see little-endian */
+        o->dtype = t->in_meta->dtype; /* byte order too: processors still see little-endian */
     }
-    if (cfg->outside == OUTSIDE_INPUT && !dtype_equal_ignoring_order(&o->dtype, &t->in->dtype))
+    t->outside = cfg->outside;
+    if (cfg->outside == OUTSIDE_INPUT && !dtype_equal_ignoring_order(&o->dtype, &t->in_meta->dtype))
         TASK_ERR(t, err, "output", "outside",
                  "[output] outside = input needs the output dtype to equal the input's");
     struct errbuf e;
@@ -303,10 +324,10 @@ static int load_table(struct task *t, struct errbuf *err)
                  "[rois] table: the pixel size is unknown: [input] path %s is neither an "
                  "OME-Zarr image group nor one of its datasets",
                  t->cfg.input_path);
-    if (o->ndim != t->in->ndim)
+    if (o->ndim != t->in_meta->ndim)
         TASK_ERR(t, err, "rois", "table",
                  "[rois] table: the multiscales of %s have %d axes, the array %d dimensions",
-                 o->group_path, o->ndim, t->in->ndim);
+                 o->group_path, o->ndim, t->in_meta->ndim);
     if (o->axis_y < 0 || o->axis_x < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: the image %s has no y and x axes",
                  o->group_path);
@@ -320,8 +341,8 @@ static int load_table(struct task *t, struct errbuf *err)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
     enum roi_rounding rounding =
         t->cfg.rounding == ROUNDING_NGIO ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
-    r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in->ndim, t->in->shape,
-                         &t->rois, &e);
+    r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in_meta->ndim,
+                         t->in_meta->shape, &t->rois, &e);
     roi_table_free(&tab);
     if (r < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
@@ -332,10 +353,10 @@ static int load_rois(struct task *t, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
     int r;
-    int nd = t->in->ndim;
+    int nd = t->in_meta->ndim;
     if (cfg->rois_kind == ROIS_FILE) {
         struct errbuf e;
-        r = roi_parse_file(cfg->rois_file, nd, t->in->shape, &t->rois, &e);
+        r = roi_parse_file(cfg->rois_file, nd, t->in_meta->shape, &t->rois, &e);
         if (r == -EINVAL)
             return err_set(err, r, "%s", e.msg); /* names the ROI file and its line */
         if (r < 0)
@@ -344,7 +365,7 @@ static int load_rois(struct task *t, struct errbuf *err)
         if ((r = check_dims(t, "grid", "rois", cfg->grid_ndim, err)) < 0)
             return r;
         struct errbuf e;
-        r = roi_grid(cfg->grid, nd, t->in->shape, &t->rois, &e);
+        r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
     } else if ((r = load_table(t, err)) < 0) {
@@ -468,7 +489,7 @@ static void add_processor_files(struct strbuf *sb, const struct config *cfg)
     free(word);
 }
 
-void task_identity_keys(struct task *t)
+static void task_identity_keys(struct task *t)
 {
     struct keyhash h;
     key_init(&h, "roifs result identity");
@@ -476,7 +497,7 @@ void task_identity_keys(struct task *t)
     t->result_id = key_final(&h);
     key_init(&h, "roifs chunk encoding");
     key_add_str(&h, t->out.format == 3 ? t->zarr_json : t->zarray_json);
-    key_add_u64(&h, (uint64_t)t->cfg.outside);
+    key_add_u64(&h, (uint64_t)t->outside);
     t->encoding_id = key_final(&h);
 }
 
@@ -492,7 +513,7 @@ static void build_result_identity(struct task *t)
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
     sb_printf(&sb, "halo");
-    for (int d = 0; d < t->in->ndim; d++)
+    for (int d = 0; d < t->in_meta->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
     sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
     t->result_identity = sb.buf;
@@ -506,12 +527,12 @@ static void build_manifest(struct task *t)
     struct strbuf sb = {0};
     char dt[8];
     sb_printf(&sb, "roifs-cache 1\ninput %s\n", t->ome.array_path);
-    sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->input));
+    sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->reader));
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
     sb_printf(&sb, "halo");
-    for (int d = 0; d < t->in->ndim; d++)
+    for (int d = 0; d < t->in_meta->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
     if (t->out.format == 3) /* without attributes: they hold the fingerprint */
@@ -531,16 +552,11 @@ static void build_manifest(struct task *t)
     build_result_identity(t);
 }
 
-static void build_zattrs(struct task *t)
+/* The served metadata of t's array with the attributes attrs (taken): the dimension names go
+ * into zarr.json for format 3 (and out of the attributes), into _ARRAY_DIMENSIONS for format 2
+ * (xarray's convention, when they are strings). */
+static void emit_metadata(struct task *t, json_t *attrs)
 {
-    const char *text = zarr_input_zattrs_text(t->input);
-    json_t *attrs = text ? json_loads(text, 0, NULL) : NULL;
-    if (!json_is_object(attrs)) {
-        json_decref(attrs);
-        attrs = json_object();
-    }
-    json_object_set_new(attrs, "roifs", provenance_new(t));
-    /* dimension names live in zarr.json for format 3, in this attribute for format 2 */
     json_t *names = t->dimension_names ? json_loads(t->dimension_names, 0, NULL) : NULL;
     if (t->out.format == 3 && names)
         json_object_del(attrs, "_ARRAY_DIMENSIONS");
@@ -549,6 +565,26 @@ static void build_zattrs(struct task *t)
     json_decref(names);
     t->zattrs_json = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
     json_decref(attrs);
+    free(t->zarr_json);
+    free(t->zarray_json);
+    t->zarr_json = t->zarray_json = NULL;
+    if (t->out.format == 3)
+        t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, t->dimension_names);
+    else
+        t->zarray_json = zarr_meta_emit_v2(&t->out);
+}
+
+/* The input's attributes, plus "roifs": the provenance of the array. */
+static json_t *configured_attrs(const struct task *t)
+{
+    const char *text = zarr_input_zattrs_text(t->reader);
+    json_t *attrs = text ? json_loads(text, 0, NULL) : NULL;
+    if (!json_is_object(attrs)) {
+        json_decref(attrs);
+        attrs = json_object();
+    }
+    json_object_set_new(attrs, "roifs", provenance_new(t));
+    return attrs;
 }
 
 static void resolve_cache_dir(struct task *t)
@@ -591,19 +627,14 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         goto fail;
     if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
+    /* the manifest names the metadata without attributes: they hold its fingerprint */
     if (t->out.format == 3)
         t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, t->dimension_names);
     else
         t->zarray_json = zarr_meta_emit_v2(&t->out);
     build_manifest(t);
-    build_zattrs(t);
-    if (t->out.format == 3) {
-        free(t->zarr_json);
-        t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, t->dimension_names);
-    }
+    emit_metadata(t, configured_attrs(t));
     resolve_cache_dir(t);
-    if (t->cfg.ome && (r = pyramid_build(t, err)) < 0)
-        goto fail;
     *out = t;
     return 0;
 fail:
@@ -615,20 +646,29 @@ bool task_chunk_present(const struct task *t, uint64_t chunk_id)
 {
     if (chunk_id >= t->nchunks)
         return false;
-    return t->cfg.outside == OUTSIDE_INPUT || roi_index_find(t->index, chunk_id) >= 0;
+    return t->outside == OUTSIDE_INPUT || roi_index_find(t->index, chunk_id) >= 0;
+}
+
+uint64_t task_version(const struct task *t)
+{
+    return t->fingerprint ^ t->result_id.lo ^ t->result_id.hi;
+}
+
+uint64_t task_chunks_present(const struct task *t)
+{
+    return t->outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
 }
 
 void task_close(struct task *t)
 {
     if (!t)
         return;
-    pyramid_free(t);
     if (t->proc)
         proc_destroy(t->proc);
     roi_index_free(t->index);
     roi_set_free(&t->rois);
-    if (t->input)
-        zarr_input_close(t->input);
+    if (t->reader)
+        zarr_input_close(t->reader);
     ome_image_free(&t->ome);
     free(t->zarray_json);
     free(t->zattrs_json);
@@ -637,7 +677,42 @@ void task_close(struct task *t)
     free(t->manifest);
     free(t->result_identity);
     free(t->cache_dir);
-    if (t->level == 0) /* pyramid levels borrow level 0's configuration */
-        config_free(&t->cfg);
+    config_free(&t->cfg);
     free(t);
+}
+
+/* ---- derived arrays ---- */
+
+int task_derived(const struct task *parent, struct task_derived_spec *spec, struct task **out,
+                 struct errbuf *err)
+{
+    struct task *t = xcalloc(1, sizeof *t);
+    t->cfg.path = xstrdup(parent->cfg.path);
+    t->rois = spec->rois;
+    t->proc = spec->proc;
+    spec->rois = (struct roi_set){0};
+    spec->proc = NULL;
+    t->source = spec->source;
+    t->in_meta = t->source.meta;
+    t->out = spec->out;
+    t->outside = OUTSIDE_FILL;
+    const struct zarr_meta *o = &t->out;
+    zarr_meta_grid(o, t->grid);
+    t->nchunks = 1;
+    for (int d = 0; d < o->ndim; d++)
+        t->nchunks *= t->grid[d]; /* at most the parent's: a derived array is no larger */
+    t->chunk_nbytes = zarr_meta_chunk_nbytes(o);
+    t->chunk_fixed_size = zarr_chunk_fixed_size(o);
+    int r = roi_index_build(&t->rois, o->shape, o->chunks, &t->index, err);
+    if (r < 0) {
+        task_close(t);
+        return r;
+    }
+    t->dimension_names = spec->dimension_names ? xstrdup(spec->dimension_names) : NULL;
+    emit_metadata(t, json_object());
+    t->result_identity = xstrdup(spec->result_identity);
+    task_identity_keys(t);
+    t->cache_dir = xstrdup(spec->cache_dir);
+    *out = t;
+    return 0;
 }

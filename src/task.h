@@ -1,6 +1,8 @@
-/* task.h: a configuration resolved against its input: the output array's metadata, the ROI
- * list and index, the processor, the fingerprint of everything the output depends on and the
- * cache directory. Everything `check`, `mount`, `warm` and `export` validate first. */
+/* task.h: one array to compute: a configuration resolved against its input (the output
+ * array's metadata, the ROI list and index, the processor, the fingerprint of everything the
+ * output depends on and the cache directory: everything `check`, `mount`, `warm` and `export`
+ * validate before doing any work), or a derived array whose maker gives all of that
+ * (task_derived). */
 #ifndef ROIFS_TASK_H
 #define ROIFS_TASK_H
 
@@ -15,11 +17,13 @@
 #include "roi.h"
 #include "zarr/zarr.h"
 
-/* Where a task's input comes from when it is not a Zarr array on disk (pyramid levels:
- * the level above, read through its engine). NULL read: t->input. read gives (sig not NULL)
- * the signature of what it read; signature that of the input as it is now, through memo
- * (which only the Zarr input at the bottom uses). */
+/* Where a task's input comes from: the Zarr array of [input] path for a configured task, or
+ * (a derived task) whatever its maker gives, e.g. another array of the mount read through its
+ * engine. read fills a box (C order, native byte order, meta's dtype) and gives (sig not NULL)
+ * the signature of exactly what it read; signature gives that of the input as it is now,
+ * through memo (which only the Zarr reader uses). The task does not own ctx. */
 struct input_source {
+    const struct zarr_meta *meta; /* the input array's metadata */
     int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst, uint64_t *sig,
                 struct errbuf *err);
     int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape,
@@ -27,16 +31,16 @@ struct input_source {
     void *ctx;
 };
 
-#define TASK_MAX_LEVELS 64
-
-struct engine;
-
 struct task {
+    /* The configuration file a configured task was resolved from. A derived task
+     * (task_derived) has none (zeroed but for path): everything that defines it is below. */
     struct config cfg;
-    struct ome_image ome; /* the array [input] path resolves to, and its OME metadata */
-    struct zarr_input *input;
-    const struct zarr_meta *in; /* the input's metadata */
-    struct zarr_meta out;       /* the presented array */
+    struct ome_image ome;            /* the array [input] path resolves to, and its OME metadata */
+    struct zarr_input *reader;       /* configured task: the input array's reader (derived: NULL) */
+    struct input_source source;      /* the input, for reads and signatures */
+    const struct zarr_meta *in_meta; /* the input's metadata (source.meta) */
+    struct zarr_meta out;            /* the presented array */
+    enum outside_mode outside;       /* what elements inside no ROI are */
     struct roi_set rois;
     struct roi_index *index;
     uint64_t halo[ROIFS_MAX_DIM];
@@ -48,9 +52,9 @@ struct task {
     char *zarray_json;    /* format 2: served as .zarray (NULL for format 3) */
     char *zattrs_json;    /* format 2: served as .zattrs; format 3: the attributes in zarr.json */
     char *zarr_json;      /* format 3: served as zarr.json (NULL for format 2) */
-    char *manifest;       /* canonical description of everything that defines the result */
+    char *manifest;       /* configured task: canonical description of what defines the result */
     uint64_t fingerprint; /* of the manifest (provenance; the cache is named by the job) */
-    /* What every ROI result depends on besides its box and input (CACHE.md "processor
+    /* What every ROI result depends on besides its box and input (docs/design.md "processor
      * identity"): the processor, its params and the contents of the files it runs, the
      * output dtype, the halo, the input's path; and what every chunk's encoding depends on
      * (the served array metadata without attributes, outside). */
@@ -60,18 +64,6 @@ struct task {
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;
-    /* ---- [output] ome = true: an image group of nlevels arrays (pyramid.c) ---- */
-    struct input_source src;              /* level >= 1: reads level-1 through up_engine */
-    int level;                            /* this task's pyramid level (0: the computed array) */
-    int nlevels;                          /* level 0 with ome: number of levels, else 0 */
-    struct task *levels[TASK_MAX_LEVELS]; /* level 0: levels[0] = itself, then sub-tasks */
-    const struct task *up;                /* level >= 1: the level above */
-    struct engine *up_engine;             /* level >= 1: its engine (set by engine_create) */
-    struct zarr_meta level_in;            /* level >= 1: what t->in points to */
-    int axis_y, axis_x;                   /* the halved dimensions */
-    bool nearest;                         /* downsample = nearest */
-    char *group_meta_json;                /* level 0 with ome: .zgroup, or zarr.json (format 3) */
-    char *group_zattrs_json;              /* level 0 with ome, format 2: the group's .zattrs */
 };
 
 /* Reads a box of the input; *sig (when not NULL) gets the signature of what was read. */
@@ -79,24 +71,15 @@ static inline int task_input_read(const struct task *t, const uint64_t *start,
                                   const uint64_t *shape, void *dst, uint64_t *sig,
                                   struct errbuf *err)
 {
-    if (t->src.read)
-        return t->src.read(t->src.ctx, start, shape, dst, sig, err);
-    return sig ? zarr_input_read_sig(t->input, start, shape, dst, sig, err)
-               : zarr_input_read(t->input, start, shape, dst, err);
+    return t->source.read(t->source.ctx, start, shape, dst, sig, err);
 }
 /* The signature of a box of the input as it is now. */
 static inline int task_input_signature(const struct task *t, const uint64_t *start,
                                        const uint64_t *shape, struct zarr_sigmemo *memo,
                                        uint64_t *sig)
 {
-    return t->src.signature ? t->src.signature(t->src.ctx, start, shape, memo, sig)
-                            : zarr_input_signature_memo(t->input, start, shape, memo, sig);
+    return t->source.signature(t->source.ctx, start, shape, memo, sig);
 }
-
-/* pyramid.c: builds levels 1..cfg.levels-1 and the group metadata of an ome task (level 0
- * fully resolved). 0 or -EINVAL. */
-int pyramid_build(struct task *t, struct errbuf *err);
-void pyramid_free(struct task *t);
 
 /* Loads the configuration at path, opens the input, parses the ROIs and builds the index and
  * the processor. Errors are -EINVAL (bad configuration, input or ROI list: exit status 2)
@@ -108,10 +91,32 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err);
 int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err);
 void task_close(struct task *t);
 
-/* Computes result_id and encoding_id from result_identity and the served metadata. */
-void task_identity_keys(struct task *t);
+/* A derived array: one computed from another array of the mount (a pyramid level) rather
+ * than from a configuration file. What it is made of, all given by its maker: */
+struct task_derived_spec {
+    struct zarr_meta out;        /* the presented array (format, shape, chunks, dtype, codecs) */
+    struct roi_set rois;         /* its ROIs (taken over, also on failure) */
+    struct input_source source;  /* its input (its ctx stays the maker's) */
+    struct proc *proc;           /* its processor (taken over, also on failure) */
+    const char *result_identity; /* what every result depends on besides its box and input */
+    const char *cache_dir;       /* its own cache directory */
+    const char *dimension_names; /* a JSON list, or NULL */
+};
+
+/* Builds the task of a derived array: chunk grid, ROI index, served metadata (attributes:
+ * the dimension names only) and identity keys. Elements inside no ROI are the fill value;
+ * no halo. parent is the task whose configuration file it comes from (its path names it in
+ * messages). 0 or -EINVAL (with err set). */
+int task_derived(const struct task *parent, struct task_derived_spec *spec, struct task **out,
+                 struct errbuf *err);
 
 /* True when an output chunk with this linear id exists in the presented tree. */
 bool task_chunk_present(const struct task *t, uint64_t chunk_id);
+/* The version of the configuration t serves (its manifest and processor identity): what its
+ * cache registration names (cache_open), so that collecting garbage keeps what another
+ * version, served by another process, may need. */
+uint64_t task_version(const struct task *t);
+/* How many do: every chunk of the grid with outside = input, else those ROIs touch. */
+uint64_t task_chunks_present(const struct task *t);
 
 #endif

@@ -1,5 +1,6 @@
-/* cli.h: the roifs commands (SPEC §2), one file per group, dispatched by main.c, and what
- * they share: exit statuses, messages, and the chunk runner used by warm and export. */
+/* cli.h: the roifs commands (SPEC §2), one file per command (mount.c holds mount and
+ * unmount), dispatched by main.c, and what they share (common.c): exit statuses, messages,
+ * and the chunk runner used by warm and export (runner.c). */
 #ifndef ROIFS_CLI_H
 #define ROIFS_CLI_H
 
@@ -7,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../arrays/arrayset.h"
 #include "../engine/cache.h"
 #include "../task.h"
 
@@ -19,13 +21,16 @@ int cli_usage_error(const char *fmt, const char *arg);
 int cli_load_task(const char *path, struct task **t);
 /* The same with task_open_flags's flags (TASK_NO_PROC). */
 int cli_load_task_flags(const char *path, unsigned flags, struct task **t);
-/* cache_open with the error printed: 0, EXIT_USAGE (a directory roifs may not use) or
- * EXIT_RUNTIME. */
-int cli_open_cache(const struct task *t, struct cache **c);
-/* Parses the N of "-j N": 0 or EXIT_USAGE (message printed). */
-int cli_parse_threads(const char *cmd, const char *arg, int *threads);
-/* Sets the compute threads of t (and readahead, when the file leaves it to follow). */
-void cli_set_threads(struct task *t, int threads);
+/* arrayset_open with the error printed: 0, EXIT_USAGE (a configuration or cache directory
+ * roifs may not use) or EXIT_RUNTIME. threads > 0: the command line's -j N. */
+int cli_open_arrays(struct task *t, int threads, bool status_file, struct arrayset **s);
+/* Parses an optional leading "-j N" of argv (argv[0] the command): *threads gets N (0 when
+ * absent), *next the index of the first argument after it. 0 or EXIT_USAGE (message
+ * printed). */
+int cli_parse_jobs(int argc, char **argv, int *threads, int *next);
+
+/* What directory dir holds: "cache 2", "cache 1" (an older roifs's layout), or NULL. */
+const char *cli_cache_layout(const char *dir);
 
 /* ---- the cache (gc.c) ---- */
 
@@ -51,12 +56,12 @@ int cmd_export(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_clean(int argc, char **argv);
 
-/* ---- the runner (runner.c): every listed chunk through a private engine ---- */
+/* ---- the runner (runner.c): every listed chunk through the set's engines ---- */
 
 struct run_spec {
     const char *verb;    /* "warm", "export": names the progress lines */
     const uint64_t *ids; /* the chunks to compute, in the order to ask for them */
-    const int *levels;   /* [output] ome: the pyramid level of each (NULL: all level 0) */
+    const int *arrays;   /* the array of the set each belongs to (NULL: all array 0) */
     size_t n;
     /* Called once per chunk that is in the cache (on a compute thread, or the calling one),
      * with k its index in ids, fd the cached chunk (borrowed) and meta its record (what it
@@ -67,12 +72,12 @@ struct run_spec {
     void *ctx;
 };
 
-/* Creates an engine for t and c, opens every chunk of spec (a bounded number at a time),
- * shows progress on stderr (a bar on a terminal, a line every few seconds otherwise), and
- * destroys the engine, which keeps finished work in the cache. SIGINT and SIGTERM stop it.
- * Returns 0, EXIT_RUNTIME after naming the failed ROIs and chunks, or 128 + the signal
- * number when interrupted. */
-int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec);
+/* Starts the engines of s, opens every chunk of spec (a bounded number at a time), shows
+ * progress on stderr (a bar on a terminal, a line every few seconds otherwise), and stops the
+ * engines, which keep finished work in the caches. SIGINT and SIGTERM stop it. Returns 0,
+ * EXIT_RUNTIME after naming the failed ROIs and chunks, or 128 + the signal number when
+ * interrupted. */
+int run_chunks(struct arrayset *s, const struct run_spec *spec);
 
 /* Prints a message above the progress bar (which is redrawn at the next tick). */
 void run_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "../engine/gc.h"
-#include "../fs/namespace.h"
 #include "../provenance.h"
+#include "../tree/namespace.h"
 #include "../zarr/zarr.h"
 #include "cli.h"
 
@@ -35,7 +35,7 @@ struct export
     const char *dest;
     int destfd;
     uint64_t *ids; /* chunks, in the order the tree lists them */
-    int *levels;   /* their pyramid levels ([output] ome) */
+    int *arrays;   /* the array of the set each belongs to */
     char **rel;    /* their paths under DEST */
     size_t n, cap;
     struct meta_file *meta;
@@ -206,7 +206,7 @@ static int list_entry(void *ctx, const char *name, uint64_t ino, bool is_dir, ui
 {
     (void)is_dir, (void)next_off;
     struct listing *l = ctx;
-    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || ino == NS_INO_ROIFS)
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
         return 0;
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 64;
@@ -235,16 +235,16 @@ static void remove_stale_temps(struct export *x, const char *rel)
     closedir(d);
 }
 
-static void add_chunk(struct export *x, uint64_t id, int level, char *rel)
+static void add_chunk(struct export *x, uint64_t id, int array, char *rel)
 {
     if (x->n == x->cap) {
         x->cap = x->cap ? x->cap * 2 : 256;
         x->ids = xrealloc(x->ids, x->cap * sizeof *x->ids);
-        x->levels = xrealloc(x->levels, x->cap * sizeof *x->levels);
+        x->arrays = xrealloc(x->arrays, x->cap * sizeof *x->arrays);
         x->rel = xrealloc(x->rel, x->cap * sizeof *x->rel);
     }
     x->ids[x->n] = id;
-    x->levels[x->n] = level;
+    x->arrays[x->n] = array;
     x->rel[x->n++] = rel;
 }
 
@@ -260,7 +260,7 @@ static int walk(struct export *x, const struct ns *ns, uint64_t ino, const char 
     for (size_t i = 0; i < l.n && r == 0; i++) {
         struct ns_node node;
         char *path = *rel ? xasprintf("%s/%s", rel, l.v[i].name) : xstrdup(l.v[i].name);
-        if (ns_get(ns, l.v[i].ino, &node) < 0 || node.kind == NS_STATUS) {
+        if (ns_get(ns, l.v[i].ino, &node) < 0) {
             free(path);
             continue;
         }
@@ -278,7 +278,7 @@ static int walk(struct export *x, const struct ns *ns, uint64_t ino, const char 
             x->meta[x->nmeta++] = (struct meta_file){path, node.text, node.len};
             break;
         case NS_CHUNK:
-            add_chunk(x, node.prefix, node.level, path);
+            add_chunk(x, node.chunk, node.array, path);
             break;
         default:
             free(path);
@@ -368,32 +368,26 @@ static int open_dest(struct export *x, const struct task *t, int *lock)
 
 /* ---- the command ---- */
 
-static int export_run(struct export *x, struct task *t)
+/* The tree of the set, as a mount shows it without .roifs, from the caches. */
+static int export_run(struct export *x, struct arrayset *s)
 {
     struct errbuf err = {{0}};
-    struct cache *c = NULL;
-    int rc = cli_open_cache(t, &c);
-    if (rc)
-        return rc;
     /* the attributes say what the cache held when the export started, as a mount's do */
-    struct provenance_results pr = {.total = t->rois.n, .started = time(NULL)};
-    gc_results_made(t, c, &pr.cached, &pr.made_min, &pr.made_max);
-    provenance_set_results(t, &pr);
-    struct ns ns;
-    ns_init(&ns, t);
-    if (walk(x, &ns, NS_INO_ROOT, "", &err) < 0) {
+    const struct array *a0 = arrayset_array(s, 0);
+    struct provenance_results pr = {.total = a0->task->rois.n, .started = time(NULL)};
+    gc_results_made(a0->task, a0->cache, &pr.cached, &pr.made_min, &pr.made_max);
+    arrayset_set_provenance(s, &pr);
+    if (walk(x, arrayset_tree(s), NS_INO_ROOT, "", &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
-        cache_close(c);
         return EXIT_RUNTIME;
     }
     struct run_spec spec = {.verb = "export",
                             .ids = x->ids,
-                            .levels = x->levels,
+                            .arrays = x->arrays,
                             .n = x->n,
                             .chunk_ready = export_chunk,
                             .ctx = x};
-    int r = run_chunks(t, c, &spec);
-    cache_close(c);
+    int r = run_chunks(s, &spec);
     if (r)
         return r;
     /* The metadata last: until it is there, DEST is not mistaken for a complete array. */
@@ -409,31 +403,31 @@ static int export_run(struct export *x, struct task *t)
 
 int cmd_export(int argc, char **argv)
 {
-    int threads = 0, i = 1, r;
-    if (argc > 2 && strcmp(argv[1], "-j") == 0) {
-        if ((r = cli_parse_threads("export", argv[2], &threads)))
-            return r;
-        i = 3;
-    }
+    int threads, i, r;
+    if ((r = cli_parse_jobs(argc, argv, &threads, &i)))
+        return r;
     if (argc - i != 2)
         return cli_usage_error("export needs CONFIG and DEST%s", "");
     struct task *t;
     if ((r = cli_load_task(argv[i], &t)))
         return r;
-    cli_set_threads(t, threads);
     log_open_stderr(false);
     struct export x = {.dest = argv[i + 1], .destfd = -1};
+    struct arrayset *s = NULL;
     int lock = -1;
     r = open_dest(&x, t, &lock);
     if (r == 0)
-        r = export_run(&x, t);
+        r = cli_open_arrays(t, threads, false, &s);
+    if (r == 0)
+        r = export_run(&x, s);
+    arrayset_close(s);
     for (size_t k = 0; k < x.n; k++)
         free(x.rel[k]);
     for (size_t k = 0; k < x.nmeta; k++)
         free(x.meta[k].rel);
     free(x.rel);
     free(x.ids);
-    free(x.levels);
+    free(x.arrays);
     free(x.meta);
     if (lock >= 0)
         close(lock);

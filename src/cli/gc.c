@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../arrays/pyramid.h"
 #include "../engine/gc.h"
 #include "cli.h"
 
@@ -32,23 +33,24 @@ static void format_time(uint32_t t, char *buf, size_t len)
         snprintf(buf, len, "?");
 }
 
-/* The levels of t (itself without [output] ome). */
-static int nlevels(const struct task *t)
+/* Opens the cache of array t of the job t0 (t0 itself, or a pyramid level of it, which does
+ * not register) with the error printed: 0, EXIT_USAGE or EXIT_RUNTIME. */
+static int open_cache(const struct task *t0, const struct task *t, struct cache **c)
 {
-    return t->nlevels > 1 ? t->nlevels : 1;
-}
-
-static const struct task *level(const struct task *t, int l)
-{
-    return t->nlevels > 1 ? t->levels[l] : t;
+    struct errbuf err = {{0}};
+    int r = cache_open(t->cache_dir, t == t0 ? t0->cfg.path : NULL, task_version(t0), c, &err);
+    if (r < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return r == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    return 0;
 }
 
 void cli_print_census(const struct task *t, struct cache *c)
 {
     struct gc_census cs;
     gc_census(t, c, &cs);
-    uint64_t present =
-        t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+    uint64_t present = task_chunks_present(t);
     printf(" (cached: %llu of %llu chunks, %zu of %zu ROI results)\n",
            (unsigned long long)cs.chunks_current, (unsigned long long)present, cs.rois_cached,
            t->rois.n);
@@ -71,23 +73,23 @@ void cli_print_census(const struct task *t, struct cache *c)
            (unsigned long long)cs.chunks_to_compute);
 }
 
-/* Collects level l's cache (c: level 0's, open). */
-static int clean_level(const struct task *t, struct cache *c, int l, struct gc_report *sum)
+/* Collects the cache of array t of the job t0 (c: t0's, open) into sum. */
+static int clean_array(const struct task *t0, const struct task *t, struct cache *c,
+                       struct gc_report *sum)
 {
-    const struct task *lt = level(t, l);
     struct errbuf err = {{0}};
     struct cache *lc = c;
-    if (l > 0) {
+    if (t != t0) {
         struct stat st;
-        if (stat(lt->cache_dir, &st) < 0)
+        if (stat(t->cache_dir, &st) < 0)
             return 0; /* that level was never made */
-        if (cli_open_cache(lt, &lc))
+        if (open_cache(t0, t, &lc))
             return EXIT_RUNTIME;
     }
-    struct keyset *live = keyset_new(lt->rois.n);
-    gc_current_results(lt, NULL, live);
+    struct keyset *live = keyset_new(t->rois.n);
+    gc_current_results(t, NULL, live);
     struct gc_report rep;
-    int r = gc_collect(lt, lc, live, true, &rep, &err);
+    int r = gc_collect(t, lc, live, true, &rep, &err);
     keyset_free(live);
     if (lc != c)
         cache_close(lc);
@@ -106,6 +108,23 @@ static int clean_level(const struct task *t, struct cache *c, int l, struct gc_r
     return 0;
 }
 
+/* Every array of the job t: t, and with [output] ome its pyramid's levels (each has a cache
+ * of its own). */
+static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
+{
+    struct pyramid *p = NULL;
+    struct errbuf err = {{0}};
+    if (t->cfg.ome && t->cfg.levels > 1 && pyramid_build(t, &p, &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    int r = 0;
+    for (int l = 0; l < (p ? pyramid_nlevels(p) : 1) && r == 0; l++)
+        r = clean_array(t, p ? pyramid_level(p, l) : t, c, sum);
+    pyramid_free(p);
+    return r;
+}
+
 int cli_clean_unused(const char *config)
 {
     struct task *t;
@@ -120,13 +139,12 @@ int cli_clean_unused(const char *config)
     }
     log_open_stderr(false);
     struct cache *c = NULL;
-    if ((r = cli_open_cache(t, &c))) {
+    if ((r = open_cache(t, t, &c))) {
         task_close(t);
         return r;
     }
     struct gc_report sum = {0};
-    for (int l = 0; l < nlevels(t) && r == 0; l++)
-        r = clean_level(t, c, l, &sum);
+    r = clean_arrays(t, c, &sum);
     cache_close(c);
     if (r == 0) {
         char freed[32], kept[32], chunks[32];

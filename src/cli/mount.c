@@ -110,14 +110,14 @@ static int check_mountpoint(const char *mnt)
 }
 
 /* Runs the mount in this process; reports a failure to ready_fd (background) or stderr. */
-static int serve(struct task *t, struct cache *c, const struct mount_args *a, int ready_fd)
+static int serve(struct arrayset *s, const struct mount_args *a, int ready_fd)
 {
     struct fs_options o = {.mountpoint = a->mountpoint,
                            .fuse_opts = a->fuse_opts,
                            .debug = a->debug,
                            .ready_fd = ready_fd};
     struct errbuf err = {{0}};
-    int r = fs_run(t, c, &o, &err);
+    int r = fs_run(s, &o, &err);
     if (r < 0) {
         log_error("%s", err.msg);
         if (ready_fd >= 0) {
@@ -150,7 +150,7 @@ static int setup_log(const struct task *t, const struct mount_args *a)
 }
 
 /* Forks the daemon and returns once the mount answers (or failed). */
-static int mount_background(struct task *t, struct cache *c, const struct mount_args *a)
+static int mount_background(struct task *t, struct arrayset *s, const struct mount_args *a)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
@@ -174,8 +174,8 @@ static int mount_background(struct task *t, struct cache *c, const struct mount_
             if (null > 2)
                 close(null);
         }
-        int r = serve(t, c, a, p[1]);
-        cache_close(c);
+        int r = serve(s, a, p[1]);
+        arrayset_close(s);
         task_close(t);
         _exit(r);
     }
@@ -208,17 +208,17 @@ static int mount_background(struct task *t, struct cache *c, const struct mount_
 static int do_mount(struct mount_args *a)
 {
     struct task *t = NULL;
-    struct cache *c = NULL;
+    struct arrayset *s = NULL;
     int r;
     if ((r = cli_load_task(a->config, &t)) || (r = check_mountpoint(a->mountpoint)))
         goto out;
-    if ((r = cli_open_cache(t, &c)))
+    if ((r = cli_open_arrays(t, 0, true, &s)))
         goto out;
     if ((r = setup_log(t, a)))
         goto out;
-    r = a->foreground ? serve(t, c, a, -1) : mount_background(t, c, a);
+    r = a->foreground ? serve(s, a, -1) : mount_background(t, s, a);
 out:
-    cache_close(c);
+    arrayset_close(s);
     task_close(t);
     free(a->fuse_opts);
     a->fuse_opts = NULL;

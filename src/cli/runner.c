@@ -1,5 +1,6 @@
-/* runner.c: drives every chunk of a warm or an export through a private engine, with progress
- * on stderr and a clean stop on SIGINT/SIGTERM/SIGHUP that keeps finished work in the cache. */
+/* runner.c: drives every chunk of a warm or an export through the engines of a set of arrays,
+ * with progress on stderr and a clean stop on SIGINT/SIGTERM/SIGHUP that keeps finished work
+ * in the caches. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -11,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
 #include "cli.h"
 
 #define TICK_TTY   0.2 /* seconds between redraws of the bar */
@@ -166,7 +166,7 @@ struct run_state {
 
 struct chunk_req {
     struct run_state *st;
-    struct engine *e; /* the engine (pyramid level) that served it */
+    struct engine *e; /* the engine of the chunk's array */
     size_t k;
 };
 
@@ -205,9 +205,11 @@ static void wait_a_tick(struct run_state *st, double seconds)
     pthread_cond_timedwait(&st->cv, &st->lock, &ts);
 }
 
-/* Opens every chunk of the spec, at most limit at a time, until done or a stop signal. */
-static void drive(struct engine *e, struct run_state *st, struct tally *ta, size_t limit)
+/* Opens every chunk of the spec, at most limit at a time, until done or a stop signal; the
+ * progress shown is that of the set's first array. */
+static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, size_t limit)
 {
+    struct engine *e = arrayset_array(s, 0)->engine;
     const struct run_spec *spec = st->spec;
     double tick = display.tty ? TICK_TTY : TICK_PLAIN, next_show = now_monotonic() + tick;
     size_t next = 0;
@@ -225,7 +227,8 @@ static void drive(struct engine *e, struct run_state *st, struct tally *ta, size
         pthread_mutex_unlock(&st->lock);
         if (issue) {
             size_t k = next++;
-            struct engine *le = spec->levels ? engine_level(e, spec->levels[k]) : e;
+            struct engine *le =
+                arrayset_array(s, spec->arrays ? (size_t)spec->arrays[k] : 0)->engine;
             if (engine_chunk_has_failed_roi(le, spec->ids[k])) {
                 /* It would only run the failed ROI again: once per warm is enough. */
                 pthread_mutex_lock(&st->lock);
@@ -271,14 +274,15 @@ static void name_failed_roi(void *ctx, size_t roi, const char *msg)
     sb_free(&box);
 }
 
-int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
+int run_chunks(struct arrayset *s, const struct run_spec *spec)
 {
     struct errbuf err = {{0}};
-    struct engine *e;
-    if (engine_create(t, c, &e, &err) < 0) {
+    if (arrayset_start(s, &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_RUNTIME;
     }
+    const struct array *a0 = arrayset_array(s, 0);
+    struct engine *e = a0->engine;
     display.tty = isatty(STDERR_FILENO);
     struct sigaction saved[NSTOP];
     catch_stop_signals(saved);
@@ -294,8 +298,8 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
     struct tally ta = {.verb = spec->verb, .chunks_total = spec->n, .start = now_monotonic()};
     engine_progress(e, &ta.p);
     ta.done0 = ta.p.rois_done;
-    size_t limit = (size_t)(t->cfg.threads > 0 ? t->cfg.threads : 1) * 2 + 2;
-    drive(e, &st, &ta, limit);
+    size_t limit = (size_t)(a0->opts.threads > 0 ? a0->opts.threads : 1) * 2 + 2;
+    drive(s, &st, &ta, limit);
 
     int sig = stop_signal, rc = 0;
     pthread_mutex_lock(&st.lock);
@@ -307,7 +311,7 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
         clear_bar_locked();
         pthread_mutex_unlock(&display.lock);
         run_message("roifs: %s: stopping; finished work stays in the cache", spec->verb);
-        engine_destroy(e); /* fails what is in flight, keeps what is finished */
+        arrayset_stop(s); /* fails what is in flight, keeps what is finished */
         run_message("roifs: interrupted; run the same command again to resume");
         rc = 128 + sig;
     } else {
@@ -323,7 +327,7 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
             snprintf(rate, sizeof rate, ", %.1f ROIs/s", (double)computed / took_s);
         run_message("roifs: %s: %zu of %zu chunks done after %s; %zu ROI%s computed%s", spec->verb,
                     st.done - st.failed, spec->n, took, computed, computed == 1 ? "" : "s", rate);
-        struct naming nm = {.t = t};
+        struct naming nm = {.t = a0->task};
         size_t nfailed = engine_failed_rois(e, name_failed_roi, &nm);
         if (nfailed > MAX_NAMED)
             run_message("roifs: ... and %zu more failed ROIs (see the log)", nfailed - MAX_NAMED);
@@ -332,7 +336,7 @@ int run_chunks(struct task *t, struct cache *c, const struct run_spec *spec)
                         nfailed ? "" : "; see the messages above");
             rc = EXIT_RUNTIME;
         }
-        engine_destroy(e);
+        arrayset_stop(s);
     }
     restore_stop_signals(saved);
     pthread_cond_destroy(&st.cv);

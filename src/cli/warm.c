@@ -6,26 +6,25 @@
 
 #include "cli.h"
 
-/* The chunks a reader of the whole array would open: those ROIs touch, or every chunk of the
- * grid when the input shows outside the ROIs; with [output] ome, those of every level, level
- * by level (*levels: the level of each). */
-static uint64_t *present_chunks(const struct task *t0, size_t *n, int **levels)
+/* The chunks a reader of the whole tree would open, array by array: those ROIs touch, or
+ * every chunk of the grid when the input shows outside the ROIs (*arrays: the array of
+ * each). */
+static uint64_t *present_chunks(const struct arrayset *s, size_t *n, int **arrays)
 {
-    int nl = t0->nlevels > 1 ? t0->nlevels : 1;
     size_t total = 0;
-    for (int l = 0; l < nl; l++) {
-        const struct task *t = nl > 1 ? t0->levels[l] : t0;
-        total += t->cfg.outside == OUTSIDE_INPUT ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+    for (size_t a = 0; a < arrayset_count(s); a++) {
+        const struct task *t = arrayset_array(s, a)->task;
+        total += (size_t)task_chunks_present(t);
     }
     uint64_t *ids = xmalloc((total ? total : 1) * sizeof *ids);
-    *levels = xmalloc((total ? total : 1) * sizeof **levels);
+    *arrays = xmalloc((total ? total : 1) * sizeof **arrays);
     *n = 0;
-    for (int l = 0; l < nl; l++) {
-        const struct task *t = nl > 1 ? t0->levels[l] : t0;
-        bool all = t->cfg.outside == OUTSIDE_INPUT;
-        size_t m = all ? (size_t)t->nchunks : roi_index_nchunks(t->index);
+    for (size_t a = 0; a < arrayset_count(s); a++) {
+        const struct task *t = arrayset_array(s, a)->task;
+        bool all = t->outside == OUTSIDE_INPUT;
+        size_t m = (size_t)task_chunks_present(t);
         for (size_t k = 0; k < m; k++) {
-            (*levels)[*n] = l;
+            (*arrays)[*n] = (int)a;
             ids[(*n)++] = all ? k : roi_index_chunk_id(t->index, k);
         }
     }
@@ -34,33 +33,29 @@ static uint64_t *present_chunks(const struct task *t0, size_t *n, int **levels)
 
 int cmd_warm(int argc, char **argv)
 {
-    int threads = 0, i = 1, r;
-    if (argc > 2 && strcmp(argv[1], "-j") == 0) {
-        if ((r = cli_parse_threads("warm", argv[2], &threads)))
-            return r;
-        i = 3;
-    }
+    int threads, i, r;
+    if ((r = cli_parse_jobs(argc, argv, &threads, &i)))
+        return r;
     if (argc - i != 1)
         return cli_usage_error("warm needs exactly one CONFIG%s", "");
     struct task *t;
     if ((r = cli_load_task(argv[i], &t)))
         return r;
-    cli_set_threads(t, threads);
     log_open_stderr(false);
-    struct cache *c = NULL;
-    if ((r = cli_open_cache(t, &c))) {
+    struct arrayset *s = NULL;
+    if ((r = cli_open_arrays(t, threads, false, &s))) {
         task_close(t);
         return r;
     }
     struct run_spec spec = {.verb = "warm"};
-    int *levels;
-    uint64_t *ids = present_chunks(t, &spec.n, &levels);
+    int *arrays;
+    uint64_t *ids = present_chunks(s, &spec.n, &arrays);
     spec.ids = ids;
-    spec.levels = levels;
-    r = run_chunks(t, c, &spec);
+    spec.arrays = arrays;
+    r = run_chunks(s, &spec);
     free(ids);
-    free(levels);
-    cache_close(c);
+    free(arrays);
+    arrayset_close(s);
     task_close(t);
     return r;
 }

@@ -47,7 +47,7 @@ void engine_verify_ahead(struct engine *e, uint64_t id)
  * starts further ahead. Takes the lock (keys are computed outside it). */
 void engine_read_ahead(struct engine *e, uint64_t id)
 {
-    int ncompute = e->t->cfg.readahead;
+    int ncompute = e->opts.readahead;
     if (ncompute <= 0)
         return;
     int nverify = 4 * ncompute < ENGINE_VERIFY_WINDOW ? 4 * ncompute : ENGINE_VERIFY_WINDOW;
@@ -57,10 +57,10 @@ void engine_read_ahead(struct engine *e, uint64_t id)
     size_t m = 0, nk = roi_index_nchunks(e->t->index);
     pthread_mutex_lock(&e->lock);
     size_t k0 = roi_index_lower_bound(e->t->index, id + 1);
-    for (size_t k = k0; k < k0 + (size_t)n && k < nk; k++) {
-        uint64_t cid = roi_index_chunk_id(e->t->index, k);
-        if (!e->stopping && !engine_job_find(e, cid) && !engine_has_failed_roi(e, k)) {
-            at[m] = (int)(k - k0);
+    for (size_t row = k0; row < k0 + (size_t)n && row < nk; row++) {
+        uint64_t cid = roi_index_chunk_id(e->t->index, row);
+        if (!e->stopping && !engine_job_find(e, cid) && !engine_has_failed_roi(e, row)) {
+            at[m] = (int)(row - k0);
             next[m++] = cid;
         }
     }

@@ -1,6 +1,6 @@
 /* assemble.c: the assembly of a chunk from its ROIs' results (see engine_internal.h), later
  * ROIs winning. No engine lock is taken here, except to take a reference to a result in
- * memory. */
+ * memory: the job's fields are the assembling thread's alone (struct chunk_job). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +52,8 @@ static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf,
         src_off[d] = o0[d] - b0[d];
         ext[d] = o1[d] - o0[d];
     }
+    /* The slot's result changes under the lock (engine_roi_finish: a ROI made again after an
+     * input change): the reference is taken under it, the bytes are read after. */
     pthread_mutex_lock(&e->lock);
     struct roi_result *res = e->rois[r].result;
     if (res && key_eq(res->key, key))
@@ -89,7 +91,7 @@ int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, s
     void *buf = xmalloc(t->chunk_nbytes);
     nd_fill(buf, t->chunk_nbytes / isz, t->out.fill, isz);
     int rc = 0;
-    if (t->cfg.outside == OUTSIDE_INPUT) {
+    if (t->outside == OUTSIDE_INPUT) {
         void *in = xmalloc(nd_prod(ext, nd) * isz);
         rc = task_input_read(t, c0, ext, in, &osig, err);
         if (rc == 0)

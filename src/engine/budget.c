@@ -17,14 +17,18 @@ static uint64_t result_bytes(struct engine *e)
     return ss.bytes;
 }
 
-void engine_chunk_evict(struct engine *e, uint64_t id)
+/* Throws away a cached chunk to respect [cache] max_size; its ROI results stay stored. Only
+ * the file that was counted goes: one that another job or process renamed over it since (a
+ * newer version, which that job counts) stays, and so does one whose lock is held. */
+static void evict_chunk(struct engine *e, const struct evict_victim *v)
 {
-    log_debug("chunk %llu: evicted from the cache ([cache] max_size)", (unsigned long long)id);
-    cache_chunk_remove(e->c, id);
+    int r = cache_chunk_remove_if(e->c, v->id, v->ino);
+    log_debug("chunk %llu: %s ([cache] max_size)", (unsigned long long)v->id,
+              r == 0 ? "evicted from the cache" : "not evicted: being made or made again");
     pthread_mutex_lock(&e->lock);
-    bool uncounted = e->nstale && engine_stale_take(e, id); /* taken out already */
-    if (!uncounted && e->n_cached)
-        e->n_cached--;
+    bool uncounted = e->nstale && engine_stale_take(e, v->id); /* taken out already */
+    if (!uncounted && e->n_cached && (r == 0 || r == -ENOENT))
+        e->n_cached--; /* a file that stays (a newer one) was counted when it replaced it */
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -72,19 +76,20 @@ static void drop_unused(struct engine *e, struct keyset *live)
 /* Evicts chunk files (never keep) until the cache is within the limit. */
 static void evict_chunks(struct engine *e, uint64_t keep)
 {
-    uint64_t rb = result_bytes(e), *victims = NULL;
+    uint64_t rb = result_bytes(e);
+    struct evict_victim *victims = NULL;
     pthread_mutex_lock(&e->lock);
     evict_set_other(e->evict, rb);
     size_t n = evict_victims(e->evict, keep, &victims);
-    bool warn = rb > e->t->cfg.max_size && !e->budget_warned;
+    bool warn = rb > e->opts.max_size && !e->budget_warned;
     e->budget_warned = e->budget_warned || warn;
     pthread_mutex_unlock(&e->lock);
     if (warn)
         log_warn("[cache] max_size (%llu bytes) is below the %llu bytes of ROI results the "
                  "cache must keep: chunk files are kept only while they are read",
-                 (unsigned long long)e->t->cfg.max_size, (unsigned long long)rb);
+                 (unsigned long long)e->opts.max_size, (unsigned long long)rb);
     for (size_t i = 0; i < n; i++)
-        engine_chunk_evict(e, victims[i]);
+        evict_chunk(e, &victims[i]);
     free(victims);
 }
 

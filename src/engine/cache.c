@@ -1,6 +1,7 @@
 /* cache.c: the backing directory (see cache.h): trusted only when it is the user's own, its
  * format marker, the conversion of an older layout, the registry of processes using it (one
- * configuration at a time), byte-range locks, and its recreation when removed under a mount.
+ * configuration at a time), byte-range locks, whether it keeps extended attributes, and its
+ * recreation when removed under a mount.
  * Chunk files are in chunkfile.c, ROI results in store.c. */
 #include "cache_internal.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -356,6 +358,28 @@ int cache_other_version(struct cache *c, char *who, size_t len)
 
 /* ---- opening ---- */
 
+/* Where chunk records go (chunkfile.c): in extended attributes, or in sidecar files where the
+ * file system keeps no user xattrs (found by trying). */
+static void probe_xattrs(struct cache *c)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
+    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return; /* cannot write here: writes will say why */
+    char one = 1;
+    c->sidecar = fsetxattr(fd, CACHE_CHUNK_XATTR ".probe", &one, 1, 0) < 0 &&
+                 (errno == ENOTSUP || errno == EOPNOTSUPP);
+    close(fd);
+    unlinkat(c->chunks_fd, tmp, 0);
+    if (c->sidecar)
+        log_info("cache %s: no user extended attributes here; chunk records are kept in "
+                 "sidecar files (chunks/<id>.meta)",
+                 c->path);
+    else
+        log_debug("cache %s: chunk records in extended attributes", c->path);
+}
+
 /* Opens chunks/, results/ and locks/ of the directory dirfd into fds. */
 static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *err)
 {
@@ -366,15 +390,12 @@ static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *
     return 0;
 }
 
-int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
+int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,
+               struct errbuf *err)
 {
     struct cache *c = xcalloc(1, sizeof *c);
-    c->path = xstrdup(t->cache_dir);
-    c->level = t->level;
-    const struct task *l0 = t;
-    while (l0->up) /* pyramid levels: the version of level 0, which registers */
-        l0 = l0->up;
-    c->version = l0->fingerprint ^ l0->result_id.lo ^ l0->result_id.hi;
+    c->path = xstrdup(dir);
+    c->version = version;
     c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
@@ -398,9 +419,9 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
     c->locks_fd = fds[2];
     if (r < 0)
         goto fail;
-    if (t->level == 0 && (r = register_user(c, t->cfg.path, err)) < 0)
+    if (config_path && (r = register_user(c, config_path, err)) < 0)
         goto fail;
-    if (t->level > 0) /* a pyramid level, under level 0's directory: its users, to look at */
+    if (!config_path) /* nested (a pyramid level's): the parent's users, to look at */
         c->users_fd = openat(c->dirfd, "../users", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct store *s;
     char *rpath = xasprintf("%s/results", c->path);
@@ -409,7 +430,7 @@ int cache_open(const struct task *t, struct cache **out, struct errbuf *err)
     if (r < 0)
         goto fail;
     c->store = s;
-    chunkfile_probe(c);
+    probe_xattrs(c);
     *out = c;
     return 0;
 fail:
@@ -436,7 +457,8 @@ void cache_close(struct cache *c)
             close(fds[i]);
     for (int i = 0; i < c->nold; i++)
         close(c->old_fds[i]);
-    chunkfile_forget_verified(c);
+    free(c->verifying); /* the chunk files chunkfile.c verified */
+    free(c->ver);
     pthread_mutex_destroy(&c->repair_lock);
     pthread_mutex_destroy(&c->verified_lock);
     pthread_cond_destroy(&c->verified_cv);

@@ -22,16 +22,23 @@
 #include <stdint.h>
 
 #include "../key.h"
-#include "../task.h"
+#include "../util.h"
 
 struct cache;
 struct store;
 
-/* Opens (creating with mode 0700) the cache directory of t. -EINVAL (a configuration error,
- * exit status 2) with the reason in err when the directory is not trusted (owner, mode,
- * symbolic links), not a roifs cache, or in use by a process serving another configuration;
- * a cache of the older layout is emptied (and logged). Other failures are -errno. */
-int cache_open(const struct task *t, struct cache **out, struct errbuf *err);
+/* Opens (creating with mode 0700) the cache directory dir (absolute). With config_path (the
+ * configuration file the cache serves; NULL for a cache nested in another one, such as a
+ * pyramid level's, whose parent is registered), the process registers in DIR/users and is
+ * refused when a live process serves another configuration from it; version names the
+ * version of that configuration it serves (task_version: a nested cache gives its parent's),
+ * which cache_other_version compares. -EINVAL (a
+ * configuration error, exit status 2) with the reason in err when the directory is not
+ * trusted (owner, mode, symbolic links), not a roifs cache, or in use by another
+ * configuration; a cache of the older layout is emptied (and logged). Other failures are
+ * -errno. */
+int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,
+               struct errbuf *err);
 void cache_close(struct cache *c);
 /* The trust check of cache_open alone, changing nothing: 0, or -EINVAL with the reason. */
 int cache_check_trusted(const char *path, struct errbuf *err);
@@ -70,15 +77,24 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
 int cache_chunk_open_plain(struct cache *c, uint64_t id, int *fd);
 /* The record of the open chunk file fd of chunk id: 0, or -ENODATA when it has none. */
 int cache_chunk_meta_of(struct cache *c, uint64_t id, int fd, struct cache_chunk_meta *meta);
-/* Size and modification time (ns since the epoch) of a cached chunk (a regular file): 0 or
- * -errno. */
-int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns);
+/* Size, modification time (ns since the epoch) and (ino not NULL) inode of a cached chunk (a
+ * regular file): 0 or -errno. */
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns,
+                     uint64_t *ino);
 bool cache_chunk_exists(struct cache *c, uint64_t id);
-/* Writes chunk id atomically (temporary file, record, rename) as made of key. Returns 1 when
- * it replaced an existing file, 0 when it is new, or -errno. */
-int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len,
-                      struct key128 key);
-void cache_chunk_remove(struct cache *c, uint64_t id);
+/* Writes chunk id atomically (temporary file, record, rename) as made of key; *fd (when not
+ * NULL) gets a read-only descriptor of the file written, which stays valid whatever happens
+ * to the name afterwards. Returns 1 when it replaced an existing file, 0 when it is new, or
+ * -errno. The caller holds the chunk's lock (cache_lock_chunk). */
+int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, struct key128 key,
+                      int *fd);
+/* Removes chunk id's file (and sidecar) only if it is still inode ino, under the chunk's lock:
+ * 0 removed, -ESTALE another file has the name now (renamed there since ino was seen),
+ * -ENOENT none has, -EBUSY the lock is held (the chunk is being made), other -errno. */
+int cache_chunk_remove_if(struct cache *c, uint64_t id, uint64_t ino);
+/* Removes chunk id's file and sidecar, whatever file it is: the caller holds the chunk's lock
+ * and has judged that very file (gc.c). 0 or -errno. */
+int cache_chunk_remove(struct cache *c, uint64_t id);
 /* Calls fn for every chunk file's id. */
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx);
 

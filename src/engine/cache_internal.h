@@ -7,7 +7,8 @@
 
 #include "cache.h"
 
-#define CACHE_MAX_OLD 64
+#define CACHE_MAX_OLD     64
+#define CACHE_CHUNK_XATTR "user.roifs.chunk" /* a chunk file's record (chunkfile.c) */
 
 /* A chunk file this process has verified (or written): trusted until its inode changes. */
 struct verified {
@@ -19,7 +20,6 @@ struct verified {
 
 struct cache {
     char *path;
-    int level; /* pyramid level of the task (users/ only at level 0) */
     /* Replaced (never closed before cache_close) when the directory is recreated. */
     _Atomic int dirfd, chunks_fd, results_fd, locks_fd;
     struct store *_Atomic store;
@@ -31,7 +31,8 @@ struct cache {
     int user_fd, users_fd;
     char *user_name, *config_path;
     uint64_t version; /* of the configuration served (cache_other_version) */
-    /* chunk records: in extended attributes, or sidecar files */
+    /* chunk records: in the extended attribute CACHE_CHUNK_XATTR, or sidecar files (decided
+     * at open by trying) */
     _Atomic bool sidecar;
     /* chunk files verified by this process, and those being verified (by id) */
     pthread_mutex_t verified_lock;
@@ -45,10 +46,5 @@ struct cache {
 /* Recreates a directory removed under a running mount (chunks/, results/, locks/, format)
  * and points new writes there. 0 or -errno. */
 int cache_repair(struct cache *c);
-
-/* chunkfile.c */
-/* Decides where chunk records go (extended attributes or sidecars) by trying. */
-void chunkfile_probe(struct cache *c);
-void chunkfile_forget_verified(struct cache *c);
 
 #endif

@@ -1,9 +1,10 @@
 /* changes.c: input changes seen while the engine runs ([input] watch): the output chunks
- * (of every pyramid level) that depend on a changed input file, the ROIs whose read region
- * reads it, and what the engine forgets about them; and the input that may not be served any
- * more (its metadata changed). Keys alone already keep every open from serving anything
- * stale; this keeps the status honest and tells the FUSE side which inodes the kernel must
- * drop. */
+ * that depend on a changed box of the input, the ROIs whose read region reads it, and what
+ * the engine forgets about them; and the input that may not be served any more (its metadata
+ * changed). Keys alone already keep every open from serving anything stale; this keeps the
+ * status honest and tells the caller which chunks a reader (another array, the kernel) may
+ * hold stale. The engine sees only its own input: whoever stacks arrays (arrayset.h) passes
+ * a change on from one to the next. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,41 +98,24 @@ static void ids_unique(struct ids *l)
     l->n = k;
 }
 
-/* Calls fn for every index of the box of chunk grid indices [c0, c1) in C order. */
-static void each_index(const uint64_t *c0, const uint64_t *c1, int nd, const uint64_t *grid,
-                       struct ids *out)
+/* Adds the ids of the chunk grid indices [c0, c1) of t to out. */
+static void add_range(const struct task *t, const uint64_t *c0, const uint64_t *c1, struct ids *out)
 {
-    uint64_t idx[ROIFS_MAX_DIM];
+    int nd = t->out.ndim;
     for (int d = 0; d < nd; d++)
         if (c0[d] >= c1[d])
             return;
+    uint64_t idx[ROIFS_MAX_DIM];
     memcpy(idx, c0, sizeof(uint64_t) * nd);
-    for (;;) {
-        ids_add(out, nd_linear(idx, grid, nd));
-        int d = nd - 1;
-        while (d >= 0 && ++idx[d] == c1[d]) {
-            idx[d] = c0[d];
-            d--;
-        }
-        if (d < 0)
-            return;
-    }
+    do
+        ids_add(out, nd_linear(idx, t->grid, nd));
+    while (nd_next_index(idx, c0, c1, nd));
 }
 
-/* The chunk grid range of box [b0, b1) for chunks of shape ch. */
-static void chunk_range_of(const uint64_t *b0, const uint64_t *b1, const uint64_t *ch, int nd,
-                           uint64_t *c0, uint64_t *c1)
-{
-    for (int d = 0; d < nd; d++) {
-        c0[d] = b0[d] / ch[d];
-        c1[d] = b1[d] > b0[d] ? (b1[d] - 1) / ch[d] + 1 : c0[d];
-    }
-}
-
-/* Level 0: the chunks whose content depends on input box [b0, b1) (ROIs whose read region
- * touches it; the box itself with outside = input), and those ROIs (roi ids). */
-static void level0_affected(const struct task *t, const uint64_t *b0, const uint64_t *b1,
-                            struct ids *chunks, struct ids *rois)
+/* The chunks whose content depends on input box [b0, b1) (those of the ROIs whose read
+ * region touches it; the box's own with outside = input), and those ROIs (roi ids). */
+static void box_affected(const struct task *t, const uint64_t *b0, const uint64_t *b1,
+                         struct ids *chunks, struct ids *rois)
 {
     int nd = t->out.ndim;
     uint64_t g0[ROIFS_MAX_DIM], g1[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM];
@@ -140,16 +124,16 @@ static void level0_affected(const struct task *t, const uint64_t *b0, const uint
         g0[d] = b0[d] > t->halo[d] ? b0[d] - t->halo[d] : 0;
         g1[d] = b1[d] + t->halo[d] < t->out.shape[d] ? b1[d] + t->halo[d] : t->out.shape[d];
     }
-    chunk_range_of(g0, g1, t->out.chunks, nd, c0, c1);
+    nd_chunk_range(g0, g1, t->out.chunks, nd, c0, c1);
     struct ids cand = {0};
-    each_index(c0, c1, nd, t->grid, &cand);
+    add_range(t, c0, c1, &cand);
     for (size_t i = 0; i < cand.n; i++) {
-        int64_t k = roi_index_find(t->index, cand.v[i]);
+        int64_t row = roi_index_find(t->index, cand.v[i]);
         size_t n = 0;
-        const uint32_t *list = k >= 0 ? roi_index_rois(t->index, (size_t)k, &n) : NULL;
+        const uint32_t *list = row >= 0 ? roi_index_rois(t->index, (size_t)row, &n) : NULL;
         for (size_t j = 0; j < n; j++) {
             uint64_t rs[ROIFS_MAX_DIM], rsh[ROIFS_MAX_DIM];
-            roi_read_region(&t->rois, list[j], t->halo, t->in->shape, rs, rsh);
+            roi_read_region(&t->rois, list[j], t->halo, t->in_meta->shape, rs, rsh);
             bool hit = true;
             for (int d = 0; d < nd && hit; d++)
                 hit = rs[d] < b1[d] && b0[d] < rs[d] + rsh[d];
@@ -161,127 +145,68 @@ static void level0_affected(const struct task *t, const uint64_t *b0, const uint
     ids_unique(rois);
     for (size_t i = 0; i < rois->n; i++) {
         roi_chunk_range(&t->rois, rois->v[i], t->out.chunks, c0, c1);
-        each_index(c0, c1, nd, t->grid, chunks);
+        add_range(t, c0, c1, chunks);
     }
-    if (t->cfg.outside == OUTSIDE_INPUT) {
-        chunk_range_of(b0, b1, t->out.chunks, nd, c0, c1);
-        each_index(c0, c1, nd, t->grid, chunks);
+    if (t->outside == OUTSIDE_INPUT) {
+        nd_chunk_range(b0, b1, t->out.chunks, nd, c0, c1);
+        add_range(t, c0, c1, chunks);
     }
-}
-
-/* Pyramid level t (>= 1): its chunks that reduce chunks `up` of the level above. */
-static void level_affected(const struct task *t, const struct ids *up, struct ids *out)
-{
-    const struct task *u = t->up;
-    int nd = t->out.ndim;
-    for (size_t i = 0; i < up->n; i++) {
-        uint64_t idx[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM],
-            c1[ROIFS_MAX_DIM];
-        nd_unlinear(up->v[i], u->grid, nd, idx);
-        for (int d = 0; d < nd; d++) {
-            uint64_t lo = idx[d] * u->out.chunks[d], hi = lo + u->out.chunks[d];
-            if (hi > u->out.shape[d])
-                hi = u->out.shape[d];
-            bool half = d == t->axis_y || d == t->axis_x;
-            b0[d] = half ? lo / 2 : lo;
-            b1[d] = half ? (hi + 1) / 2 : hi;
-        }
-        chunk_range_of(b0, b1, t->out.chunks, nd, c0, c1);
-        each_index(c0, c1, nd, t->grid, out);
-    }
-    ids_unique(out);
 }
 
 /* ---- forgetting ---- */
 
-/* Forgets ROIs rois and chunks chunks of engine e (one level); calls fn for each chunk that
- * exists in the tree. */
-static void forget(struct engine *e, const struct ids *rois, const struct ids *chunks, int level,
-                   void (*fn)(void *ctx, int level, uint64_t id), void *ctx)
+/* Forgets ROIs rois and chunks chunks (sorted, unique) of engine e; keeps in chunks those
+ * present in the tree. */
+static void forget(struct engine *e, const struct ids *rois, struct ids *chunks)
 {
+    size_t k = 0;
+    for (size_t i = 0; i < chunks->n; i++)
+        if (task_chunk_present(e->t, chunks->v[i]))
+            chunks->v[k++] = chunks->v[i];
+    chunks->n = k;
     bool *exists = xcalloc(chunks->n ? chunks->n : 1, sizeof *exists);
     for (size_t i = 0; i < chunks->n; i++) /* outside the lock: one stat each */
-        exists[i] =
-            task_chunk_present(e->t, chunks->v[i]) && cache_chunk_exists(e->c, chunks->v[i]);
+        exists[i] = cache_chunk_exists(e->c, chunks->v[i]);
     pthread_mutex_lock(&e->lock);
-    for (size_t i = 0; rois && i < rois->n; i++) {
+    for (size_t i = 0; i < rois->n; i++) {
         struct roi_slot *s = &e->rois[rois->v[i]];
         if (s->state == RS_DONE && s->pins == 0)
             slot_forget(e, (uint32_t)rois->v[i]); /* a job pasting it sees the change itself */
     }
     for (size_t i = 0; i < chunks->n; i++)
-        if (task_chunk_present(e->t, chunks->v[i]))
-            stale_add(e, chunks->v[i], exists[i]);
+        stale_add(e, chunks->v[i], exists[i]);
     pthread_mutex_unlock(&e->lock);
     free(exists);
-    for (size_t i = 0; i < chunks->n && fn; i++)
-        if (task_chunk_present(e->t, chunks->v[i]))
-            fn(ctx, level, chunks->v[i]);
 }
 
-void engine_input_changed(struct engine *e, const uint64_t *sids, size_t n, bool all,
-                          void (*fn)(void *ctx, int level, uint64_t id), void *ctx)
+size_t engine_input_changed(struct engine *e, const uint64_t *lo, const uint64_t *hi, size_t n,
+                            bool all, uint64_t **chunks_out)
 {
     const struct task *t = e->t;
-    const struct zarr_meta *in = zarr_input_meta(t->input);
-    int nd = in->ndim;
-    uint64_t grid[ROIFS_MAX_DIM];
-    zarr_meta_grid(in, grid);
+    int nd = t->in_meta->ndim;
     struct ids chunks = {0}, rois = {0};
     if (all) {
         for (size_t r = 0; r < t->rois.n; r++)
             ids_add(&rois, r);
         for (uint64_t id = 0; id < t->nchunks; id++)
-            if (task_chunk_present(t, id))
-                ids_add(&chunks, id);
+            ids_add(&chunks, id);
     }
-    for (size_t i = 0; i < n && !all; i++) {
-        uint64_t idx[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM];
-        nd_unlinear(sids[i], grid, nd, idx);
-        for (int d = 0; d < nd; d++) {
-            b0[d] = idx[d] * in->chunks[d];
-            b1[d] = b0[d] + in->chunks[d] < in->shape[d] ? b0[d] + in->chunks[d] : in->shape[d];
-        }
-        level0_affected(t, b0, b1, &chunks, &rois);
-    }
+    for (size_t i = 0; i < n && !all; i++)
+        box_affected(t, lo + i * nd, hi + i * nd, &chunks, &rois);
     ids_unique(&chunks);
-    forget(e, &rois, &chunks, 0, fn, ctx);
+    forget(e, &rois, &chunks);
     free(rois.v);
-    /* the pyramid levels that reduce them, level by level */
-    for (int l = 1; l < t->nlevels && l < TASK_MAX_LEVELS && e->sub[l]; l++) {
-        const struct task *lt = t->levels[l];
-        struct ids next = {0}, lrois = {0};
-        level_affected(lt, &chunks, &next);
-        for (size_t i = 0; i < next.n; i++) { /* a level's ROIs are its chunks */
-            int64_t k = roi_index_find(lt->index, next.v[i]);
-            size_t m = 0;
-            const uint32_t *list = k >= 0 ? roi_index_rois(lt->index, (size_t)k, &m) : NULL;
-            for (size_t j = 0; j < m; j++)
-                ids_add(&lrois, list[j]);
-        }
-        forget(e->sub[l], &lrois, &next, l, fn, ctx);
-        free(lrois.v);
-        free(chunks.v);
-        chunks = next;
-    }
-    free(chunks.v);
+    *chunks_out = chunks.v;
+    return chunks.n;
 }
 
 void engine_input_broken(struct engine *e, const char *reason)
 {
     pthread_mutex_lock(&e->lock);
-    bool first = !e->broken;
-    if (first)
+    if (!e->broken)
         e->broken = xstrdup(reason);
     e->is_broken = true;
     pthread_mutex_unlock(&e->lock);
-    if (first && e->t->level == 0)
-        log_error("[input] watch: %s; every chunk fails with EIO until the mount is made "
-                  "again",
-                  reason);
-    for (int l = 1; l < TASK_MAX_LEVELS; l++)
-        if (e->sub[l])
-            engine_input_broken(e->sub[l], reason);
 }
 
 char *engine_input_error(struct engine *e)

@@ -25,7 +25,6 @@
 
 #include "../zarr/zarr.h"
 
-#define META_XATTR   "user.roifs.chunk"
 #define META_VERSION 3
 
 /* The record as stored (host byte order, which crc32c.c requires to be little-endian). */
@@ -107,26 +106,6 @@ static bool record_v2_read(const void *buf, size_t len, bool sidecar, uint64_t i
                                  .mtime_ns = -1,
                                  .crc = old.crc};
     return true;
-}
-
-void chunkfile_probe(struct cache *c)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
-    int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return; /* cannot write here: writes will say why */
-    char one = 1;
-    c->sidecar = fsetxattr(fd, META_XATTR ".probe", &one, 1, 0) < 0 &&
-                 (errno == ENOTSUP || errno == EOPNOTSUPP);
-    close(fd);
-    unlinkat(c->chunks_fd, tmp, 0);
-    if (c->sidecar)
-        log_info("cache %s: no user extended attributes here; chunk records are kept in "
-                 "sidecar files (chunks/<id>.meta)",
-                 c->path);
-    else
-        log_debug("cache %s: chunk records in extended attributes", c->path);
 }
 
 /* ---- the verified chunks of this process ---- */
@@ -215,14 +194,6 @@ static void set_verified(struct cache *c, uint64_t id, const struct stat *st, st
     pthread_mutex_unlock(&c->verified_lock);
 }
 
-void chunkfile_forget_verified(struct cache *c)
-{
-    free(c->verifying);
-    free(c->ver);
-    c->ver = NULL;
-    c->ver_cap = c->nver = 0;
-}
-
 /* ---- records ---- */
 
 /* The record of chunk id's open file fd (whose state is *fst). 0 or -ENODATA. *as_written:
@@ -251,7 +222,7 @@ static int read_record(struct cache *c, uint64_t id, int fd, const struct stat *
             close(sfd);
         len = r < 0 ? -1 : (ssize_t)got;
     } else {
-        len = fgetxattr(fd, META_XATTR, &buf, sizeof buf);
+        len = fgetxattr(fd, CACHE_CHUNK_XATTR, &buf, sizeof buf);
     }
     if (len == (ssize_t)sizeof rec) {
         memcpy(&rec, &buf, sizeof rec);
@@ -302,16 +273,30 @@ static int crc_of_file(int fd, uint64_t size, uint32_t *crc)
 
 /* ---- opening ---- */
 
+/* Removes chunk id's entry when it is not a regular file (a symbolic link, a directory, a
+ * FIFO put there), under the chunk's lock and only if it still is not one: a chunk file that
+ * another process renamed over it meanwhile stays. While the lock is held elsewhere nothing
+ * is done: the holder's rename replaces the entry. */
+static void remove_not_regular(struct cache *c, uint64_t id)
+{
+    int lock = cache_lock_chunk(c, id, false);
+    if (lock < 0)
+        return;
+    char name[32];
+    struct stat st;
+    name_of(id, name, sizeof name);
+    if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
+        unlinkat(c->chunks_fd, name, 0) < 0 && errno == EISDIR)
+        unlinkat(c->chunks_fd, name, AT_REMOVEDIR);
+    cache_unlock(c, lock);
+}
+
 static enum cache_chunk_state damaged(struct cache *c, uint64_t id, const char *why, bool remove)
 {
     log_warn("chunk %" PRIu64 ": its cache file %s/chunks/%" PRIu64 " %s; computing it again", id,
              c->path, id, why);
-    if (remove) {
-        char name[32];
-        name_of(id, name, sizeof name);
-        if (unlinkat(c->chunks_fd, name, 0) < 0 && errno == EISDIR)
-            unlinkat(c->chunks_fd, name, AT_REMOVEDIR);
-    }
+    if (remove)
+        remove_not_regular(c, id);
     return CHUNK_DAMAGED;
 }
 
@@ -378,7 +363,7 @@ int cache_chunk_open_plain(struct cache *c, uint64_t id, int *fd)
     return 0;
 }
 
-int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns)
+int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtime_ns, uint64_t *ino)
 {
     char name[32];
     struct stat st;
@@ -389,6 +374,8 @@ int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtim
         return -ENOENT; /* never the size of what a link points to */
     *size = (uint64_t)st.st_size;
     *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    if (ino)
+        *ino = (uint64_t)st.st_ino;
     return 0;
 }
 
@@ -396,7 +383,7 @@ bool cache_chunk_exists(struct cache *c, uint64_t id)
 {
     uint64_t size;
     int64_t mtime_ns;
-    return cache_chunk_stat(c, id, &size, &mtime_ns) == 0;
+    return cache_chunk_stat(c, id, &size, &mtime_ns, NULL) == 0;
 }
 
 /* ---- writing ---- */
@@ -425,7 +412,7 @@ static int stamp(int fd, struct stat *st)
 }
 
 static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
-                            struct key128 key, bool *replaced)
+                            struct key128 key, bool *replaced, int *fd_out)
 {
     static _Atomic unsigned long counter;
     char name[32], tmp[96], side[40], side_tmp[112];
@@ -444,7 +431,7 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
     bool side_written = false;
     if (r == 0 && !c->sidecar) {
         record_fill(&rec, &m, &st);
-        if (fsetxattr(fd, META_XATTR, &rec, sizeof rec, 0) < 0)
+        if (fsetxattr(fd, CACHE_CHUNK_XATTR, &rec, sizeof rec, 0) < 0)
             r = -errno;
     } else if (r == 0) {
         record_fill(&rec, &m, &st);
@@ -464,40 +451,76 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
     }
     if (close(fd) < 0 && r == 0)
         r = -errno;
+    /* read-only, and opened before the rename: whoever removes or replaces the name later,
+     * the caller still has the bytes it wrote */
+    int rfd = r < 0 || !fd_out ? -1 : openat(dirfd, tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (r == 0 && fd_out && rfd < 0)
+        r = -errno;
     struct stat old;
     *replaced = fstatat(dirfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
     if (r == 0)
         r = rename_in(dirfd, tmp, name);
     if (r < 0) {
+        if (rfd >= 0)
+            close(rfd);
         unlinkat(dirfd, tmp, 0);
         (void)side_written; /* a sidecar naming a file that never appeared is never valid */
         return r;
     }
     set_verified(c, id, &st, key);
+    if (fd_out)
+        *fd_out = rfd;
     return 0;
 }
 
-int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, struct key128 key)
+int cache_chunk_write(struct cache *c, uint64_t id, const void *data, size_t len, struct key128 key,
+                      int *fd)
 {
     bool replaced = false;
-    int r = chunk_write_once(c, id, data, len, key, &replaced);
+    int r = chunk_write_once(c, id, data, len, key, &replaced, fd);
     if (r == -ENOENT && cache_repair(c) == 0)
-        r = chunk_write_once(c, id, data, len, key, &replaced);
+        r = chunk_write_once(c, id, data, len, key, &replaced, fd);
     if (r == -ENOTSUP || r == -EOPNOTSUPP) {
         /* the file system changed under us (e.g. remounted without xattrs): sidecars now */
         c->sidecar = true;
-        r = chunk_write_once(c, id, data, len, key, &replaced);
+        r = chunk_write_once(c, id, data, len, key, &replaced, fd);
     }
     return r < 0 ? r : replaced ? 1 : 0;
 }
 
-void cache_chunk_remove(struct cache *c, uint64_t id)
+/* A removal by name alone could delete a newer file renamed there since the caller looked
+ * (another job's, another process's); writers hold the chunk's lock while they rename, so
+ * the inode is compared under that lock. */
+int cache_chunk_remove_if(struct cache *c, uint64_t id, uint64_t ino)
+{
+    int lock = cache_lock_chunk(c, id, false);
+    if (lock == -EWOULDBLOCK)
+        return -EBUSY;
+    if (lock < 0)
+        return lock;
+    char name[40];
+    struct stat st;
+    name_of(id, name, sizeof name);
+    int r = 0;
+    if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        r = -errno;
+    else if ((uint64_t)st.st_ino != ino)
+        r = -ESTALE;
+    else
+        r = cache_chunk_remove(c, id);
+    cache_unlock(c, lock);
+    return r;
+}
+
+int cache_chunk_remove(struct cache *c, uint64_t id)
 {
     char name[40];
     name_of(id, name, sizeof name);
-    unlinkat(c->chunks_fd, name, 0);
+    if (unlinkat(c->chunks_fd, name, 0) < 0)
+        return -errno;
     sidecar_of(id, name, sizeof name);
     unlinkat(c->chunks_fd, name, 0);
+    return 0;
 }
 
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx)

@@ -1,7 +1,8 @@
 /* compute.c: running one ROI on the compute pool: take the result's lock (ROIs that several
  * chunks share may be asked for by other processes), look in the store once more, else read
  * the input, run the processor, and store the result under the key of exactly what was read.
- * No engine lock is held here. */
+ * No engine lock is held here: e->t, e->c and e->opts never change, and the ROI's state is
+ * set under the lock. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,7 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
     const struct task *t = e->t;
     int nd = t->rois.ndim;
     w->sig = 0;
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, w->rstart, w->rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, w->rstart, w->rshape);
     size_t n = nd_prod(w->rshape, nd);
     w->rq = (struct proc_request){
         .roi = r,
@@ -47,9 +48,9 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
         .stop = &t->rois.stop[(size_t)r * nd],
         .in_start = w->rstart,
         .in_shape = w->rshape,
-        .in_dtype = t->in->dtype,
+        .in_dtype = t->in_meta->dtype,
         .out_dtype = t->out.dtype,
-        .in_nbytes = n * t->in->dtype.size,
+        .in_nbytes = n * t->in_meta->dtype.size,
         .out_nbytes = n * t->out.dtype.size,
     };
     w->rq.in_dtype.big_endian = w->rq.out_dtype.big_endian = false;
@@ -63,7 +64,7 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
 /* Retries a failed run as configured. */
 static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf *err)
 {
-    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->t->cfg.retries; attempt++) {
+    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->opts.retries; attempt++) {
         log_warn("roi %zu: attempt %d failed (%s); retrying", w->rq.roi, attempt + 1, err->msg);
         rc = proc_run(e->t->proc, &w->rq, err);
     }
@@ -104,9 +105,9 @@ bool engine_roi_batchable(const struct engine *e, uint32_t r)
     if (!t->proc->ops->run_many || roi_index_roi_nchunks(t->index, r) > 1)
         return false;
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     size_t n = nd_prod(rshape, t->rois.ndim);
-    return n * (t->in->dtype.size + t->out.dtype.size) <= PROC_BATCH_BYTES;
+    return n * (t->in_meta->dtype.size + t->out.dtype.size) <= PROC_BATCH_BYTES;
 }
 
 /* A ROI stopped by an unmount or an interrupted warm: not a failure, just not done. */

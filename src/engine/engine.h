@@ -1,14 +1,18 @@
-/* engine.h: demand-driven computation of output chunks. Opening a chunk checks its cached
- * file against the key of what it is made of (its ROIs' result keys: processor, box, input
- * as it is now); when it is not current, the ROIs that touch it (and, behind them, those of
- * the chunks that follow: readahead) whose result with the current key is neither done nor
- * stored are queued on a pool of compute threads; each ROI key is computed at most once
- * (single-flight in the process, locks and the result store between processes), the chunk is
- * assembled in ROI list order, encoded, written to the cache, and every waiter is called back
- * with an fd. Callers never block on computation: the callback runs on a compute thread. */
+/* engine.h: demand-driven computation of the chunks of one array (a task and its cache). It
+ * knows nothing of other arrays: a mount of several (pyramid levels) has one engine each.
+ * Opening a chunk checks its cached file against the key of what it is made of (its ROIs'
+ * result keys: processor, box, input as it is now); when it is not current, the ROIs that
+ * touch it (and, behind them, those of the chunks that follow: readahead) whose result with
+ * the current key is neither done nor stored are queued on a pool of compute threads; each
+ * ROI key is computed at most once (single-flight in the process, locks and the result store
+ * between processes), the chunk is assembled in ROI list order, encoded, written to the
+ * cache, and every waiter is called back with an fd of the file written. Callers never block
+ * on computation: the callback runs on a compute thread. The engine stops the task's
+ * processor when it is destroyed: a task serves one engine in its life. */
 #ifndef ROIFS_ENGINE_H
 #define ROIFS_ENGINE_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "../key.h"
@@ -25,8 +29,20 @@ struct engine;
  * callee owns it), or a negative errno (-EIO when a ROI or the input failed). */
 typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 
-/* Starts cfg.threads compute threads. The engine borrows t and c. */
-int engine_create(struct task *t, struct cache *c, struct engine **out, struct errbuf *err);
+/* How an engine works: given by its creator (the configuration's [process] and [cache] keys,
+ * or the command line's -j), never read from the task by the engine. */
+struct engine_opts {
+    int threads;       /* compute threads (at least 1) */
+    int readahead;     /* an open also queues the ROIs of this many following chunks; 0: off */
+    int retries;       /* extra attempts of a failed ROI within one computation */
+    uint64_t max_size; /* bytes the chunk files may take ([cache] max_size); 0: unlimited */
+};
+
+/* Starts o->threads compute threads after looking at what the cache holds (the chunk files,
+ * the stored results). The engine borrows t and c and copies o. Fails (-errno, message in
+ * err) when the cache cannot be listed or a thread cannot start. */
+int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, struct engine **out,
+                  struct errbuf *err);
 /* Stops the processor, fails every waiter with -EIO and joins the threads (every finished
  * result is in the cache's result store already). */
 void engine_destroy(struct engine *e);
@@ -38,33 +54,33 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
  * encoded size is not fixed in advance. Never computes. */
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known);
 
-/* What the FUSE side adds to the status document. */
-struct engine_mount_info {
-    bool passthrough;            /* chunks are read through FUSE passthrough */
-    const char *passthrough_off; /* why not, when not */
-    uint64_t chunk_reads;        /* READ requests for chunks the daemon answered */
-    bool watching;               /* [input] watch is on */
-    size_t watch_dirs, watch_unwatched;
-    uint64_t watch_events, watch_overflows;
-    const char *watch_warning; /* or NULL */
-};
-/* The status document of SPEC §6 (malloc'd JSON text); mi may be NULL. */
-char *engine_status_json(struct engine *e, const struct engine_mount_info *mi);
+/* ---- progress (progress.c): what warm, export and the status file show ---- */
 
-/* ---- progress (progress.c): what warm, export and status show ---- */
-
-/* A consistent snapshot of the engine's counters (those of the status document). */
+/* A consistent snapshot of the engine's counters (taken under its lock). */
 struct engine_progress {
-    size_t rois_total, rois_done, rois_failed, rois_running;
+    size_t rois_total, rois_pending, rois_running, rois_done, rois_failed;
     uint64_t chunks_total, chunks_present, chunks_cached;
     unsigned long calls;         /* processor invocations by this process */
     size_t rois_computed;        /* ROIs computed by this process (not taken from the cache) */
     size_t results_reused;       /* ROIs taken from the result store instead of computed */
     size_t results_at_start;     /* of them, those whose result was stored at the start */
     uint32_t made_min, made_max; /* when those were made, seconds since the epoch (0: none) */
-    double uptime;               /* seconds since this process started */
+    size_t queue_demand, queue_readahead; /* ROIs queued for readers, and ahead of them */
+    size_t chunk_jobs;                    /* chunks being made */
+    size_t chunks_elsewhere;              /* of those, the ones another process holds the lock of */
+    bool cache_limited; /* [cache] max_size: the cache_ and results_evicted ones are counted */
+    uint64_t cache_bytes, cache_max_size, cache_evicted;
+    uint64_t cache_chunk_bytes, cache_result_bytes; /* cache_bytes: chunk files and results */
+    size_t results_evicted;                         /* unused results compacted away for max_size */
+    uint64_t results_stored, results_damaged;       /* records in the result store */
+    double uptime;                                  /* seconds since the engine started */
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
+
+/* The engine's part of the status document of SPEC §6 ("rois", "chunks", "calls", "errors",
+ * "queue", "uptime", "results", and "cache" with max_size), from one engine_progress
+ * snapshot and the recent errors. A new reference. */
+json_t *engine_status(struct engine *e);
 
 /* Calls fn, outside the engine's lock, for each ROI whose last attempt failed, in index
  * order, with the most recent message recorded for it (NULL when it is no longer among the
@@ -75,9 +91,8 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
 /* True when a ROI that touches chunk id has failed: opening the chunk would try it again. */
 bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
 
-/* With [output] ome: the engine of pyramid level `level` (level 0 and without ome: e). */
-struct engine *engine_level(struct engine *e, int level);
-/* The cache an engine serves from. */
+/* The task and the cache an engine serves. */
+const struct task *engine_task(const struct engine *e);
 struct cache *engine_cache(struct engine *e);
 
 /* ---- keys (keys.c): what results and chunks are made of; no engine needed ---- */
@@ -103,13 +118,15 @@ void chunk_keys_free(struct chunk_keys *k);
 
 /* ---- input changes (changes.c): [input] watch ---- */
 
-/* Calls fn(ctx, level, id) for each output chunk, of every pyramid level, that depends on
- * the input's storage files sids[0..n) (with all: on any), after forgetting what the engine
- * knew of it: the results of the ROIs reading those files no longer count as done, the chunk
- * files as cached, and the size of a chunk that depends on the encoding is unknown until its
- * next open makes it again. */
-void engine_input_changed(struct engine *e, const uint64_t *sids, size_t n, bool all,
-                          void (*fn)(void *ctx, int level, uint64_t id), void *ctx);
+/* Forgets what depends on the boxes [lo, hi) of the engine's input (n of them, ndim
+ * coordinates each, in the input's coordinates; with all: on any part of it): the results of
+ * the ROIs whose read region touches one no longer count as done, the chunks they make (and
+ * with outside = input the boxes' own) as cached, and the size of such a chunk that depends on
+ * the encoding is unknown until its next open makes it again. Returns how many chunks of the
+ * tree it forgot, their ids (sorted) in *chunks (malloc'd): what readers of this array may
+ * hold stale. */
+size_t engine_input_changed(struct engine *e, const uint64_t *lo, const uint64_t *hi, size_t n,
+                            bool all, uint64_t **chunks);
 /* The input's metadata changed: every chunk open fails with EIO from now on, with reason in
  * the status ("input_error") and the log. */
 void engine_input_broken(struct engine *e, const char *reason);

@@ -1,6 +1,12 @@
-/* engine_internal.h: the engine's state, shared by engine.c (scheduling, chunk opens, the
- * pool), compute.c (ROIs), assemble.c (keys and chunk assembly), status.c and progress.c.
- * Everything here is guarded by engine.lock unless said otherwise. */
+/* engine_internal.h: the engine's state, shared by engine.c (chunk opens, the pool,
+ * creation), jobs.c (chunk jobs, ROI states and outcomes), ahead.c (readahead), compute.c
+ * (ROIs), assemble.c (chunk assembly), results.c, status.c and progress.c.
+ * Locking: engine.lock guards every field that changes after engine_create (ROI slots, jobs,
+ * queues, counters, the error ring, the eviction order), except where a field says otherwise.
+ * Unlocked readers: anyone may read e->t, e->c and e->opts (set at creation, never changed);
+ * the one thread that assembles a chunk reads its job's id, rois, use and cached_already
+ * without the lock (see struct chunk_job); a result's bytes are read outside the lock through
+ * a reference taken under it (struct roi_result). */
 #ifndef ROIFS_ENGINE_INTERNAL_H
 #define ROIFS_ENGINE_INTERNAL_H
 
@@ -11,12 +17,14 @@
 #include "../idlru.h"
 #include "../key.h"
 #include "engine.h"
+#include "evict.h"
 
 enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
 enum roi_prio { PRIO_NONE, PRIO_AHEAD, PRIO_DEMAND };
 
 /* A ROI's result (its box, without the halo) in memory, shared by the slot and assemblies
- * that paste it; freed by the last reference. */
+ * that paste it; freed by the last reference. key, len, crc and data never change once
+ * published, so a holder of a reference reads them without the lock. */
 struct roi_result {
     _Atomic int refs;
     struct key128 key; /* what it was made from: never changed after */
@@ -43,9 +51,14 @@ struct waiter {
     struct waiter *next;
 };
 
+/* One chunk being made. Written under the lock; but from the moment it is queued for
+ * assembly (pending == 0, asm_enqueue) until its assembly has finished, only the assembling
+ * thread touches id, rois, use, cached_already and fd, so it reads them unlocked: use[i] is
+ * written (engine_roi_finish, job_retry_roi) only while waits[i] is set, i.e. while the job is
+ * not queued. */
 struct chunk_job {
     uint64_t id;
-    int64_t k;            /* index among touched chunks, -1 for a chunk no ROI touches */
+    int64_t row;          /* its row in the ROI index (roi_index_find), -1 when no ROI touches it */
     const uint32_t *rois; /* the ROIs touching it (roi_index_rois) */
     size_t nrois;
     struct chunk_keys want; /* the keys as the input was at the open */
@@ -54,13 +67,13 @@ struct chunk_job {
     size_t pending;         /* ROIs waited for */
     bool scheduled;         /* its ROIs are pinned and asked for */
     bool demanded;
-    bool remote;         /* another process holds the chunk's lock: wait for it */
-    bool cached_already; /* found current once locked: nothing to assemble */
-    bool failed;         /* a ROI failed: its waiters had EIO; held until the rest is stored */
-    int lock;            /* the chunk's cache lock, or -1 */
-    int fd;              /* cached_already: the current file found, or -1 */
-    bool replaced;       /* a cached version that was not current is being replaced */
-    int attempts;        /* assemblies redone because a stored result vanished */
+    bool locked_elsewhere; /* another process holds the chunk's lock: the poller waits for it */
+    bool cached_already;   /* found current once locked: nothing to assemble (fd is it) */
+    bool failed;           /* a ROI failed: its waiters had EIO; held until the rest is stored */
+    int fd;                /* cached_already: the current chunk file, else -1 */
+    int lock;              /* the chunk's cache lock, or -1 */
+    bool replaced;         /* a cached version that was not current is being replaced */
+    int attempts;          /* assemblies redone because a stored result vanished */
     struct waiter *waiters;
     struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */
@@ -84,13 +97,14 @@ struct engine_error {
 struct engine {
     struct task *t;
     struct cache *c;
+    struct engine_opts opts;
     pthread_mutex_t lock;
     pthread_cond_t work_cv;   /* work queued, or stopping */
     pthread_cond_t done_cv;   /* a chunk job finished */
-    pthread_cond_t remote_cv; /* a job started waiting for another process */
-    pthread_t remote_thread;
-    bool remote_started;
-    size_t nremote;
+    pthread_cond_t poller_cv; /* a job started waiting for another process's chunk lock */
+    pthread_t poller_thread;  /* polls the locks other processes hold (poller_main) */
+    bool poller_started;
+    size_t n_locked_elsewhere; /* jobs whose chunk lock another process holds */
     struct roi_slot *rois;
     struct roi_queue demand, ahead;
     uint64_t verify[ENGINE_VERIFY_AHEAD]; /* ring of cached chunks to check ahead */
@@ -117,11 +131,8 @@ struct engine {
     struct unstored *unstored; /* results to store that no job holds (results.c) */
     struct engine_error errors[ENGINE_MAX_ERRORS]; /* ring, oldest at err_head */
     size_t nerrors, err_head;
-    /* [output] ome, level 0: the engines and caches of levels 1.. (pyramid.c) */
-    struct engine *sub[TASK_MAX_LEVELS];
-    /* [cache] max_size > 0: the cached chunks by last use (evict.c) */
+    /* [cache] max_size > 0: the cached chunks by last use (evict.h) */
     struct evict *evict;
-    struct cache *sub_cache[TASK_MAX_LEVELS];
     /* [input] watch (changes.c): chunks whose file is stale since an input change, until made
      * again; the reason the input may not be served any more */
     struct idlru stale;
@@ -136,29 +147,6 @@ bool engine_stale_take(struct engine *e, uint64_t id);
 bool engine_is_stale(struct engine *e, uint64_t id);
 void engine_stale_free(struct engine *e);
 
-/* evict.c: least-recently-used order and total size of the cached chunks this process
- * computed or found at mount, for [cache] max_size. Callers hold the engine's lock. */
-struct evict *evict_new(uint64_t max_size);
-void evict_free(struct evict *ev);
-/* Adds (or updates) chunk id of size bytes as the most recently used. */
-void evict_add(struct evict *ev, uint64_t id, uint64_t size);
-void evict_touch(struct evict *ev, uint64_t id);
-void evict_remove(struct evict *ev, uint64_t id);
-/* Takes out the least recently used chunks, never keep, until the total is at most max_size;
- * returns how many, their ids in *ids (malloc'd, or NULL). */
-size_t evict_victims(struct evict *ev, uint64_t keep, uint64_t **ids);
-/* usage: the chunk files and the bytes set by evict_set_other (the result store), which
- * count against max_size too. */
-void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, uint64_t *evicted);
-void evict_set_other(struct evict *ev, uint64_t bytes);
-uint64_t evict_chunk_bytes(const struct evict *ev);
-/* At mount: notes a chunk found in the cache; then evict_settle orders them (older files less
- * recently used) and returns, like evict_victims, those to remove now. */
-void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns);
-size_t evict_settle(struct evict *ev, uint64_t **victims);
-/* evict_settle without taking victims. */
-void evict_settle_order(struct evict *ev);
-
 /* ---- budget.c: [cache] max_size over chunk files and results (no lock held) ---- */
 
 struct keyset;
@@ -167,10 +155,8 @@ struct keyset;
 void engine_budget_start(struct engine *e, struct keyset *live);
 /* After chunk keep was written: the same, never evicting keep. */
 void engine_budget_check(struct engine *e, uint64_t keep);
-/* Removes a cached chunk file (its results stay stored). */
-void engine_chunk_evict(struct engine *e, uint64_t id);
 
-/* ---- assemble.c: assembly (no engine lock) ---- */
+/* ---- assemble.c: assembly (no engine lock but to take a result's reference) ---- */
 
 /* Bytes of ROI r's result (its box, without the halo). */
 size_t engine_roi_box_nbytes(const struct task *t, size_t r);
@@ -203,7 +189,7 @@ bool engine_roi_batchable(const struct engine *e, uint32_t r);
 /* Computes n batchable ROIs in one processor call and publishes each. */
 void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
 
-/* ---- engine.c, for compute.c and ahead.c ---- */
+/* ---- jobs.c: chunk jobs, ROI requests and outcomes, assembly ---- */
 
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
@@ -211,9 +197,36 @@ struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
  * once the chunk's lock is ours (lock held). */
 struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
                                     struct chunk_keys *keys);
-/* True when a ROI of the k-th touched chunk failed: only a reader's open retries it (lock
- * held). */
-bool engine_has_failed_roi(struct engine *e, size_t k);
+/* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
+void engine_job_promote(struct engine *e, struct chunk_job *job);
+/* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters
+ * (lock held). */
+struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job);
+/* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
+ * retries it (lock held). */
+bool engine_has_failed_roi(struct engine *e, size_t row);
+/* The next queued ROI to compute, demanded ones first (lock held). */
+bool engine_pop_roi(struct engine *e, uint32_t *r);
+/* ROI r (popped, marked running) and more queued batchable ROIs after it, marked running
+ * too, into batch (PROC_BATCH_MAX): at most this thread's share of the queue. Their count.
+ * Called with the lock held. */
+size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch);
+/* Assembles a job taken off the assembly queue, writes its chunk and answers its waiters
+ * (no lock held). A job one of whose ROIs failed (its waiters had EIO) is stored and let go
+ * instead: returned are the waiters that came since, which the caller opens again. */
+struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job);
+/* The thread that polls the chunk locks other processes hold. */
+void *engine_poller_main(void *arg);
+
+void engine_record_error(struct engine *e, size_t roi, const char *msg);
+/* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
+ * reference), or failed with errmsg, which fails every chunk job waiting for it. */
+void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
+                       bool reused, const char *errmsg);
+/* Calls back every waiter in the list (outside the lock): with err 0, each gets a descriptor
+ * of the chunk file fd (a dup, the last one fd itself; fd is closed when nobody waits), else
+ * err (fd unused, -1). */
+void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags);
 
 /* progress.c: notes that a result made at made (seconds since the epoch) was there at the
  * start (lock held, or before the threads start). */
@@ -225,21 +238,5 @@ void engine_note_made(struct engine *e, uint32_t made);
 void engine_read_ahead(struct engine *e, uint64_t id);
 /* Checks cached chunk id as an open would; makes it now when it is not current. */
 void engine_verify_ahead(struct engine *e, uint64_t id);
-
-void engine_record_error(struct engine *e, size_t roi, const char *msg);
-/* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
- * reference), or failed with errmsg, which fails every chunk job waiting for it. */
-void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
-                       bool reused, const char *errmsg);
-/* Calls back every waiter in the list (outside the lock). */
-void engine_notify(struct engine *e, struct waiter *w, uint64_t id, int err, int flags);
-/* Calls back every waiter with its own descriptor of fd, the chunk file opened while the
- * chunk's lock was held (another process serving another version of the configuration may
- * replace the file as soon as the lock goes), and closes fd (outside the lock). */
-void engine_notify_fd(struct waiter *w, uint64_t id, int fd, int flags);
-
-int pyramid_engines_create(struct engine *e, struct errbuf *err);
-void pyramid_engines_destroy(struct engine *e);
-json_t *pyramid_status(struct engine *e);
 
 #endif

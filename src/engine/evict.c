@@ -1,18 +1,20 @@
-/* evict.c: the order of use of the cached chunks, for [cache] max_size (see
- * engine_internal.h); the engine's lock guards it. */
+/* evict.c: the order of use of the cached chunks, for [cache] max_size (see evict.h); the
+ * engine's lock guards it. */
+#include "evict.h"
+
 #include <stdlib.h>
 
 #include "../idlru.h"
-#include "engine_internal.h"
+#include "../util.h"
 
 struct evict_entry {
     struct idlru_node node; /* node.id: the chunk id */
-    uint64_t size;
+    uint64_t size, ino;
 };
 
 /* A chunk found in the cache at mount, before the order of use is known. */
 struct evict_found {
-    uint64_t id, size;
+    uint64_t id, size, ino;
     int64_t mtime_ns;
 };
 
@@ -48,7 +50,7 @@ void evict_free(struct evict *ev)
     free(ev);
 }
 
-void evict_add(struct evict *ev, uint64_t id, uint64_t size)
+void evict_add(struct evict *ev, uint64_t id, uint64_t size, uint64_t ino)
 {
     struct idlru_node *n = idlru_find(&ev->lru, id);
     struct evict_entry *en;
@@ -61,6 +63,7 @@ void evict_add(struct evict *ev, uint64_t id, uint64_t size)
         idlru_add(&ev->lru, &en->node);
     }
     en->size = size;
+    en->ino = ino;
     ev->usage += size;
     idlru_use(&ev->lru, &en->node);
 }
@@ -83,19 +86,20 @@ void evict_remove(struct evict *ev, uint64_t id)
     free(en);
 }
 
-size_t evict_victims(struct evict *ev, uint64_t keep, uint64_t **ids)
+size_t evict_victims(struct evict *ev, uint64_t keep, struct evict_victim **victims)
 {
     size_t k = 0, cap = 0;
-    *ids = NULL;
+    *victims = NULL;
     struct idlru_node *n = idlru_oldest(&ev->lru);
     while (ev->usage + ev->other > ev->max_size && n) {
         struct idlru_node *newer = idlru_newer(&ev->lru, n);
         if (n->id != keep) {
             if (k == cap) {
                 cap = cap ? 2 * cap : 8;
-                *ids = xrealloc(*ids, cap * sizeof **ids);
+                *victims = xrealloc(*victims, cap * sizeof **victims);
             }
-            (*ids)[k++] = n->id;
+            (*victims)[k++] =
+                (struct evict_victim){n->id, IDLRU_ENTRY(n, struct evict_entry, node)->ino};
             evict_remove(ev, n->id);
             ev->evicted++;
         }
@@ -116,13 +120,13 @@ void evict_stats(const struct evict *ev, uint64_t *usage, uint64_t *max_size, ui
     *evicted = ev->evicted;
 }
 
-void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns)
+void evict_found(struct evict *ev, uint64_t id, uint64_t size, int64_t mtime_ns, uint64_t ino)
 {
     if (ev->nfound == ev->capfound) {
         ev->capfound = ev->capfound ? 2 * ev->capfound : 256;
         ev->found = xrealloc(ev->found, ev->capfound * sizeof *ev->found);
     }
-    ev->found[ev->nfound++] = (struct evict_found){id, size, mtime_ns};
+    ev->found[ev->nfound++] = (struct evict_found){id, size, ino, mtime_ns};
 }
 
 static int by_mtime(const void *a, const void *b)
@@ -137,13 +141,13 @@ void evict_settle_order(struct evict *ev)
     if (ev->nfound)
         qsort(ev->found, ev->nfound, sizeof *ev->found, by_mtime);
     for (size_t i = 0; i < ev->nfound; i++)
-        evict_add(ev, ev->found[i].id, ev->found[i].size);
+        evict_add(ev, ev->found[i].id, ev->found[i].size, ev->found[i].ino);
     free(ev->found);
     ev->found = NULL;
     ev->nfound = ev->capfound = 0;
 }
 
-size_t evict_settle(struct evict *ev, uint64_t **victims)
+size_t evict_settle(struct evict *ev, struct evict_victim **victims)
 {
     evict_settle_order(ev);
     return evict_victims(ev, UINT64_MAX, victims);

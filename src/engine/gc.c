@@ -269,8 +269,7 @@ void gc_census(const struct task *t, struct cache *c, struct gc_census *cs)
     store_each(st, census_result, &rw);
     struct census_walk w = {.t = t, .c = c, .memo = memo, .cs = cs};
     cache_chunk_each(c, census_chunk, &w); /* the files there are, not the whole grid */
-    uint64_t present =
-        t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+    uint64_t present = task_chunks_present(t);
     cs->chunks_to_compute = present > cs->chunks_current ? present - cs->chunks_current : 0;
     keyset_free(current);
     zarr_sigmemo_free(memo);

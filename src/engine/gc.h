@@ -1,7 +1,7 @@
 /* gc.h: what a cache directory holds for a task, and its garbage collection: the ROI results
  * and chunk files that no current key refers to (roifs check, roifs clean --unused, and
  * [cache] max_size, which evicts them first). "Current" is the task's keys with the input as
- * it is now. One pyramid level at a time (each has its own cache). */
+ * it is now. One array at a time (a task and its cache: each pyramid level has its own). */
 #ifndef ROIFS_GC_H
 #define ROIFS_GC_H
 

@@ -12,7 +12,7 @@ struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
 {
     int nd = t->rois.ndim;
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     struct keyhash h;
     key_init(&h, "roifs roi result");
     key_add_key(&h, t->result_id);
@@ -28,7 +28,7 @@ struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
 uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmemo *memo)
 {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
-    roi_read_region(&t->rois, r, t->halo, t->in->shape, rstart, rshape);
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     task_input_signature(t, rstart, rshape, memo, &sig);
     return sig;
 }
@@ -54,8 +54,8 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
     key_init(&h, "roifs chunk");
     key_add_key(&h, t->encoding_id);
     key_add_u64(&h, id);
-    key_add_u64(&h, (uint64_t)t->cfg.outside);
-    if (t->cfg.outside == OUTSIDE_INPUT)
+    key_add_u64(&h, (uint64_t)t->outside);
+    if (t->outside == OUTSIDE_INPUT)
         key_add_u64(&h, outside_sig);
     key_add_u64(&h, n);
     for (size_t i = 0; i < n; i++)
@@ -77,7 +77,7 @@ void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmem
     for (size_t i = 0; i < n; i++)
         out->rois[i] = engine_roi_key(t, rois[i], engine_roi_sig_now(t, rois[i], m));
     uint64_t osig = 0;
-    if (t->cfg.outside == OUTSIDE_INPUT) {
+    if (t->outside == OUTSIDE_INPUT) {
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         chunk_box(t, id, c0, c1, ext);
         task_input_signature(t, c0, ext, m, &osig);

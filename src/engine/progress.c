@@ -9,24 +9,42 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store.h"
+
 void engine_progress(struct engine *e, struct engine_progress *p)
 {
     const struct task *t = e->t;
-    pthread_mutex_lock(&e->lock);
+    memset(p, 0, sizeof *p);
+    struct store_stats ss;
+    store_get_stats(cache_store(e->c), &ss);
+    p->results_stored = ss.results;
+    p->results_damaged = ss.damaged;
     p->rois_total = t->rois.n;
+    p->chunks_total = t->nchunks;
+    p->chunks_present = task_chunks_present(t);
+    p->calls = t->proc->calls; /* atomic: counted outside the engine's lock */
+    pthread_mutex_lock(&e->lock);
     p->rois_done = e->n_done;
     p->rois_failed = e->n_failed;
     p->rois_running = e->n_running;
-    p->chunks_total = t->nchunks;
-    p->chunks_present =
-        t->cfg.outside == OUTSIDE_INPUT ? t->nchunks : (uint64_t)roi_index_nchunks(t->index);
+    p->rois_pending = p->rois_total - e->n_running - e->n_done - e->n_failed;
     p->chunks_cached = e->n_cached;
-    p->calls = t->proc->calls;
     p->rois_computed = e->n_computed;
     p->results_reused = e->n_reused;
     p->results_at_start = e->n_at_start;
     p->made_min = e->made_min;
     p->made_max = e->made_max;
+    p->queue_demand = e->demand.len;
+    p->queue_readahead = e->ahead.len;
+    p->chunk_jobs = e->njobs;
+    p->chunks_elsewhere = e->n_locked_elsewhere;
+    p->cache_limited = e->evict != NULL;
+    if (e->evict) {
+        evict_stats(e->evict, &p->cache_bytes, &p->cache_max_size, &p->cache_evicted);
+        p->cache_chunk_bytes = evict_chunk_bytes(e->evict);
+        p->cache_result_bytes = p->cache_bytes - p->cache_chunk_bytes;
+        p->results_evicted = e->results_evicted;
+    }
     pthread_mutex_unlock(&e->lock);
     p->uptime = engine_uptime(e);
 }
@@ -100,6 +118,11 @@ void engine_note_made(struct engine *e, uint32_t made)
 struct cache *engine_cache(struct engine *e)
 {
     return e->c;
+}
+
+const struct task *engine_task(const struct engine *e)
+{
+    return e->t;
 }
 
 /* ---- uptime ---- */

@@ -1,5 +1,5 @@
 /* follow.c: [input] watch on a mount. The input's files are followed (src/watch); for each
- * change the engine forgets what depends on it (engine_input_changed) and the kernel drops
+ * change the arrays forget what depends on it (arrayset_input_changed) and the kernel drops
  * the pages and attributes of those chunks' inodes (fuse_lowlevel_notify_inval_inode), from
  * the watch's own thread: never from a request's thread, where dropping pages can deadlock
  * (a page locked by a read in flight waits for that very thread). A change of the input's
@@ -62,9 +62,10 @@ static int meta_difference(const struct zarr_meta *a, const struct zarr_meta *b,
  * replacing it). */
 static int check_metadata(struct fs *fs, struct errbuf *err)
 {
-    const struct zarr_meta *was = zarr_input_meta(fs->t->input);
+    const struct task *t = arrayset_array(fs->set, 0)->task;
+    const struct zarr_meta *was = t->in_meta;
     const char *name = was->format == 3 ? "zarr.json" : ".zarray";
-    char *path = path_join(fs->t->ome.array_path, name), *text = NULL;
+    char *path = path_join(t->ome.array_path, name), *text = NULL;
     size_t len = 0;
     int r = -ENOENT;
     for (int i = 0; i < 10 && r == -ENOENT; i++) {
@@ -93,11 +94,11 @@ static int check_metadata(struct fs *fs, struct errbuf *err)
 
 /* ---- the watch's callbacks (on its thread) ---- */
 
-/* Drops what the kernel holds of chunk id of level: pages and attributes of its inodes. */
-static void drop_chunk(void *ctx, int level, uint64_t id)
+/* Drops what the kernel holds of chunk id of an array: pages and attributes of its inodes. */
+static void drop_chunk(void *ctx, int array, uint64_t id)
 {
     struct fs *fs = ctx;
-    uint64_t base = ns_chunk_ino(&fs->ns, level, id), inos[2];
+    uint64_t base = ns_chunk_ino(fs->ns, array, id), inos[2];
     int n = vt_invalidate(fs->vt, base, inos);
     for (int i = 0; i < n; i++) {
         int r = fuse_lowlevel_notify_inval_inode(fs->se, inos[i], 0, 0);
@@ -111,7 +112,7 @@ static void chunks_changed(void *ctx, const uint64_t *sids, size_t n)
 {
     struct fs *fs = ctx;
     log_debug("[input] watch: %zu input chunk file%s changed", n, n == 1 ? "" : "s");
-    engine_input_changed(fs->e, sids, n, false, drop_chunk, fs);
+    arrayset_input_changed(fs->set, sids, n, false, drop_chunk, fs);
 }
 
 static void everything_changed(void *ctx)
@@ -119,7 +120,7 @@ static void everything_changed(void *ctx)
     struct fs *fs = ctx;
     log_warn("[input] watch: events were lost (the kernel's queue overflowed); every chunk is "
              "checked again at its next open");
-    engine_input_changed(fs->e, NULL, 0, true, drop_chunk, fs);
+    arrayset_input_changed(fs->set, NULL, 0, true, drop_chunk, fs);
 }
 
 static void metadata_changed(void *ctx, const char *gone)
@@ -131,7 +132,7 @@ static void metadata_changed(void *ctx, const char *gone)
     else if (check_metadata(fs, &err) == 0)
         return; /* rewritten the same (its attributes, maybe) */
     char *why = xasprintf("the input's metadata changed under the mount (%s)", err.msg);
-    engine_input_broken(fs->e, why);
+    arrayset_input_broken(fs->set, why);
     free(why);
 }
 
@@ -140,10 +141,10 @@ int fs_follow_start(struct fs *fs, struct errbuf *err)
     static const struct watch_ops ops = {.chunks_changed = chunks_changed,
                                          .metadata_changed = metadata_changed,
                                          .everything_changed = everything_changed};
-    int r = watch_start(fs->t->ome.array_path, zarr_input_meta(fs->t->input), &ops, fs, &fs->follow,
-                        err);
+    const struct task *t = arrayset_array(fs->set, 0)->task;
+    int r = watch_start(t->ome.array_path, t->in_meta, &ops, fs, &fs->follow, err);
     if (r == 0)
-        log_info("[input] watch: following %s", fs->t->ome.array_path);
+        log_info("[input] watch: following %s", t->ome.array_path);
     return r;
 }
 
@@ -153,16 +154,16 @@ void fs_follow_stop(struct fs *fs)
     fs->follow = NULL;
 }
 
-void fs_follow_info(struct fs *fs, struct engine_mount_info *mi)
+json_t *fs_follow_status(struct fs *fs)
 {
     if (!fs->follow)
-        return;
+        return NULL;
     struct watch_stats st;
     watch_get_stats(fs->follow, &st);
-    mi->watching = true;
-    mi->watch_dirs = st.dirs;
-    mi->watch_unwatched = st.unwatched;
-    mi->watch_events = st.events;
-    mi->watch_overflows = st.overflows;
-    mi->watch_warning = st.warning;
+    json_t *w = json_pack("{s:I, s:I, s:I, s:I}", "dirs", (json_int_t)st.dirs, "unwatched",
+                          (json_int_t)st.unwatched, "changes", (json_int_t)st.events, "overflows",
+                          (json_int_t)st.overflows);
+    if (st.warning)
+        json_object_set_new(w, "warning", json_string(st.warning));
+    return w;
 }

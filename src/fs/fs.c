@@ -14,57 +14,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../provenance.h"
 #include "runfile.h"
 
 /* How long the engine may take to stop after the unmount (an in-process computation cannot
  * be killed) before the daemon exits without it. */
 #define STOP_GRACE_S 5
 
-struct handle *handle_new(enum ns_kind kind)
-{
-    struct handle *h = xcalloc(1, sizeof *h);
-    h->kind = kind;
-    h->fd = -1;
-    return h;
-}
-
-void handle_add(struct fs *fs, struct handle *h)
-{
-    struct handle *head = h->kind == NS_STATUS ? &fs->status : &fs->handles;
-    pthread_mutex_lock(&fs->handles_lock);
-    h->next = head->next;
-    h->prev = head;
-    h->next->prev = h;
-    head->next = h;
-    pthread_mutex_unlock(&fs->handles_lock);
-}
-
-void handle_free(struct fs *fs, struct handle *h)
-{
-    pthread_mutex_lock(&fs->handles_lock);
-    h->prev->next = h->next;
-    h->next->prev = h->prev;
-    pthread_mutex_unlock(&fs->handles_lock);
-    if (h->kind == NS_CHUNK && h->fd >= 0 && fs->vt) /* no vt: the session is gone */
-        vt_release(fs->vt, h->ino);
-    if (h->fd >= 0)
-        close(h->fd);
-    free(h->buf);
-    free(h);
-}
-
 static struct fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
-}
-
-int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n)
-{
-    uint64_t base = ino, size;
-    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) < 1)
-        return -ENOENT;
-    return ns_get(&fs->ns, base, n);
 }
 
 /* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it. */
@@ -74,7 +32,7 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
     if (vt_attr(fs->vt, ino, &base, &size) == 1)
         return size; /* the version this inode serves: fixed while it is open */
     bool known;
-    engine_chunk_size(engine_level(fs->e, n->level), n->prefix, &size, &known);
+    engine_chunk_size(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, &size, &known);
     if (known)
         return size;
     /* Not computed yet, and its encoded size depends on the data: an upper bound, which the
@@ -82,7 +40,7 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
      * size seen before opening finds the file shorter and fails; none can copy a short or
      * empty chunk as if it were whole (docs/mounted-tree.md, "Size contract"). */
     *timeout = 0;
-    return fs->bound[n->level];
+    return fs->bound[n->array];
 }
 
 /* Attributes of node n shown as inode ino to process pid; *timeout is how long the kernel
@@ -144,7 +102,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct ns_node n;
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
-    int r = ns_lookup(&fs->ns, parent, name, &n);
+    int r = ns_lookup(fs->ns, parent, name, &n);
     log_debug("lookup %llu/%s: %s", (unsigned long long)parent, name, r ? strerror(-r) : "ok");
     if (r == -ENOENT) {
         e.ino = 0; /* negative entry: the tree never changes, so cache the miss */
@@ -207,7 +165,7 @@ static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     (void)fi;
     struct fs *fs = fs_of(req);
     struct dirbuf db = {.req = req, .vt = fs->vt, .buf = xmalloc(size), .size = size};
-    int r = ns_readdir(&fs->ns, ino, (uint64_t)off, dir_emit, &db);
+    int r = ns_readdir(fs->ns, ino, (uint64_t)off, dir_emit, &db);
     if (r < 0)
         fuse_reply_err(req, -r);
     else
@@ -387,10 +345,11 @@ static void backing_close(void *ctx, int32_t id)
     pt_backing_close(ctx, id);
 }
 
-static void state_init(struct fs *fs, struct task *t, const struct fs_options *o)
+static void state_init(struct fs *fs, struct arrayset *set, const struct fs_options *o)
 {
     memset(fs, 0, sizeof *fs);
-    fs->t = t;
+    fs->set = set;
+    fs->ns = arrayset_tree(set);
     fs->uid = getuid();
     fs->gid = getgid();
     fs->ready_fd = o->ready_fd;
@@ -400,12 +359,12 @@ static void state_init(struct fs *fs, struct task *t, const struct fs_options *o
     fs->status.next = fs->status.prev = &fs->status;
     clock_gettime(CLOCK_REALTIME, &fs->mtime);
     fs->started_ns = (int64_t)fs->mtime.tv_sec * 1000000000 + fs->mtime.tv_nsec;
-    ns_init(&fs->ns, t);
-    fs->pt = pt_new(t->cfg.passthrough);
+    fs->pt = pt_new(arrayset_array(set, 0)->task->cfg.passthrough);
     fs->vt = vt_new(backing_open, backing_close, fs->pt);
-    int nlevels = t->nlevels > 0 ? t->nlevels : 1;
-    for (int l = 0; l < nlevels && l < TASK_MAX_LEVELS; l++)
-        fs->bound[l] = zarr_chunk_size_bound(&(t->nlevels > 0 ? t->levels[l] : t)->out);
+    size_t n = arrayset_count(set);
+    fs->bound = xcalloc(n, sizeof *fs->bound);
+    for (size_t i = 0; i < n; i++)
+        fs->bound[i] = zarr_chunk_size_bound(&arrayset_array(set, i)->task->out);
 }
 
 /* After the session: handles of files still open (the kernel will never release them) go
@@ -419,13 +378,14 @@ static void state_free(struct fs *fs)
     while (fs->status.next != &fs->status)
         handle_free(fs, fs->status.next);
     pt_free(fs->pt);
+    free(fs->bound);
     pthread_mutex_destroy(&fs->handles_lock);
     pthread_mutex_destroy(&fs->pending_lock);
 }
 
-/* The engine's threads must not take the stop signals, which must reach the session loop's
+/* The engines' threads must not take the stop signals, which must reach the session loop's
  * waiting thread (libfuse's own threads block every signal). */
-static int create_engine(struct fs *fs, struct cache *c, struct errbuf *err)
+static int start_engines(struct fs *fs, struct errbuf *err)
 {
     sigset_t stop, old;
     sigemptyset(&stop);
@@ -433,7 +393,7 @@ static int create_engine(struct fs *fs, struct cache *c, struct errbuf *err)
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
-    int r = engine_create(fs->t, c, &fs->e, err);
+    int r = arrayset_start(fs->set, err);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return r;
 }
@@ -447,7 +407,7 @@ struct stopper {
     long minor; /* of the mount's run file, or -1 */
 };
 
-/* Exits the process when the engine has not stopped STOP_GRACE_S after the unmount: what
+/* Exits the process when the engines have not stopped STOP_GRACE_S after the unmount: what
  * still runs is an in-process computation (builtin or plugin) that cannot be killed, and the
  * mount is gone already. Results not stored yet are computed again by a later mount. */
 static void *stop_watch(void *arg)
@@ -474,8 +434,8 @@ static void *stop_watch(void *arg)
     return NULL;
 }
 
-/* Stops the engine (killing the running processors), within STOP_GRACE_S. */
-static void stop_engine(struct engine *e, long minor)
+/* Stops the engines (killing the running processors), within STOP_GRACE_S. */
+static void stop_engines(struct arrayset *set, long minor)
 {
     struct stopper s = {.minor = minor};
     pthread_mutex_init(&s.lock, NULL);
@@ -486,7 +446,7 @@ static void stop_engine(struct engine *e, long minor)
     pthread_condattr_destroy(&ca);
     pthread_t th;
     bool watching = pthread_create(&th, NULL, stop_watch, &s) == 0;
-    engine_destroy(e);
+    arrayset_stop(set);
     pthread_mutex_lock(&s.lock);
     s.done = true;
     pthread_cond_signal(&s.cv);
@@ -528,37 +488,40 @@ static int mount_session(struct fs *fs, const struct fs_options *o, struct errbu
     return 0;
 }
 
-int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err)
+int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
 {
     struct fs fs;
-    state_init(&fs, t, o);
-    int r = create_engine(&fs, c, err);
+    state_init(&fs, set, o);
+    int r = start_engines(&fs, err);
     if (r < 0) {
         state_free(&fs);
         return r;
     }
-    /* the attributes say what the cache held now; fixed from here on */
+    /* the attributes say what the cache held now; fixed from here on (the tree is made
+     * again with them) */
     struct engine_progress p;
-    engine_progress(fs.e, &p);
-    provenance_set_results(t, &(struct provenance_results){p.results_at_start, p.rois_total,
-                                                           p.made_min, p.made_max, time(NULL)});
+    engine_progress(arrayset_array(set, 0)->engine, &p);
+    arrayset_set_provenance(set, &(struct provenance_results){p.results_at_start, p.rois_total,
+                                                              p.made_min, p.made_max, time(NULL)});
+    fs.ns = arrayset_tree(set);
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);
     if ((r = mount_session(&fs, o, err)) < 0) {
-        engine_destroy(fs.e);
+        arrayset_stop(set);
         state_free(&fs);
         free(abs);
         return r;
     }
     long minor = record_daemon(abs);
     free(abs);
+    const struct array *a0 = arrayset_array(set, 0);
     struct errbuf werr = {{0}};
-    if (t->cfg.watch && fs_follow_start(&fs, &werr) < 0)
+    if (a0->task->cfg.watch && fs_follow_start(&fs, &werr) < 0)
         log_warn("%s; changes of the input are found when a chunk is opened, and the kernel "
                  "may serve pages and sizes cached before them",
                  werr.msg);
-    log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", t->cfg.path, o->mountpoint,
-             t->rois.n, t->cfg.threads, cache_path(c));
+    log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path, o->mountpoint,
+             a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(lc, 64);
     r = fuse_session_loop_mt(fs.se, lc);
@@ -568,7 +531,7 @@ int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct e
     fs_follow_stop(&fs); /* it notifies the kernel through the session: stopped first */
     fs_answer_pending(&fs, EIO);
     fuse_session_unmount(fs.se);
-    stop_engine(fs.e, minor);
+    stop_engines(set, minor);
     fuse_remove_signal_handlers(fs.se);
     fuse_session_destroy(fs.se);
     state_free(&fs);

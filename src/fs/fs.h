@@ -1,11 +1,10 @@
-/* fs.h: the FUSE side of roifs: mounts a task and serves it until unmounted. */
+/* fs.h: the FUSE side of roifs: mounts a set of arrays and serves it until unmounted. */
 #ifndef ROIFS_FS_H
 #define ROIFS_FS_H
 
 #include <stdbool.h>
 
-#include "../engine/cache.h"
-#include "../task.h"
+#include "../arrays/arrayset.h"
 
 struct fs_options {
     const char *mountpoint;
@@ -14,8 +13,9 @@ struct fs_options {
     int ready_fd;          /* >= 0: write "R" there once the mount answers requests */
 };
 
-/* Mounts t at o->mountpoint and serves it until it is unmounted or a SIGINT/SIGTERM/SIGHUP
- * arrives. 0 after a clean unmount; -errno (message in err) when mounting failed. */
-int fs_run(struct task *t, struct cache *c, const struct fs_options *o, struct errbuf *err);
+/* Starts the engines of s (arrayset_start), mounts its tree at o->mountpoint and serves it
+ * until it is unmounted or a SIGINT/SIGTERM/SIGHUP arrives, then stops the engines. 0 after a
+ * clean unmount; -errno (message in err) when mounting failed. */
+int fs_run(struct arrayset *s, const struct fs_options *o, struct errbuf *err);
 
 #endif

@@ -1,5 +1,6 @@
-/* fs_internal.h: what fs.c (requests that answer at once, the session) and open.c (opens,
- * answered later, their interrupts, and the answers owed at unmount) share. */
+/* fs_internal.h: what fs.c (requests that answer at once, the session), open.c (opens,
+ * answered later, their interrupts, and the answers owed at unmount) and handles.c (open
+ * files, inodes to nodes) share. */
 #ifndef ROIFS_FS_INTERNAL_H
 #define ROIFS_FS_INTERNAL_H
 
@@ -11,9 +12,9 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../engine/engine.h"
+#include "../arrays/arrayset.h"
+#include "../tree/namespace.h"
 #include "fs.h"
-#include "namespace.h"
 #include "passthrough.h"
 #include "versions.h"
 
@@ -36,9 +37,8 @@ struct handle {
 struct pending_open;
 
 struct fs {
-    struct task *t;
-    struct engine *e;
-    struct ns ns;
+    struct arrayset *set;
+    const struct ns *ns; /* the set's tree */
     struct timespec mtime;
     int64_t started_ns; /* CLOCK_REALTIME at mount: cache files changed later are "fresh" */
     uid_t uid;
@@ -47,8 +47,8 @@ struct fs {
     struct fuse_session *se;
     struct pt *pt;
     struct vt *vt;
-    uint64_t bound[TASK_MAX_LEVELS]; /* per pyramid level: encoded chunk size at most */
-    _Atomic uint64_t chunk_reads;    /* READ requests for chunks answered here */
+    uint64_t *bound;              /* per array of the set: encoded chunk size at most */
+    _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
     pthread_mutex_t handles_lock;
     struct handle handles; /* list head: chunks and metadata */
     struct handle status;  /* list head: open status files (few) */
@@ -57,21 +57,23 @@ struct fs {
     struct watch *follow;         /* [input] watch (follow.c), or NULL */
 };
 
+/* ---- handles.c ---- */
+
 /* A handle not listed yet: fill it, then handle_add (the list's readers see it whole). */
 struct handle *handle_new(enum ns_kind kind);
 void handle_add(struct fs *fs, struct handle *h);
 /* Unlists and frees h (releasing its inode's version). */
 void handle_free(struct fs *fs, struct handle *h);
 
-/* fs.c: the node behind inode ino, for any inode a lookup may have given (a later version's
- * too: n->ino is then the namespace inode). 0 or -ENOENT. */
+/* The node behind inode ino, for any inode a lookup may have given (a later version's too:
+ * n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
 
 /* follow.c: [input] watch. Start once the session is mounted; stop before it goes. */
 int fs_follow_start(struct fs *fs, struct errbuf *err);
 void fs_follow_stop(struct fs *fs);
-/* Adds the watch's counts to the status document's inputs. */
-void fs_follow_info(struct fs *fs, struct engine_mount_info *mi);
+/* The status document's "watch" section (a new reference), or NULL when not watching. */
+json_t *fs_follow_status(struct fs *fs);
 
 /* open.c */
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

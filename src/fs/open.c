@@ -180,7 +180,7 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = xcalloc(1, sizeof *po);
     po->req = req;
     po->fi = *fi;
-    po->id = n->prefix;
+    po->id = n->chunk;
     po->ino = ino;
     po->base = n->ino;
     po->fs = fs;
@@ -194,18 +194,33 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
         free(po);
         return;
     }
-    engine_open_chunk(engine_level(fs->e, n->level), n->prefix, chunk_opened, po);
+    engine_open_chunk(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, chunk_opened,
+                      po);
 }
 
 /* ---- the status file ---- */
 
+/* The status document as text: the set's, plus the FUSE side's own "fuse" and "watch"
+ * sections. */
 static char *status_snapshot(struct fs *fs)
 {
-    struct engine_mount_info mi = {.passthrough = pt_active(fs->pt),
-                                   .passthrough_off = pt_reason(fs->pt),
-                                   .chunk_reads = atomic_load(&fs->chunk_reads)};
-    fs_follow_info(fs, &mi);
-    return engine_status_json(fs->e, &mi);
+    json_t *doc = arrayset_status(fs->set);
+    bool pt = pt_active(fs->pt);
+    json_t *f = json_pack("{s:b, s:I}", "passthrough", pt, "chunk_reads",
+                          (json_int_t)atomic_load(&fs->chunk_reads));
+    if (!pt && pt_reason(fs->pt))
+        json_object_set_new(f, "passthrough_off", json_string(pt_reason(fs->pt)));
+    json_object_set_new(doc, "fuse", f);
+    json_t *w = fs_follow_status(fs);
+    if (w)
+        json_object_set_new(doc, "watch", w);
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    size_t n = strlen(text);
+    text = xrealloc(text, n + 2);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    return text;
 }
 
 size_t fs_status_size(struct fs *fs, pid_t pid)

@@ -502,24 +502,16 @@ int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t 
     const struct zarr_meta *m = &in->meta;
     int nd = m->ndim;
     uint64_t stop[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
-    for (int d = 0; d < nd; d++) {
+    for (int d = 0; d < nd; d++)
         stop[d] = start[d] + shape[d];
-        c0[d] = ci[d] = start[d] / in->unit[d];
-        c1[d] = (stop[d] - 1) / in->unit[d] + 1;
-    }
-    for (;;) {
+    nd_chunk_range(start, stop, in->unit, nd, c0, c1);
+    memcpy(ci, c0, sizeof(uint64_t) * nd);
+    do {
         int r = read_from_chunk(in, ci, start, stop, shape, dst, sn, err);
         if (r < 0)
             return r;
-        int d = nd - 1;
-        for (; d >= 0; d--) {
-            if (++ci[d] < c1[d])
-                break;
-            ci[d] = c0[d];
-        }
-        if (d < 0)
-            return 0;
-    }
+    } while (nd_next_index(ci, c0, c1, nd));
+    return 0;
 }
 
 /* 0 when the box lies inside the array; 1 when it is empty (nothing to read). */

@@ -61,25 +61,21 @@ static uint64_t signature_of(const struct zarr_input *in, const uint64_t *start,
                              const uint64_t *shape, fid_fn fn, void *ctx)
 {
     int nd = in->meta.ndim;
-    uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
+    uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], s1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
     uint64_t h = in->meta_hash;
     storage_range(in, start, shape, s0, sn);
+    for (int d = 0; d < nd; d++)
+        s1[d] = s0[d] + sn[d];
     memcpy(ci, s0, sizeof(uint64_t) * nd);
-    for (size_t pos = 0;; pos++) {
+    size_t pos = 0;
+    do {
         struct file_id fid;
         uint64_t id = nd_linear(ci, in->grid, nd);
-        fn(ctx, id, pos, &fid);
+        fn(ctx, id, pos++, &fid);
         uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
         h = fnv64(h, rec, sizeof rec);
-        int d = nd - 1;
-        for (; d >= 0; d--) {
-            if (++ci[d] < s0[d] + sn[d])
-                break;
-            ci[d] = s0[d];
-        }
-        if (d < 0)
-            return h;
-    }
+    } while (nd_next_index(ci, s0, s1, nd));
+    return h;
 }
 
 struct seen_ctx {

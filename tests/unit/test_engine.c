@@ -1,22 +1,23 @@
 /* test_engine.c: the engine without FUSE: assembly order (later ROIs win), outside = input,
  * single-flight under concurrent opens, reuse of the cache across engines (remounts), ROIs
- * spanning chunks computed once, failures reported as EIO plus a status entry, input
- * changes reported (as [input] watch does), the store compacted while readers open, and
- * two engines on one cache (two processes: open-file-description locks conflict inside one
- * process too) computing each ROI once around a failure and a lock just let go. */
+ * spanning chunks computed once, failures reported as EIO plus a status entry, a cache that
+ * cannot be listed failing engine_create, opens under [cache] max_size evicting each other's
+ * chunks without ever failing, input changes reported (as [input] watch does), the store
+ * compacted while readers open, and two engines on one cache (two processes:
+ * open-file-description locks conflict inside one process too) computing each ROI once
+ * around a failure and a lock just let go. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/cache.h"
-#include "engine/engine.h"
 #include "engine/gc.h"
 #include "engine/engine_internal.h"
-#include "task.h"
+#include "engine_harness.h"
 
 static char dir[256];
 
@@ -58,37 +59,14 @@ static int32_t input_at(int y, int x)
     return y >= 4 && x >= 4 ? 7 : 100 * y + x;
 }
 
-struct opened {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    int err, fd, done;
-};
-
-static void on_open(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct opened *o = ctx;
-    pthread_mutex_lock(&o->m);
-    o->err = err;
-    o->fd = fd;
-    o->done = 1;
-    pthread_cond_signal(&o->cv);
-    pthread_mutex_unlock(&o->m);
-}
-
 /* Opens chunk id and reads its 16 int32 values; returns the open's error. */
 static int read_chunk(struct engine *e, uint64_t id, int32_t *v)
 {
-    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    engine_open_chunk(e, id, on_open, &o);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    if (o.err)
-        return o.err;
-    ssize_t n = pread(o.fd, v, 64, 0);
-    close(o.fd);
+    int fd, r = harness_open_wait(e, id, &fd);
+    if (r)
+        return r;
+    ssize_t n = pread(fd, v, 64, 0);
+    close(fd);
     return n == 64 ? 0 : -EIO;
 }
 
@@ -125,7 +103,7 @@ static void test_assembly_order(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
         CHECK_EQ_INT(read_chunk(e, id, v), 0);
@@ -159,7 +137,7 @@ static void test_outside_input(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     for (uint64_t id = 0; id < 4; id++) {
         CHECK_EQ_INT(read_chunk(e, id, v), 0);
@@ -204,7 +182,7 @@ static void test_single_flight_and_remount(void)
         struct cache *c = NULL;
         struct engine *e = NULL;
         struct errbuf err;
-        CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+        CHECK(harness_start(t, &c, &e, &err) == 0);
         pthread_t th[8];
         struct reader_arg args[8];
         for (int i = 0; i < 8; i++) {
@@ -216,7 +194,7 @@ static void test_single_flight_and_remount(void)
             CHECK_EQ_INT(args[i].rc, 0);
         }
         CHECK_EQ_INT(t->proc->calls, round == 0 ? 3 : 0);
-        char *status = engine_status_json(e, NULL);
+        char *status = harness_status(e);
         CHECK_STR_CONTAINS(status, "\"done\": 3");
         CHECK_STR_CONTAINS(status, "\"cached\": 4");
         free(status);
@@ -245,25 +223,133 @@ static void test_failure_then_retry(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     int32_t v[16];
     CHECK_EQ_INT(read_chunk(e, 0, v), 0);
     CHECK_EQ_INT(v[5], input_at(1, 1));
     CHECK_EQ_INT(read_chunk(e, 3, v), -EIO);
-    char *status = engine_status_json(e, NULL);
+    char *status = harness_status(e);
     CHECK_STR_CONTAINS(status, "\"failed\": 1");
     CHECK_STR_CONTAINS(status, "boom");
     free(status);
     unlink(flag);
     CHECK_EQ_INT(read_chunk(e, 3, v), 0);
     CHECK_EQ_INT(v[0], 7);
-    status = engine_status_json(e, NULL);
+    status = harness_status(e);
     CHECK_STR_CONTAINS(status, "\"failed\": 0");
     free(status);
     engine_destroy(e);
     cache_close(c);
     task_close(t);
     free(flag);
+}
+
+/* engine_create looks at what the cache holds; when it cannot list the chunk files (here: no
+ * descriptor left) it fails with the reason, rather than start counting nothing cached. */
+static void test_unlistable_cache_fails_create(void)
+{
+    write_text("rois5.txt", "0:4, 0:4\n");
+    struct task *t = open_task("[input]\npath = in.zarr\n[rois]\nfile = rois5.txt\n"
+                               "[process]\nbuiltin = copy\n[cache]\ndir = cache5\n");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct errbuf err = {{0}};
+    CHECK_EQ_INT(cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err), 0);
+    struct engine_opts o = harness_opts(t);
+    struct rlimit saved, low;
+    getrlimit(RLIMIT_NOFILE, &saved);
+    low = saved;
+    low.rlim_cur = 256;
+    CHECK_EQ_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[256], n = 0;
+    while (n < 256 && (fds[n] = dup(0)) >= 0)
+        n++;
+    int r = engine_create(t, c, &o, &e, &err);
+    while (n > 0)
+        close(fds[--n]);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    CHECK_EQ_INT(r, -EMFILE);
+    CHECK_STR_CONTAINS(err.msg, "cannot list the cached chunks");
+    cache_close(c);
+    task_close(t); /* the failed engine stopped its processor */
+}
+
+struct evict_reader {
+    struct engine *e;
+    unsigned seed;
+    int bad;
+};
+
+/* Reads all 64 chunks of the 32x32 array, in an order of its own, three times. */
+static void *evict_read_all(void *p)
+{
+    struct evict_reader *a = p;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 64; i++) {
+            uint64_t id = (uint64_t)((i * 17 + (int)a->seed * 5 + round) % 64);
+            int32_t v[16];
+            if (read_chunk(a->e, id, v) != 0) {
+                a->bad++;
+                continue;
+            }
+            int cy = (int)id / 8, cx = (int)id % 8;
+            for (int k = 0; k < 16; k++)
+                if (v[k] != 1000 * (cy * 4 + k / 4) + cx * 4 + k % 4)
+                    a->bad++;
+        }
+    return NULL;
+}
+
+/* With a max_size below one chunk every assembly evicts the chunks made before it, also those
+ * whose readers have not been answered yet: a reader still gets its chunk (a descriptor of
+ * the file made for it, never one opened again by name after the eviction). */
+static void test_eviction_never_fails_an_open(void)
+{
+    char *p = path_join(dir, "big.zarr");
+    mkdir_p(p, 0755);
+    free(p);
+    write_text("big.zarr/.zarray",
+               "{\"zarr_format\": 2, \"shape\": [32, 32], \"chunks\": [32, 32], \"dtype\": "
+               "\"<i4\", \"compressor\": null, \"fill_value\": 0, \"order\": \"C\", "
+               "\"filters\": null}");
+    int32_t *in = xmalloc(32 * 32 * sizeof *in);
+    for (int i = 0; i < 32 * 32; i++)
+        in[i] = 1000 * (i / 32) + i % 32;
+    char *name = path_join(dir, "big.zarr/0.0");
+    FILE *f = fopen(name, "wb");
+    CHECK(f && fwrite(in, sizeof *in, 32 * 32, f) == 32 * 32);
+    if (f)
+        fclose(f);
+    free(name);
+    free(in);
+    struct task *t = open_task("[input]\npath = big.zarr\n[rois]\ngrid = 4,4\n[process]\n"
+                               "builtin = copy\nthreads = 4\n[output]\nchunks = 4,4\n"
+                               "[cache]\ndir = cache6\nmax_size = 1\n");
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct errbuf err;
+    CHECK(harness_start(t, &c, &e, &err) == 0);
+    pthread_t th[8];
+    struct evict_reader args[8];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (struct evict_reader){.e = e, .seed = (unsigned)i};
+        pthread_create(&th[i], NULL, evict_read_all, &args[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        bad += args[i].bad;
+    }
+    CHECK_EQ_INT(bad, 0);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
 }
 
 /* Writes input chunk 0.0 as version k (value 100 * y + x + 1000 * k), by rename. */
@@ -320,18 +406,21 @@ static void test_changes_under_readers(void)
     struct cache *c = NULL;
     struct engine *e = NULL;
     struct errbuf err;
-    CHECK(cache_open(t, &c, &err) == 0 && engine_create(t, c, &e, &err) == 0);
+    CHECK(harness_start(t, &c, &e, &err) == 0);
     pthread_t th[4];
     struct churn_arg args[4];
     for (int i = 0; i < 4; i++) {
         args[i] = (struct churn_arg){.e = e};
         pthread_create(&th[i], NULL, churn_reader, &args[i]);
     }
-    uint64_t sid = 0;
+    /* input chunk 0.0, the box [0, 4) x [0, 4) of the input */
+    const uint64_t lo[2] = {0, 0}, hi[2] = {4, 4};
+    uint64_t *stale = NULL;
     for (int k = 1; k <= 10; k++) {
         usleep(5000);
         write_version(k);
-        engine_input_changed(e, &sid, 1, false, NULL, NULL);
+        engine_input_changed(e, lo, hi, 1, false, &stale);
+        free(stale);
         if (k % 3 == 0) {
             struct keyset *live = keyset_new(t->rois.n);
             gc_current_results(t, NULL, live);
@@ -349,10 +438,12 @@ static void test_changes_under_readers(void)
     CHECK_EQ_INT(read_chunk(e, 0, v), 0);
     CHECK_EQ_INT(v[0], 10001);
     /* reported, nothing read since: ROIs 0 and 1 read 0.0 and count as not done */
-    engine_input_changed(e, &sid, 1, false, NULL, NULL);
-    char *status = engine_status_json(e, NULL);
-    CHECK_STR_CONTAINS(status, "\"done\": 1");
-    free(status);
+    size_t n = engine_input_changed(e, lo, hi, 1, false, &stale);
+    CHECK_EQ_INT(n, 4); /* the chunks ROIs 0 and 1 touch: all four (ROI 2 reads 4:8 only) */
+    free(stale);
+    struct engine_progress pr;
+    engine_progress(e, &pr);
+    CHECK_EQ_INT(pr.rois_done, 1);
     engine_destroy(e);
     cache_close(c);
     task_close(t);
@@ -373,8 +464,7 @@ static bool pair_open(struct pair *p, const char *ini)
     for (int i = 0; i < 2; i++) {
         p->t[i] = open_task(ini);
         CHECK(p->t[i] != NULL);
-        if (!p->t[i] || cache_open(p->t[i], &p->c[i], &err) < 0 ||
-            engine_create(p->t[i], p->c[i], &p->e[i], &err) < 0)
+        if (!p->t[i] || harness_start(p->t[i], &p->c[i], &p->e[i], &err) < 0)
             return false;
     }
     return true;
@@ -474,9 +564,10 @@ static void test_lock_taken_after_another_stored(void)
         struct engine *e = p.e[1]; /* its store index is from before */
         struct chunk_keys keys;
         engine_chunk_keys_now(p.t[1], 0, NULL, &keys);
-        struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+        struct harness_open o = {
+            .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
         struct waiter *w = xmalloc(sizeof *w);
-        *w = (struct waiter){.cb = on_open, .ctx = &o};
+        *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
         pthread_mutex_lock(&e->lock);
         struct chunk_job *job = engine_job_create(e, 0, true, &keys);
         w->next = job->waiters;
@@ -509,6 +600,8 @@ int main(void)
     RUN(test_outside_input);
     RUN(test_single_flight_and_remount);
     RUN(test_failure_then_retry);
+    RUN(test_unlistable_cache_fails_create);
+    RUN(test_eviction_never_fails_an_open);
     RUN(test_changes_under_readers);
     RUN(test_failed_chunk_keeps_its_lock);
     RUN(test_open_while_a_failed_chunk_settles);

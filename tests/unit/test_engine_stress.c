@@ -2,7 +2,8 @@
  * as much as for correctness: readers opening every chunk in their own orders while others
  * poll the status, over 300 overlapping ROIs (most spanning chunks, so results go through the
  * cache), for 4 random ROI lists, each twice (the second engine is a remount that computes
- * nothing). Every chunk must equal the reference and every ROI must run exactly once. */
+ * nothing), and once more across a change of one input chunk. Every chunk must equal the
+ * reference and every ROI must run exactly once per version of its input. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,10 +13,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/cache.h"
-#include "engine/engine.h"
+#include "engine_harness.h"
 #include "nd.h"
-#include "task.h"
 
 #define SIDE    96 /* a SIDE x SIDE <u2 input */
 #define IN_CH   16 /* input chunks */
@@ -52,9 +51,35 @@ static void write_file(const char *name, const void *data, size_t len)
     free(p);
 }
 
+static int bumped_cy = -1, bumped_cx = -1; /* the input chunk rewritten with other values */
+
 static uint16_t input_at(int y, int x)
 {
-    return (uint16_t)(y * 131 + x * 7 + 3);
+    int bump = y / IN_CH == bumped_cy && x / IN_CH == bumped_cx ? 1000 : 0;
+    return (uint16_t)(y * 131 + x * 7 + 3 + bump);
+}
+
+/* Writes input chunk (cy, cx) by rename of a complete file (a new inode: a new signature). */
+static void write_input_chunk(int cy, int cx)
+{
+    struct zarr_codec codec = {.id = ZC_BLOSC, .level = 5, .shuffle = 1};
+    snprintf(codec.cname, sizeof codec.cname, "lz4");
+    uint16_t v[IN_CH * IN_CH];
+    for (int i = 0; i < IN_CH * IN_CH; i++)
+        v[i] = input_at(cy * IN_CH + i / IN_CH, cx * IN_CH + i % IN_CH);
+    void *enc;
+    size_t n;
+    struct errbuf err;
+    CHECK_EQ_INT(zarr_codec_encode(&codec, v, sizeof v, 2, &enc, &n, &err), 0);
+    char name[64], tmp[80];
+    snprintf(name, sizeof name, "in.zarr/%d.%d", cy, cx);
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    write_file(tmp, enc, n);
+    free(enc);
+    char *from = path_join(dir, tmp), *to = path_join(dir, name);
+    CHECK_EQ_INT(rename(from, to), 0);
+    free(from);
+    free(to);
 }
 
 /* The input: blosc, so that decoding happens under contention. */
@@ -68,43 +93,40 @@ static void make_input(void)
                          "\"lz4\", \"clevel\": 5, \"shuffle\": 1, \"blocksize\": 0}, "
                          "\"fill_value\": 0, \"order\": \"C\", \"filters\": null}";
     write_file("in.zarr/.zarray", zarray, strlen(zarray));
-    struct zarr_codec codec = {.id = ZC_BLOSC, .level = 5, .shuffle = 1};
-    snprintf(codec.cname, sizeof codec.cname, "lz4");
     for (int cy = 0; cy < SIDE / IN_CH; cy++)
-        for (int cx = 0; cx < SIDE / IN_CH; cx++) {
-            uint16_t v[IN_CH * IN_CH];
-            for (int i = 0; i < IN_CH * IN_CH; i++)
-                v[i] = input_at(cy * IN_CH + i / IN_CH, cx * IN_CH + i % IN_CH);
-            void *enc;
-            size_t n;
-            struct errbuf err;
-            CHECK_EQ_INT(zarr_codec_encode(&codec, v, sizeof v, 2, &enc, &n, &err), 0);
-            char name[64];
-            snprintf(name, sizeof name, "in.zarr/%d.%d", cy, cx);
-            write_file(name, enc, n);
-            free(enc);
-        }
+        for (int cx = 0; cx < SIDE / IN_CH; cx++)
+            write_input_chunk(cy, cx);
 }
 
-/* A new random ROI list, its reference (builtin add 1 is pointwise, so overlapping ROIs
- * agree) and a configuration using cache directory cache<n>. */
-static void make_layout(int n)
+static int boxes[NROIS][4]; /* y0, y1, x0, x1 of each ROI of the layout */
+
+/* The reference of the layout over the input as it is (builtin add 1 is pointwise, so
+ * overlapping ROIs agree). */
+static void make_reference(void)
 {
-    struct strbuf rois = {0};
     memset(present, 0, sizeof present);
     for (int y = 0; y < SIDE; y++)
         for (int x = 0; x < SIDE; x++)
             ref[y][x] = FILL;
+    for (int i = 0; i < NROIS; i++)
+        for (int y = boxes[i][0]; y < boxes[i][1]; y++)
+            for (int x = boxes[i][2]; x < boxes[i][3]; x++) {
+                ref[y][x] = (uint16_t)(input_at(y, x) + 1);
+                present[(y / OUT_CH) * GRID + x / OUT_CH] = true;
+            }
+}
+
+/* A new random ROI list, its reference and a configuration using cache directory cache<n>. */
+static void make_layout(int n)
+{
+    struct strbuf rois = {0};
     for (int i = 0; i < NROIS; i++) {
         int h = 1 + (int)rnd(30), w = 1 + (int)rnd(30);
         int y0 = (int)rnd(SIDE - h + 1), x0 = (int)rnd(SIDE - w + 1);
         sb_printf(&rois, "%d:%d, %d:%d\n", y0, y0 + h, x0, x0 + w);
-        for (int y = y0; y < y0 + h; y++)
-            for (int x = x0; x < x0 + w; x++) {
-                ref[y][x] = (uint16_t)(input_at(y, x) + 1);
-                present[(y / OUT_CH) * GRID + x / OUT_CH] = true;
-            }
+        boxes[i][0] = y0, boxes[i][1] = y0 + h, boxes[i][2] = x0, boxes[i][3] = x0 + w;
     }
+    make_reference();
     write_file("rois.txt", rois.buf, rois.len);
     sb_free(&rois);
     char ini[512];
@@ -116,40 +138,15 @@ static void make_layout(int n)
     write_file("task.ini", ini, strlen(ini));
 }
 
-struct opened {
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    int err, fd, done;
-};
-
-static void on_open(void *ctx, int err, int fd, int flags)
-{
-    (void)flags;
-    struct opened *o = ctx;
-    pthread_mutex_lock(&o->m);
-    o->err = err;
-    o->fd = fd;
-    o->done = 1;
-    pthread_cond_signal(&o->cv);
-    pthread_mutex_unlock(&o->m);
-}
-
 /* Opens chunk id, reads it and compares it with the reference: 0, or what went wrong. */
 static int check_chunk(struct engine *e, uint64_t id)
 {
-    struct opened o = {.m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    engine_open_chunk(e, id, on_open, &o);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    pthread_mutex_destroy(&o.m);
-    pthread_cond_destroy(&o.cv);
-    if (o.err)
-        return o.err;
+    int fd, r = harness_open_wait(e, id, &fd);
+    if (r)
+        return r;
     uint16_t v[OUT_CH * OUT_CH];
-    ssize_t n = pread(o.fd, v, sizeof v, 0);
-    close(o.fd);
+    ssize_t n = pread(fd, v, sizeof v, 0);
+    close(fd);
     if (n != (ssize_t)sizeof v)
         return -EIO;
     int cy = (int)(id / GRID), cx = (int)(id % GRID);
@@ -211,7 +208,7 @@ static void *poll_status(void *p)
 {
     struct poller *q = p;
     while (!atomic_load(q->stop)) {
-        char *s = engine_status_json(q->e, NULL);
+        char *s = harness_status(q->e);
         struct engine_progress pr;
         engine_progress(q->e, &pr);
         uint64_t size;
@@ -223,50 +220,62 @@ static void *poll_status(void *p)
     return NULL;
 }
 
+/* READERS readers of the whole array and POLLERS status pollers at once; the readers'
+ * mismatches. */
+static int read_concurrently(struct engine *e)
+{
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, READERS);
+    struct reader readers[READERS];
+    struct poller pollers[POLLERS];
+    atomic_bool stop = false;
+    for (int i = 0; i < POLLERS; i++) {
+        pollers[i] = (struct poller){.e = e, .stop = &stop};
+        pthread_create(&pollers[i].th, NULL, poll_status, &pollers[i]);
+    }
+    for (int i = 0; i < READERS; i++) {
+        readers[i] = (struct reader){.e = e, .start = &start, .seed = (unsigned)i};
+        pthread_create(&readers[i].th, NULL, read_all, &readers[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(readers[i].th, NULL);
+        bad += readers[i].bad;
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < POLLERS; i++)
+        pthread_join(pollers[i].th, NULL);
+    pthread_barrier_destroy(&start);
+    return bad;
+}
+
+/* The task of task.ini with its cache and an engine, or NULL. */
+static struct task *start(struct cache **c, struct engine **e)
+{
+    char *path = path_join(dir, "task.ini");
+    struct task *t = NULL;
+    struct errbuf err = {{0}};
+    int r = task_open(path, &t, &err);
+    free(path);
+    if (r == 0)
+        r = harness_start(t, c, e, &err);
+    if (r < 0)
+        fprintf(stderr, "setup: %s\n", err.msg);
+    CHECK_EQ_INT(r, 0);
+    return r == 0 ? t : NULL;
+}
+
 static void test_concurrent_readers(void)
 {
     for (int round = 0; round < 2 * LAYOUTS; round++) {
         if (round % 2 == 0)
             make_layout(round / 2);
-        char *path = path_join(dir, "task.ini");
-        struct task *t = NULL;
         struct cache *c = NULL;
         struct engine *e = NULL;
-        struct errbuf err = {{0}};
-        int r = task_open(path, &t, &err);
-        free(path);
-        if (r == 0)
-            r = cache_open(t, &c, &err);
-        if (r == 0)
-            r = engine_create(t, c, &e, &err);
-        if (r < 0)
-            fprintf(stderr, "setup: %s\n", err.msg);
-        CHECK_EQ_INT(r, 0);
-        if (r < 0)
+        struct task *t = start(&c, &e);
+        if (!t)
             return;
-        pthread_barrier_t start;
-        pthread_barrier_init(&start, NULL, READERS);
-        struct reader readers[READERS];
-        struct poller pollers[POLLERS];
-        atomic_bool stop = false;
-        for (int i = 0; i < POLLERS; i++) {
-            pollers[i] = (struct poller){.e = e, .stop = &stop};
-            pthread_create(&pollers[i].th, NULL, poll_status, &pollers[i]);
-        }
-        for (int i = 0; i < READERS; i++) {
-            readers[i] = (struct reader){.e = e, .start = &start, .seed = (unsigned)i};
-            pthread_create(&readers[i].th, NULL, read_all, &readers[i]);
-        }
-        int bad = 0;
-        for (int i = 0; i < READERS; i++) {
-            pthread_join(readers[i].th, NULL);
-            bad += readers[i].bad;
-        }
-        atomic_store(&stop, true);
-        for (int i = 0; i < POLLERS; i++)
-            pthread_join(pollers[i].th, NULL);
-        pthread_barrier_destroy(&start);
-        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(read_concurrently(e), 0);
         /* each ROI once in the first engine; the remount finds everything in the cache */
         CHECK_EQ_INT(t->proc->calls, round % 2 == 0 ? NROIS : 0);
         struct engine_progress pr;
@@ -278,6 +287,38 @@ static void test_concurrent_readers(void)
     }
 }
 
+/* A ROI made again after its input changed replaces its slot's result (under the engine's
+ * lock) while other chunks are assembled and pasted from results in memory and in the store:
+ * readers of the whole array in one engine, before and after one input chunk is rewritten,
+ * get the reference of the input as it is, and only the ROIs whose box touches the changed
+ * chunk run again (the ROIs have no halo). */
+static void test_input_change_under_readers(void)
+{
+    make_layout(LAYOUTS);
+    struct cache *c = NULL;
+    struct engine *e = NULL;
+    struct task *t = start(&c, &e);
+    if (!t)
+        return;
+    CHECK_EQ_INT(read_concurrently(e), 0);
+    CHECK_EQ_INT(t->proc->calls, NROIS);
+    bumped_cy = 2, bumped_cx = 3;
+    write_input_chunk(bumped_cy, bumped_cx);
+    make_reference();
+    int touching = 0;
+    for (int i = 0; i < NROIS; i++)
+        touching += boxes[i][0] < (bumped_cy + 1) * IN_CH && boxes[i][1] > bumped_cy * IN_CH &&
+                    boxes[i][2] < (bumped_cx + 1) * IN_CH && boxes[i][3] > bumped_cx * IN_CH;
+    CHECK(touching > 0);
+    CHECK_EQ_INT(read_concurrently(e), 0);
+    CHECK_EQ_INT(t->proc->calls, NROIS + touching);
+    engine_destroy(e);
+    cache_close(c);
+    task_close(t);
+    bumped_cy = bumped_cx = -1;
+    make_input();
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/roifs-engine-stress-XXXXXX");
@@ -286,6 +327,7 @@ int main(void)
     log_open_stderr(false);
     make_input();
     RUN(test_concurrent_readers);
+    RUN(test_input_change_under_readers);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "engine/engine_internal.h"
+#include "engine/evict.h"
 
 /* The model: ids from least to most recently used, with their sizes. */
 struct model {
@@ -66,22 +66,35 @@ static size_t model_victims(struct model *m, uint64_t max, uint64_t keep, uint64
     return k;
 }
 
+/* The ids of n victims (into out), checking that each carries the inode it was added with
+ * (its id times 7, in these tests). */
+static uint64_t *victim_ids(const struct evict_victim *v, size_t n, uint64_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i] = v[i].id;
+        CHECK(v[i].ino == v[i].id * 7);
+    }
+    return out;
+}
+
 static void test_basic_order(void)
 {
     struct evict *ev = evict_new(300);
-    evict_add(ev, 1, 100);
-    evict_add(ev, 2, 100);
-    evict_add(ev, 3, 100);
-    uint64_t *v;
+    evict_add(ev, 1, 100, 1 * 7);
+    evict_add(ev, 2, 100, 2 * 7);
+    evict_add(ev, 3, 100, 3 * 7);
+    struct evict_victim *v;
+    uint64_t ids[8];
     CHECK_EQ_INT(evict_victims(ev, 3, &v), 0); /* 300 fits */
     free(v);
-    evict_touch(ev, 1);    /* order now 2, 3, 1 */
-    evict_add(ev, 4, 150); /* 450: 2 and 3 go, in that order */
+    evict_touch(ev, 1);           /* order now 2, 3, 1 */
+    evict_add(ev, 4, 150, 4 * 7); /* 450: 2 and 3 go, in that order */
     size_t n = evict_victims(ev, 4, &v);
     CHECK_EQ_INT(n, 2);
     if (n == 2) {
-        CHECK_EQ_INT(v[0], 2);
-        CHECK_EQ_INT(v[1], 3);
+        victim_ids(v, n, ids);
+        CHECK_EQ_INT(ids[0], 2);
+        CHECK_EQ_INT(ids[1], 3);
     }
     free(v);
     uint64_t usage, max, evicted;
@@ -90,14 +103,14 @@ static void test_basic_order(void)
     CHECK_EQ_INT(max, 300);
     CHECK_EQ_INT(evicted, 2);
     /* The kept chunk stays even when it alone is over the limit. */
-    evict_add(ev, 5, 1000);
+    evict_add(ev, 5, 1000, 5 * 7);
     n = evict_victims(ev, 5, &v);
     CHECK_EQ_INT(n, 2); /* 1 and 4 */
     free(v);
     evict_stats(ev, &usage, &max, &evicted);
     CHECK_EQ_INT(usage, 1000);
     /* Re-adding updates the size; removing an unknown id is harmless. */
-    evict_add(ev, 5, 10);
+    evict_add(ev, 5, 10, 5 * 7);
     evict_remove(ev, 99);
     evict_stats(ev, &usage, &max, &evicted);
     CHECK_EQ_INT(usage, 10);
@@ -123,12 +136,13 @@ static void test_random_against_model(void)
         int op = rand() % 10;
         if (op < 5) {
             uint64_t size = 1 + (uint64_t)(rand() % 500);
-            evict_add(ev, id, size);
+            evict_add(ev, id, size, id * 7);
             model_add(&m, id, size);
-            uint64_t *v, mv[4096];
+            struct evict_victim *v;
+            static uint64_t vid[4096], mv[4096];
             size_t n = evict_victims(ev, id, &v);
             size_t k = model_victims(&m, max, id, mv);
-            if (n != k || (n && memcmp(v, mv, n * sizeof *v) != 0))
+            if (n != k || (n && memcmp(victim_ids(v, n, vid), mv, n * sizeof *mv) != 0))
                 mismatches++;
             free(v);
         } else if (op < 8) {
@@ -148,17 +162,17 @@ static void test_random_against_model(void)
     CHECK_EQ_INT(mismatches, 0);
     /* Everything still held comes out in least-recently-used order. */
     struct evict *probe = ev;
-    uint64_t *v;
+    struct evict_victim *v;
     size_t n = 0;
     {
         /* Lower the bar to zero by adding a huge kept chunk, then compare the order. */
-        uint64_t mv[4096];
-        evict_add(probe, UINT64_MAX - 1, max + 1);
+        static uint64_t vid[4096], mv[4096];
+        evict_add(probe, UINT64_MAX - 1, max + 1, (UINT64_MAX - 1) * 7);
         model_add(&m, UINT64_MAX - 1, max + 1);
         n = evict_victims(probe, UINT64_MAX - 1, &v);
         size_t k = model_victims(&m, max, UINT64_MAX - 1, mv);
         CHECK_EQ_INT(n, k);
-        CHECK(n == k && memcmp(v, mv, n * sizeof *v) == 0);
+        CHECK(n == k && memcmp(victim_ids(v, n, vid), mv, n * sizeof *mv) == 0);
         CHECK(n > 50);
     }
     free(v);

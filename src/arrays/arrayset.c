@@ -1,0 +1,261 @@
+/* arrayset.c: the arrays a mount, warm or export presents (see arrayset.h): their engine
+ * options, caches, engines in dependency order, the tree of names, and the status document. */
+#include "arrayset.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../nd.h"
+#include "pyramid.h"
+
+struct arrayset {
+    struct array arrays[PYRAMID_MAX_LEVELS];
+    size_t n;
+    struct pyramid *pyramid; /* [output] ome = true, else NULL */
+    struct ns *tree;
+    bool status_file; /* the tree has .roifs/status */
+};
+
+/* The engine options of the configuration, with the command line's thread count. */
+static void engine_opts_of(const struct config *cfg, int threads, struct engine_opts *o)
+{
+    *o = (struct engine_opts){.threads = cfg->threads,
+                              .readahead = cfg->readahead,
+                              .retries = cfg->retries,
+                              .max_size = cfg->max_size};
+    if (threads <= 0)
+        return;
+    o->threads = threads;
+    /* readahead left to its default follows the number of threads, as in the file */
+    if (config_line(cfg, "process", "readahead") == 0)
+        o->readahead = threads;
+}
+
+static void add_array_files(struct ns *ns, int dir, const struct task *t)
+{
+    if (t->out.format == 3) {
+        ns_add_file(ns, dir, "zarr.json", t->zarr_json);
+        return;
+    }
+    ns_add_file(ns, dir, ".zarray", t->zarray_json);
+    ns_add_file(ns, dir, ".zattrs", t->zattrs_json);
+}
+
+/* The tree: the array at the root, or the pyramid's image group with a directory per level;
+ * .roifs/status at the root only. Listed in the order added. */
+static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
+{
+    struct ns *ns = s->tree = ns_new();
+    const struct task *t0 = s->arrays[0].task;
+    bool v3 = t0->out.format == 3;
+    if (s->pyramid) {
+        ns_add_file(ns, NS_ROOT, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(s->pyramid));
+        if (!v3)
+            ns_add_file(ns, NS_ROOT, ".zattrs", pyramid_group_attrs(s->pyramid));
+    } else {
+        add_array_files(ns, NS_ROOT, t0);
+    }
+    if (status)
+        ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    if (!s->pyramid)
+        return ns_add_chunks(ns, NS_ROOT, t0, 0, err);
+    for (size_t i = 0; i < s->n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", s->arrays[i].level);
+        int dir = ns_add_dir(ns, NS_ROOT, name);
+        add_array_files(ns, dir, s->arrays[i].task);
+        int r = ns_add_chunks(ns, dir, s->arrays[i].task, (int)i, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Opens each array's cache: the configured array's registers the configuration it serves,
+ * the levels' (inside it) do not, and look at its registrations. */
+static int open_caches(struct arrayset *s, struct errbuf *err)
+{
+    uint64_t version = task_version(s->arrays[0].task); /* every level serves that version */
+    for (size_t i = 0; i < s->n; i++) {
+        const struct task *t = s->arrays[i].task;
+        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version, &s->arrays[i].cache,
+                           err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset **out,
+                  struct errbuf *err)
+{
+    struct arrayset *s = xcalloc(1, sizeof *s);
+    struct engine_opts eo;
+    engine_opts_of(&t->cfg, o->threads, &eo);
+    s->arrays[0] = (struct array){.task = t, .opts = eo};
+    s->status_file = o->status_file;
+    s->n = 1;
+    /* one level alone is presented as the plain array, as before the array set existed */
+    int r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;
+    for (int l = 1; r == 0 && s->pyramid && l < pyramid_nlevels(s->pyramid); l++)
+        s->arrays[s->n++] =
+            (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l};
+    if (r == 0)
+        r = open_caches(s, err);
+    struct errbuf e = {{0}};
+    if (r == 0 && (r = build_tree(s, o->status_file, &e)) < 0)
+        err_set(err, r, "%s: %s", t->cfg.path, e.msg);
+    if (r < 0) {
+        arrayset_close(s);
+        return r;
+    }
+    *out = s;
+    return 0;
+}
+
+int arrayset_start(struct arrayset *s, struct errbuf *err)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        struct array *a = &s->arrays[i];
+        int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
+        if (r < 0) {
+            a->engine = NULL;
+            arrayset_stop(s);
+            return r;
+        }
+        if (s->pyramid) /* before the next level's engine, whose threads read through it */
+            pyramid_set_engine(s->pyramid, (int)i, a->engine);
+    }
+    return 0;
+}
+
+void arrayset_stop(struct arrayset *s)
+{
+    for (size_t i = s->n; i-- > 0;) {
+        struct array *a = &s->arrays[i];
+        if (!a->engine)
+            continue;
+        engine_destroy(a->engine); /* the arrays after it, which read it, are stopped */
+        a->engine = NULL;
+        if (s->pyramid)
+            pyramid_set_engine(s->pyramid, (int)i, NULL);
+    }
+}
+
+void arrayset_close(struct arrayset *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        cache_close(s->arrays[i].cache);
+    pyramid_free(s->pyramid);
+    ns_free(s->tree);
+    free(s);
+}
+
+size_t arrayset_count(const struct arrayset *s)
+{
+    return s->n;
+}
+
+const struct array *arrayset_array(const struct arrayset *s, size_t i)
+{
+    return &s->arrays[i];
+}
+
+const struct ns *arrayset_tree(const struct arrayset *s)
+{
+    return s->tree;
+}
+
+/* One level's counters in the status document's "levels". */
+static json_t *level_status(const struct array *a)
+{
+    struct engine_progress p;
+    engine_progress(a->engine, &p);
+    return json_pack("{s:i, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I}", "level", a->level, "rois",
+                     "total", (json_int_t)p.rois_total, "done", (json_int_t)p.rois_done, "failed",
+                     (json_int_t)p.rois_failed, "chunks", "total", (json_int_t)p.chunks_total,
+                     "present", (json_int_t)p.chunks_present, "cached", (json_int_t)p.chunks_cached,
+                     "calls", (json_int_t)p.calls);
+}
+
+json_t *arrayset_status(struct arrayset *s)
+{
+    json_t *doc = engine_status(s->arrays[0].engine);
+    if (s->pyramid && s->n > 1) {
+        json_t *levels = json_array();
+        for (size_t i = 0; i < s->n; i++)
+            json_array_append_new(levels, level_status(&s->arrays[i]));
+        json_object_set_new(doc, "levels", levels);
+    }
+    return doc;
+}
+
+void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r)
+{
+    provenance_set_results(s->arrays[0].task, r);
+    if (s->pyramid)
+        pyramid_refresh_group(s->pyramid);
+    /* the tree points at the texts just replaced: made again, as it was */
+    ns_free(s->tree);
+    struct errbuf err = {{0}};
+    if (build_tree(s, s->status_file, &err) < 0) /* it was built once from the same arrays */
+        log_error("%s: %s", s->arrays[0].task->cfg.path, err.msg);
+}
+
+/* ---- input changes ([input] watch) ---- */
+
+/* The boxes of t's input that its storage files sids[0..n) hold (malloc'd, ndim each). */
+static void storage_boxes(const struct task *t, const uint64_t *sids, size_t n, uint64_t **lo,
+                          uint64_t **hi)
+{
+    const struct zarr_meta *in = t->in_meta;
+    int nd = in->ndim;
+    uint64_t grid[ROIFS_MAX_DIM];
+    zarr_meta_grid(in, grid);
+    *lo = xmalloc((n ? n : 1) * nd * sizeof **lo);
+    *hi = xmalloc((n ? n : 1) * nd * sizeof **hi);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t idx[ROIFS_MAX_DIM];
+        nd_unlinear(sids[i], grid, nd, idx);
+        nd_chunk_box(idx, in->chunks, in->shape, nd, *lo + i * nd, *hi + i * nd);
+    }
+}
+
+void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, bool all,
+                            void (*fn)(void *ctx, int array, uint64_t id), void *ctx)
+{
+    uint64_t *lo, *hi, *chunks = NULL;
+    storage_boxes(s->arrays[0].task, sids, all ? 0 : n, &lo, &hi);
+    size_t nboxes = all ? 0 : n;
+    for (size_t i = 0; i < s->n && s->arrays[i].engine; i++) {
+        if (i > 0) { /* a level: where the chunks of the level above that changed go */
+            free(lo);
+            free(hi);
+            nboxes =
+                pyramid_changed_boxes(s->pyramid, s->arrays[i].level, chunks, nboxes, &lo, &hi);
+        }
+        free(chunks);
+        nboxes = engine_input_changed(s->arrays[i].engine, lo, hi, nboxes, all, &chunks);
+        for (size_t k = 0; k < nboxes && fn; k++)
+            fn(ctx, (int)i, chunks[k]);
+    }
+    free(chunks);
+    free(lo);
+    free(hi);
+}
+
+void arrayset_input_broken(struct arrayset *s, const char *reason)
+{
+    char *was = s->arrays[0].engine ? engine_input_error(s->arrays[0].engine) : NULL;
+    if (!was)
+        log_error("[input] watch: %s; every chunk fails with EIO until the mount is made again",
+                  reason);
+    free(was);
+    for (size_t i = 0; i < s->n; i++)
+        if (s->arrays[i].engine)
+            engine_input_broken(s->arrays[i].engine, reason);
+}

@@ -1,0 +1,73 @@
+/* arrayset.h: the arrays a mount, warm or export presents, and the tree of names they make.
+ * Each array is a (task, cache, engine) with its own copy of the engine options and its place
+ * in the tree: the configured array, and with [output] ome = true the pyramid's levels under
+ * MNT/0, MNT/1, ... (pyramid.h). FUSE-free: the FUSE side, warm, export and the status file
+ * ask it for array i, never an engine for another engine's levels. */
+#ifndef ROIFS_ARRAYSET_H
+#define ROIFS_ARRAYSET_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../engine/cache.h"
+#include "../engine/engine.h"
+#include "../provenance.h"
+#include "../task.h"
+#include "../tree/namespace.h"
+
+struct arrayset_opts {
+    /* > 0: the compute threads of every array (the command line's -j N) instead of [process]
+     * threads; readahead follows them when the configuration leaves it to its default */
+    int threads;
+    bool status_file; /* the tree has .roifs/status (a mount) */
+};
+
+struct array {
+    struct task *task;       /* array 0: the caller's task; the others: the pyramid's */
+    struct cache *cache;     /* its own cache directory */
+    struct engine *engine;   /* from arrayset_start to arrayset_stop, else NULL */
+    struct engine_opts opts; /* its own */
+    int level;               /* its pyramid level (0: the configured array) */
+};
+
+struct arrayset;
+
+/* Builds the arrays of t (borrowed: it must outlive the set), opens every array's cache and
+ * builds the tree. No thread is started: a mount forks after this. -EINVAL (exit status 2)
+ * with err set for a configuration or a cache directory roifs may not use, other -errno. */
+int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset **out,
+                  struct errbuf *err);
+/* Creates the engines, array by array (an array's engine exists before that of an array
+ * reading it). 0, or -errno with err set and no engine left running. */
+int arrayset_start(struct arrayset *s, struct errbuf *err);
+/* Destroys the engines, readers of an array before the array (every finished result is in
+ * the caches). */
+void arrayset_stop(struct arrayset *s);
+/* Closes the caches and frees the derived arrays (after arrayset_stop); not the task. */
+void arrayset_close(struct arrayset *s);
+
+size_t arrayset_count(const struct arrayset *s);
+const struct array *arrayset_array(const struct arrayset *s, size_t i);
+/* The presented tree; its chunk nodes name arrays by their index in the set. */
+const struct ns *arrayset_tree(const struct arrayset *s);
+/* The status document of SPEC §6 for a started set: array 0's engine_status, and with a
+ * pyramid "levels", each level's counters. A new reference. */
+json_t *arrayset_status(struct arrayset *s);
+
+/* Adds "results" to the provenance attributes (array 0's and the image group's) and makes
+ * the tree again with them: before anything is served, and before arrayset_tree is asked
+ * for (the tree asked for before is gone). */
+void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r);
+
+/* [input] watch, for a started set: the input's storage files sids[0..n) changed (with all:
+ * any may have). Every array forgets what depends on them (engine_input_changed), array after
+ * array, a pyramid level after the level it reduces; fn(ctx, array, id) for each chunk of the
+ * tree made stale. */
+void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, bool all,
+                            void (*fn)(void *ctx, int array, uint64_t id), void *ctx);
+/* The input's metadata changed: every chunk of every array fails with EIO from now on, the
+ * reason in the status ("input_error") and, once, the log. */
+void arrayset_input_broken(struct arrayset *s, const char *reason);
+
+#endif

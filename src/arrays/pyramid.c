@@ -1,0 +1,531 @@
+/* pyramid.c: [output] ome = true (see pyramid.h). Level L's input reads the level L-1 chunks
+ * its box covers through level L-1's engine, decodes them and reduces each 2x2 block of y and
+ * x (downsample.c). Its input signature hashes the keys of those level L-1 chunks (of the
+ * versions read, for a read), so a change of the input or the processor reaches every level.
+ * Each level has its own cache, <cache dir>/L<n>. */
+#include "pyramid.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../nd.h"
+#include "downsample.h"
+
+/* One level L >= 1: what its input source reads. */
+struct level {
+    int number;
+    const struct downsample *geom;
+    const struct task *up;    /* level L-1 */
+    struct engine *up_engine; /* level L-1's engine: set (pyramid_set_engine) before this
+                               * level's engine starts its threads, which read it */
+    struct zarr_meta input;   /* what this level's input looks like: the level itself */
+    struct task *task;
+};
+
+struct pyramid {
+    struct downsample geom;
+    int nlevels;
+    struct task *t0;
+    struct level levels[PYRAMID_MAX_LEVELS]; /* [0] unused but for task */
+    char *group_meta, *group_attrs;
+};
+
+/* ---- the copy processor of levels >= 1 ---- */
+
+static int copy_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
+{
+    (void)p;
+    (void)err;
+    memcpy(rq->out, rq->in, rq->out_nbytes < rq->in_nbytes ? rq->out_nbytes : rq->in_nbytes);
+    return 0;
+}
+
+static void copy_destroy(struct proc *p)
+{
+    free(p);
+}
+
+static const struct proc_ops copy_ops = {.run = copy_run, .destroy = copy_destroy};
+
+/* ---- reading the level above ---- */
+
+/* Range [c0, c1) of up's chunk grid that box [f0, f0 + fshape) touches; false when empty. */
+static bool up_range(const struct task *up, const uint64_t *f0, const uint64_t *fshape,
+                     uint64_t *c0, uint64_t *c1)
+{
+    int nd = up->out.ndim;
+    uint64_t hi[ROIFS_MAX_DIM];
+    for (int d = 0; d < nd; d++) {
+        if (fshape[d] == 0)
+            return false;
+        hi[d] = f0[d] + fshape[d];
+    }
+    nd_chunk_range(f0, hi, up->out.chunks, nd, c0, c1);
+    return true;
+}
+
+struct sync_open {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool done;
+    int err, fd;
+};
+
+static void sync_cb(void *ctx, int err, int fd, int flags)
+{
+    (void)flags;
+    struct sync_open *s = ctx;
+    pthread_mutex_lock(&s->m);
+    s->err = err;
+    s->fd = fd;
+    s->done = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->m);
+}
+
+/* Opens chunk id of the level above through its engine and WAITS for it: the calling compute
+ * thread of this level blocks on the other level's engine, which may have to compute the
+ * chunk first. This cannot deadlock: every level has compute threads of its own, and waits
+ * go one way only, from a level to the one above it (a level never waits on a level below),
+ * ending at level 0, which waits on nothing but its input and processor. */
+static int wait_for_upper_chunk(const struct level *lv, uint64_t id, int *fd, struct errbuf *err)
+{
+    struct sync_open s = {.done = false, .fd = -1};
+    pthread_mutex_init(&s.m, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    engine_open_chunk(lv->up_engine, id, sync_cb, &s);
+    pthread_mutex_lock(&s.m);
+    while (!s.done)
+        pthread_cond_wait(&s.cv, &s.m);
+    pthread_mutex_unlock(&s.m);
+    pthread_mutex_destroy(&s.m);
+    pthread_cond_destroy(&s.cv);
+    if (s.err < 0)
+        return err_set(err, -EIO, "level %d chunk %llu: %s", lv->number - 1, (unsigned long long)id,
+                       strerror(-s.err));
+    *fd = s.fd;
+    return 0;
+}
+
+/* Reads chunk id of the level above (waiting for it) and decodes it into buf (its
+ * chunk_nbytes); *key gets the key of the version read. */
+static int read_up_chunk(const struct level *lv, uint64_t id, void *buf, struct key128 *key,
+                         struct errbuf *err)
+{
+    int fd = -1, rc = wait_for_upper_chunk(lv, id, &fd, err);
+    if (rc < 0)
+        return rc;
+    struct stat st;
+    struct cache_chunk_meta meta;
+    rc = fstat(fd, &st) < 0 ? -errno : 0;
+    if (rc == 0 && (rc = cache_chunk_meta_of(engine_cache(lv->up_engine), id, fd, &meta)) == 0)
+        *key = meta.key;
+    void *data = NULL;
+    size_t got = 0;
+    if (rc == 0) {
+        data = xmalloc(st.st_size > 0 ? (size_t)st.st_size : 1);
+        rc = pread_full(fd, data, (size_t)st.st_size, 0, &got);
+        if (rc == 0 && got != (size_t)st.st_size)
+            rc = -EIO;
+    }
+    close(fd);
+    if (rc < 0) {
+        free(data);
+        return err_set(err, -EIO, "level %d chunk %llu: cannot read its cache file", lv->number - 1,
+                       (unsigned long long)id);
+    }
+    rc = zarr_decode_chunk(&lv->up->out, data, got, buf, err);
+    free(data);
+    return rc;
+}
+
+/* The signature of a level's input over the up chunks [c0, c1), from each one's key
+ * (keys[i] in C order; a chunk that does not exist counts as zeros). */
+static uint64_t level_sig(const struct task *up, const uint64_t *c0, const uint64_t *c1,
+                          const struct key128 *keys)
+{
+    uint64_t h = fnv64(FNV64_INIT, "level 2", 7), idx[ROIFS_MAX_DIM];
+    int nd = up->out.ndim;
+    size_t i = 0;
+    memcpy(idx, c0, sizeof(uint64_t) * nd);
+    do {
+        uint64_t id = nd_linear(idx, up->grid, nd);
+        h = fnv64(h, &id, sizeof id);
+        h = fnv64(h, &keys[i], sizeof keys[i]);
+        i++;
+    } while (nd_next_index(idx, c0, c1, nd));
+    return h;
+}
+
+static size_t range_count(const uint64_t *c0, const uint64_t *c1, int nd)
+{
+    size_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= c1[d] - c0[d];
+    return n;
+}
+
+/* Copies the part of up chunk idx (decoded in cbuf) inside box [f0, f0 + fshape) into dst. */
+static void paste_up_chunk(const struct task *up, const uint64_t *idx, const void *cbuf,
+                           const uint64_t *f0, const uint64_t *fshape, void *dst)
+{
+    int nd = up->out.ndim;
+    uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM], doff[ROIFS_MAX_DIM], soff[ROIFS_MAX_DIM],
+        ext[ROIFS_MAX_DIM];
+    nd_chunk_box(idx, up->out.chunks, up->out.shape, nd, lo, hi);
+    for (int d = 0; d < nd; d++) {
+        uint64_t a = lo[d] > f0[d] ? lo[d] : f0[d];
+        uint64_t b = hi[d] < f0[d] + fshape[d] ? hi[d] : f0[d] + fshape[d];
+        doff[d] = a - f0[d];
+        soff[d] = a - lo[d];
+        ext[d] = b - a;
+    }
+    nd_copy(dst, fshape, doff, cbuf, up->out.chunks, soff, ext, nd, up->out.dtype.size);
+}
+
+/* Reads box [f0, f0 + fshape) of the level above into dst (C order, native): chunks that do
+ * not exist read as the fill value. *sig (when not NULL) gets the signature of the versions
+ * read. */
+static int read_up_box(const struct level *lv, const uint64_t *f0, const uint64_t *fshape,
+                       void *dst, uint64_t *sig, struct errbuf *err)
+{
+    const struct task *up = lv->up;
+    int nd = up->out.ndim;
+    nd_fill(dst, nd_prod(fshape, nd), up->out.fill, up->out.dtype.size);
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
+    if (sig)
+        *sig = fnv64(FNV64_INIT, "level 2", 7);
+    if (!up_range(up, f0, fshape, c0, c1))
+        return 0;
+    memcpy(idx, c0, sizeof(uint64_t) * nd);
+    void *cbuf = xmalloc(up->chunk_nbytes);
+    struct key128 *keys = xcalloc(range_count(c0, c1, nd), sizeof *keys);
+    size_t pos = 0;
+    int rc = 0;
+    do {
+        uint64_t id = nd_linear(idx, up->grid, nd);
+        if (!task_chunk_present(up, id)) {
+            pos++;
+            continue;
+        }
+        if ((rc = read_up_chunk(lv, id, cbuf, &keys[pos++], err)) < 0)
+            break;
+        paste_up_chunk(up, idx, cbuf, f0, fshape, dst);
+    } while (nd_next_index(idx, c0, c1, nd));
+    if (rc == 0 && sig)
+        *sig = level_sig(up, c0, c1, keys);
+    free(keys);
+    free(cbuf);
+    return rc;
+}
+
+/* The input source of a level: read. */
+static int level_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
+                      uint64_t *sig, struct errbuf *err)
+{
+    const struct level *lv = ctx;
+    int nd = lv->input.ndim;
+    uint64_t f0[ROIFS_MAX_DIM], fshape[ROIFS_MAX_DIM];
+    downsample_footprint(lv->geom, lv->up->out.shape, start, shape, f0, fshape);
+    if (sig)
+        *sig = fnv64(FNV64_INIT, "level 2", 7);
+    if (nd_prod(shape, nd) == 0)
+        return 0;
+    void *src = xmalloc(nd_prod(fshape, nd) * lv->input.dtype.size);
+    int rc = read_up_box(lv, f0, fshape, src, sig, err);
+    if (rc == 0)
+        downsample_reduce(lv->geom, &lv->input.dtype, src, fshape, dst, shape);
+    free(src);
+    return rc;
+}
+
+/* The input source of a level: the signature of a box as the level above is now. */
+static int level_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
+                           struct zarr_sigmemo *memo, uint64_t *sig)
+{
+    const struct level *lv = ctx;
+    const struct task *up = lv->up;
+    int nd = lv->input.ndim;
+    uint64_t f0[ROIFS_MAX_DIM], fshape[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM],
+        idx[ROIFS_MAX_DIM];
+    *sig = fnv64(FNV64_INIT, "level 2", 7);
+    downsample_footprint(lv->geom, up->out.shape, start, shape, f0, fshape);
+    if (nd_prod(shape, nd) == 0 || !up_range(up, f0, fshape, c0, c1))
+        return 0;
+    struct key128 *keys = xcalloc(range_count(c0, c1, nd), sizeof *keys);
+    size_t pos = 0;
+    memcpy(idx, c0, sizeof(uint64_t) * nd);
+    do {
+        uint64_t id = nd_linear(idx, up->grid, nd);
+        if (task_chunk_present(up, id)) {
+            struct chunk_keys k;
+            engine_chunk_keys_now(up, id, memo, &k);
+            keys[pos] = k.chunk;
+            chunk_keys_free(&k);
+        }
+        pos++;
+    } while (nd_next_index(idx, c0, c1, nd));
+    *sig = level_sig(up, c0, c1, keys);
+    free(keys);
+    return 0;
+}
+
+/* ---- the level tasks ---- */
+
+/* True when chunk idx of the level (metadata o) reduces a chunk of up that exists. */
+static bool reduces_present(const struct level *lv, const struct zarr_meta *o, const uint64_t *idx)
+{
+    const struct task *up = lv->up;
+    int nd = o->ndim;
+    uint64_t b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM], f0[ROIFS_MAX_DIM],
+        fs[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
+    nd_chunk_box(idx, o->chunks, o->shape, nd, b0, b1);
+    for (int d = 0; d < nd; d++)
+        bs[d] = b1[d] - b0[d];
+    downsample_footprint(lv->geom, up->out.shape, b0, bs, f0, fs);
+    if (!up_range(up, f0, fs, c0, c1))
+        return false;
+    memcpy(ci, c0, sizeof(uint64_t) * nd);
+    do {
+        if (task_chunk_present(up, nd_linear(ci, up->grid, nd)))
+            return true;
+    } while (nd_next_index(ci, c0, c1, nd));
+    return false;
+}
+
+/* The ROIs of a level: its chunks whose footprint touches a chunk of the level above that
+ * exists, each ROI one chunk's box. */
+static void level_rois(const struct level *lv, const struct zarr_meta *o, struct roi_set *rs)
+{
+    int nd = o->ndim;
+    uint64_t grid[ROIFS_MAX_DIM], nchunks = 1;
+    zarr_meta_grid(o, grid);
+    for (int d = 0; d < nd; d++)
+        nchunks *= grid[d];
+    size_t cap = 16;
+    *rs = (struct roi_set){.ndim = nd};
+    rs->start = xmalloc(cap * nd * sizeof(uint64_t));
+    rs->stop = xmalloc(cap * nd * sizeof(uint64_t));
+    for (uint64_t id = 0; id < nchunks; id++) {
+        uint64_t idx[ROIFS_MAX_DIM];
+        nd_unlinear(id, grid, nd, idx);
+        if (!reduces_present(lv, o, idx))
+            continue;
+        if (rs->n == cap) {
+            cap *= 2;
+            rs->start = xrealloc(rs->start, cap * nd * sizeof(uint64_t));
+            rs->stop = xrealloc(rs->stop, cap * nd * sizeof(uint64_t));
+        }
+        nd_chunk_box(idx, o->chunks, o->shape, nd, &rs->start[rs->n * nd], &rs->stop[rs->n * nd]);
+        rs->n++;
+    }
+}
+
+/* Level lv->number as a derived task of t0: the level above halved in y and x. */
+static int level_task(struct pyramid *p, struct level *lv, struct errbuf *err)
+{
+    struct task_derived_spec spec = {.out = lv->up->out};
+    struct zarr_meta *o = &spec.out;
+    int ay = p->geom.axis_y, ax = p->geom.axis_x;
+    o->shape[ay] = (o->shape[ay] + 1) / 2;
+    o->shape[ax] = (o->shape[ax] + 1) / 2;
+    for (int d = 0; d < o->ndim && !o->sharded; d++)
+        if (o->chunks[d] > o->shape[d] && o->shape[d] > 0)
+            o->chunks[d] = o->shape[d];
+    lv->input = *o; /* the copy processor sees the reduced level above: the level itself */
+    level_rois(lv, o, &spec.rois);
+    struct proc *copy = xcalloc(1, sizeof *copy);
+    copy->ops = &copy_ops;
+    spec.proc = copy;
+    spec.source = (struct input_source){
+        .meta = &lv->input, .read = level_read, .signature = level_signature, .ctx = lv};
+    /* The level above is in the input signature (its chunks' keys), not here. */
+    char dt[8];
+    char *identity =
+        xasprintf("roifs-level 2\nroifs %s\nmethod %s\naxes %d %d\ndtype %s\n", ROIFS_VERSION,
+                  p->geom.nearest ? "nearest" : "mean", ay, ax, dtype_typestr(&o->dtype, dt));
+    char *dir = xasprintf("%s/L%d", p->t0->cache_dir, lv->number);
+    spec.result_identity = identity;
+    spec.cache_dir = dir;
+    spec.dimension_names = p->t0->dimension_names; /* the OME axes' names, at every level */
+    int r = task_derived(p->t0, &spec, &lv->task, err);
+    free(identity);
+    free(dir);
+    return r;
+}
+
+/* ---- the group's metadata ---- */
+
+/* The multiscale's "metadata" (a SHOULD of OME-NGFF that the strict schemas require): how
+ * the levels were made. */
+static json_t *downsample_metadata(bool nearest)
+{
+    return json_pack("{s:s, s:s, s:s}", "description",
+                     nearest ? "each level takes the top-left element of each 2x2 block of y "
+                               "and x of the level before"
+                             : "each level is the mean of each 2x2 block of y and x of the "
+                               "level before (of the part inside the array; integers rounded "
+                               "half to even)",
+                     "method", nearest ? "roifs downsample = nearest" : "roifs downsample = mean",
+                     "version", ROIFS_VERSION);
+}
+
+/* The multiscales' "datasets": each level's path and scale. */
+static json_t *datasets(const struct pyramid *p)
+{
+    const struct task *t = p->t0;
+    int nd = t->out.ndim;
+    bool ome_ok = t->ome.found && t->ome.ndim == nd;
+    json_t *list = json_array();
+    for (int l = 0; l < p->nlevels; l++) {
+        json_t *scale = json_array();
+        for (int d = 0; d < nd; d++) {
+            double s = ome_ok ? t->ome.scale[d] : 1.0;
+            if (d == p->geom.axis_y || d == p->geom.axis_x)
+                s = ldexp(s, l);
+            json_array_append_new(scale, json_real(s));
+        }
+        char path[16];
+        snprintf(path, sizeof path, "%d", l);
+        json_array_append_new(list, json_pack("{s:s, s:[{s:s, s:o}]}", "path", path,
+                                              "coordinateTransformations", "type", "scale", "scale",
+                                              scale));
+    }
+    return list;
+}
+
+static int build_group(struct pyramid *p, struct errbuf *err)
+{
+    free(p->group_meta);
+    free(p->group_attrs);
+    p->group_meta = p->group_attrs = NULL;
+    const struct task *t = p->t0;
+    json_t *axes = ome_output_axes(&t->ome, t->out.ndim, err); /* checked by task_open */
+    if (!axes)
+        return -EINVAL;
+    bool nearest = p->geom.nearest;
+    json_t *ms = json_pack("{s:s, s:o, s:o, s:s, s:o}", "name", "roifs", "axes", axes, "datasets",
+                           datasets(p), "type", nearest ? "nearest" : "mean", "metadata",
+                           downsample_metadata(nearest));
+    json_t *attrs = json_object();
+    json_t *a0 = json_loads(t->zattrs_json, 0, NULL);
+    json_t *prov = json_object_get(a0, "roifs");
+    if (prov)
+        json_object_set(attrs, "roifs", prov);
+    json_decref(a0);
+    if (t->out.format == 3) {
+        json_object_set_new(attrs, "ome",
+                            json_pack("{s:s, s:[o]}", "version", "0.5", "multiscales", ms));
+        json_t *g = json_pack("{s:i, s:s, s:o}", "zarr_format", 3, "node_type", "group",
+                              "attributes", attrs);
+        p->group_meta = json_dumps(g, JSON_INDENT(4) | JSON_SORT_KEYS);
+        json_decref(g);
+    } else {
+        json_object_set_new(ms, "version", json_string("0.4"));
+        json_object_set_new(attrs, "multiscales", json_pack("[o]", ms));
+        p->group_attrs = json_dumps(attrs, JSON_INDENT(4) | JSON_SORT_KEYS);
+        p->group_meta = xstrdup("{\n    \"zarr_format\": 2\n}");
+        json_decref(attrs);
+    }
+    return 0;
+}
+
+/* ---- the pyramid ---- */
+
+int pyramid_build(struct task *t0, struct pyramid **out, struct errbuf *err)
+{
+    struct pyramid *p = xcalloc(1, sizeof *p);
+    int nd = t0->out.ndim;
+    p->t0 = t0;
+    p->geom.ndim = nd;
+    const struct ome_image *ome = &t0->ome;
+    bool ome_axes = ome->found && ome->ndim == nd && ome->axis_y >= 0 && ome->axis_x >= 0;
+    p->geom.axis_y = ome_axes ? ome->axis_y : nd - 2;
+    p->geom.axis_x = ome_axes ? ome->axis_x : nd - 1;
+    p->geom.nearest = t0->cfg.downsample == DOWNSAMPLE_NEAREST;
+    p->nlevels = t0->cfg.levels > 0 ? t0->cfg.levels : 1;
+    if (p->nlevels > PYRAMID_MAX_LEVELS)
+        p->nlevels = PYRAMID_MAX_LEVELS;
+    p->levels[0].task = p->t0;
+    int r = 0;
+    for (int l = 1; l < p->nlevels && r == 0; l++) {
+        struct level *lv = &p->levels[l];
+        *lv = (struct level){.number = l, .geom = &p->geom, .up = p->levels[l - 1].task};
+        r = level_task(p, lv, err);
+    }
+    if (r == 0)
+        r = build_group(p, err);
+    if (r < 0) {
+        pyramid_free(p);
+        return r;
+    }
+    *out = p;
+    return 0;
+}
+
+void pyramid_free(struct pyramid *p)
+{
+    if (!p)
+        return;
+    for (int l = p->nlevels - 1; l >= 1; l--)
+        task_close(p->levels[l].task);
+    free(p->group_meta);
+    free(p->group_attrs);
+    free(p);
+}
+
+int pyramid_nlevels(const struct pyramid *p)
+{
+    return p->nlevels;
+}
+
+struct task *pyramid_level(const struct pyramid *p, int level)
+{
+    return p->levels[level].task;
+}
+
+const char *pyramid_group_meta(const struct pyramid *p)
+{
+    return p->group_meta;
+}
+
+const char *pyramid_group_attrs(const struct pyramid *p)
+{
+    return p->group_attrs;
+}
+
+void pyramid_set_engine(struct pyramid *p, int level, struct engine *e)
+{
+    if (level + 1 < p->nlevels)
+        p->levels[level + 1].up_engine = e;
+}
+
+void pyramid_refresh_group(struct pyramid *p)
+{
+    struct errbuf err = {{0}};
+    if (build_group(p, &err) < 0) /* it was built once from the same axes: cannot fail */
+        log_error("%s: the image group's metadata: %s", p->t0->cfg.path, err.msg);
+}
+
+size_t pyramid_changed_boxes(const struct pyramid *p, int level, const uint64_t *up_ids, size_t n,
+                             uint64_t **lo, uint64_t **hi)
+{
+    const struct task *up = p->levels[level].up;
+    int nd = up->out.ndim;
+    *lo = xmalloc((n ? n : 1) * nd * sizeof **lo);
+    *hi = xmalloc((n ? n : 1) * nd * sizeof **hi);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t idx[ROIFS_MAX_DIM], u0[ROIFS_MAX_DIM], u1[ROIFS_MAX_DIM];
+        nd_unlinear(up_ids[i], up->grid, nd, idx);
+        nd_chunk_box(idx, up->out.chunks, up->out.shape, nd, u0, u1);
+        downsample_image(&p->geom, u0, u1, *lo + i * nd, *hi + i * nd);
+    }
+    return n;
+}

@@ -1,0 +1,92 @@
+/* check.c: `roifs check CONFIG`: validates the configuration against its input and ROI list
+ * and prints what it resolves to, and how much of its cache is current. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void print_dims(const char *label, const uint64_t *v, int n)
+{
+    printf("%s[", label);
+    for (int d = 0; d < n; d++)
+        printf("%s%llu", d ? ", " : "", (unsigned long long)v[d]);
+    printf("]");
+}
+
+static const char *codec_name(const struct zarr_codec *c)
+{
+    static const char *const names[] = {"none", "blosc", "zlib", "gzip", "zstd"};
+    return names[c->id];
+}
+
+/* How much of t's cache is current: chunk files and ROI results made from the input and
+ * configuration as they are now. Creates nothing in a directory that is not a cache.
+ * Returns 0, or EXIT_USAGE when roifs may not use the directory (printed). */
+static int print_cache_state(const struct task *t)
+{
+    struct stat st;
+    printf("cache:     %s", t->cache_dir);
+    if (stat(t->cache_dir, &st) < 0) {
+        printf(" (empty)\n");
+        return 0;
+    }
+    struct errbuf err = {{0}};
+    const char *layout = cli_cache_layout(t->cache_dir);
+    int r = cache_check_trusted(t->cache_dir, &err);
+    if (r == 0 && layout && strcmp(layout, "cache 1") == 0) {
+        printf(" (made by an older roifs; it will be emptied at the next mount)\n");
+        return 0;
+    }
+    struct cache *c;
+    if (r == 0)
+        r = cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err);
+    if (r < 0) {
+        printf(" (not usable)\n");
+        fflush(stdout);
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return r == -EINVAL ? EXIT_USAGE : 0;
+    }
+    cli_print_census(t, c);
+    cache_close(c);
+    return 0;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    if (argc != 2)
+        return cli_usage_error("check needs exactly one CONFIG%s", "");
+    struct task *t;
+    int r = cli_load_task(argv[1], &t);
+    if (r)
+        return r;
+    char dt[8];
+    printf("config:    %s\n", t->cfg.path);
+    if (t->ome.is_group)
+        printf("input:     %s (level %d: %s) ", t->cfg.input_path, t->ome.level, t->ome.array_path);
+    else
+        printf("input:     %s ", t->cfg.input_path);
+    print_dims("shape ", t->in_meta->shape, t->in_meta->ndim);
+    print_dims(" chunks ", t->in_meta->chunks, t->in_meta->ndim);
+    printf(" dtype %s compressor %s\n", dtype_typestr(&t->in_meta->dtype, dt),
+           codec_name(&t->in_meta->compressor));
+    printf("output:    ");
+    print_dims("shape ", t->out.shape, t->out.ndim);
+    print_dims(" chunks ", t->out.chunks, t->out.ndim);
+    printf(" dtype %s compressor %s format %d\n", dtype_typestr(&t->out.dtype, dt),
+           codec_name(&t->out.compressor), t->out.format);
+    printf("rois:      %zu\n", t->rois.n);
+    printf("chunks:    %zu of %llu touched by ROIs (%zu ROI-chunk contacts)\n",
+           roi_index_nchunks(t->index), (unsigned long long)t->nchunks,
+           roi_index_ncontacts(t->index));
+    printf("processor: %s %s, %d threads%s, readahead %d\n", proc_kind_name(t->cfg.proc_kind),
+           t->cfg.proc_value, t->cfg.threads,
+           config_line(&t->cfg, "process", "threads") ? "" : " (the default: one per CPU)",
+           t->cfg.readahead);
+    r = print_cache_state(t);
+    task_close(t);
+    return r;
+}

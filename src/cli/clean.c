@@ -1,0 +1,53 @@
+/* clean.c: `roifs clean CONFIG`: deletes the cache directory of CONFIG, only when it is a
+ * roifs cache; `clean --unused CONFIG` (gc.c) removes only what no current key names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static int remove_tree(const char *path)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("rm", "rm", "-rf", "--", path, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                   WEXITSTATUS(status) == 0
+               ? 0
+               : -1;
+}
+
+int cmd_clean(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--unused") == 0)
+        return cli_clean_unused(argv[2]);
+    if (argc != 2)
+        return cli_usage_error("clean needs exactly one CONFIG%s", "");
+    struct task *t;
+    int r = cli_load_task_flags(argv[1], TASK_NO_PROC, &t);
+    if (r)
+        return r;
+    struct stat st;
+    if (stat(t->cache_dir, &st) < 0) {
+        printf("nothing to delete: no cache at %s\n", t->cache_dir);
+    } else if (!cli_cache_layout(t->cache_dir)) {
+        fprintf(stderr,
+                "roifs: %s: not a roifs cache directory (no roifs format marker); not deleting "
+                "it\n",
+                t->cache_dir);
+        r = EXIT_RUNTIME;
+    } else if (remove_tree(t->cache_dir) < 0) {
+        fprintf(stderr, "roifs: %s: cannot delete\n", t->cache_dir);
+        r = EXIT_RUNTIME;
+    } else {
+        printf("deleted %s\n", t->cache_dir);
+    }
+    task_close(t);
+    return r;
+}

@@ -1,0 +1,117 @@
+/* status.c: `roifs status MOUNTPOINT`: a human summary of MOUNTPOINT/.roifs/status. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
+
+#include "cli.h"
+
+#define FUSE_SUPER_MAGIC 0x65735546
+
+static long long json_count(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) ? (long long)json_integer_value(v) : 0;
+}
+
+/* Reads MNT/.roifs/status if mnt is a live roifs mount: 0 and *doc, or an exit status. */
+static int read_status_doc(const char *mnt, json_t **doc)
+{
+    struct statfs sf;
+    if (statfs(mnt, &sf) < 0) {
+        if (errno == ENOTCONN)
+            fprintf(stderr,
+                    "roifs: %s: the roifs process serving it is gone (%s); "
+                    "`roifs unmount %s` clears it\n",
+                    mnt, strerror(errno), mnt);
+        else
+            fprintf(stderr, "roifs: %s: %s\n", mnt, strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    char *path = path_join(mnt, ".roifs/status"), *text = NULL;
+    int r = sf.f_type == FUSE_SUPER_MAGIC ? file_read_all(path, &text, NULL) : -ENOENT;
+    json_error_t je;
+    *doc = r == 0 ? json_loads(text, 0, &je) : NULL;
+    free(text);
+    free(path);
+    if (r < 0 && r != -ENOENT) {
+        fprintf(stderr, "roifs: %s/.roifs/status: %s\n", mnt, strerror(-r));
+        return EXIT_RUNTIME;
+    }
+    if (!*doc || !json_is_object(json_object_get(*doc, "rois"))) {
+        fprintf(stderr, "roifs: %s: not a roifs mount\n", mnt);
+        json_decref(*doc);
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+/* The recent failures, one line per ROI (its latest message), at most 20. */
+static void print_failures(json_t *errors)
+{
+    size_t n = json_array_size(errors), shown = 0, i;
+    long long *seen = xcalloc(n ? n : 1, sizeof *seen);
+    for (i = n; i-- > 0;) {
+        json_t *er = json_array_get(errors, i);
+        long long roi = json_count(er, "roi");
+        bool dup = false;
+        for (size_t j = 0; j < shown && !dup; j++)
+            dup = seen[j] == roi;
+        if (dup)
+            continue;
+        if (shown == 0)
+            printf("recent failures (latest first):\n");
+        seen[shown++] = roi;
+        if (shown <= 20) {
+            const char *msg = json_string_value(json_object_get(er, "message"));
+            printf("  roi %lld: %s\n", roi, msg ? msg : "?");
+        }
+    }
+    if (shown > 20)
+        printf("  ... and %zu more ROIs\n", shown - 20);
+    free(seen);
+}
+
+int cmd_status(int argc, char **argv)
+{
+    if (argc != 2)
+        return cli_usage_error("status needs exactly one MOUNTPOINT%s", "");
+    json_t *doc;
+    int r = read_status_doc(argv[1], &doc);
+    if (r)
+        return r;
+    json_t *rois = json_object_get(doc, "rois"), *chunks = json_object_get(doc, "chunks");
+    long long total = json_count(rois, "total"), done = json_count(rois, "done"),
+              failed = json_count(rois, "failed"), running = json_count(rois, "running"),
+              pending = json_count(rois, "pending"), calls = json_count(doc, "calls");
+    json_t *up = json_object_get(doc, "uptime");
+    double uptime = json_is_number(up) ? json_number_value(up) : -1;
+    char took[24];
+    cli_format_duration(uptime, took, sizeof took);
+    printf("mount:   %s%s%s%s\n", argv[1], uptime >= 0 ? " (up " : "", uptime >= 0 ? took : "",
+           uptime >= 0 ? ")" : "");
+    printf("ROIs:    %lld of %lld done (%d%%), %lld running, %lld pending, %lld failed\n", done,
+           total, total ? (int)(100 * done / total) : 100, running, pending, failed);
+    if (uptime > 0) {
+        double rate = (double)calls / uptime;
+        printf("rate:    %.2f ROIs/s since the mount (%lld processor calls)", rate, calls);
+        if (rate > 0 && pending + running > 0) {
+            char left[24];
+            cli_format_duration((double)(pending + running) / rate, left, sizeof left);
+            printf(", about %s left for the rest", left);
+        }
+        printf("\n");
+    }
+    printf("chunks:  %lld of %lld computed (%lld in the grid)\n", json_count(chunks, "cached"),
+           json_count(chunks, "present"), json_count(chunks, "total"));
+    json_t *res = json_object_get(doc, "results");
+    if (json_is_object(res))
+        printf("results: %lld reused from the cache (not computed again), %lld computed by this "
+               "mount, %lld stored\n",
+               json_count(res, "reused"), json_count(res, "computed"), json_count(res, "stored"));
+    print_failures(json_object_get(doc, "errors"));
+    json_decref(doc);
+    return 0;
+}

@@ -1,0 +1,563 @@
+/* jobs.c: the chunk jobs of an engine (see engine.h): one per chunk being made, with its
+ * waiters, in a table; the ROI each needs, asked for once (single-flight) on two queues;
+ * the outcome of each ROI handed to the jobs waiting for it; assembly, the chunk file and the
+ * answers to the waiters; the poller of chunk locks other processes hold. Everything here
+ * but the assembly itself and the answers runs under the engine's lock. */
+#include "engine_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../nd.h"
+#include "store.h"
+
+/* ---- small containers ---- */
+
+static void queue_push(struct roi_queue *q, uint32_t r)
+{
+    if (q->len == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 256;
+        uint32_t *nb = xmalloc(ncap * sizeof *nb);
+        for (size_t i = 0; i < q->len; i++)
+            nb[i] = q->buf[(q->head + i) % q->cap];
+        free(q->buf);
+        q->buf = nb;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->buf[(q->head + q->len) % q->cap] = r;
+    q->len++;
+}
+
+static bool queue_pop(struct roi_queue *q, uint32_t *r)
+{
+    if (!q->len)
+        return false;
+    *r = q->buf[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    return true;
+}
+
+static struct chunk_job **job_slot(struct engine *e, uint64_t id)
+{
+    struct chunk_job **p = &e->jobs[(id * 0x9E3779B97F4A7C15ULL) >> 52];
+    while (*p && (*p)->id != id)
+        p = &(*p)->hnext;
+    return p;
+}
+
+struct chunk_job *engine_job_find(struct engine *e, uint64_t id)
+{
+    return *job_slot(e, id);
+}
+
+/* Where ROI r is in job's list, or job->nrois. */
+static size_t job_index_of(const struct chunk_job *job, uint32_t r)
+{
+    size_t lo = 0, hi = job->nrois;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (job->rois[mid] < r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < job->nrois && job->rois[lo] == r ? lo : job->nrois;
+}
+
+/* Unlinks job from the table, releases its lock and pins and returns its waiters. */
+struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
+{
+    struct chunk_job **p = job_slot(e, job->id);
+    *p = job->hnext;
+    e->njobs--;
+    if (job->locked_elsewhere)
+        e->n_locked_elsewhere--;
+    cache_unlock(e->c, job->lock);
+    if (job->fd >= 0)
+        close(job->fd); /* its waiters failed before it was served */
+    if (job->scheduled)
+        for (size_t i = 0; i < job->nrois; i++) {
+            e->rois[job->rois[i]].pins--;
+            slot_settle(e, job->rois[i]);
+        }
+    struct waiter *w = job->waiters;
+    chunk_keys_free(&job->want);
+    free(job->use);
+    free(job->waits);
+    free(job);
+    pthread_cond_broadcast(&e->done_cv);
+    return w;
+}
+
+static void asm_enqueue(struct engine *e, struct chunk_job *job)
+{
+    job->qnext = NULL;
+    if (e->asm_tail)
+        e->asm_tail->qnext = job;
+    else
+        e->asm_head = job;
+    e->asm_tail = job;
+    pthread_cond_signal(&e->work_cv);
+}
+
+void engine_record_error(struct engine *e, size_t roi, const char *msg)
+{
+    struct engine_error *slot;
+    if (e->nerrors < ENGINE_MAX_ERRORS) {
+        slot = &e->errors[(e->err_head + e->nerrors) % ENGINE_MAX_ERRORS];
+        e->nerrors++;
+    } else {
+        slot = &e->errors[e->err_head];
+        free(slot->message);
+        e->err_head = (e->err_head + 1) % ENGINE_MAX_ERRORS;
+    }
+    slot->roi = roi;
+    slot->message = xstrdup(msg);
+}
+
+/* Waiters get descriptors of the file this engine made or checked, never one opened again by
+ * name: that one may have been evicted or replaced by another process meanwhile. */
+void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags)
+{
+    (void)e;
+    if (!w && fd >= 0)
+        close(fd);
+    while (w) {
+        struct waiter *next = w->next;
+        int mine = -1, r = err;
+        if (r == 0 && (mine = next ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd) < 0) {
+            log_error("cannot hand a chunk file to a reader: %s", strerror(errno));
+            r = -EIO;
+        }
+        w->cb(w->ctx, r, mine, flags);
+        free(w);
+        w = next;
+    }
+}
+
+/* ---- scheduling (lock held) ---- */
+
+/* What request_roi says of a ROI a chunk needs. */
+enum roi_need { ROI_READY, ROI_MUST_WAIT };
+
+/* Makes sure ROI r will be computed, asked for as key want with priority prio (a queued ROI is
+ * promoted to demand). ROI_MUST_WAIT unless it is done already, which callers check before. */
+static enum roi_need request_roi(struct engine *e, uint32_t r, struct key128 want,
+                                 enum roi_prio prio)
+{
+    struct roi_slot *s = &e->rois[r];
+    switch (s->state) {
+    case RS_IDLE:
+    case RS_FAILED:
+        if (s->state == RS_FAILED)
+            e->n_failed--;
+        s->state = RS_QUEUED;
+        s->key = want;
+        s->prio = (uint8_t)prio;
+        queue_push(prio == PRIO_DEMAND ? &e->demand : &e->ahead, r);
+        pthread_cond_signal(&e->work_cv);
+        return ROI_MUST_WAIT;
+    case RS_QUEUED:
+        if (prio == PRIO_DEMAND && s->prio != PRIO_DEMAND) {
+            s->prio = PRIO_DEMAND;
+            queue_push(&e->demand, r);
+            pthread_cond_signal(&e->work_cv);
+        }
+        return ROI_MUST_WAIT;
+    case RS_RUNNING:
+        return ROI_MUST_WAIT;
+    default: /* RS_DONE */
+        return ROI_READY;
+    }
+}
+
+/* Decides, for each ROI of the job, which result it pastes: the one done with the key the
+ * input has now, one in the store under that key, or one to compute. */
+static void job_schedule(struct engine *e, struct chunk_job *job)
+{
+    job->scheduled = true;
+    struct store *st = cache_store(e->c);
+    for (size_t i = 0; i < job->nrois; i++) {
+        uint32_t r = job->rois[i];
+        struct roi_slot *s = &e->rois[r];
+        struct key128 w = job->want.rois[i];
+        s->pins++;
+        job->use[i] = w;
+        if (s->state == RS_DONE && !key_eq(s->key, w))
+            slot_forget(e, r); /* made from input that has changed since */
+        if (s->state == RS_DONE)
+            continue;
+        if ((s->state == RS_IDLE || s->state == RS_FAILED) && store_has(st, w)) {
+            if (s->state == RS_FAILED)
+                e->n_failed--;
+            s->state = RS_DONE;
+            s->key = w;
+            s->stored = true;
+            e->n_done++;
+            e->n_reused++;
+            continue;
+        }
+        if (request_roi(e, r, w, job->demanded ? PRIO_DEMAND : PRIO_AHEAD) == ROI_MUST_WAIT) {
+            job->waits[i] = 1;
+            job->pending++;
+        }
+    }
+    if (job->pending == 0)
+        asm_enqueue(e, job);
+}
+
+/* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
+ * once the chunk's lock is ours, which makes making it exclusive between processes. */
+struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
+                                    struct chunk_keys *keys)
+{
+    struct chunk_job *job = xcalloc(1, sizeof *job);
+    job->id = id;
+    job->row = roi_index_find(e->t->index, id);
+    job->rois = job->row >= 0 ? roi_index_rois(e->t->index, (size_t)job->row, &job->nrois) : NULL;
+    job->want = *keys;
+    keys->rois = NULL;
+    job->use = xcalloc(job->nrois ? job->nrois : 1, sizeof *job->use);
+    job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
+    job->demanded = demanded;
+    job->lock = -1;
+    job->fd = -1;
+    *job_slot(e, id) = job;
+    e->njobs++;
+    int lock = cache_lock_chunk(e->c, id, false);
+    if (lock == -EWOULDBLOCK) {
+        job->locked_elsewhere = true;
+        e->n_locked_elsewhere++;
+        pthread_cond_signal(&e->poller_cv);
+        return job;
+    }
+    if (lock < 0)
+        log_warn("chunk %llu: cannot take its lock (%s); computing it unlocked",
+                 (unsigned long long)id, strerror(-lock));
+    job->lock = lock;
+    /* The caller looked in the store before the lock was ours: another process may have
+     * stored the chunk's results and let the lock go since. A look now, under the lock, so
+     * that they are not computed again (two system calls when nothing changed; the caller's
+     * look, outside the engine's lock, did the scanning). */
+    store_refresh(cache_store(e->c));
+    job_schedule(e, job);
+    return job;
+}
+
+void engine_job_promote(struct engine *e, struct chunk_job *job)
+{
+    if (job->demanded || job->row < 0)
+        return;
+    job->demanded = true;
+    if (!job->scheduled)
+        return; /* its ROIs are asked for, with demand priority, once the lock is ours */
+    for (size_t i = 0; i < job->nrois; i++)
+        if (e->rois[job->rois[i]].state == RS_QUEUED)
+            request_roi(e, job->rois[i], e->rois[job->rois[i]].key, PRIO_DEMAND);
+}
+
+bool engine_has_failed_roi(struct engine *e, size_t row)
+{
+    size_t n;
+    const uint32_t *rois = roi_index_rois(e->t->index, row, &n);
+    for (size_t i = 0; i < n; i++)
+        if (e->rois[rois[i]].state == RS_FAILED)
+            return true;
+    return false;
+}
+
+/* ---- other processes ---- */
+
+/* A job whose chunk lock another process held, now ours: serve what it made when that is
+ * current, else make the chunk (no lock held; takes it). */
+static void lock_taken_over(struct engine *e, struct chunk_job *job)
+{
+    int fd = -1;
+    enum cache_chunk_state st = cache_chunk_open_current(e->c, job->id, job->want.chunk, &fd, NULL);
+    if (st != CHUNK_CURRENT)
+        store_refresh(cache_store(e->c)); /* results it made on the way */
+    pthread_mutex_lock(&e->lock);
+    if (st == CHUNK_CURRENT) {
+        job->cached_already = true;
+        job->fd = fd;
+        asm_enqueue(e, job);
+    } else {
+        job_schedule(e, job);
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* The poller: tries every 50 ms the locks of chunks another process is making (jobs marked
+ * locked_elsewhere); takes a job over when that process finishes or dies (the kernel releases
+ * a dead process's lock). */
+void *engine_poller_main(void *arg)
+{
+    struct engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping) {
+        if (e->n_locked_elsewhere == 0) {
+            pthread_cond_wait(&e->poller_cv, &e->lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
+        struct chunk_job *got = NULL;
+        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->n_locked_elsewhere && !e->stopping; b++)
+            for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
+                if (!job->locked_elsewhere)
+                    continue;
+                int lock = cache_lock_chunk(e->c, job->id, false);
+                if (lock == -EWOULDBLOCK)
+                    continue;
+                job->locked_elsewhere = false;
+                e->n_locked_elsewhere--;
+                job->lock = lock >= 0 ? lock : -1;
+                job->qnext = got; /* the job stays in the table: nobody else starts it */
+                got = job;
+            }
+        pthread_mutex_unlock(&e->lock);
+        while (got) {
+            struct chunk_job *next = got->qnext;
+            lock_taken_over(e, got);
+            got = next;
+        }
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- ROI outcomes ---- */
+
+void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
+                       bool reused, const char *errmsg)
+{
+    const struct task *t = e->t;
+    int nd = t->rois.ndim;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
+    roi_chunk_range(&t->rois, r, t->out.chunks, c0, c1);
+    struct waiter *failed = NULL;
+
+    pthread_mutex_lock(&e->lock);
+    struct roi_slot *s = &e->rois[r];
+    e->n_running--;
+    roi_result_unref(s->result); /* none, normally: it was forgotten or never made */
+    s->result = NULL;
+    s->flushing = false;
+    if (res) {
+        s->state = RS_DONE;
+        s->key = res->key;
+        s->stored = stored;
+        e->n_done++;
+        e->n_reused += reused;
+        e->n_computed += !reused;
+        if (stored) /* shared by chunks read apart: pasted from the store, memory stays bounded */
+            roi_result_unref(res);
+        else
+            s->result = res;
+    } else {
+        s->state = RS_FAILED;
+        e->n_failed++;
+        engine_record_error(e, r, errmsg);
+    }
+    memcpy(idx, c0, sizeof(uint64_t) * nd);
+    do {
+        struct chunk_job *job = engine_job_find(e, nd_linear(idx, t->grid, nd));
+        size_t i = job && job->scheduled ? job_index_of(job, r) : 0;
+        if (job && job->scheduled && i < job->nrois && job->waits[i]) {
+            job->waits[i] = 0;
+            if (res) {
+                job->use[i] = s->key; /* what it was made from, maybe newer than wanted */
+            } else if (!job->failed) {
+                /* Its readers fail now, but the job, and the chunk's lock, stay until the
+                 * other ROIs it asked for are done and stored (engine_run_assembly): released
+                 * now, another process would take the lock and compute them again. */
+                job->failed = true;
+                struct waiter *w = job->waiters;
+                job->waiters = NULL;
+                while (w) {
+                    struct waiter *next = w->next;
+                    w->next = failed;
+                    failed = w;
+                    w = next;
+                }
+            }
+            if (--job->pending == 0)
+                asm_enqueue(e, job);
+        }
+    } while (nd_next_index(idx, c0, c1, nd));
+    slot_settle(e, r);
+    pthread_mutex_unlock(&e->lock);
+    engine_flush_unstored(e);
+    engine_notify(e, failed, -1, -EIO, 0);
+}
+
+/* ---- chunk assembly ---- */
+
+/* A stored result the job needs turned out missing or damaged: compute it again, then
+ * assemble once more (lock held). */
+static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
+{
+    uint32_t r = job->rois[i];
+    struct roi_slot *s = &e->rois[r];
+    job->attempts++;
+    if (s->state == RS_DONE && key_eq(s->key, job->use[i]))
+        slot_forget(e, r);
+    if (s->state == RS_DONE) {
+        job->use[i] = s->key; /* made again meanwhile */
+        asm_enqueue(e, job);
+    } else if (request_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD) ==
+               ROI_MUST_WAIT) {
+        job->waits[i] = 1;
+        job->pending++;
+    } else {
+        asm_enqueue(e, job);
+    }
+}
+
+/* Writes chunk id to the cache (cache_chunk_write), counted in n_cached before any reader
+ * can see it: a reader may open the file as soon as it is renamed into place, and read the
+ * status right after. */
+static int write_counted(struct engine *e, uint64_t id, const void *data, size_t len,
+                         struct key128 key, int *fd)
+{
+    bool absent = !cache_chunk_exists(e->c, id);
+    if (absent) {
+        pthread_mutex_lock(&e->lock);
+        e->n_cached++;
+        pthread_mutex_unlock(&e->lock);
+    }
+    int w = cache_chunk_write(e->c, id, data, len, key, fd);
+    if ((absent && w < 0) || (!absent && w == 0)) { /* failed; or gone meanwhile */
+        pthread_mutex_lock(&e->lock);
+        e->n_cached += w == 0 ? 1 : -1;
+        pthread_mutex_unlock(&e->lock);
+    }
+    return w;
+}
+
+/* Assembles the job's chunk, stores its new results and writes the chunk file (no lock
+ * held): 0 with *fd a read-only descriptor of the file written; on -ENOENT, *bad names the result
+ * that is missing. */
+static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, uint64_t *len,
+                      size_t *bad, struct errbuf *err)
+{
+    void *data = NULL;
+    size_t n = 0;
+    struct key128 key;
+    int rc = engine_assemble(e, job, &data, &n, &key, bad, err);
+    if (rc == 0)
+        engine_store_job_results(e, job); /* before the chunk: it names them */
+    int w = rc == 0 ? write_counted(e, job->id, data, n, key, fd) : 0;
+    if (w < 0)
+        rc = err_set(err, w, "cannot write it to the cache: %s", strerror(-w));
+    free(data);
+    *len = n;
+    return rc;
+}
+
+/* A job one of whose ROIs failed, once the others it asked for are done: stores their
+ * results while the chunk's lock is still ours, then lets it go. Returns the waiters that
+ * came in the meantime, each to get an attempt of its own. */
+static struct waiter *finish_failed_job(struct engine *e, struct chunk_job *job)
+{
+    engine_store_job_results(e, job);
+    pthread_mutex_lock(&e->lock);
+    struct waiter *w = engine_job_remove(e, job);
+    pthread_mutex_unlock(&e->lock);
+    engine_flush_unstored(e);
+    return w;
+}
+
+struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
+{
+    if (job->failed)
+        return finish_failed_job(e, job);
+    struct errbuf err = {{0}};
+    size_t bad = SIZE_MAX;
+    /* Unlocked: off the assembly queue the job is this thread's until it is removed or waits
+     * again (struct chunk_job). */
+    uint64_t id = job->id, len = 0;
+    int rc = 0, fd = job->fd; /* cached_already: the file found current */
+    job->fd = -1;
+    if (!job->cached_already)
+        rc = make_chunk(e, job, &fd, &len, &bad, &err);
+    if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
+        log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
+        pthread_mutex_lock(&e->lock);
+        job_retry_roi(e, job, bad);
+        pthread_mutex_unlock(&e->lock);
+        return NULL;
+    }
+    if (rc < 0)
+        log_error("chunk %llu failed: %s", (unsigned long long)id, err.msg);
+    struct stat st;
+    uint64_t ino = rc == 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+    pthread_mutex_lock(&e->lock);
+    bool budget = false;
+    /* counted by write_counted, or at the start; a stale one was taken out of the count */
+    if (rc == 0 && e->nstale && engine_stale_take(e, id))
+        e->n_cached++;
+    if (rc == 0 && !job->cached_already && e->evict) {
+        evict_add(e->evict, id, len, ino);
+        budget = true;
+    }
+    int flags = job->cached_already ? 0 : ENGINE_COMPUTED;
+    if (job->replaced)
+        flags |= ENGINE_REPLACED | ENGINE_COMPUTED;
+    struct waiter *w = engine_job_remove(e, job);
+    pthread_mutex_unlock(&e->lock);
+    engine_flush_unstored(e);
+    /* Evicted before the readers hear of this chunk, so that the cache never holds more than
+     * the limit once a reader has its data (a descriptor of the file, fd). */
+    if (budget)
+        engine_budget_check(e, id);
+    engine_notify(e, w, rc == 0 ? fd : -1, rc == 0 ? 0 : -EIO, flags);
+    if (rc < 0 && fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+/* ---- the compute pool ---- */
+
+bool engine_pop_roi(struct engine *e, uint32_t *r)
+{
+    while (queue_pop(&e->demand, r) || queue_pop(&e->ahead, r))
+        if (e->rois[*r].state == RS_QUEUED)
+            return true;
+    return false;
+}
+
+/* ROI r and more queued batchable ROIs after it, marked running: at most this thread's
+ * share of the queue, so that the other threads get as much (small ROIs cost the processor
+ * a round trip each: python). */
+size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch)
+{
+    size_t n = 1, share = (e->demand.len + e->ahead.len) / (size_t)e->nthreads;
+    batch[0] = r;
+    while (n < PROC_BATCH_MAX && n <= share && e->demand.len + e->ahead.len > 0) {
+        struct roi_queue *q = e->demand.len ? &e->demand : &e->ahead;
+        uint32_t next = q->buf[q->head];
+        if (e->rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))
+            break;
+        queue_pop(q, &next);
+        if (e->rois[next].state != RS_QUEUED)
+            continue; /* as engine_pop_roi: queued twice, or done meanwhile */
+        e->rois[next].state = RS_RUNNING;
+        e->n_running++;
+        batch[n++] = next;
+    }
+    return n;
+}

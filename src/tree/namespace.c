@@ -1,0 +1,411 @@
+/* namespace.c: inode numbers and names of the presented tree (see namespace.h). Entries of
+ * the table have inodes 1, 2, ... in the order added; each attached chunk tree has a range
+ * of its own from 2^32 on: its directories and files by depth, then C-order index. */
+#include "namespace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_INO_CHUNKS (1ULL << 32) /* first inode of the chunk trees */
+
+struct ns_entry {
+    enum ns_kind kind; /* NS_DIR, NS_META or NS_STATUS */
+    char *name;
+    int parent;
+    const char *text;
+    size_t len;
+    int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
+    int nchildren;
+    int chunks; /* a directory: the chunk tree listed after its entries, or -1 */
+};
+
+/* The chunk files of one array, below one directory. */
+struct ns_chunks {
+    const struct task *t;
+    int array, dir;
+    int ndim;
+    bool nested;                       /* separator "/": a directory per index but the last */
+    bool v3;                           /* format 3: flat keys start with "c" and the separator */
+    uint64_t base[ROIFS_MAX_DIM + 1];  /* offset of each depth's nodes in the range */
+    uint64_t count[ROIFS_MAX_DIM + 1]; /* number of nodes (paths) of each depth */
+    uint64_t ino0, nodes;              /* the range [ino0, ino0 + nodes) */
+};
+
+struct ns {
+    struct ns_entry *e;
+    int n, cap;
+    struct ns_chunks *c;
+    int nc, capc;
+    uint64_t next_ino; /* first inode of the next chunk tree */
+};
+
+/* ---- building ---- */
+
+static int add_entry(struct ns *ns, int parent, enum ns_kind kind, const char *name)
+{
+    if (ns->n == ns->cap) {
+        ns->cap = ns->cap ? 2 * ns->cap : 16;
+        ns->e = xrealloc(ns->e, (size_t)ns->cap * sizeof *ns->e);
+    }
+    int i = ns->n++;
+    ns->e[i] = (struct ns_entry){.kind = kind,
+                                 .name = xstrdup(name),
+                                 .parent = parent,
+                                 .first_child = -1,
+                                 .last_child = -1,
+                                 .next_sibling = -1,
+                                 .chunks = -1};
+    if (parent >= 0 && i != parent) {
+        struct ns_entry *p = &ns->e[parent];
+        if (p->last_child >= 0)
+            ns->e[p->last_child].next_sibling = i;
+        else
+            p->first_child = i;
+        p->last_child = i;
+        p->nchildren++;
+    }
+    return i;
+}
+
+struct ns *ns_new(void)
+{
+    struct ns *ns = xcalloc(1, sizeof *ns);
+    ns->next_ino = NS_INO_CHUNKS;
+    add_entry(ns, NS_ROOT, NS_DIR, "");
+    return ns;
+}
+
+void ns_free(struct ns *ns)
+{
+    if (!ns)
+        return;
+    for (int i = 0; i < ns->n; i++)
+        free(ns->e[i].name);
+    free(ns->e);
+    free(ns->c);
+    free(ns);
+}
+
+int ns_add_dir(struct ns *ns, int parent, const char *name)
+{
+    return add_entry(ns, parent, NS_DIR, name);
+}
+
+int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
+{
+    int i = add_entry(ns, parent, NS_META, name);
+    ns->e[i].text = text;
+    ns->e[i].len = strlen(text);
+    return i;
+}
+
+int ns_add_status(struct ns *ns, int parent, const char *name)
+{
+    return add_entry(ns, parent, NS_STATUS, name);
+}
+
+int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err)
+{
+    struct ns_chunks ch = {.t = t, .array = array, .ndim = t->out.ndim};
+    ch.v3 = t->out.format == 3;
+    /* v3 keys c/0 are nested even in one dimension: the "c" directory holds them */
+    ch.nested = t->out.separator == '/' && ch.ndim > (ch.v3 ? 0 : 1);
+    ch.dir = ch.v3 && ch.nested ? ns_add_dir(ns, dir, "c") : dir;
+    uint64_t n = 1;
+    bool over = false;
+    ch.count[0] = 1;
+    ch.nodes = ch.ndim == 0; /* a 0-d array has one chunk, at depth 0 */
+    for (int d = 1; d <= ch.ndim; d++) {
+        over = over || __builtin_mul_overflow(n, t->grid[d - 1], &n);
+        ch.count[d] = n;
+        if (ch.nested || d == ch.ndim) {
+            ch.base[d] = ch.nodes;
+            over = over || __builtin_add_overflow(ch.nodes, n, &ch.nodes);
+        }
+    }
+    ch.ino0 = ns->next_ino;
+    if (over || ch.nodes > NS_INO_LIMIT - ch.ino0)
+        return err_set(err, -EINVAL, "too many chunks to number in one tree");
+    ns->next_ino += ch.nodes;
+    if (ns->nc == ns->capc) {
+        ns->capc = ns->capc ? 2 * ns->capc : 4;
+        ns->c = xrealloc(ns->c, (size_t)ns->capc * sizeof *ns->c);
+    }
+    ns->e[ch.dir].chunks = ns->nc;
+    ns->c[ns->nc++] = ch;
+    return 0;
+}
+
+uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id)
+{
+    for (int i = 0; i < ns->nc; i++) {
+        const struct ns_chunks *ch = &ns->c[i];
+        if (ch->array == array)
+            return ch->ino0 + ch->base[ch->ndim] + id;
+    }
+    return 0;
+}
+
+/* ---- nodes ---- */
+
+static void entry_node(const struct ns *ns, int i, struct ns_node *out)
+{
+    const struct ns_entry *en = &ns->e[i];
+    memset(out, 0, sizeof *out);
+    out->kind = en->kind;
+    out->ino = (uint64_t)i + 1;
+    out->text = en->text;
+    out->len = en->len;
+    out->array = -1;
+}
+
+static void chunk_node(const struct ns_chunks *ch, int depth, uint64_t p, struct ns_node *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = depth == ch->ndim ? NS_CHUNK : NS_DIR;
+    out->ino = ch->ino0 + ch->base[depth] + p;
+    out->array = ch->array;
+    out->depth = depth;
+    out->path_index = p;
+    out->chunk = depth == ch->ndim ? p : 0;
+}
+
+/* The chunk tree whose range holds ino, or NULL (ranges are in increasing order). */
+static const struct ns_chunks *tree_of(const struct ns *ns, uint64_t ino)
+{
+    int lo = 0, hi = ns->nc;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ino < ns->c[mid].ino0)
+            hi = mid;
+        else if (ino - ns->c[mid].ino0 >= ns->c[mid].nodes)
+            lo = mid + 1;
+        else
+            return &ns->c[mid];
+    }
+    return NULL;
+}
+
+int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    if (ino >= 1 && ino <= (uint64_t)ns->n) {
+        entry_node(ns, (int)(ino - 1), out);
+        return 0;
+    }
+    const struct ns_chunks *ch = tree_of(ns, ino);
+    if (!ch)
+        return -ENOENT;
+    uint64_t rel = ino - ch->ino0;
+    for (int d = ch->ndim == 0 ? 0 : 1; d <= ch->ndim; d++) {
+        if (!ch->nested && d != ch->ndim)
+            continue;
+        if (rel >= ch->base[d] && rel - ch->base[d] < ch->count[d]) {
+            chunk_node(ch, d, rel - ch->base[d], out);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+/* The chunk tree below node dir (a directory): its own when dir is a chunk directory, the
+ * one attached to the entry otherwise (NULL: none). */
+static const struct ns_chunks *chunks_below(const struct ns *ns, const struct ns_node *dir)
+{
+    if (dir->array >= 0)
+        return tree_of(ns, dir->ino);
+    int chunks = ns->e[dir->ino - 1].chunks;
+    return chunks >= 0 ? &ns->c[chunks] : NULL;
+}
+
+/* ---- chunk names ---- */
+
+/* True when some present chunk lies under the depth-d path index p. */
+static bool prefix_present(const struct ns_chunks *ch, int depth, uint64_t p)
+{
+    const struct task *t = ch->t;
+    if (p >= ch->count[depth])
+        return false;
+    if (t->outside == OUTSIDE_INPUT)
+        return true;
+    uint64_t span = 1;
+    for (int d = depth; d < ch->ndim; d++)
+        span *= t->grid[d];
+    size_t k = roi_index_lower_bound(t->index, p * span);
+    return k < roi_index_nchunks(t->index) && roi_index_chunk_id(t->index, k) < (p + 1) * span;
+}
+
+/* Parses a canonical decimal index below limit from s[0..len). */
+static bool parse_index(const char *s, size_t len, uint64_t limit, uint64_t *out)
+{
+    if (len == 0 || len > 20 || (len > 1 && s[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v >= limit)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Name "i.j.k" of a flat layout: the linear chunk id, or false. */
+static bool parse_flat_key(const struct ns_chunks *ch, const char *name, uint64_t *id)
+{
+    const struct task *t = ch->t;
+    uint64_t lin = 0;
+    const char *p = name;
+    if (ch->v3) { /* "c.1.2", or "c" alone for a 0-d array */
+        if (p[0] != 'c' || (ch->ndim && p[1] != t->out.separator))
+            return false;
+        p += ch->ndim ? 2 : 1;
+    }
+    for (int d = 0; d < ch->ndim; d++) {
+        const char *end = d + 1 < ch->ndim ? strchr(p, t->out.separator) : p + strlen(p);
+        uint64_t v;
+        if (!end || !parse_index(p, (size_t)(end - p), t->grid[d], &v))
+            return false;
+        lin = lin * t->grid[d] + v;
+        p = end + (d + 1 < ch->ndim ? 1 : 0);
+    }
+    if (*p)
+        return false;
+    *id = lin;
+    return true;
+}
+
+/* Resolves a chunk name in the chunk directory at depth d (0: the directory the tree is
+ * attached to) with path index p. */
+static int lookup_chunk(const struct ns_chunks *ch, int d, uint64_t p, const char *name,
+                        struct ns_node *out)
+{
+    uint64_t v;
+    if (!ch->nested) {
+        if (!parse_flat_key(ch, name, &v) || !task_chunk_present(ch->t, v))
+            return -ENOENT;
+        chunk_node(ch, ch->ndim, v, out);
+        return 0;
+    }
+    if (!parse_index(name, strlen(name), ch->t->grid[d], &v))
+        return -ENOENT;
+    uint64_t q = p * ch->t->grid[d] + v;
+    if (!prefix_present(ch, d + 1, q))
+        return -ENOENT;
+    chunk_node(ch, d + 1, q, out);
+    return 0;
+}
+
+int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+{
+    struct ns_node dir;
+    if (ns_get(ns, parent, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    if (dir.array < 0) /* the entries first: they never look like chunk keys */
+        for (int i = ns->e[parent - 1].first_child; i >= 0; i = ns->e[i].next_sibling)
+            if (strcmp(ns->e[i].name, name) == 0) {
+                entry_node(ns, i, out);
+                return 0;
+            }
+    const struct ns_chunks *ch = chunks_below(ns, &dir);
+    if (!ch)
+        return -ENOENT;
+    return lookup_chunk(ch, dir.depth, dir.path_index, name, out);
+}
+
+/* ---- listing ---- */
+
+/* Formats the name of the child at depth d with path index p (flat: the whole key). */
+static void child_name(const struct ns_chunks *ch, int d, uint64_t p, char *buf, size_t len)
+{
+    const struct task *t = ch->t;
+    if (ch->nested) {
+        snprintf(buf, len, "%llu", (unsigned long long)(p % t->grid[d - 1]));
+        return;
+    }
+    uint64_t idx[ROIFS_MAX_DIM];
+    for (int i = ch->ndim - 1; i >= 0; i--) {
+        idx[i] = p % t->grid[i];
+        p /= t->grid[i];
+    }
+    zarr_meta_chunk_key(&t->out, idx, buf, len);
+}
+
+/* Lists the chunk children of a directory at depth d with path index p, the k-th at offset
+ * off0 + k. */
+static int list_chunks(const struct ns_chunks *ch, int d, uint64_t p, uint64_t off, uint64_t off0,
+                       ns_emit emit, void *ctx)
+{
+    const struct task *t = ch->t;
+    char name[32 * ROIFS_MAX_DIM];
+    struct ns_node n;
+    uint64_t first = off > off0 ? off - off0 : 0;
+    if (!ch->nested && t->outside != OUTSIDE_INPUT) { /* only the chunks ROIs touch */
+        size_t nk = roi_index_nchunks(t->index);
+        for (uint64_t k = first; k < nk; k++) {
+            uint64_t id = roi_index_chunk_id(t->index, k);
+            child_name(ch, ch->ndim, id, name, sizeof name);
+            chunk_node(ch, ch->ndim, id, &n);
+            if (emit(ctx, name, n.ino, false, off0 + k + 1))
+                return 0;
+        }
+        return 0;
+    }
+    uint64_t nchild = ch->nested ? t->grid[d] : t->nchunks;
+    int cd = ch->nested ? d + 1 : ch->ndim;
+    for (uint64_t j = first; j < nchild; j++) {
+        uint64_t cp = ch->nested ? p * t->grid[d] + j : j;
+        if (!prefix_present(ch, cd, cp))
+            continue;
+        child_name(ch, cd, cp, name, sizeof name);
+        chunk_node(ch, cd, cp, &n);
+        if (emit(ctx, name, n.ino, cd < ch->ndim, off0 + j + 1))
+            return 0;
+    }
+    return 0;
+}
+
+/* The inode of a directory's parent (the root's is itself). */
+static uint64_t parent_ino(const struct ns *ns, const struct ns_node *dir)
+{
+    if (dir->array < 0)
+        return (uint64_t)ns->e[dir->ino - 1].parent + 1;
+    const struct ns_chunks *ch = tree_of(ns, dir->ino);
+    if (dir->depth == 1)
+        return (uint64_t)ch->dir + 1;
+    uint64_t p = dir->path_index / ch->t->grid[dir->depth - 1];
+    return ch->ino0 + ch->base[dir->depth - 1] + p;
+}
+
+/* Offsets: 0 ".", 1 "..", 2 + i the directory's i-th entry, then its chunks. */
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
+{
+    struct ns_node dir;
+    if (ns_get(ns, ino, &dir) < 0)
+        return -ENOENT;
+    if (dir.kind != NS_DIR)
+        return -ENOTDIR;
+    if (off == 0 && emit(ctx, ".", ino, true, 1))
+        return 0;
+    if (off <= 1 && emit(ctx, "..", parent_ino(ns, &dir), true, 2))
+        return 0;
+    uint64_t nentries = 0;
+    if (dir.array < 0) {
+        const struct ns_entry *en = &ns->e[ino - 1];
+        nentries = (uint64_t)en->nchildren;
+        uint64_t k = 0;
+        for (int i = en->first_child; i >= 0; i = ns->e[i].next_sibling, k++)
+            if (off <= 2 + k &&
+                emit(ctx, ns->e[i].name, (uint64_t)i + 1, ns->e[i].kind == NS_DIR, 3 + k))
+                return 0;
+    }
+    const struct ns_chunks *ch = chunks_below(ns, &dir);
+    return ch ? list_chunks(ch, dir.depth, dir.path_index, off, 2 + nentries, emit, ctx) : 0;
+}

@@ -1,0 +1,65 @@
+/* namespace.h: the presented tree as inode numbers and names, without FUSE (the FUSE side and
+ * `export` walk it). Whoever builds the tree (the array set) adds a small table of entries:
+ * directories, files of fixed content, the status file, and, attached to a directory, the
+ * chunk files of an array, whose names and inodes are computed from the array's chunk grid
+ * and ROI index (no node per chunk): flat keys ("0.1", "c.0.1"), or nested in directories
+ * when the separator is "/" (format 3: under the directory "c", as c/0/1). */
+#ifndef ROIFS_NAMESPACE_H
+#define ROIFS_NAMESPACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../task.h"
+
+enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
+
+#define NS_ROOT      0            /* the entry of the root directory */
+#define NS_INO_ROOT  1            /* its inode */
+#define NS_INO_LIMIT (1ULL << 63) /* inodes from here on are the FUSE side's (fs/versions.h) */
+
+struct ns_node {
+    enum ns_kind kind;
+    uint64_t ino;
+    const char *text; /* NS_META: the file's content */
+    size_t len;
+    int array;      /* NS_CHUNK and chunk directories: the array they belong to, else -1 */
+    uint64_t chunk; /* NS_CHUNK: the chunk's linear id */
+    /* chunk directories and files: how many chunk indices their path holds, and the C-order
+     * linear index of those indices (the chunk id at full depth) */
+    int depth;
+    uint64_t path_index;
+};
+
+struct ns;
+
+struct ns *ns_new(void);
+void ns_free(struct ns *ns);
+/* Adds a directory, a file whose content is text (borrowed: it must outlive the tree), or the
+ * status file, under directory entry parent, listed in the order added. Returns the new
+ * entry. */
+int ns_add_dir(struct ns *ns, int parent, const char *name);
+int ns_add_file(struct ns *ns, int parent, const char *name, const char *text);
+int ns_add_status(struct ns *ns, int parent, const char *name);
+/* Adds the chunk files of array number `array` (task t, borrowed) under directory entry dir,
+ * listed after dir's entries (format 3 with "/" keys: under a new directory "c"). -EINVAL
+ * (err set) when the tree has no inode numbers left for them. */
+int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err);
+
+/* The inode of chunk id (a file at full depth) of array number `array`, or 0 when the tree
+ * has no chunks of that array. */
+uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id);
+
+/* Resolves name in directory parent: 0, -ENOENT or -ENOTDIR. A chunk name is accepted only
+ * in canonical form: decimal indices without sign or leading zeros, inside the chunk grid,
+ * with exactly the array's number of dimensions, of a chunk that exists. */
+int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out);
+/* Describes inode ino: 0 or -ENOENT. */
+int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out);
+
+/* Lists directory ino from offset off (0 = start). emit returns non-zero to stop (buffer
+ * full); next_off is the offset that resumes after the entry. 0, -ENOENT or -ENOTDIR. */
+typedef int (*ns_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off);
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx);
+
+#endif
