@@ -5,7 +5,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "incremental", "cache_cost",
-         "warm", "gaussian", "memory"]
+         "warm", "gaussian", "memory", "labels"]
 
 MACHINE_KEYS = [("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory_gib", "memory (GiB)"),
                 ("os", "OS"), ("kernel", "kernel"), ("roifs", "roifs"),

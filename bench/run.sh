@@ -3,7 +3,7 @@
 # measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
-# Names: seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory (the
+# Names: seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory labels (the
 # default set), or any other bench/<name>.py (e.g. proc_overhead, cache_cost), which runs the
 # same way.
 # Environment: REPS=N overrides a benchmark's number of repeats; ROIFS_BENCH_TMP is the scratch
@@ -11,7 +11,7 @@
 # that binary instead of building ./build/roifs. Run as root (mounts, /sys/class/bdi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory)
+all=(seed seed_numpy segmentation small_rois scaling incremental warm gaussian memory labels)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for n in "${names[@]}"; do

@@ -38,7 +38,7 @@ struct loader {
     int fail_line; /* line of the first error found here (0: none or whole-file) */
     int code;
     struct errbuf *err;
-    int section_line[8]; /* line of each known section's first header, 0 if absent */
+    int section_line[9]; /* line of each known section's first header, 0 if absent */
     int group_count[NGROUPS];
     const char *group_key[NGROUPS][2];
     int group_line[NGROUPS][2];
@@ -63,8 +63,8 @@ struct key_spec {
     int kind; /* rois_kind or proc_kind set when the key is given */
 };
 
-static const char *const sections[] = {"input", "rois",  "process", "output",
-                                       "slurm", "mount", "cache"};
+static const char *const sections[] = {"input",  "rois",  "process", "output",
+                                       "labels", "slurm", "mount",   "cache"};
 #define NSECTIONS (int)(sizeof sections / sizeof sections[0])
 
 /* ---- messages ---- */
@@ -282,6 +282,26 @@ static int set_bool(struct loader *ld, const struct key_spec *k, const char *v)
     return bad_value(ld, k, "unknown value '%s' (expected true or false)", v);
 }
 
+/* [labels] block: a positive 64-bit count (task.c checks it against the dtype). */
+static int set_u64(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    uint64_t x;
+    if (parse_u64(v, &x) < 0 || x < (uint64_t)k->min)
+        return bad_value(ld, k, "'%s' is not an integer of at least %ld", v, k->min);
+    *(uint64_t *)field(ld, k->off) = x;
+    return 0;
+}
+
+/* [labels] stitch_iou: a fraction in (0, 1]. */
+static int set_fraction(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    double x;
+    if (parse_double(v, &x) < 0 || !(x > 0 && x <= 1))
+        return bad_value(ld, k, "'%s' is not a number above 0 and at most 1", v);
+    *(double *)field(ld, k->off) = x;
+    return 0;
+}
+
 static int set_separator(struct loader *ld, const struct key_spec *k, const char *v)
 {
     if (strcmp(v, ".") != 0 && strcmp(v, "/") != 0)
@@ -297,6 +317,7 @@ static const struct key_spec keys[] = {
     {"input", "path", .set = set_path, .off = F(input_path)},
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},
     {"input", "watch", .set = set_bool, .off = F(watch)},
+    {"input", "channel", .set = set_int, .off = F(channel), .min = 0, .max = INT_MAX},
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},
@@ -339,6 +360,11 @@ static const struct key_spec keys[] = {
     {"output", "levels", .set = set_int, .off = F(levels), .min = 1, .max = 64},
     {"output", "downsample", .set = set_choice_int, .off = F(downsample),
      .choices = "mean|nearest"},
+    {"labels", "ids", .set = set_choice_int, .off = F(label_ids),
+     .choices = "keep|unique|sequential"},
+    {"labels", "block", .set = set_u64, .off = F(label_block), .min = 1},
+    {"labels", "stitch", .set = set_choice_int, .off = F(label_stitch), .choices = "none|iou"},
+    {"labels", "stitch_iou", .set = set_fraction, .off = F(stitch_iou)},
     {"slurm", "partition", .set = set_opt_str, .off = F(slurm_partition)},
     {"slurm", "cpus_per_task", .set = set_int, .off = F(slurm_cpus_per_task), .min = 1,
      .max = INT_MAX},
@@ -665,6 +691,9 @@ static void set_defaults(struct config *cfg)
     cfg->passthrough = true;
     cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
+    cfg->channel = -1;
+    cfg->label_block = 65536;
+    cfg->stitch_iou = 0.5;
 }
 
 static void resolve_defaults(struct config *cfg)
@@ -715,6 +744,7 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
         config_free(cfg);
         return ld.code;
     }
+    cfg->labels = ld.section_line[4] != 0; /* [labels], even empty: the output is labels */
     resolve_defaults(cfg);
     return 0;
 }

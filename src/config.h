@@ -25,6 +25,8 @@ enum out_compressor {
     COMPRESSOR_ZLIB
 };
 enum downsample_mode { DOWNSAMPLE_MEAN, DOWNSAMPLE_NEAREST };
+enum label_ids { LABEL_IDS_KEEP, LABEL_IDS_UNIQUE, LABEL_IDS_SEQUENTIAL };
+enum label_stitch { LABEL_STITCH_NONE, LABEL_STITCH_IOU };
 
 struct config_param {
     char *name; /* as written after "param." */
@@ -39,7 +41,8 @@ struct config {
     /* [input] */
     char *input_path; /* absolute */
     int level;
-    bool watch; /* follow the input's changes while mounted (inotify) */
+    bool watch;  /* follow the input's changes while mounted (inotify) */
+    int channel; /* index along the input's c axis, -1: none (SPEC §9) */
 
     /* [rois] */
     enum rois_kind rois_kind;
@@ -82,6 +85,13 @@ struct config {
     bool ome;
     int levels;
     enum downsample_mode downsample;
+
+    /* [labels] (SPEC §9): labels is true when the section is present */
+    bool labels;
+    enum label_ids label_ids;
+    uint64_t label_block;
+    enum label_stitch label_stitch;
+    double stitch_iou;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "channel.h"
+#include "labels/ids.h"
 #include "nd.h"
 #include "provenance.h"
 
@@ -53,7 +55,7 @@ static int open_input(struct task *t, struct errbuf *err)
                                       .signature = zarr_source_signature,
                                       .ctx = t->reader};
     t->in_meta = t->source.meta;
-    return 0;
+    return channel_resolve(t, err); /* [input] channel: the input without its c axis */
 }
 
 static int check_dims(struct task *t, const char *key, const char *section, int n,
@@ -155,7 +157,8 @@ static bool names_are_strings(const json_t *v, int n)
 static int resolve_dimension_names(struct task *t, struct errbuf *err)
 {
     json_t *names = NULL;
-    const char *text = zarr_input_dimension_names_text(t->reader);
+    const char *text =
+        t->channel ? channel_dimension_names(t) : zarr_input_dimension_names_text(t->reader);
     if (t->cfg.ome) {
         struct errbuf e;
         json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
@@ -165,7 +168,7 @@ static int resolve_dimension_names(struct task *t, struct errbuf *err)
         json_decref(axes);
     } else if (text) {
         names = json_loads(text, 0, NULL);
-    } else if ((text = zarr_input_zattrs_text(t->reader))) {
+    } else if (!t->channel && (text = zarr_input_zattrs_text(t->reader))) {
         json_t *attrs = json_loads(text, 0, NULL);
         json_t *a = json_object_get(attrs, "_ARRAY_DIMENSIONS");
         if (names_are_strings(a, t->out.ndim))
@@ -516,6 +519,9 @@ static void build_result_identity(struct task *t)
     for (int d = 0; d < t->in_meta->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
     sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
+    if (cfg->channel >= 0)
+        sb_printf(&sb, "channel %d\n", cfg->channel);
+    labels_identity(cfg, &sb); /* results are validated for their ids mode */
     t->result_identity = sb.buf;
     task_identity_keys(t);
 }
@@ -535,6 +541,9 @@ static void build_manifest(struct task *t)
     for (int d = 0; d < t->in_meta->ndim; d++)
         sb_printf(&sb, " %llu", (unsigned long long)t->halo[d]);
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
+    if (cfg->channel >= 0)
+        sb_printf(&sb, "channel %d\n", cfg->channel);
+    labels_identity(cfg, &sb);
     if (t->out.format == 3) /* without attributes: they hold the fingerprint */
         sb_printf(&sb, "output.zarr.json %s\n", t->zarr_json);
     else
@@ -623,7 +632,8 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         return r;
     }
     if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
-        (r = load_rois(t, err)) < 0)
+        (r = load_rois(t, err)) < 0 ||
+        (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)
         goto fail;
     if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
@@ -670,6 +680,7 @@ void task_close(struct task *t)
     if (t->reader)
         zarr_input_close(t->reader);
     ome_image_free(&t->ome);
+    channel_free(t);
     free(t->zarray_json);
     free(t->zattrs_json);
     free(t->zarr_json);

@@ -31,6 +31,8 @@ struct input_source {
     void *ctx;
 };
 
+struct channel_view;
+
 struct task {
     /* The configuration file a configured task was resolved from. A derived task
      * (task_derived) has none (zeroed but for path): everything that defines it is below. */
@@ -60,7 +62,8 @@ struct task {
      * (the served array metadata without attributes, outside). */
     char *result_identity;
     struct key128 result_id, encoding_id;
-    char *cache_dir; /* absolute */
+    char *cache_dir;              /* absolute */
+    struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;

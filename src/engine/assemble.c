@@ -7,6 +7,7 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
+#include "labels.h"
 #include "store.h"
 
 /* The box of chunk id: [c0, c1), extent ext. */
@@ -37,7 +38,8 @@ size_t engine_roi_box_nbytes(const struct task *t, size_t r)
 /* Pastes ROI r's result named key into the chunk buffer: from memory when the slot holds it,
  * else from the store; -ENOENT when it is in neither (or the stored copy is damaged). */
 static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf, const uint64_t *c0,
-                     const uint64_t *c1, struct errbuf *err)
+                     const uint64_t *c1, const struct labels_paste *lp, size_t li,
+                     struct errbuf *err)
 {
     const struct task *t = e->t;
     int nd = t->rois.ndim;
@@ -73,10 +75,14 @@ static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf,
             return err_set(err, -ENOENT, "the result of roi %u is no longer stored", r);
         }
     }
-    nd_copy(buf, t->out.chunks, dst_off, src, bshape, src_off, ext, nd, t->out.dtype.size);
+    int rc = 0;
+    if (lp) /* [labels]: ids mapped on the way in */
+        rc = engine_labels_paste(lp, li, buf, dst_off, src, bshape, src_off, ext, err);
+    else
+        nd_copy(buf, t->out.chunks, dst_off, src, bshape, src_off, ext, nd, t->out.dtype.size);
     free(tmp);
     roi_result_unref(res);
-    return 0;
+    return rc;
 }
 
 int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, size_t *out_len,
@@ -98,9 +104,13 @@ int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, s
             nd_copy(buf, t->out.chunks, zero, in, ext, zero, ext, nd, isz);
         free(in);
     }
+    struct labels_paste *lp = NULL;
+    if (rc == 0)
+        rc = engine_labels_prepare(e, job, &lp, err);
     for (size_t i = 0; i < job->nrois && rc == 0; i++)
-        if ((rc = paste_roi(e, job->rois[i], job->use[i], buf, c0, c1, err)) == -ENOENT)
+        if ((rc = paste_roi(e, job->rois[i], job->use[i], buf, c0, c1, lp, i, err)) == -ENOENT)
             *bad = i;
+    engine_labels_paste_free(lp);
     if (rc == 0)
         *key = engine_chunk_key_of(t, job->id, job->use, job->nrois, osig);
     if (rc == 0)

@@ -9,6 +9,7 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
+#include "labels.h"
 #include "store.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
@@ -71,15 +72,21 @@ static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf
     return rc;
 }
 
-/* The result named by what was read (rc 0), or NULL; frees the buffers. */
-static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int rc)
+/* The result named by what was read (*rcp 0), or NULL with *rcp and err set; frees the
+ * buffers. */
+static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int *rcp,
+                                       struct errbuf *err)
 {
     const struct task *t = e->t;
     uint32_t r = (uint32_t)w->rq.roi;
     struct roi_result *res = NULL;
     free((void *)w->rq.in);
-    if (rc == 0) {
+    if (*rcp == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
+        *rcp = engine_labels_check(t, w->rq.out, nd_prod(w->rshape, t->rois.ndim), err);
+    if (*rcp == 0) {
         res = roi_result_new(engine_roi_key(e->t, r, w->sig), engine_roi_box_nbytes(t, r));
+        /* stitch = iou: the overlap zones of the whole result, halo included */
+        engine_stitch_strips(e, r, w->rq.out, w->rstart, w->rshape, res->key);
         crop_to_box(t, r, w->rq.out, w->rstart, w->rshape, res);
         res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
     }
@@ -96,7 +103,7 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     if (rc == 0)
         rc = retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err);
     *rcp = rc;
-    return conclude_roi(e, &w, rc);
+    return conclude_roi(e, &w, rcp, err);
 }
 
 bool engine_roi_batchable(const struct engine *e, uint32_t r)
@@ -144,7 +151,7 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
         free(merr);
     }
     for (size_t i = 0; i < n; i++) {
-        struct roi_result *res = conclude_roi(e, &w[i], rcs[i]);
+        struct roi_result *res = conclude_roi(e, &w[i], &rcs[i], &errs[i]);
         if (rcs[i] == -ECANCELED) {
             roi_cancelled(e, rs[i]);
             continue;
@@ -172,7 +179,8 @@ static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
     sb_free(&box);
 }
 
-void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
+/* fresh: compute even when a result named want is stored (stitching lost its strips). */
+static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh)
 {
     struct errbuf err = {{0}};
     const struct task *t = e->t;
@@ -180,7 +188,7 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
     /* A ROI that lies in one chunk is only ever computed under that chunk's lock, whose
      * holder looked in the store when it took it. One that several chunks share may be asked
      * for by another process for another chunk: its own lock, and a fresh look. */
-    bool shared = roi_index_roi_nchunks(t->index, r) > 1;
+    bool shared = roi_index_roi_nchunks(t->index, r) > 1 || engine_labels_locked(t);
     int lock = -1;
     if (shared) {
         lock = cache_lock_result(e->c, want);
@@ -188,7 +196,7 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
             log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
                      strerror(-lock));
         store_refresh(st);
-        if (store_has(st, want)) {
+        if (!fresh && store_has(st, want)) {
             cache_unlock(e->c, lock);
             engine_roi_finish(e, r, roi_result_new(want, 0), true, true, NULL);
             return;
@@ -216,4 +224,14 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
     if (!res)
         log_roi_failure(t, r, err.msg);
     engine_roi_finish(e, r, res, stored, false, err.msg);
+}
+
+void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
+{
+    run_roi(e, r, want, false);
+}
+
+void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want)
+{
+    run_roi(e, r, want, true);
 }

@@ -5,6 +5,7 @@
  * (engine_internal.h says what is read without it); computation, I/O and callbacks run
  * outside it. */
 #include "engine_internal.h"
+#include "labels.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -197,8 +198,10 @@ static void scan_stored_results(struct engine *e, struct keyset *live)
         struct key128 k =
             engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
         struct store_info info;
-        if (live)
+        if (live) {
             keyset_add(live, k);
+            engine_labels_live(e->t, k, live);
+        }
         if (store_lookup(st, k, &info)) {
             e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
             e->n_done++;
@@ -206,6 +209,8 @@ static void scan_stored_results(struct engine *e, struct keyset *live)
             engine_note_made(e, info.made);
         }
     }
+    if (live)
+        engine_labels_live_mapping(e->t, memo, live);
     e->n_at_start = e->n_done;
     e->n_unused = ss.results > e->n_done ? ss.results - e->n_done : 0;
     zarr_sigmemo_free(memo);
@@ -299,6 +304,7 @@ void engine_destroy(struct engine *e)
     for (size_t i = 0; i < e->nerrors; i++)
         free(e->errors[i].message);
     free(e->rois);
+    engine_labels_free(e);
     evict_free(e->evict);
     engine_stale_free(e);
     free(e->broken);

@@ -139,6 +139,8 @@ struct engine {
     _Atomic size_t nstale;
     char *broken;
     _Atomic bool is_broken;
+    struct labels_counts *label_counts; /* [labels] ids = sequential (labels.c) */
+    struct stitch_state *stitch;        /* [labels] stitch = iou (stitch.c) */
 };
 
 /* changes.c (lock held): takes chunk id out of the stale ones; true when its file was taken
@@ -183,6 +185,8 @@ void engine_flush_unstored(struct engine *e);
 /* ---- compute.c: ROIs on the pool (no engine lock) ---- */
 /* Computes ROI r (asked for as key want), stores its result and publishes it. */
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
+/* The same, computing it even when its result is stored (labels.c: a lost strip record). */
+void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want);
 /* True when ROI r may run in a batch (engine_run_rois): the processor takes batches, the ROI
  * lies in one chunk (no result lock) and is small (PROC_BATCH_BYTES). */
 bool engine_roi_batchable(const struct engine *e, uint32_t r);

@@ -2,6 +2,7 @@
  * results are judged by the keys of the task's ROIs with the input as it is now, chunk files
  * by their record against the chunk's key now. */
 #include "gc.h"
+#include "labels.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -94,9 +95,13 @@ bool keyset_live(void *ctx, struct key128 k)
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks)
 {
     struct zarr_sigmemo *own = memo ? NULL : zarr_sigmemo_new();
-    for (size_t r = 0; r < t->rois.n; r++)
-        keyset_add(ks, engine_roi_key(t, (uint32_t)r,
-                                      engine_roi_sig_now(t, (uint32_t)r, memo ? memo : own)));
+    for (size_t r = 0; r < t->rois.n; r++) {
+        struct key128 k =
+            engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo ? memo : own));
+        keyset_add(ks, k);
+        engine_labels_live(t, k, ks); /* [labels]: its count and strip records */
+    }
+    engine_labels_live_mapping(t, memo ? memo : own, ks);
     zarr_sigmemo_free(own);
 }
 
@@ -260,11 +265,13 @@ void gc_census(const struct task *t, struct cache *c, struct gc_census *cs)
     for (size_t r = 0; r < t->rois.n; r++) {
         struct key128 k = engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo));
         keyset_add(current, k);
+        engine_labels_live(t, k, current);
         if (store_has(st, k))
             cs->rois_cached++;
         else
             cs->rois_to_compute++;
     }
+    engine_labels_live_mapping(t, memo, current);
     struct result_walk rw = {current, cs};
     store_each(st, census_result, &rw);
     struct census_walk w = {.t = t, .c = c, .memo = memo, .cs = cs};

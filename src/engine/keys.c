@@ -7,6 +7,7 @@
 
 #include "../nd.h"
 #include "engine.h"
+#include "labels.h"
 
 struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
 {
@@ -60,6 +61,7 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
     key_add_u64(&h, n);
     for (size_t i = 0; i < n; i++)
         key_add_key(&h, rois[i]);
+    engine_labels_chunk_key(t, id, &h); /* [labels]: ids depend on ROI indices (and counts) */
     return key_final(&h);
 }
 
