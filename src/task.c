@@ -620,6 +620,11 @@ static void resolve_cache_dir(struct task *t)
 
 int task_open(const char *config_path, struct task **out, struct errbuf *err)
 {
+    return task_open_flags(config_path, 0, out, err);
+}
+
+int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err)
+{
     struct task *t = xcalloc(1, sizeof *t);
     int r = config_load(config_path, &t->cfg, err);
     if (r < 0) {
@@ -630,7 +635,7 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
         (r = load_rois(t, err)) < 0 ||
         (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)
         goto fail;
-    if ((r = proc_create(&t->cfg, &t->proc, err)) < 0)
+    if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
     /* the manifest names the metadata without attributes: they hold its fingerprint */
     if (t->out.format == 3)

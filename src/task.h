@@ -88,6 +88,10 @@ static inline int task_input_signature(const struct task *t, const uint64_t *sta
  * the processor. Errors are -EINVAL (bad configuration, input or ROI list: exit status 2)
  * with err->msg = "FILE[:LINE]: ..." naming the offending key or value. */
 int task_open(const char *config_path, struct task **out, struct errbuf *err);
+/* task_open without the processor (t->proc NULL), for commands that only need the cache's
+ * place and keys (`clean`): a `python` processor would start interpreters, a plugin load. */
+#define TASK_NO_PROC 1u
+int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err);
 void task_close(struct task *t);
 
 /* A derived array: one computed from another array of the mount (a pyramid level) rather

@@ -9,8 +9,9 @@ Channels (all set up by roifs, see src/proc/pyserver.h for the byte layouts):
 - fd 0, the control socket (SOCK_SEQPACKET): a JSON hello (params), then requests "fork"
   (with a worker socket, a stderr pipe and a memfd passed by SCM_RIGHTS), "kill" and "quit";
   one JSON reply each. End of file (roifs died) ends the server and its workers.
-- per worker, a SOCK_SEQPACKET socket: a ROI request header; the block lies in the memfd,
-  mapped by both sides, and the result is written there. The server keeps a copy of each
+- per worker, a SOCK_SEQPACKET socket: a ROI request header, or a batch of them (small ROIs:
+  one round trip for up to 32); the blocks lie in the memfd, mapped by both sides, and the
+  results are written there. The server keeps a copy of each
   worker's socket to report the worker's death (its wait status) to roifs.
 """
 
@@ -46,9 +47,15 @@ import roifs  # noqa: E402
 REQ = struct.Struct("<IIQQQQQQQ8s8s")
 # Reply: kind, 0, value; an error's message follows (UTF-8).
 REP = struct.Struct("<IIq")
-REQ_ROI = 1
-REP_OK, REP_ERROR, REP_DIED = 1, 2, 3
+REQ_ROI, REQ_BATCH = 1, 2
+REP_OK, REP_ERROR, REP_DIED, REP_BATCH = 1, 2, 3, 4
+# A batch: kind, count, then `count` ROI requests as above. Its reply: REP_BATCH (value 1 when
+# the worker wrote to stdout or stderr), then `count` items (kind, length of its message),
+# then the error messages one after the other.
+BATCH = struct.Struct("<II")
+ITEM = struct.Struct("<II")
 MSG_MAX = 4000
+BATCH_MSG_MAX = 1000
 EXIT_GRACE = 2.0
 PR_SET_PDEATHSIG = 1
 
@@ -142,41 +149,71 @@ def _views(mm, dims, nd, in_off, out_off, idt, odt, dtypes):
 
 
 def _serve_rois(sock, mem_fd, fn, params):
-    """One ROI at a time until roifs closes the socket."""
-    buf = bytearray(65536)
+    """One request at a time until roifs closes the socket: a ROI, or a batch of small ROIs
+    (one round trip for all)."""
+    buf = bytearray(1 << 20)
     unpack = REQ.unpack_from
     dims_of = {}
     dtypes = {}
-    mm, size, key, block, out = None, 0, None, None, None
-    ok, ok_wrote = REP.pack(REP_OK, 0, 0), REP.pack(REP_OK, 0, 1)
+    state = {"mm": None, "size": 0, "views": {}}
     Roi, store, describe = _array.Roi, _array.store, _array.describe
-    while True:
-        n = sock.recv_into(buf)
-        if n == 0:
-            return
-        kind, nd, index, label, map_size, in_off, _, out_off, _, idt, odt = unpack(buf)
+    ok, ok_wrote = REP.pack(REP_OK, 0, 0), REP.pack(REP_OK, 0, 1)
+    item_ok = ITEM.pack(REP_OK, 0)
+
+    def roi_at(off):
+        """Runs the ROI whose request is at buf[off:]: (next offset, None or the error)."""
+        kind, nd, index, label, map_size, in_off, _, out_off, _, idt, odt = unpack(buf, off)
         st = dims_of.get(nd)
         if st is None:
             st = dims_of[nd] = struct.Struct(f"<{4 * nd}Q")
-        dims = st.unpack_from(buf, REQ.size)
-        if map_size != size:  # roifs grew the memfd: map it anew (old views keep theirs)
-            mm, size, key = mmap.mmap(mem_fd, map_size), map_size, None
-        # The same shape and dtypes as the last ROI (a grid): the same views
+        dims = st.unpack_from(buf, off + REQ.size)
+        if map_size != state["size"]:  # roifs grew the memfd: map it anew (old views keep theirs)
+            state["mm"], state["size"] = mmap.mmap(mem_fd, map_size), map_size
+            state["views"] = {}
+        views = state["views"]
+        # The same shape, place and dtypes as an earlier ROI (a grid): the same views
         k = (dims[3 * nd:], in_off, out_off, idt, odt)
-        if k != key:
-            block, out = _views(mm, dims, nd, in_off, out_off, idt, odt, dtypes)
-            key = k
+        v = views.get(k)
+        if v is None:
+            if len(views) > 256:
+                views.clear()
+            v = views[k] = _views(state["mm"], dims, nd, in_off, out_off, idt, odt, dtypes)
+        block, out = v
         roi = Roi(index, dims[:nd], dims[nd:2 * nd], dims[2 * nd:3 * nd], k[0], block.dtype,
                   out.dtype, dict(params), label or None, out)
+        nxt = off + REQ.size + st.size
         try:
             store(fn(block, roi), out)
         except Exception as e:
             sys.stderr.write(f"roi {index}: " + "".join(traceback.format_exception(e)))
             sys.stderr.flush()
-            sock.send(REP.pack(REP_ERROR, 0, 0) + describe(e).encode("utf-8", "replace")[:MSG_MAX])
+            return nxt, describe(e).encode("utf-8", "replace")
+        return nxt, None
+
+    while True:
+        n = sock.recv_into(buf)
+        if n == 0:
+            return
+        kind, count = BATCH.unpack_from(buf)
+        if kind == REQ_BATCH:
+            off, items, msgs = BATCH.size, [], []
+            for _ in range(count):
+                off, msg = roi_at(off)
+                if msg is None:
+                    items.append(item_ok)
+                else:
+                    msg = msg[:BATCH_MSG_MAX]
+                    items.append(ITEM.pack(REP_ERROR, len(msg)))
+                    msgs.append(msg)
+            wrote = _wrote[0]
             _wrote[0] = False
+            sock.send(b"".join([REP.pack(REP_BATCH, 0, int(wrote))] + items + msgs))
             continue
-        if _wrote[0]:  # roifs reads the worker's stderr pipe then
+        _, msg = roi_at(0)
+        if msg is not None:
+            sock.send(REP.pack(REP_ERROR, 0, 0) + msg[:MSG_MAX])
+            _wrote[0] = False
+        elif _wrote[0]:  # roifs reads the worker's stderr pipe then
             _wrote[0] = False
             sock.send(ok_wrote)
         else:

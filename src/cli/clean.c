@@ -55,7 +55,7 @@ int cmd_clean(int argc, char **argv)
     if (argc != 2)
         return cli_usage_error("clean needs exactly one CONFIG%s", "");
     struct task *t;
-    int r = cli_load_task(argv[1], &t);
+    int r = cli_load_task_flags(argv[1], TASK_NO_PROC, &t);
     if (r)
         return r;
     struct stat st;

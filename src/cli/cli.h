@@ -19,6 +19,8 @@
 int cli_usage_error(const char *fmt, const char *arg);
 /* task_open with the error printed: 0 or EXIT_USAGE. */
 int cli_load_task(const char *path, struct task **t);
+/* The same with task_open_flags's flags (TASK_NO_PROC). */
+int cli_load_task_flags(const char *path, unsigned flags, struct task **t);
 /* arrayset_open with the error printed: 0, EXIT_USAGE (a configuration or cache directory
  * roifs may not use) or EXIT_RUNTIME. threads > 0: the command line's -j N. */
 int cli_open_arrays(struct task *t, int threads, bool status_file, struct arrayset **s);

@@ -18,8 +18,13 @@ int cli_usage_error(const char *fmt, const char *arg)
 
 int cli_load_task(const char *path, struct task **t)
 {
+    return cli_load_task_flags(path, 0, t);
+}
+
+int cli_load_task_flags(const char *path, unsigned flags, struct task **t)
+{
     struct errbuf err = {{0}};
-    if (task_open(path, t, &err) < 0) {
+    if (task_open_flags(path, flags, t, &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_USAGE;
     }

@@ -128,7 +128,7 @@ static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
 int cli_clean_unused(const char *config)
 {
     struct task *t;
-    int r = cli_load_task(config, &t);
+    int r = cli_load_task_flags(config, TASK_NO_PROC, &t);
     if (r)
         return r;
     struct stat st;

@@ -26,55 +26,145 @@ static void crop_to_box(const struct task *t, size_t r, const void *out, const u
     nd_copy(res->data, bshape, zero, out, rshape, off, bshape, nd, t->out.dtype.size);
 }
 
-/* Runs the processor on ROI r; its result named by what was read, or NULL with *rcp and err
- * set. */
-static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
+static void log_roi_failure(const struct task *t, uint32_t r, const char *msg);
+
+/* One ROI being computed: its request, buffers and input signature. */
+struct roi_work {
+    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig;
+    struct proc_request rq;
+};
+
+/* Sets up ROI r's request and reads its input: 0, or the read's error in err. */
+static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct errbuf *err)
 {
     const struct task *t = e->t;
     int nd = t->rois.ndim;
-    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
-    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
-    size_t n = nd_prod(rshape, nd);
-    struct proc_request rq = {
+    w->sig = 0;
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, w->rstart, w->rshape);
+    size_t n = nd_prod(w->rshape, nd);
+    w->rq = (struct proc_request){
         .roi = r,
         .ndim = nd,
         .start = &t->rois.start[(size_t)r * nd],
         .stop = &t->rois.stop[(size_t)r * nd],
-        .in_start = rstart,
-        .in_shape = rshape,
+        .in_start = w->rstart,
+        .in_shape = w->rshape,
         .in_dtype = t->in_meta->dtype,
         .out_dtype = t->out.dtype,
         .in_nbytes = n * t->in_meta->dtype.size,
         .out_nbytes = n * t->out.dtype.size,
     };
-    rq.in_dtype.big_endian = rq.out_dtype.big_endian = false;
-    void *in = xmalloc(rq.in_nbytes ? rq.in_nbytes : 1),
-         *out = xmalloc(rq.out_nbytes ? rq.out_nbytes : 1);
-    rq.in = in;
-    rq.out = out;
+    w->rq.in_dtype.big_endian = w->rq.out_dtype.big_endian = false;
+    w->rq.in = xmalloc(w->rq.in_nbytes ? w->rq.in_nbytes : 1);
+    w->rq.out = xmalloc(w->rq.out_nbytes ? w->rq.out_nbytes : 1);
     /* The signature comes from the files as they were read: a change during the read or the
      * computation makes a key that the input as it is then does not match. */
-    int rc = task_input_read(t, rstart, rshape, in, &sig, err);
-    for (int attempt = 0; rc == 0; attempt++) {
-        rc = proc_run(t->proc, &rq, err);
-        if (rc == 0 || rc == -ECANCELED || attempt >= e->opts.retries)
-            break;
-        log_warn("roi %u: attempt %d failed (%s); retrying", r, attempt + 1, err->msg);
+    return task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
+}
+
+/* Retries a failed run as configured. */
+static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf *err)
+{
+    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->opts.retries; attempt++) {
+        log_warn("roi %zu: attempt %d failed (%s); retrying", w->rq.roi, attempt + 1, err->msg);
+        rc = proc_run(e->t->proc, &w->rq, err);
     }
-    free(in);
-    if (rc == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
-        rc = engine_labels_check(t, out, n, err);
-    *rcp = rc;
+    return rc;
+}
+
+/* The result named by what was read (*rcp 0), or NULL with *rcp and err set; frees the
+ * buffers. */
+static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int *rcp,
+                                       struct errbuf *err)
+{
+    const struct task *t = e->t;
+    uint32_t r = (uint32_t)w->rq.roi;
     struct roi_result *res = NULL;
-    if (rc == 0) {
-        res = roi_result_new(engine_roi_key(e->t, r, sig), engine_roi_box_nbytes(t, r));
+    free((void *)w->rq.in);
+    if (*rcp == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
+        *rcp = engine_labels_check(t, w->rq.out, nd_prod(w->rshape, t->rois.ndim), err);
+    if (*rcp == 0) {
+        res = roi_result_new(engine_roi_key(e->t, r, w->sig), engine_roi_box_nbytes(t, r));
         /* stitch = iou: the overlap zones of the whole result, halo included */
-        engine_stitch_strips(e, r, out, rstart, rshape, res->key);
-        crop_to_box(t, r, out, rstart, rshape, res);
+        engine_stitch_strips(e, r, w->rq.out, w->rstart, w->rshape, res->key);
+        crop_to_box(t, r, w->rq.out, w->rstart, w->rshape, res);
         res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
     }
-    free(out);
+    free(w->rq.out);
     return res;
+}
+
+/* Runs the processor on ROI r; its result named by what was read, or NULL with *rcp and err
+ * set. */
+static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
+{
+    struct roi_work w;
+    int rc = prepare_roi(e, r, &w, err);
+    if (rc == 0)
+        rc = retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err);
+    *rcp = rc;
+    return conclude_roi(e, &w, rcp, err);
+}
+
+bool engine_roi_batchable(const struct engine *e, uint32_t r)
+{
+    const struct task *t = e->t;
+    if (!t->proc->ops->run_many || roi_index_roi_nchunks(t->index, r) > 1)
+        return false;
+    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
+    size_t n = nd_prod(rshape, t->rois.ndim);
+    return n * (t->in_meta->dtype.size + t->out.dtype.size) <= PROC_BATCH_BYTES;
+}
+
+/* A ROI stopped by an unmount or an interrupted warm: not a failure, just not done. */
+static void roi_cancelled(struct engine *e, uint32_t r)
+{
+    pthread_mutex_lock(&e->lock);
+    e->rois[r].state = RS_IDLE;
+    e->n_running--;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
+{
+    struct roi_work *w = xcalloc(n, sizeof *w);
+    struct errbuf *errs = xcalloc(n, sizeof *errs);
+    int *rcs = xcalloc(n, sizeof *rcs);
+    struct proc_request *rqs = xcalloc(n, sizeof *rqs);
+    size_t *which = xcalloc(n, sizeof *which), m = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((rcs[i] = prepare_roi(e, rs[i], &w[i], &errs[i])) == 0) {
+            rqs[m] = w[i].rq;
+            which[m++] = i;
+        }
+    if (m) {
+        int *mrc = xcalloc(m, sizeof *mrc);
+        struct errbuf *merr = xcalloc(m, sizeof *merr);
+        proc_run_many(e->t->proc, m, rqs, mrc, merr);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = which[k];
+            errs[i] = merr[k];
+            rcs[i] = retry_roi(e, &w[i], mrc[k], &errs[i]);
+        }
+        free(mrc);
+        free(merr);
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct roi_result *res = conclude_roi(e, &w[i], &rcs[i], &errs[i]);
+        if (rcs[i] == -ECANCELED) {
+            roi_cancelled(e, rs[i]);
+            continue;
+        }
+        if (!res)
+            log_roi_failure(e->t, rs[i], errs[i].msg);
+        engine_roi_finish(e, rs[i], res, false, false, errs[i].msg);
+    }
+    free(which);
+    free(rqs);
+    free(rcs);
+    free(errs);
+    free(w);
 }
 
 static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
@@ -115,12 +205,8 @@ static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh
     int rc = 0;
     struct roi_result *res = compute_roi(e, r, &rc, &err);
     if (rc == -ECANCELED) {
-        /* Stopped by an unmount or an interrupted warm: not a failure, just not done. */
         cache_unlock(e->c, lock);
-        pthread_mutex_lock(&e->lock);
-        e->rois[r].state = RS_IDLE;
-        e->n_running--;
-        pthread_mutex_unlock(&e->lock);
+        roi_cancelled(e, r);
         return;
     }
     bool stored = false;

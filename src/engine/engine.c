@@ -134,8 +134,13 @@ static void *worker_main(void *arg)
             struct key128 want = e->rois[r].key;
             e->rois[r].state = RS_RUNNING;
             e->n_running++;
+            uint32_t batch[PROC_BATCH_MAX];
+            size_t n = engine_roi_batchable(e, r) ? engine_pop_batch(e, r, batch) : 1;
             pthread_mutex_unlock(&e->lock);
-            engine_run_roi(e, r, want);
+            if (n > 1)
+                engine_run_rois(e, batch, n);
+            else
+                engine_run_roi(e, r, want);
             pthread_mutex_lock(&e->lock);
             continue;
         }

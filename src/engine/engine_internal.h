@@ -187,6 +187,11 @@ void engine_flush_unstored(struct engine *e);
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
 /* The same, computing it even when its result is stored (labels.c: a lost strip record). */
 void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want);
+/* True when ROI r may run in a batch (engine_run_rois): the processor takes batches, the ROI
+ * lies in one chunk (no result lock) and is small (PROC_BATCH_BYTES). */
+bool engine_roi_batchable(const struct engine *e, uint32_t r);
+/* Computes n batchable ROIs in one processor call and publishes each. */
+void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
 
 /* ---- jobs.c: chunk jobs, ROI requests and outcomes, assembly ---- */
 
@@ -206,6 +211,10 @@ struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job);
 bool engine_has_failed_roi(struct engine *e, size_t row);
 /* The next queued ROI to compute, demanded ones first (lock held). */
 bool engine_pop_roi(struct engine *e, uint32_t *r);
+/* ROI r (popped, marked running) and more queued batchable ROIs after it, marked running
+ * too, into batch (PROC_BATCH_MAX): at most this thread's share of the queue. Their count.
+ * Called with the lock held. */
+size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch);
 /* Assembles a job taken off the assembly queue, writes its chunk and answers its waiters
  * (no lock held). A job one of whose ROIs failed (its waiters had EIO) is stored and let go
  * instead: returned are the waiters that came since, which the caller opens again. */

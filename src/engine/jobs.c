@@ -539,3 +539,25 @@ bool engine_pop_roi(struct engine *e, uint32_t *r)
             return true;
     return false;
 }
+
+/* ROI r and more queued batchable ROIs after it, marked running: at most this thread's
+ * share of the queue, so that the other threads get as much (small ROIs cost the processor
+ * a round trip each: python). */
+size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch)
+{
+    size_t n = 1, share = (e->demand.len + e->ahead.len) / (size_t)e->nthreads;
+    batch[0] = r;
+    while (n < PROC_BATCH_MAX && n <= share && e->demand.len + e->ahead.len > 0) {
+        struct roi_queue *q = e->demand.len ? &e->demand : &e->ahead;
+        uint32_t next = q->buf[q->head];
+        if (e->rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))
+            break;
+        queue_pop(q, &next);
+        if (e->rois[next].state != RS_QUEUED)
+            continue; /* as engine_pop_roi: queued twice, or done meanwhile */
+        e->rois[next].state = RS_RUNNING;
+        e->n_running++;
+        batch[n++] = next;
+    }
+    return n;
+}

@@ -33,6 +33,12 @@ struct proc_ops {
     /* Computes one ROI into rq->out. Thread-safe. 0, or a negative errno with a message
      * (for a command: "exit status 2: <last line of stderr>"). */
     int (*run)(struct proc *p, const struct proc_request *rq, struct errbuf *err);
+    /* Optional: computes n ROIs in one call, rcs[i] and errs[i] as run() would give them;
+     * for processors that pay a round trip per call (python), for small ROIs (the engine
+     * batches ROIs of at most PROC_BATCH_BYTES in and out, PROC_BATCH_MAX at a time).
+     * Thread-safe. */
+    void (*run_many)(struct proc *p, size_t n, const struct proc_request *rq, int *rcs,
+                     struct errbuf *errs);
     /* Stops everything in flight (kills running commands) and makes later run() calls fail
      * fast with -ECANCELED. Called once, at unmount, from another thread. May be NULL. */
     void (*shutdown)(struct proc *p);
@@ -51,6 +57,14 @@ static inline int proc_run(struct proc *p, const struct proc_request *rq, struct
 {
     p->calls++;
     return p->ops->run(p, rq, err);
+}
+#define PROC_BATCH_MAX   32
+#define PROC_BATCH_BYTES (64 << 10)
+static inline void proc_run_many(struct proc *p, size_t n, const struct proc_request *rq, int *rcs,
+                                 struct errbuf *errs)
+{
+    p->calls += n;
+    p->ops->run_many(p, n, rq, rcs, errs);
 }
 /* "builtin", "command", "worker", "plugin", "python" (the configuration's key). */
 const char *proc_kind_name(enum proc_kind k);

@@ -32,10 +32,24 @@ struct py_request {
     char in_dtype[8], out_dtype[8]; /* numpy typestrs, NUL-padded */
 };
 
+/* A batch of small ROIs in one round trip: struct py_batch, then `n` ROI requests (each a
+ * struct py_request and its dims), their blocks and results at their own offsets in the
+ * memfd. Its reply: struct py_reply of kind PY_REP_BATCH (value as for OK), then `n` struct
+ * py_item (PY_REP_OK, or PY_REP_ERROR with the length of its message), then the messages
+ * one after the other (at most PY_BATCH_MSG_MAX bytes each). */
+#define PY_REQ_BATCH     2
+#define PY_BATCH_MSG_MAX 1000
+struct py_batch {
+    uint32_t kind, n;
+};
+struct py_item {
+    uint32_t kind, len;
+};
+
 /* A reply: OK (the result is in the memfd; value 1 when the worker wrote to its stdout or
  * stderr meanwhile), ERROR (a UTF-8 message follows), or DIED (sent by the server once it
  * reaped the worker: value is the wait status). */
-enum { PY_REP_OK = 1, PY_REP_ERROR = 2, PY_REP_DIED = 3 };
+enum { PY_REP_OK = 1, PY_REP_ERROR = 2, PY_REP_DIED = 3, PY_REP_BATCH = 4 };
 struct py_reply {
     uint32_t kind, zero;
     int64_t value;

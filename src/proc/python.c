@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ struct pyworker {
     bool busy;     /* guarded by the pool's lock, as is sock (the shutdown reads it) */
     bool tick_cut; /* SO_RCVTIMEO shortened for a deadline: restore it */
     unsigned rois; /* ROIs since its fork: stderr is read at least every STDERR_EVERY */
+    unsigned gen;  /* the fork server that forked it (pypool.srv_gen then) */
     struct spawn_lines err_lines;
     char last[512]; /* last line of its stderr, for messages */
     uint64_t req[(sizeof(struct py_request) + 4 * ROIFS_MAX_DIM * 8) / 8];
@@ -54,7 +56,14 @@ struct pyworker {
 
 struct pypool {
     struct proc base;
+    /* The fork server; NULL after it died and a new one failed to start. srv_lock guards srv
+     * and srv_gen (bumped at each restart) and is held across a fork request, so that one
+     * thread restarts a dead server while the others wait for it. */
+    pthread_mutex_t srv_lock;
     struct pyserver *srv;
+    _Atomic unsigned srv_gen;
+    _Atomic bool renew;        /* a new server started: replace the idle workers of the old one */
+    struct pyserver_opts opts; /* owned copies: a dead server is started again with them */
     double timeout;
     pthread_mutex_t lock; /* guards workers, nworkers and busy flags */
     struct pyworker **workers;
@@ -141,9 +150,52 @@ static void worker_reset(struct pypool *pp, struct pyworker *w)
 static void worker_retire(struct pypool *pp, struct pyworker *w)
 {
     struct errbuf kerr;
-    if (w->pid > 0 && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
+    pthread_mutex_lock(&pp->srv_lock);
+    /* A worker of an earlier server died with it (PR_SET_PDEATHSIG). */
+    if (w->pid > 0 && pp->srv && w->gen == pp->srv_gen && pyserver_kill(pp->srv, w->pid, &kerr) < 0)
         log_warn("python worker %d: cannot kill it: %s", (int)w->pid, kerr.msg);
+    pthread_mutex_unlock(&pp->srv_lock);
     worker_reset(pp, w);
+}
+
+/* The fork server died (kill -9, out of memory...), and its workers with it: a new one, with
+ * the same file, params and directory. Called with srv_lock held. */
+static int restart_server(struct pypool *pp, const char *why, struct errbuf *err)
+{
+    pid_t old = pp->srv ? pyserver_pid(pp->srv) : 0;
+    log_warn("python: %s; starting a new one", why);
+    pyserver_stop(pp->srv, true); /* reaps it if it is our child; its socket is closed */
+    pp->srv = NULL;
+    pp->srv_gen++;
+    struct pyserver *s = NULL;
+    int rc = pyserver_start(&pp->opts, &s, err);
+    if (rc)
+        return err_prefix(err, rc, "the fork server %d is gone and a new one did not start",
+                          (int)old);
+    pp->srv = s;
+    log_warn("python: fork server %d started in place of %d", (int)pyserver_pid(s), (int)old);
+    return 0;
+}
+
+/* pyserver_fork, with the server started again when it is gone. */
+static int fork_worker_process(struct pypool *pp, int sock, int err_w, int mfd, pid_t *pid,
+                               unsigned *gen, struct errbuf *err)
+{
+    pthread_mutex_lock(&pp->srv_lock);
+    int rc = pp->srv ? pyserver_fork(pp->srv, sock, err_w, mfd, pid, err)
+                     : err_set(err, -EPIPE, "no fork server");
+    if (rc == -EPIPE && !pp->stopping) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        rc = restart_server(pp, why, err);
+        if (!rc) {
+            pp->renew = true;
+            rc = pyserver_fork(pp->srv, sock, err_w, mfd, pid, err);
+        }
+    }
+    *gen = pp->srv_gen;
+    pthread_mutex_unlock(&pp->srv_lock);
+    return rc;
 }
 
 static double tick_of(const struct pypool *pp)
@@ -189,7 +241,8 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
         return err_set(err, rc, "cannot set up a python worker: %s", strerror(-rc));
     }
     pid_t pid = 0;
-    rc = pyserver_fork(pp->srv, sv[1], ep[1], mfd, &pid, err);
+    unsigned gen = 0;
+    rc = fork_worker_process(pp, sv[1], ep[1], mfd, &pid, &gen, err);
     spawn_close(&sv[1]);
     spawn_close(&ep[1]);
     if (rc) {
@@ -202,6 +255,7 @@ static int worker_fork(struct pypool *pp, struct pyworker *w, struct errbuf *err
     fcntl(ep[0], F_SETPIPE_SZ, STDERR_PIPE); /* best effort */
     set_tick(sv[0], tick_of(pp));
     w->pid = pid;
+    w->gen = gen;
     pthread_mutex_lock(&pp->lock);
     w->sock = sv[0];
     pthread_mutex_unlock(&pp->lock);
@@ -327,9 +381,11 @@ static int map_for(struct pyworker *w, size_t need, struct errbuf *err)
     return 0;
 }
 
-static size_t build_request(struct pyworker *w, const struct proc_request *rq, size_t out_off)
+/* Writes ROI rq's request to dst (8-byte aligned); its length. */
+static size_t build_request(const struct pyworker *w, const struct proc_request *rq, uint64_t *dst,
+                            size_t in_off, size_t out_off)
 {
-    struct py_request *h = (struct py_request *)w->req;
+    struct py_request *h = (struct py_request *)dst;
     char dt[8];
     memset(h, 0, sizeof *h);
     h->kind = PY_REQ_ROI;
@@ -337,7 +393,7 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     h->roi = rq->roi;
     h->label = rq->label;
     h->map_size = w->map_size;
-    h->in_off = (size_t)sysconf(_SC_PAGESIZE);
+    h->in_off = in_off;
     h->in_nbytes = rq->in_nbytes;
     h->out_off = out_off;
     h->out_nbytes = rq->out_nbytes;
@@ -345,7 +401,7 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
     memcpy(h->in_dtype, ts, strnlen(ts, sizeof h->in_dtype - 1));
     ts = dtype_typestr_le(&rq->out_dtype, dt);
     memcpy(h->out_dtype, ts, strnlen(ts, sizeof h->out_dtype - 1));
-    uint64_t *d = w->req + sizeof *h / 8;
+    uint64_t *d = dst + sizeof *h / 8;
     size_t n = (size_t)rq->ndim * sizeof *d;
     memcpy(d, rq->start, n);
     memcpy(d + rq->ndim, rq->stop, n);
@@ -357,11 +413,11 @@ static size_t build_request(struct pyworker *w, const struct proc_request *rq, s
 /* Waits for the reply in recv(), waking every tick (SO_RCVTIMEO) to read stderr and to
  * check the deadline and the shutdown (which also ends the recv with SHUT_RD). */
 static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double deadline,
-                               struct py_reply *rep, struct errbuf *err)
+                               struct py_reply *rep, char *buf, size_t size, size_t *len,
+                               struct errbuf *err)
 {
-    char buf[sizeof *rep + 4096 + 1];
     for (;;) {
-        ssize_t n = recv(w->sock, buf, sizeof buf - 1, 0);
+        ssize_t n = recv(w->sock, buf, size - 1, 0);
         if (n > 0) {
             if ((size_t)n < sizeof *rep)
                 return err_set(err, -EIO, "python worker %d sent a reply of %zd bytes", (int)w->pid,
@@ -369,7 +425,8 @@ static enum outcome wait_reply(struct pypool *pp, struct pyworker *w, double dea
                        PY_BROKEN;
             memcpy(rep, buf, sizeof *rep);
             buf[n] = '\0';
-            if (rep->kind == PY_REP_OK)
+            *len = (size_t)n;
+            if (rep->kind == PY_REP_OK || rep->kind == PY_REP_BATCH)
                 return PY_OK;
             if (rep->kind == PY_REP_DIED)
                 return PY_DIED;
@@ -424,18 +481,32 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     if (rc)
         return rc;
     memcpy(w->map + page, rq->in, rq->in_nbytes);
-    size_t len = build_request(w, rq, out_off);
+    size_t len = build_request(w, rq, w->req, page, out_off);
     if (w->tick_cut) {
         set_tick(w->sock, tick_of(pp));
         w->tick_cut = false;
     }
     double deadline = pp->timeout > 0 ? now_monotonic() + pp->timeout : 0;
     struct py_reply rep = {0};
+    char buf[sizeof rep + 4096 + 1];
+    size_t got = 0;
     enum outcome end;
-    if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0)
-        end = PY_GONE; /* both ends of its socket closed: worker and server */
-    else
-        end = wait_reply(pp, w, deadline, &rep, err);
+    if (send(w->sock, w->req, len, MSG_NOSIGNAL) < 0) {
+        /* Both other ends of its socket are closed, the worker's and the server's: they died
+         * while it was idle (the server killed, its workers with it). The ROI was not sent:
+         * the caller may try it on a new worker. */
+        int e = errno;
+        rc = err_set(err, -ENOTCONN, "python worker %d is gone (and so is the fork server): %s",
+                     (int)w->pid, strerror(e));
+        log_warn("%s; forking a new one", err->msg);
+        worker_reset(pp, w);
+        return rc;
+    }
+    end = wait_reply(pp, w, deadline, &rep, buf, sizeof buf, &got, err);
+    if (end == PY_OK && rep.kind != PY_REP_OK) {
+        err_set(err, -EIO, "python worker %d sent a batch reply", (int)w->pid);
+        end = PY_BROKEN;
+    }
     switch (end) {
     case PY_OK:
         memcpy(rq->out, w->map + out_off, rq->out_nbytes);
@@ -464,6 +535,98 @@ static int exchange(struct pypool *pp, struct pyworker *w, const struct proc_req
     return rc;
 }
 
+/* ---- a batch of small ROIs: one round trip ---- */
+
+/* The per-ROI outcomes of a batch reply into rcs and errs; copies the results out. */
+static int read_batch_reply(struct pyworker *w, size_t n, const struct proc_request *rq,
+                            const size_t *out_off, const char *buf, size_t len, int *rcs,
+                            struct errbuf *errs)
+{
+    const struct py_item *items = (const struct py_item *)(buf + sizeof(struct py_reply));
+    size_t msg = sizeof(struct py_reply) + n * sizeof *items;
+    if (len < msg)
+        return err_set(&errs[0], -EIO, "python worker %d sent a batch reply of %zu bytes",
+                       (int)w->pid, len);
+    for (size_t i = 0; i < n; i++) {
+        struct py_item it;
+        memcpy(&it, &items[i], sizeof it);
+        if (it.kind == PY_REP_OK) {
+            rcs[i] = 0;
+            memcpy(rq[i].out, w->map + out_off[i], rq[i].out_nbytes);
+        } else if (it.kind == PY_REP_ERROR && it.len <= len - msg) {
+            rcs[i] = err_set(&errs[i], -EIO, "%.*s", (int)it.len, buf + msg);
+            msg += it.len;
+        } else {
+            return err_set(&errs[0], -EIO, "python worker %d sent a broken batch reply",
+                           (int)w->pid);
+        }
+    }
+    return 0;
+}
+
+/* 0 with every ROI's outcome in rcs/errs, or an error of the whole batch in errs[0] (the
+ * worker died: -EIO; not sent: -ENOTCONN), the worker then reset. */
+static int exchange_many(struct pypool *pp, struct pyworker *w, size_t n,
+                         const struct proc_request *rq, int *rcs, struct errbuf *errs)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), at = page, len = sizeof(struct py_batch);
+    size_t in_off[PROC_BATCH_MAX], out_off[PROC_BATCH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        in_off[i] = at;
+        out_off[i] = at + align_up(rq[i].in_nbytes, MAP_ALIGN);
+        at = out_off[i] + align_up(rq[i].out_nbytes, MAP_ALIGN);
+    }
+    int rc = map_for(w, at, &errs[0]);
+    if (rc)
+        return rc;
+    uint64_t *msg = xmalloc(sizeof(struct py_batch) + n * sizeof w->req);
+    struct py_batch b = {PY_REQ_BATCH, (uint32_t)n};
+    memcpy(msg, &b, sizeof b);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(w->map + in_off[i], rq[i].in, rq[i].in_nbytes);
+        len += build_request(w, &rq[i], msg + len / 8, in_off[i], out_off[i]);
+    }
+    ssize_t sent = send(w->sock, msg, len, MSG_NOSIGNAL);
+    free(msg);
+    if (sent < 0) {
+        int e = errno;
+        rc =
+            err_set(&errs[0], -ENOTCONN, "python worker %d is gone (and so is the fork server): %s",
+                    (int)w->pid, strerror(e));
+        log_warn("%s; forking a new one", errs[0].msg);
+        worker_reset(pp, w);
+        return rc;
+    }
+    size_t size = sizeof(struct py_reply) + n * (sizeof(struct py_item) + PY_BATCH_MSG_MAX) + 1;
+    char *buf = xmalloc(size);
+    struct py_reply rep = {0};
+    size_t got = 0;
+    enum outcome end = wait_reply(pp, w, 0, &rep, buf, size, &got, &errs[0]);
+    if (end == PY_OK && rep.kind != PY_REP_BATCH) {
+        err_set(&errs[0], -EIO, "python worker %d answered a batch with kind %u", (int)w->pid,
+                rep.kind);
+        end = PY_BROKEN;
+    }
+    if (end == PY_OK)
+        rc = read_batch_reply(w, n, rq, out_off, buf, got, rcs, errs);
+    free(buf);
+    if (end == PY_OK && rc == 0) {
+        if (rep.value || (w->rois += (unsigned)n) % STDERR_EVERY < n)
+            drain_stderr(w);
+        return 0;
+    }
+    if (end == PY_DIED || end == PY_GONE)
+        return report_death(pp, w, end, (int)rep.value, &errs[0]);
+    if (end == PY_SHUTDOWN)
+        rc = err_set(&errs[0], -ECANCELED, "shut down");
+    else
+        log_warn("%s; killing it, forking a new one", errs[0].msg);
+    if (!rc)
+        rc = -EIO;
+    worker_retire(pp, w);
+    return rc;
+}
+
 /* A worker that died or was killed is replaced at once, so that `threads` stay ready; if
  * that fails, the next ROI tries again. */
 static void replace(struct pypool *pp, struct pyworker *w)
@@ -473,22 +636,95 @@ static void replace(struct pypool *pp, struct pyworker *w)
         log_warn("python: %s", ferr.msg);
 }
 
+/* After a restart of the server, the idle workers of the old one (dead with it) are forked
+ * anew, so that `threads` are ready again. */
+static void renew_stale(struct pypool *pp)
+{
+    for (;;) {
+        struct pyworker *w = NULL;
+        pthread_mutex_lock(&pp->lock);
+        for (size_t i = 0; i < pp->nworkers && !w && !pp->stopping; i++) {
+            struct pyworker *x = pp->workers[i];
+            if (!x->busy && x->pid > 0 && x->gen != pp->srv_gen)
+                w = x;
+        }
+        if (w)
+            w->busy = true;
+        pthread_mutex_unlock(&pp->lock);
+        if (!w)
+            return;
+        worker_reset(pp, w);
+        replace(pp, w);
+        release(pp, w);
+    }
+}
+
 static int python_run(struct proc *p, const struct proc_request *rq, struct errbuf *err)
 {
     struct pypool *pp = (struct pypool *)p;
     struct pyworker *w = acquire(pp);
     if (!w)
         return err_set(err, -ECANCELED, "shut down");
-    if (w->pid > 0)
-        check_idle(pp, w);
-    int rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
-    if (!rc) {
-        rc = exchange(pp, w, rq, err);
-        if (rc)
-            replace(pp, w);
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        if (w->pid > 0)
+            check_idle(pp, w);
+        rc = w->pid > 0 ? 0 : worker_fork(pp, w, err);
+        if (!rc)
+            rc = exchange(pp, w, rq, err);
+        if (rc != -ENOTCONN) /* the ROI was not sent: once more, on a new worker */
+            break;
+        if (attempt == 1) {
+            rc = -EIO;
+            break;
+        }
     }
+    if (rc && !w->pid)
+        replace(pp, w);
     release(pp, w);
+    if (pp->renew && atomic_exchange(&pp->renew, false))
+        renew_stale(pp);
     return rc;
+}
+
+/* Small ROIs, one round trip for all (with a timeout: one by one, each timed). */
+static void python_run_many(struct proc *p, size_t n, const struct proc_request *rq, int *rcs,
+                            struct errbuf *errs)
+{
+    struct pypool *pp = (struct pypool *)p;
+    if (pp->timeout > 0 || n > PROC_BATCH_MAX) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = python_run(p, &rq[i], &errs[i]);
+        return;
+    }
+    struct pyworker *w = acquire(pp);
+    int rc = w ? 0 : err_set(&errs[0], -ECANCELED, "shut down");
+    for (int attempt = 0; w; attempt++) {
+        if (w->pid > 0)
+            check_idle(pp, w);
+        rc = w->pid > 0 ? 0 : worker_fork(pp, w, &errs[0]);
+        if (!rc)
+            rc = exchange_many(pp, w, n, rq, rcs, errs);
+        if (rc != -ENOTCONN) /* the batch was not sent: once more, on a new worker */
+            break;
+        if (attempt == 1) {
+            rc = -EIO;
+            break;
+        }
+    }
+    if (rc) /* the whole batch failed */
+        for (size_t i = 0; i < n; i++) {
+            rcs[i] = rc;
+            if (i)
+                errs[i] = errs[0];
+        }
+    if (w) {
+        if (rc && !w->pid)
+            replace(pp, w);
+        release(pp, w);
+    }
+    if (pp->renew && atomic_exchange(&pp->renew, false))
+        renew_stale(pp);
 }
 
 /* ---- the end ---- */
@@ -524,12 +760,18 @@ static void python_destroy(struct proc *p)
     }
     free(pp->workers);
     pyserver_stop(pp->srv, owner);
+    free((char *)pp->opts.interpreter);
+    free((char *)pp->opts.spec);
+    free((char *)pp->opts.dir);
+    free((char *)pp->opts.params_json);
+    pthread_mutex_destroy(&pp->srv_lock);
     pthread_mutex_destroy(&pp->lock);
     free(pp);
 }
 
 static const struct proc_ops python_ops = {
     .run = python_run,
+    .run_many = python_run_many,
     .shutdown = python_shutdown,
     .destroy = python_destroy,
 };
@@ -593,11 +835,13 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
         .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
     struct pyserver *srv = NULL;
     rc = pyserver_start(&o, &srv, err);
-    free(params);
-    if (rc)
+    if (rc) {
+        free(params);
         return python_spec_error(cfg, rc, err);
+    }
     bool slurm = cfg->executor == EXECUTOR_SLURM;
     if (slurm) { /* the file imports and has its function: the nodes run it */
+        free(params);
         pyserver_stop(srv, true);
         return create_slurm(cfg, interp, out, err);
     }
@@ -605,6 +849,11 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     struct pypool *pp = xcalloc(1, sizeof *pp);
     pp->base.ops = &python_ops;
     pp->srv = srv;
+    pp->opts = (struct pyserver_opts){.interpreter = xstrdup(interp),
+                                      .spec = xstrdup(cfg->proc_value),
+                                      .dir = cfg->dir ? xstrdup(cfg->dir) : NULL,
+                                      .params_json = params};
+    pthread_mutex_init(&pp->srv_lock, NULL);
     pp->timeout = cfg->timeout;
     pp->creator = getpid();
     pp->forks_at_create = fork_count;

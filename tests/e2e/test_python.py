@@ -9,6 +9,7 @@ import re
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -355,6 +356,62 @@ def test_worker_script_serves_as_python(tmp_path, mount):
         assert re.search(r"python worker \d+: computing 0", m.log_text()), m.log_text()
 
 
+BATCHED = """\
+import re
+
+def f(block, roi):
+    if roi.index == 7:
+        raise ValueError("bad 7")
+    if roi.index == 100:
+        print("hello from 100")
+    status = open("/proc/self/status").read()
+    with open("switches.txt", "a") as out:
+        out.write(re.search(r"voluntary_ctxt_switches:\\s*(\\d+)", status).group(1) + "\\n")
+    return block * 3
+"""
+
+
+def test_small_rois_batched(tmp_path, mount):
+    """Small ROIs go to a worker in batches (one round trip for up to 32): far fewer waits of
+    the worker than ROIs; a ROI that raises fails alone, the others of its batch are
+    served; output written during a batch reaches the log."""
+    (tmp_path / "f.py").write_text(BATCHED)
+    inp = np.arange(2048, dtype="<i4")
+    task = make_task(tmp_path, inp, (256,), rois=[((4 * i, 4 * i + 4),) for i in range(512)],
+                     process={"python": "f.py:f", "threads": 1, "readahead": 0})
+    with mount(task.config) as m:
+        expect_eio(m / "0")
+        for c in range(1, 8):
+            assert read_bytes(m / str(c)) == (inp[256 * c:256 * (c + 1)] * 3).tobytes()
+        st = m.status()
+        assert st["rois"]["failed"] == 1 and st["calls"] == 512, st
+        assert errors_of(m, 7) == ["ValueError: bad 7 (f.py:5)"], st
+        switches = [int(x) for x in (task.dir / "switches.txt").read_text().split()]
+        assert len(switches) == 511
+        # one ROI per round trip waited at least once per ROI
+        assert max(switches) - min(switches) < 511 // 4, (min(switches), max(switches))
+        assert "hello from 100" in m.log_text()
+
+
+def test_worker_killed_mid_batch(tmp_path, mount):
+    """A worker killed during a batch fails the ROIs of that batch (the chunk's read gets
+    EIO, the status names the death); a new worker computes them on the next read."""
+    (tmp_path / "f.py").write_text(SLOW.replace("roi.index == 1 ", "roi.index == 40 "))
+    (tmp_path / "flag").touch()
+    inp = np.arange(256, dtype="<i4")
+    task = make_task(tmp_path, inp, (256,), rois=[((4 * i, 4 * i + 4),) for i in range(64)],
+                     process={"python": "f.py:f", "threads": 1, "readahead": 0})
+    with mount(task.config) as m:
+        got, victim = read_killing_busy(m / "0", task.dir / "busy.txt")
+        assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        st = m.status()
+        assert 1 < st["rois"]["failed"] <= 32, st  # its batch, not more
+        assert errors_of(m, 40) == [f"python worker {victim} was killed by signal 9 before "
+                                    f"replying"], st
+        (task.dir / "flag").unlink()
+        assert read_bytes(m / "0") == (inp * 10).tobytes()
+
+
 # ---------------------------------------------------------------- workers that die or hang
 
 SLOW = """\
@@ -445,6 +502,89 @@ def test_worker_exits_while_idle(tmp_path, mount):
         assert read_bytes(m / "1") == want[2:4].tobytes()
         assert m.status()["rois"]["failed"] == 0
         assert "while idle; forking a new one" in m.log_text()
+
+
+def ppid(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def test_fork_server_killed_mid_roi(tmp_path, mount):
+    """kill -9 of the fork server while a ROI runs: its workers die with it, that ROI fails
+    (status and log say so), a new server is started and a later read succeeds."""
+    task, want = slow_task(tmp_path)
+    with mount(task.config) as m:
+        assert read_bytes(m / "0") == want[0:2].tobytes()
+        before = interpreters(task.dir)
+        busy = task.dir / "busy.txt"
+        got = {}
+
+        def reader():
+            try:
+                got["data"] = read_bytes(m / "1")
+            except OSError as e:
+                got["error"] = e
+
+        t = threading.Thread(target=reader)
+        t.start()
+        deadline = time.monotonic() + 20
+        while not (busy.exists() and busy.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        worker = int(busy.read_text())
+        server = ppid(worker)
+        assert server in before and worker in before, (server, worker, before)
+        os.kill(server, signal.SIGKILL)
+        t.join(20)
+        assert not t.is_alive()
+        assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        assert any(f"python worker {worker} is gone (and so is the fork server)" in e
+                   for e in errors_of(m, 1)), m.status()
+        (task.dir / "flag").unlink()
+        assert read_bytes(m / "1") == want[2:4].tobytes()
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], want)
+        now = interpreters(task.dir)
+        assert len(now) == 3 and not set(now) & set(before), (before, now)
+        assert f"the fork server {server} is gone" in m.log_text(), m.log_text()
+    assert not wait_no_interpreters(task.dir), "interpreters left after unmount"
+
+
+def test_fork_server_killed_while_idle(tmp_path, mount):
+    """kill -9 of the idle fork server (its workers die with it): the next read starts a new
+    server and succeeds, no ROI fails."""
+    task, want = slow_task(tmp_path)
+    (task.dir / "flag").unlink()
+    with mount(task.config) as m:
+        assert read_bytes(m / "0") == want[0:2].tobytes()
+        before = interpreters(task.dir)
+        server = [p for p in before if ppid(p) not in before]
+        assert len(server) == 1, before
+        os.kill(server[0], signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while interpreters(task.dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not interpreters(task.dir), "the workers outlived their server"
+        for i in (1, 2, 3):
+            assert read_bytes(m / str(i)) == want[2 * i:2 * i + 2].tobytes()
+        assert m.status()["rois"]["failed"] == 0, m.status()
+        now = interpreters(task.dir)  # a new server and `threads` new workers
+        assert len(now) == 3 and not set(now) & set(before), (before, now)
+        assert f"the fork server {server[0]} is gone" in m.log_text(), m.log_text()
+    assert not wait_no_interpreters(task.dir), "interpreters left after unmount"
+
+
+def test_clean_starts_no_interpreter(tmp_path, roifs_bin):
+    """`roifs clean` (and `clean --unused`) need the cache's place, not the processor: the
+    user's file is not imported."""
+    (tmp_path / "f.py").write_text(
+        "open('imported', 'a').write('x')\n\ndef f(block, roi):\n    return block\n")
+    task = make_task(tmp_path, np.arange(8, dtype="<i4"), (2,), rois=[((0, 4),)],
+                     process={"python": "f.py:f"})
+    for args in (["clean"], ["clean", "--unused"]):
+        r = run_roifs(roifs_bin, *args, task.config)
+        assert r.returncode == 0, r
+        assert not (task.dir / "imported").exists(), f"roifs {' '.join(args)} imported f.py"
+    r = run_roifs(roifs_bin, "check", task.config)  # check does start it (the control)
+    assert r.returncode == 0, r
+    assert (task.dir / "imported").exists()
 
 
 # ---------------------------------------------------------------- nothing left behind
