@@ -81,20 +81,25 @@ def main():
                       compressor=None)[...] = data
             return p
 
+        def fresh_task(rois):
+            """A fresh copy of the input, an empty cache and the task over them."""
+            inp = fresh_input("in.zarr")
+            cache = d / "cache"
+            C.rmtree(cache)
+            C.write_rois(d / "rois.txt", rois)
+            cfg = C.write_config(d / "task.ini", {
+                "input": {"path": inp}, "rois": {"file": d / "rois.txt",
+                                                 "halo": f"{HALO},{HALO}"},
+                "process": {"builtin": "gaussian", "param.sigma": SIGMA},
+                "output": {"outside": "input"}, "cache": {"dir": cache}})
+            return inp, cache, cfg
+
         def roifs_case(tile):
             rois = grid_rois(tile)
             want = reference(data, rois)
 
             def run():
-                inp = fresh_input("in.zarr")
-                cache = d / "cache"
-                C.rmtree(cache)
-                C.write_rois(d / "rois.txt", rois)
-                cfg = C.write_config(d / "task.ini", {
-                    "input": {"path": inp}, "rois": {"file": d / "rois.txt",
-                                                     "halo": f"{HALO},{HALO}"},
-                    "process": {"builtin": "gaussian", "param.sigma": SIGMA},
-                    "output": {"outside": "input"}, "cache": {"dir": cache}})
+                inp, cache, cfg = fresh_task(rois)
                 peak, stop = [0], threading.Event()
                 base = [None]
 
@@ -122,15 +127,7 @@ def main():
 
         def run_export_swap():
             rois = grid_rois(CH)
-            inp = fresh_input("in.zarr")
-            cache = d / "cache"
-            C.rmtree(cache)
-            C.write_rois(d / "rois.txt", rois)
-            cfg = C.write_config(d / "task.ini", {
-                "input": {"path": inp}, "rois": {"file": d / "rois.txt",
-                                                 "halo": f"{HALO},{HALO}"},
-                "process": {"builtin": "gaussian", "param.sigma": SIGMA},
-                "output": {"outside": "input"}, "cache": {"dir": cache}})
+            inp, cache, cfg = fresh_task(rois)
             out = d / "out.zarr"
             C.rmtree(out)
             t0 = time.perf_counter()

@@ -106,6 +106,39 @@ def roifs_bin():
     return str(path)
 
 
+def image_level_task(tmp_path, image, level, roi_line, output=None):
+    """tmp_path/task.ini: builtin add over level `level` of the OME-Zarr image group `image`,
+    one ROI (roi_line, in the level's axes) in tmp_path/rois.txt, cache tmp_path/cache."""
+    (tmp_path / "rois.txt").write_text(roi_line + "\n")
+    sections = {"input": {"path": image, "level": level}, "rois": {"file": "rois.txt"},
+                "process": {"builtin": "add"}, "cache": {"dir": tmp_path / "cache"}}
+    if output:
+        sections["output"] = output
+    write_config(tmp_path / "task.ini", sections)
+    return tmp_path / "task.ini"
+
+
+def run_on_terminal(argv, timeout):
+    """Runs argv with its stderr on a pseudo-terminal (as a user at a terminal sees it);
+    returns (exit status, what it wrote there, decoded)."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return p.wait(timeout), out.decode(errors="replace")
+
+
 def run_roifs(roifs_bin, *args, timeout=20, cwd="/"):
     """Runs roifs ARGS; returns CompletedProcess with text stdout/stderr. Output goes
     through files, not pipes, so a stray background daemon cannot hold the call open."""

@@ -20,7 +20,7 @@ import pytest
 import zarr
 from scipy import ndimage
 
-from conftest import PY, make_task, run_roifs
+from conftest import PY, make_task, run_on_terminal, run_roifs
 from mounting import write_config
 
 SIGMA = 1.5
@@ -290,6 +290,22 @@ def test_apply_killed_at_random(tmp_path, roifs_bin):
 # ---------------------------------------------------------------- readers during apply
 
 
+def apply_while(roifs_bin, config, read_once):
+    """roifs apply CONFIG while another thread calls read_once() again and again."""
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            read_once()
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        return apply(roifs_bin, config)
+    finally:
+        stop.set()
+        th.join(timeout=30)
+
+
 def test_apply_readers_see_old_or_new(tmp_path, roifs_bin):
     """A reader decoding every input chunk file in a loop while apply replaces them: each
     decode succeeds and equals the old chunk or the new one."""
@@ -304,28 +320,20 @@ def test_apply_readers_see_old_or_new(tmp_path, roifs_bin):
     for p in t.input.iterdir():
         if p.name[0] != ".":
             old[p.name] = numcodecs.Blosc().decode(p.read_bytes())
-    stop = threading.Event()
     seen = {"decodes": 0, "bad": []}
+    blosc = numcodecs.Blosc()
 
-    def reader():
-        blosc = numcodecs.Blosc()
-        while not stop.is_set():
-            for name, want in old.items():
-                try:
-                    got = blosc.decode((t.input / name).read_bytes())
-                except Exception as e:  # noqa: BLE001
-                    seen["bad"].append((name, repr(e)))
-                    continue
-                seen["decodes"] += 1
-                if bytes(got) != bytes(want):
-                    seen["bad"].append((name, "other bytes"))
-    th = threading.Thread(target=reader)
-    th.start()
-    try:
-        r = apply(roifs_bin, t.config)
-    finally:
-        stop.set()
-        th.join(timeout=30)
+    def read_every_chunk():
+        for name, want in old.items():
+            try:
+                got = blosc.decode((t.input / name).read_bytes())
+            except Exception as e:  # noqa: BLE001
+                seen["bad"].append((name, repr(e)))
+                continue
+            seen["decodes"] += 1
+            if bytes(got) != bytes(want):
+                seen["bad"].append((name, "other bytes"))
+    r = apply_while(roifs_bin, t.config, read_every_chunk)
     assert r.returncode == 0, r.stderr
     assert not seen["bad"], seen["bad"][:5]
     assert seen["decodes"] > len(old)
@@ -347,28 +355,20 @@ def test_apply_reader_sees_new_values(tmp_path, roifs_bin):
     for idx in np.ndindex(SHAPE[0] // 16, SHAPE[1] // 16):
         sl = tuple(slice(i * 16, (i + 1) * 16) for i in idx)
         versions[".".join(map(str, idx))] = (orig[sl].tobytes(), want[sl])
-    stop = threading.Event()
     bad = []
+    blosc = numcodecs.Blosc()
 
-    def reader():
-        blosc = numcodecs.Blosc()
-        while not stop.is_set():
-            for name, (o, w) in versions.items():
-                try:
-                    got = bytes(blosc.decode((t.input / name).read_bytes()))
-                except Exception as e:  # noqa: BLE001
-                    bad.append((name, repr(e)))
-                    continue
-                new = np.frombuffer(got, "<f4").reshape(16, 16)
-                if got != o and not np.allclose(new, w, rtol=1e-5, atol=1e-3):
-                    bad.append((name, "neither old nor new"))
-    th = threading.Thread(target=reader)
-    th.start()
-    try:
-        r = apply(roifs_bin, t.config)
-    finally:
-        stop.set()
-        th.join(timeout=30)
+    def read_every_chunk():
+        for name, (o, w) in versions.items():
+            try:
+                got = bytes(blosc.decode((t.input / name).read_bytes()))
+            except Exception as e:  # noqa: BLE001
+                bad.append((name, repr(e)))
+                continue
+            new = np.frombuffer(got, "<f4").reshape(16, 16)
+            if got != o and not np.allclose(new, w, rtol=1e-5, atol=1e-3):
+                bad.append((name, "neither old nor new"))
+    r = apply_while(roifs_bin, t.config, read_every_chunk)
     assert r.returncode == 0, r.stderr
     assert not bad, bad[:5]
     assert_result(t.input, want)
@@ -512,25 +512,10 @@ def test_apply_input_changed_meanwhile(tmp_path, roifs_bin):
 
 def test_apply_progress_bar_on_a_terminal(tmp_path, roifs_bin):
     """Progress as warm shows it, with the chunks replaced and the scratch in use."""
-    import pty
     import re
     t = apply_task(tmp_path, process={"command": "sleep 0.1; cat", "threads": 1})
-    master, slave = pty.openpty()
-    p = subprocess.Popen([roifs_bin, "apply", str(t.config)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other side closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    assert p.wait(60) == 0, out
-    text = out.decode()
+    rc, text = run_on_terminal([roifs_bin, "apply", str(t.config)], 60)
+    assert rc == 0, text
     bars = re.findall(r"\rroifs: apply \[([#.]{24})\] +(\d+)% \d+/6 ROIs, \d+/36 chunks, "
                       r"(\d+)/36 replaced, scratch [\d.]+ (?:B|KiB|MiB)", text)
     assert len(bars) >= 3, text

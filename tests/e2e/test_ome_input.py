@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import zarr
 
-from conftest import line_of, mounted, run_roifs, write_config
+from conftest import image_level_task, line_of, mounted, run_roifs, write_config
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -232,12 +232,7 @@ def test_array_path_in_image_group(plate, tmp_path, roifs_bin):
 def test_group_with_roi_file(plate, tmp_path, roifs_bin):
     """An image group + level with an ordinary ROI list file."""
     root, image, data = plate
-    (tmp_path / "rois.txt").write_text(":, 0:1, 0:10, 5:16\n")
-    write_config(tmp_path / "task.ini", {
-        "input": {"path": image, "level": 3},
-        "rois": {"file": "rois.txt"},
-        "process": {"builtin": "add"},
-        "cache": {"dir": tmp_path / "cache"}})
+    image_level_task(tmp_path, image, 3, ":, 0:1, 0:10, 5:16")
     with mounted(roifs_bin, tmp_path / "task.ini", tmp_path / "mnt") as m:
         got = zarr.open(str(m.path), mode="r")[...]
     np.testing.assert_array_equal(got, expected(data[3], [[(0, 2), (0, 1), (0, 10), (5, 16)]]))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import mounted, run_roifs, write_config
+from conftest import image_level_task, mounted, run_roifs
 from test_ome_input import PX0, make_plate
 
 
@@ -124,13 +124,8 @@ def test_ome_output_reads_only_what_it_needs(tmp_path, roifs_bin):
 def test_ome_output_from_ome_input(plate, tmp_path, roifs_bin):
     """Axes and pixel sizes come from the input's multiscales; level 0 = the input level."""
     root, image, data = plate
-    (tmp_path / "rois.txt").write_text(":, :, 0:40, 10:60\n")
-    write_config(tmp_path / "task.ini", {
-        "input": {"path": image, "level": 1},
-        "rois": {"file": "rois.txt"},
-        "process": {"builtin": "add"},
-        "output": {"ome": "true", "levels": 3, "chunks": "1,1,16,16"},
-        "cache": {"dir": tmp_path / "cache"}})
+    image_level_task(tmp_path, image, 1, ":, :, 0:40, 10:60",
+                     output={"ome": "true", "levels": 3, "chunks": "1,1,16,16"})
     want = np.zeros_like(data[1])
     want[:, :, 0:40, 10:60] = data[1][:, :, 0:40, 10:60] + 1
     with mounted(roifs_bin, tmp_path / "task.ini", tmp_path / "mnt") as m:

@@ -4,7 +4,6 @@ mount(8)/fstab form through mount.fuse3, and the man page."""
 import contextlib
 import json
 import os
-import pty
 import re
 import shutil
 import signal
@@ -18,7 +17,7 @@ import pytest
 import zarr
 
 from conftest import (REPO, is_mounted, lazy_unmount, make_task, mountinfo_entry, read_bytes,
-                      read_status, run_roifs, wait_for)
+                      read_status, run_on_terminal, run_roifs, wait_for)
 
 # Copies its input (so out = in inside the ROIs) and records "start R" and "end R" in the file
 # param.counter names; sleeps param.sleep seconds; ROI param.fail fails with a message.
@@ -109,22 +108,8 @@ def test_warm_computes_everything_once(tmp_path, roifs_bin, mount):
 
 def test_warm_progress_bar_on_a_terminal(tmp_path, roifs_bin):
     task = counting_task(tmp_path, sleep=0.25, threads=1, rois=ROIS[:4])
-    master, slave = pty.openpty()
-    p = subprocess.Popen([roifs_bin, "warm", str(task.config)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other side closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    assert p.wait(20) == 0, out
-    text = out.decode()
+    rc, text = run_on_terminal([roifs_bin, "warm", str(task.config)], 20)
+    assert rc == 0, text
     bars = re.findall(r"\rroifs: warm \[([#.]{24})\] +(\d+)% (\d+)/4 ROIs", text)
     assert len(bars) >= 3, text  # redrawn in place about five times a second
     assert bars[-1][0] == "#" * 24 and bars[-1][1] == "100", text

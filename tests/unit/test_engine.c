@@ -98,6 +98,38 @@ static const char value_cmd[] =
     "os.environ['ROIFS_IN_SHAPE'].split(',')];"
     "sys.stdout.buffer.write(n.full(s,int(os.environ['ROIFS_ROI'])+10,'<i4').tobytes())\"";
 
+/* Reads the four 4x4 chunks of the 8x8 output and checks every element against want(y, x). */
+static void check_every_chunk(struct engine *e, int (*want)(int y, int x))
+{
+    int32_t v[16];
+    for (uint64_t id = 0; id < 4; id++) {
+        CHECK_EQ_INT(read_chunk(e, id, v), 0);
+        int cy = (int)id / 2, cx = (int)id % 2;
+        for (int i = 0; i < 16; i++)
+            CHECK_EQ_INT(v[i], want(cy * 4 + i / 4, cx * 4 + i % 4));
+    }
+}
+
+/* test_assembly_order's output: ROI r writes r + 10, later ROIs win, fill -1 elsewhere. */
+static int assembled_at(int y, int x)
+{
+    int want = -1;
+    if (y < 4 && x < 4)
+        want = 10;
+    if (y >= 2 && y < 6 && x >= 2 && x < 6)
+        want = 11;
+    if (y >= 3 && y < 5 && x < 1)
+        want = 12;
+    return want;
+}
+
+/* test_outside_input's output: the input, plus 1000 inside the ROI. */
+static int input_plus_roi_at(int y, int x)
+{
+    bool in_roi = y >= 1 && y < 3 && x >= 1 && x < 7;
+    return input_at(y, x) + (in_roi ? 1000 : 0);
+}
+
 static void test_assembly_order(void)
 {
     write_text("rois.txt", "0:4, 0:4\n2:6, 2:6\n3:5, 0:1\n");
@@ -109,21 +141,7 @@ static void test_assembly_order(void)
     struct harness_rig g;
     if (!rig_open(&g, ini))
         return;
-    int32_t v[16];
-    for (uint64_t id = 0; id < 4; id++) {
-        CHECK_EQ_INT(read_chunk(g.e, id, v), 0);
-        int cy = (int)id / 2, cx = (int)id % 2;
-        for (int i = 0; i < 16; i++) {
-            int y = cy * 4 + i / 4, x = cx * 4 + i % 4, want = -1;
-            if (y < 4 && x < 4)
-                want = 10;
-            if (y >= 2 && y < 6 && x >= 2 && x < 6)
-                want = 11;
-            if (y >= 3 && y < 5 && x < 1)
-                want = 12;
-            CHECK_EQ_INT(v[i], want);
-        }
-    }
+    check_every_chunk(g.e, assembled_at);
     CHECK_EQ_INT(g.t->proc->calls, 3);
     harness_rig_close(&g);
 }
@@ -136,16 +154,7 @@ static void test_outside_input(void)
                       "[process]\nbuiltin = add\nparam.value = 1000\n"
                       "[output]\noutside = input\n[cache]\ndir = cache2\n"))
         return;
-    int32_t v[16];
-    for (uint64_t id = 0; id < 4; id++) {
-        CHECK_EQ_INT(read_chunk(g.e, id, v), 0);
-        int cy = (int)id / 2, cx = (int)id % 2;
-        for (int i = 0; i < 16; i++) {
-            int y = cy * 4 + i / 4, x = cx * 4 + i % 4;
-            bool in_roi = y >= 1 && y < 3 && x >= 1 && x < 7;
-            CHECK_EQ_INT(v[i], input_at(y, x) + (in_roi ? 1000 : 0));
-        }
-    }
+    check_every_chunk(g.e, input_plus_roi_at);
     harness_rig_close(&g);
 }
 
@@ -462,17 +471,24 @@ static const char failing_ini[] =
     "command = if [ $ROIFS_ROI = 0 ] && [ -e fail.flag ]; then exit 3; fi; sleep 0.3; cat\n"
     "threads = 1\n[cache]\ndir = %s\n";
 
+/* Two engines on the configuration failing_ini with cache directory `cache`, the failing ROI
+ * failing (its flag file written). */
+static bool pair_open_failing(struct pair *p, const char *cache)
+{
+    write_text("fail.flag", "x");
+    char ini[512];
+    snprintf(ini, sizeof ini, failing_ini, cache);
+    return pair_open(p, ini);
+}
+
 /* The chunk's lock stays with the first engine until those ROIs are stored, so the second
  * one takes them from the store instead of computing them again (it used to get the lock at
  * once and run all four). */
 static void test_failed_chunk_keeps_its_lock(void)
 {
     write_text("rois5.txt", "0:2, 0:2\n0:4, 0:2\n2:4, 2:4\n1:3, 1:3\n");
-    write_text("fail.flag", "x");
-    char ini[512];
-    snprintf(ini, sizeof ini, failing_ini, "cache5");
     struct pair p;
-    if (pair_open(&p, ini)) {
+    if (pair_open_failing(&p, "cache5")) {
         int32_t v[16];
         CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), -EIO);
         CHECK_EQ_INT(read_chunk(p.r[1].e, 0, v), -EIO);
@@ -488,11 +504,8 @@ static void test_failed_chunk_keeps_its_lock(void)
  * once they are done, not the failure it came after. */
 static void test_open_while_a_failed_chunk_settles(void)
 {
-    write_text("fail.flag", "x");
-    char ini[512];
-    snprintf(ini, sizeof ini, failing_ini, "cache7");
     struct pair p;
-    if (pair_open(&p, ini)) {
+    if (pair_open_failing(&p, "cache7")) {
         int32_t v[16];
         CHECK_EQ_INT(read_chunk(p.r[0].e, 0, v), -EIO);
         char *flag = path_join(dir, "fail.flag");

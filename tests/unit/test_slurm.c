@@ -10,11 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proc/proc.h"
 #include "proc/slurm.h"
-
-static char tmpdir[64];
-static char cfg_path[128];
+#include "proc_harness.h"
 
 /* ---- words ---- */
 
@@ -92,13 +89,10 @@ static void test_reason(void)
 
 /* ---- configuration ---- */
 
-static void make_cfg(struct config *cfg, enum proc_kind kind, const char *value)
+/* The harness's configuration, run through Slurm with 2 CPUs per task. */
+static void slurm_cfg(struct config *cfg, enum proc_kind kind, const char *value)
 {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->path = cfg_path;
-    cfg->dir = tmpdir;
-    cfg->proc_kind = kind;
-    cfg->proc_value = (char *)value;
+    make_cfg(cfg, NULL, kind, value, NULL, 0);
     cfg->threads = 2;
     cfg->executor = EXECUTOR_SLURM;
     cfg->slurm_cpus_per_task = 2;
@@ -109,13 +103,13 @@ static void test_launch_errors(void)
     struct config cfg;
     struct errbuf err = {{0}};
     struct proc *p = NULL;
-    make_cfg(&cfg, PROC_COMMAND, "true");
+    slurm_cfg(&cfg, PROC_COMMAND, "true");
     cfg.slurm_extra = "--comment='unclosed";
     CHECK_EQ_INT(proc_create(&cfg, &p, &err), -EINVAL);
     CHECK(p == NULL);
     CHECK_STR_CONTAINS(err.msg, "[slurm] extra: unterminated ' quote");
     CHECK_STR_CONTAINS(err.msg, cfg_path);
-    make_cfg(&cfg, PROC_WORKER, "true");
+    slurm_cfg(&cfg, PROC_WORKER, "true");
     cfg.slurm_extra = "--export=$HOME";
     CHECK_EQ_INT(proc_create(&cfg, &p, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, "[slurm] extra: '$' would need a shell");
@@ -123,7 +117,7 @@ static void test_launch_errors(void)
     const char *path = getenv("PATH");
     char *saved = strdup(path ? path : "");
     setenv("PATH", "/nonexistent", 1);
-    make_cfg(&cfg, PROC_COMMAND, "true");
+    slurm_cfg(&cfg, PROC_COMMAND, "true");
     CHECK_EQ_INT(proc_create(&cfg, &p, &err), -EINVAL);
     CHECK_STR_CONTAINS(err.msg, "[process] executor: slurm needs srun, which is not in PATH");
     setenv("PATH", saved, 1);
@@ -177,27 +171,12 @@ static char *srun_args(void)
     return read_text(path);
 }
 
-static void make_req(struct proc_request *rq, uint64_t *shape, const void *in, void *out, size_t n)
-{
-    static uint64_t zero[1];
-    static const struct dtype U1 = {DT_UINT, 1, false};
-    memset(rq, 0, sizeof *rq);
-    shape[0] = n;
-    rq->ndim = 1;
-    rq->start = rq->in_start = zero;
-    rq->stop = rq->in_shape = shape;
-    rq->in_dtype = rq->out_dtype = U1;
-    rq->in = in;
-    rq->out = out;
-    rq->in_nbytes = rq->out_nbytes = n;
-}
-
 static struct proc *slurm_proc(enum proc_kind kind, const char *value)
 {
     struct config cfg;
     struct errbuf err = {{0}};
     struct proc *p = NULL;
-    make_cfg(&cfg, kind, value);
+    slurm_cfg(&cfg, kind, value);
     cfg.slurm_partition = "gpu";
     cfg.slurm_mem = "4G";
     cfg.slurm_time = "1:00";
@@ -214,13 +193,12 @@ static void test_command_through_srun(void)
     struct proc *p = slurm_proc(PROC_COMMAND, "tr abc xyz; echo \"$ROIFS_ROI\" > roi.txt");
     if (!p)
         return;
-    struct proc_request rq;
-    uint64_t shape[1];
+    struct req r;
     char out[6];
     struct errbuf err = {{0}};
-    make_req(&rq, shape, "aabbcc", out, 6);
-    rq.roi = 7;
-    if (proc_run(p, &rq, &err) != 0) {
+    make_req(&r, 1, (const uint64_t[]){6}, U1, U1, "aabbcc", out);
+    r.rq.roi = 7;
+    if (proc_run(p, &r.rq, &err) != 0) {
         fprintf(stderr, "run: %s\n", err.msg);
         CHECK(0);
     }
@@ -242,7 +220,7 @@ static void test_command_through_srun(void)
     p = slurm_proc(PROC_COMMAND, "cat >/dev/null; echo 'bad input' >&2; "
                                  "echo 'srun: error: n1: task 0: Exited with exit code 3' >&2;"
                                  "echo 'srun: error: n1: task 0: Out Of Memory' >&2; exit 3");
-    CHECK_EQ_INT(proc_run(p, &rq, &err), -EIO);
+    CHECK_EQ_INT(proc_run(p, &r.rq, &err), -EIO);
     CHECK(!strcmp(err.msg, "exit status 3: bad input [srun: error: n1: task 0: Out Of Memory]"));
     proc_destroy(p);
 }
@@ -256,11 +234,10 @@ struct shutdown_arg {
 static void *run_one(void *arg)
 {
     struct shutdown_arg *a = arg;
-    struct proc_request rq;
-    uint64_t shape[1];
+    struct req r;
     char out[4];
-    make_req(&rq, shape, "abcd", out, 4);
-    a->rc = proc_run(a->p, &rq, &a->err);
+    make_req(&r, 1, (const uint64_t[]){4}, U1, U1, "abcd", out);
+    a->rc = proc_run(a->p, &r.rq, &a->err);
     return NULL;
 }
 
@@ -313,13 +290,12 @@ static void test_worker_through_srun(void)
     if (!p)
         return;
     for (int i = 0; i < 3; i++) {
-        struct proc_request rq;
-        uint64_t shape[1];
+        struct req r;
         char out[4];
         struct errbuf err = {{0}};
-        make_req(&rq, shape, "abcd", out, 4);
-        rq.roi = (size_t)i;
-        if (proc_run(p, &rq, &err) != 0) {
+        make_req(&r, 1, (const uint64_t[]){4}, U1, U1, "abcd", out);
+        r.rq.roi = (size_t)i;
+        if (proc_run(p, &r.rq, &err) != 0) {
             fprintf(stderr, "run: %s\n", err.msg);
             CHECK(0);
         }
