@@ -4,6 +4,7 @@
  * from the original input. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,4 +338,27 @@ void apply_note_stale_levels(const struct task *t)
         run_message("roifs: apply: note: %s is level %d of the OME-Zarr image %s; its other "
                     "levels were not rewritten and are stale now",
                     t->ome.array_path, t->ome.level, t->ome.group_path);
+}
+
+/* Used by clean and clean --unused: the journal is read, never changed. */
+int cli_refuse_unfinished_apply(const struct task *t)
+{
+    bool unfinished = false;
+    uint64_t replaced = 0, total = 0;
+    int r = journal_peek(t->cache_dir, &unfinished, &replaced, &total);
+    if (r < 0) {
+        fprintf(stderr,
+                "roifs: %s/apply/journal: %s; not cleaning (remove %s/apply to give up "
+                "the application it records)\n",
+                t->cache_dir, r == -EBADMSG ? "damaged" : strerror(-r), t->cache_dir);
+        return EXIT_USAGE;
+    }
+    if (!unfinished)
+        return 0;
+    fprintf(stderr,
+            "roifs: %s: an unfinished `roifs apply` (%" PRIu64 " of %" PRIu64
+            " input files replaced) needs this cache to finish without applying a ROI twice; "
+            "finish it with `roifs apply %s` first (or remove %s/apply to give it up)\n",
+            t->cache_dir, replaced, total, t->cfg.path, t->cache_dir);
+    return EXIT_USAGE;
 }

@@ -1,7 +1,5 @@
 /* clean.c: `roifs clean CONFIG`: deletes the cache directory of CONFIG, only when it is a
  * roifs cache; `clean --unused CONFIG` (gc.c) removes only what no current key names. */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,30 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../apply/journal.h"
 #include "cli.h"
-
-int cli_refuse_unfinished_apply(const struct task *t)
-{
-    bool unfinished = false;
-    uint64_t replaced = 0, total = 0;
-    int r = journal_peek(t->cache_dir, &unfinished, &replaced, &total);
-    if (r < 0) {
-        fprintf(stderr,
-                "roifs: %s/apply/journal: %s; not cleaning (remove %s/apply to give up "
-                "the application it records)\n",
-                t->cache_dir, r == -EBADMSG ? "damaged" : strerror(-r), t->cache_dir);
-        return EXIT_USAGE;
-    }
-    if (!unfinished)
-        return 0;
-    fprintf(stderr,
-            "roifs: %s: an unfinished `roifs apply` (%" PRIu64 " of %" PRIu64
-            " input files replaced) needs this cache to finish without applying a ROI twice; "
-            "finish it with `roifs apply %s` first (or remove %s/apply to give it up)\n",
-            t->cache_dir, replaced, total, t->cfg.path, t->cache_dir);
-    return EXIT_USAGE;
-}
 
 static int remove_tree(const char *path)
 {
