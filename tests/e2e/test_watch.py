@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import REPO, make_task, read_bytes, write_config
+from conftest import make_task, read_bytes, write_config
 from test_v3 import BYTES_LE, encode_chain, encode_shard, shard_codec, write_v3
 
 SHAPE, CH = (64, 64), (16, 16)
@@ -256,7 +256,7 @@ def test_metadata_change_stops_the_mount(tmp_path, mount):
         assert "shape changed from [64, 64] to [64, 80]" in m.log_text()
 
 
-def test_watch_limit_is_reported(tmp_path):
+def test_watch_limit_is_reported(tmp_path, roifs_bin):
     """In a user namespace whose inotify watch limit is 2, the mount watches what it can,
     serves the input, and says which limit to raise (status and log)."""
     task, data = watch_task(tmp_path, "v2-nested")
@@ -267,7 +267,7 @@ def test_watch_limit_is_reported(tmp_path):
         mnt = {str(task.mnt)!r}
         os.makedirs(mnt, exist_ok=True)
         log = open({str(tmp_path / "inside.log")!r}, "wb")
-        p = subprocess.Popen([{str(REPO / "build" / "roifs")!r}, "mount", "-f",
+        p = subprocess.Popen([{roifs_bin!r}, "mount", "-f",
                               {str(task.config)!r}, mnt], stdout=log, stderr=log)
         try:
             for _ in range(300):
