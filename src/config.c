@@ -310,6 +310,29 @@ static int set_separator(struct loader *ld, const struct key_spec *k, const char
     return 0;
 }
 
+/* [output] ome: a boolean (true = image), image or labels. */
+static int set_ome(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    ld->cfg->ome_labels = strcmp(v, "labels") == 0;
+    ld->cfg->ome = strcmp(v, "image") == 0;
+    if (ld->cfg->ome_labels || ld->cfg->ome)
+        return 0;
+    static const char *const words[] = {"true", "yes", "1", "on", "false", "no", "0", "off"};
+    for (int i = 0; i < 8; i++)
+        if (strcasecmp(v, words[i]) == 0)
+            return set_bool(ld, k, v);
+    return bad_value(ld, k, "unknown value '%s' (expected false, true, image or labels)", v);
+}
+
+/* label_name, table_name: one name of a Zarr node, a path component. */
+static int set_name(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    if (!v[0] || strchr(v, '/') || strcmp(v, ".") == 0 || strcmp(v, "..") == 0 ||
+        strncmp(v, ".z", 2) == 0 || strcmp(v, "zarr.json") == 0)
+        return bad_value(ld, k, "'%s' is not a name of a Zarr node (one path component)", v);
+    return set_str(ld, k, v);
+}
+
 #define F(name) offsetof(struct config, name)
 
 /* Every key of SPEC §3: adding a key is one line here plus its field in struct config. */
@@ -356,7 +379,11 @@ static const struct key_spec keys[] = {
      .choices = "noshuffle|shuffle|bitshuffle"},
     {"output", "dimension_separator", .set = set_separator, .off = F(dimension_separator)},
     {"output", "shard", .set = set_list, .off = F(shard), .off_n = F(shard_ndim), .min = 1},
-    {"output", "ome", .set = set_bool, .off = F(ome)},
+    {"output", "ome", .set = set_ome, .off = F(ome)},
+    {"output", "label_name", .set = set_name, .off = F(label_name)},
+    {"output", "table_name", .set = set_name, .off = F(table_name)},
+    {"output", "table_format", .set = set_choice_int, .off = F(table_format),
+     .choices = "anndata|csv"},
     {"output", "levels", .set = set_int, .off = F(levels), .min = 1, .max = 64},
     {"output", "downsample", .set = set_choice_int, .off = F(downsample),
      .choices = "mean|nearest"},
@@ -706,6 +733,20 @@ static void resolve_defaults(struct config *cfg)
         cfg->readahead = cfg->threads;
 }
 
+/* The configuration file's name without .ini: the label image's name by default. */
+static char *default_label_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 4 && strcmp(b + n - 4, ".ini") == 0)
+        n -= 4;
+    char *name = xmalloc(n + 1);
+    memcpy(name, b, n);
+    name[n] = '\0';
+    return name;
+}
+
 int config_load(const char *path, struct config *cfg, struct errbuf *err)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -745,6 +786,8 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
         return ld.code;
     }
     cfg->labels = ld.section_line[4] != 0; /* [labels], even empty: the output is labels */
+    if (!cfg->label_name)
+        cfg->label_name = default_label_name(cfg->path);
     resolve_defaults(cfg);
     return 0;
 }
@@ -796,6 +839,8 @@ void config_free(struct config *cfg)
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
         free(*strings[i]);
     free(cfg->interpreter);
+    free(cfg->label_name);
+    free(cfg->table_name);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

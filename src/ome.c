@@ -311,3 +311,18 @@ json_t *ome_axes_names(const json_t *axes)
         json_array_append(names, json_object_get(json_array_get(axes, i), "name"));
     return names;
 }
+
+int ome_group_attrs(const char *dir, json_t **attrs, json_t **ms, struct errbuf *err)
+{
+    bool is_array;
+    int r = node_attrs(dir, &is_array, attrs, err);
+    if (r < 0)
+        return r;
+    *ms = is_array ? NULL : first_multiscale(*attrs);
+    if (!json_is_object(*ms)) {
+        json_decref(*attrs);
+        *attrs = NULL;
+        return err_set(err, -EINVAL, "%s is not an OME-Zarr image group (no multiscales)", dir);
+    }
+    return 0;
+}

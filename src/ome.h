@@ -34,6 +34,11 @@ void ome_image_free(struct ome_image *img);
  * of type space, at most one time and one channel or custom axis, in that order. */
 json_t *ome_output_axes(const struct ome_image *img, int ndim, struct errbuf *err);
 
+/* The attributes of the image group dir (a new reference in *attrs: .zattrs, or zarr.json's
+ * "attributes") and its first multiscale (*ms, borrowed from them). -EINVAL with a message
+ * when dir is not an image group. */
+int ome_group_attrs(const char *dir, json_t **attrs, json_t **ms, struct errbuf *err);
+
 /* The names of axes as a JSON list (new reference). */
 json_t *ome_axes_names(const json_t *axes);
 

@@ -159,7 +159,7 @@ static int resolve_dimension_names(struct task *t, struct errbuf *err)
     json_t *names = NULL;
     const char *text =
         t->channel ? channel_dimension_names(t) : zarr_input_dimension_names_text(t->reader);
-    if (t->cfg.ome) {
+    if (t->cfg.ome || t->cfg.ome_labels) {
         struct errbuf e;
         json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
         if (!axes)
@@ -274,13 +274,22 @@ static int resolve_output(struct task *t, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
     struct zarr_meta *o = &t->out;
+    int r;
     memset(o, 0, sizeof *o);
     o->format = cfg->format == 3 ? 3 : 2;
+    if (cfg->ome_labels) { /* the label image is part of the input image: its format */
+        if (config_line(cfg, "output", "format") > 0 && cfg->format != t->in_meta->format)
+            TASK_ERR(t, err, "output", "format",
+                     "[output] format = %d: ome = labels presents the input image, whose format "
+                     "is %d (leave format out)",
+                     cfg->format, t->in_meta->format);
+        o->format = t->in_meta->format;
+    }
     if (cfg->shard_ndim && o->format != 3)
         TASK_ERR(t, err, "output", "shard", "[output] shard needs format = 3");
     o->ndim = t->in_meta->ndim;
     memcpy(o->shape, t->in_meta->shape, sizeof o->shape);
-    int r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
+    r = check_dims(t, "chunks", "output", cfg->chunks_ndim, err);
     if (r < 0)
         return r;
     /* by default the chunks a reader of the input decodes (inner chunks when sharded) */

@@ -8,12 +8,17 @@
 #include <string.h>
 
 #include "../nd.h"
+#include "otable.h"
+#include "overlay.h"
+#include "overlay_tree.h"
 #include "pyramid.h"
 
 struct arrayset {
     struct array arrays[PYRAMID_MAX_LEVELS];
     size_t n;
     struct pyramid *pyramid; /* [output] ome = true, else NULL */
+    struct overlay *overlay; /* [output] ome = labels, else NULL */
+    struct otable *table;    /* ome = labels with table_name, else NULL */
     struct ns *tree;
     bool status_file; /* the tree has .roifs/status */
 };
@@ -33,16 +38,6 @@ static void engine_opts_of(const struct config *cfg, int threads, struct engine_
         o->readahead = threads;
 }
 
-static void add_array_files(struct ns *ns, int dir, const struct task *t)
-{
-    if (t->out.format == 3) {
-        ns_add_file(ns, dir, "zarr.json", t->zarr_json);
-        return;
-    }
-    ns_add_file(ns, dir, ".zarray", t->zarray_json);
-    ns_add_file(ns, dir, ".zattrs", t->zattrs_json);
-}
-
 /* The tree: the array at the root, or the pyramid's image group with a directory per level;
  * .roifs/status at the root only. Listed in the order added. */
 static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
@@ -50,23 +45,28 @@ static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
     struct ns *ns = s->tree = ns_new();
     const struct task *t0 = s->arrays[0].task;
     bool v3 = t0->out.format == 3;
-    if (s->pyramid) {
-        ns_add_file(ns, NS_ROOT, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(s->pyramid));
-        if (!v3)
-            ns_add_file(ns, NS_ROOT, ".zattrs", pyramid_group_attrs(s->pyramid));
-    } else {
-        add_array_files(ns, NS_ROOT, t0);
+    if (s->overlay)
+        return overlay_tree_build(s->overlay, s->table, ns, status, err);
+    if (!s->pyramid) { /* the status before the chunks: "c" of format 3 comes after it */
+        if (v3) {
+            ns_add_file(ns, NS_ROOT, "zarr.json", t0->zarr_json);
+        } else {
+            ns_add_file(ns, NS_ROOT, ".zarray", t0->zarray_json);
+            ns_add_file(ns, NS_ROOT, ".zattrs", t0->zattrs_json);
+        }
+        if (status)
+            ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+        return ns_add_chunks(ns, NS_ROOT, t0, 0, err);
     }
+    ns_add_file(ns, NS_ROOT, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(s->pyramid));
+    if (!v3)
+        ns_add_file(ns, NS_ROOT, ".zattrs", pyramid_group_attrs(s->pyramid));
     if (status)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
-    if (!s->pyramid)
-        return ns_add_chunks(ns, NS_ROOT, t0, 0, err);
     for (size_t i = 0; i < s->n; i++) {
         char name[16];
         snprintf(name, sizeof name, "%d", s->arrays[i].level);
-        int dir = ns_add_dir(ns, NS_ROOT, name);
-        add_array_files(ns, dir, s->arrays[i].task);
-        int r = ns_add_chunks(ns, dir, s->arrays[i].task, (int)i, err);
+        int r = ns_add_array(ns, ns_add_dir(ns, NS_ROOT, name), s->arrays[i].task, (int)i, err);
         if (r < 0)
             return r;
     }
@@ -88,6 +88,22 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
     return 0;
 }
 
+/* ome = labels: array 0 is the label image's level k, the others its other levels. */
+static int open_overlay(struct arrayset *s, const struct engine_opts *eo, struct errbuf *err)
+{
+    int r = overlay_build(s->arrays[0].task, &s->overlay, err);
+    if (r < 0)
+        return r;
+    s->arrays[0].level = overlay_array_level(s->overlay, 0);
+    for (size_t i = 1; i < overlay_narrays(s->overlay); i++)
+        s->arrays[s->n++] = (struct array){.task = overlay_array_task(s->overlay, i),
+                                           .opts = *eo,
+                                           .level = overlay_array_level(s->overlay, i)};
+    if (s->arrays[0].task->cfg.table_name)
+        r = otable_new(s->overlay, &s->table, err);
+    return r;
+}
+
 int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset **out,
                   struct errbuf *err)
 {
@@ -102,6 +118,8 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     for (int l = 1; r == 0 && s->pyramid && l < pyramid_nlevels(s->pyramid); l++)
         s->arrays[s->n++] =
             (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l};
+    if (r == 0 && t->cfg.ome_labels)
+        r = open_overlay(s, &eo, err);
     if (r == 0)
         r = open_caches(s, err);
     struct errbuf e = {{0}};
@@ -127,6 +145,8 @@ int arrayset_start(struct arrayset *s, struct errbuf *err)
         }
         if (s->pyramid) /* before the next level's engine, whose threads read through it */
             pyramid_set_engine(s->pyramid, (int)i, a->engine);
+        if (s->overlay && i == 0) /* before the other levels', which read it */
+            overlay_set_engine(s->overlay, a->engine);
     }
     return 0;
 }
@@ -141,6 +161,8 @@ void arrayset_stop(struct arrayset *s)
         a->engine = NULL;
         if (s->pyramid)
             pyramid_set_engine(s->pyramid, (int)i, NULL);
+        if (s->overlay && i == 0)
+            overlay_set_engine(s->overlay, NULL);
     }
 }
 
@@ -151,6 +173,8 @@ void arrayset_close(struct arrayset *s)
     for (size_t i = 0; i < s->n; i++)
         cache_close(s->arrays[i].cache);
     pyramid_free(s->pyramid);
+    otable_free(s->table);
+    overlay_free(s->overlay);
     ns_free(s->tree);
     free(s);
 }
@@ -170,6 +194,11 @@ const struct ns *arrayset_tree(const struct arrayset *s)
     return s->tree;
 }
 
+struct otable *arrayset_table(const struct arrayset *s)
+{
+    return s->table;
+}
+
 /* One level's counters in the status document's "levels". */
 static json_t *level_status(const struct array *a)
 {
@@ -185,11 +214,17 @@ static json_t *level_status(const struct array *a)
 json_t *arrayset_status(struct arrayset *s)
 {
     json_t *doc = engine_status(s->arrays[0].engine);
-    if (s->pyramid && s->n > 1) {
+    if ((s->pyramid || s->overlay) && s->n > 1) {
         json_t *levels = json_array();
         for (size_t i = 0; i < s->n; i++)
             json_array_append_new(levels, level_status(&s->arrays[i]));
         json_object_set_new(doc, "levels", levels);
+    }
+    if (s->table) {
+        uint64_t scans, records;
+        otable_counts(s->table, &scans, &records);
+        json_object_set_new(doc, "table", json_pack("{s:I, s:I}", "scans", (json_int_t)scans,
+                                                    "from_record", (json_int_t)records));
     }
     return doc;
 }

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../arrays/otable.h"
 #include "runfile.h"
 
 /* How long the engine may take to stop after the unmount (an in-process computation cannot
@@ -76,9 +77,27 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
         break;
     }
+    case NS_INPUT: { /* the input file as it is: short-lived, it is not ours */
+        struct stat in;
+        if (stat(n->text, &in) == 0) {
+            st->st_size = in.st_size;
+            st->st_mtim = in.st_mtim;
+        }
+        *timeout = 1.0;
+        break;
+    }
+    case NS_TABLE: { /* an upper bound until the table is computed (the size contract) */
+        bool exact;
+        uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
+        st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
+        if (!exact)
+            *timeout = 0;
+        break;
+    }
     }
     /* nothing is stored for a chunk not computed yet */
-    st->st_blocks = *timeout == 0 && n->kind == NS_CHUNK ? 0 : (st->st_size + 511) / 512;
+    st->st_blocks =
+        *timeout == 0 && (n->kind == NS_CHUNK || n->kind == NS_TABLE) ? 0 : (st->st_size + 511) / 512;
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -178,7 +197,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
     (void)ino;
     struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-    if (h->kind != NS_CHUNK) {
+    if (h->kind != NS_CHUNK && h->kind != NS_INPUT) {
         const char *data = h->buf ? h->buf : h->text;
         size_t o = (size_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
@@ -190,7 +209,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(copy);
         return;
     }
-    atomic_fetch_add_explicit(&fs_of(req)->chunk_reads, 1, memory_order_relaxed);
+    if (h->kind == NS_CHUNK)
+        atomic_fetch_add_explicit(&fs_of(req)->chunk_reads, 1, memory_order_relaxed);
     char *buf = xmalloc(size);
     size_t got = 0;
     int r = pread_full(h->fd, buf, size, (uint64_t)off, &got);

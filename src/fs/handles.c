@@ -31,7 +31,8 @@ void handle_free(struct fs *fs, struct handle *h)
     h->prev->next = h->next;
     h->next->prev = h->prev;
     pthread_mutex_unlock(&fs->handles_lock);
-    if (h->kind == NS_CHUNK && h->fd >= 0 && fs->vt) /* no vt: the session is gone */
+    /* no vt: the session is gone; an input file's ino 0: not in the version table */
+    if ((h->kind == NS_CHUNK || (h->kind == NS_INPUT && h->ino)) && h->fd >= 0 && fs->vt)
         vt_release(fs->vt, h->ino);
     if (h->fd >= 0)
         close(h->fd);

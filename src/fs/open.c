@@ -6,6 +6,8 @@
  * The status file is a snapshot per open, whose size its opener sees in stat. */
 #include "fs_internal.h"
 
+#include "../arrays/otable.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -198,6 +200,94 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
                       po);
 }
 
+/* ---- files of the input (ome = labels) and of the masking table ---- */
+
+/* A file of the input image, read through: with passthrough when the kernel allows (the
+ * inode then serves that file's pages, as a chunk's), else READs from its fd. */
+static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
+                       struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    int fd = open(n->text, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        log_warn("open %s: %s", n->text, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        fuse_reply_err(req, e == ENOENT ? ENOENT : EIO);
+        return;
+    }
+    int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    struct vt_file f = {.dev = (uint64_t)st.st_dev,
+                        .ino = (uint64_t)st.st_ino,
+                        .size = (uint64_t)st.st_size,
+                        .ctime_ns = changed,
+                        .fresh = true};
+    struct vt_grant g = {0};
+    struct handle *h = handle_new(NS_INPUT);
+    h->fd = fd;
+    /* a file replaced while open elsewhere on this inode is served without the version table */
+    h->ino = vt_open(fs->vt, ino, ino, fd, &f, &g) == 0 ? ino : 0;
+    handle_add(fs, h);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->keep_cache = 0;
+    fi->noflush = 1;
+    int r = g.backing ? pt_reply_open(req, fi, g.backing) : fuse_reply_open(req, fi);
+    if (r == -ENOENT)
+        handle_free(fs, h);
+}
+
+/* The masking table is complete (err 0) or failed: answers po's open of its file. */
+static void table_ready(void *ctx, int err)
+{
+    struct pending_open *po = ctx;
+    struct fs *fs = po->fs;
+    if (!pending_take(fs, po)) {
+        free(po);
+        return;
+    }
+    const struct table_file *f = err ? NULL : otable_file(arrayset_table(fs->set), po->id);
+    if (!f) {
+        fuse_reply_err(po->req, err ? -err : ENOENT);
+        free(po);
+        return;
+    }
+    struct handle *h = handle_new(NS_TABLE);
+    h->text = (const char *)f->data;
+    h->len = f->len;
+    handle_add(fs, h);
+    po->fi.fh = (uint64_t)(uintptr_t)h;
+    po->fi.direct_io = 1; /* stat showed an upper bound before: reads give the exact bytes */
+    if (fuse_reply_open(po->req, &po->fi) == -ENOENT)
+        handle_free(fs, h);
+    free(po);
+}
+
+static void open_table(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
+                       struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    struct pending_open *po = xcalloc(1, sizeof *po);
+    po->req = req;
+    po->fi = *fi;
+    po->id = n->chunk;
+    po->ino = ino;
+    po->base = n->ino;
+    po->fs = fs;
+    pending_add(fs, po);
+    registering = req;
+    interrupted_now = false;
+    fuse_req_interrupt_func(req, open_interrupted, fs);
+    registering = NULL;
+    if (interrupted_now) {
+        fuse_reply_err(req, EINTR);
+        free(po);
+        return;
+    }
+    otable_request(arrayset_table(fs->set), table_ready, po);
+}
+
 /* ---- the status file ---- */
 
 /* The status document as text: the set's, plus the FUSE side's own "fuse" and "watch"
@@ -261,6 +351,14 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     if (n.kind == NS_CHUNK) {
         open_chunk(req, ino, &n, fi);
+        return;
+    }
+    if (n.kind == NS_INPUT) {
+        open_input(req, ino, &n, fi);
+        return;
+    }
+    if (n.kind == NS_TABLE) {
+        open_table(req, ino, &n, fi);
         return;
     }
     struct handle *h = handle_new(n.kind);

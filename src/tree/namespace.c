@@ -11,11 +11,12 @@
 #define NS_INO_CHUNKS (1ULL << 32) /* first inode of the chunk trees */
 
 struct ns_entry {
-    enum ns_kind kind; /* NS_DIR, NS_META or NS_STATUS */
+    enum ns_kind kind; /* NS_DIR, NS_META, NS_STATUS, NS_INPUT or NS_TABLE */
     char *name;
     int parent;
-    const char *text;
+    const char *text; /* NS_INPUT: the path, owned */
     size_t len;
+    uint64_t index; /* NS_TABLE */
     int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
     int nchildren;
     int chunks; /* a directory: the chunk tree listed after its entries, or -1 */
@@ -81,8 +82,11 @@ void ns_free(struct ns *ns)
 {
     if (!ns)
         return;
-    for (int i = 0; i < ns->n; i++)
+    for (int i = 0; i < ns->n; i++) {
         free(ns->e[i].name);
+        if (ns->e[i].kind == NS_INPUT)
+            free((char *)ns->e[i].text);
+    }
     free(ns->e);
     free(ns->c);
     free(ns);
@@ -99,6 +103,40 @@ int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
     ns->e[i].text = text;
     ns->e[i].len = strlen(text);
     return i;
+}
+
+int ns_add_input(struct ns *ns, int parent, const char *name, const char *path)
+{
+    int i = add_entry(ns, parent, NS_INPUT, name);
+    ns->e[i].text = xstrdup(path);
+    ns->e[i].len = strlen(path);
+    return i;
+}
+
+int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index)
+{
+    int i = add_entry(ns, parent, NS_TABLE, name);
+    ns->e[i].index = index;
+    return i;
+}
+
+int ns_child(const struct ns *ns, int dir, const char *name)
+{
+    for (int i = ns->e[dir].first_child; i >= 0; i = ns->e[i].next_sibling)
+        if (strcmp(ns->e[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int ns_add_array(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err)
+{
+    if (t->out.format == 3) {
+        ns_add_file(ns, dir, "zarr.json", t->zarr_json);
+    } else {
+        ns_add_file(ns, dir, ".zarray", t->zarray_json);
+        ns_add_file(ns, dir, ".zattrs", t->zattrs_json);
+    }
+    return ns_add_chunks(ns, dir, t, array, err);
 }
 
 int ns_add_status(struct ns *ns, int parent, const char *name)
@@ -158,6 +196,7 @@ static void entry_node(const struct ns *ns, int i, struct ns_node *out)
     out->ino = (uint64_t)i + 1;
     out->text = en->text;
     out->len = en->len;
+    out->chunk = en->index;
     out->array = -1;
 }
 

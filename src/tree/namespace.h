@@ -12,7 +12,9 @@
 
 #include "../task.h"
 
-enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
+/* NS_INPUT: a file of the input image read through (ome = labels); NS_TABLE: a file of the
+ * masking table, whose content exists once the table is computed. */
+enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK, NS_INPUT, NS_TABLE };
 
 #define NS_ROOT      0            /* the entry of the root directory */
 #define NS_INO_ROOT  1            /* its inode */
@@ -21,10 +23,10 @@ enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK };
 struct ns_node {
     enum ns_kind kind;
     uint64_t ino;
-    const char *text; /* NS_META: the file's content */
+    const char *text; /* NS_META: the file's content; NS_INPUT: the file's path */
     size_t len;
     int array;      /* NS_CHUNK and chunk directories: the array they belong to, else -1 */
-    uint64_t chunk; /* NS_CHUNK: the chunk's linear id */
+    uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE: the file's index */
     /* chunk directories and files: how many chunk indices their path holds, and the C-order
      * linear index of those indices (the chunk id at full depth) */
     int depth;
@@ -41,10 +43,20 @@ void ns_free(struct ns *ns);
 int ns_add_dir(struct ns *ns, int parent, const char *name);
 int ns_add_file(struct ns *ns, int parent, const char *name, const char *text);
 int ns_add_status(struct ns *ns, int parent, const char *name);
+/* A file of the input at path (copied), read through; a file of the masking table (its index
+ * in the table's files). */
+int ns_add_input(struct ns *ns, int parent, const char *name, const char *path);
+int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index);
+/* The entry named name in directory entry dir (entries only, not chunks), or -1. */
+int ns_child(const struct ns *ns, int dir, const char *name);
 /* Adds the chunk files of array number `array` (task t, borrowed) under directory entry dir,
  * listed after dir's entries (format 3 with "/" keys: under a new directory "c"). -EINVAL
  * (err set) when the tree has no inode numbers left for them. */
 int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err);
+
+/* An array's metadata files (format 2: .zarray, .zattrs; format 3: zarr.json, t's texts)
+ * followed by its chunk files, in directory entry dir. */
+int ns_add_array(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err);
 
 /* The inode of chunk id (a file at full depth) of array number `array`, or 0 when the tree
  * has no chunks of that array. */

@@ -1,0 +1,458 @@
+/* otable.c: the masking ROI table of ome = labels (see otable.h): the bounding box of every
+ * label id of the computed level, from its chunks as the engine serves them, and the
+ * record of the rows in the cache. */
+#include "otable.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../key.h"
+#include "../nd.h"
+#include "upread.h"
+
+#define RECORD_MAGIC "roifs-table-rows 1\n"
+#define ROW_BOUND    256 /* bytes a row adds to any file of the table, at most */
+
+enum state { IDLE, RUNNING, DONE };
+
+struct waiter {
+    otable_cb cb;
+    void *ctx;
+    struct waiter *next;
+};
+
+/* The bounding boxes seen so far: an open-addressing map from label to box (z, y, x). */
+struct boxes {
+    uint64_t *label; /* 0: empty slot */
+    uint64_t (*lo)[3], (*hi)[3];
+    size_t cap, n;
+};
+
+struct otable {
+    const struct overlay *ov;
+    struct overlay_geometry g;
+    struct table_spec spec;
+    char *region;
+    struct table_files names; /* the files of a table of one row: the names and sizes */
+    uint64_t nmax;            /* rows at most */
+    pthread_mutex_t m;
+    enum state state;
+    struct waiter *waiters;
+    size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
+    bool failed;
+    struct boxes boxes;
+    struct key128 record_key;
+    struct table_files files; /* DONE: the table */
+    uint64_t scans, records;
+};
+
+/* ---- the boxes ---- */
+
+static size_t slot_of(const struct boxes *b, uint64_t label)
+{
+    size_t i = (size_t)((label * 0x9E3779B97F4A7C15ull) >> 7) & (b->cap - 1);
+    while (b->label[i] && b->label[i] != label)
+        i = (i + 1) & (b->cap - 1);
+    return i;
+}
+
+static void boxes_grow(struct boxes *b)
+{
+    struct boxes old = *b;
+    b->cap = old.cap ? 2 * old.cap : 1024;
+    b->label = xcalloc(b->cap, sizeof *b->label);
+    b->lo = xmalloc(b->cap * sizeof *b->lo);
+    b->hi = xmalloc(b->cap * sizeof *b->hi);
+    for (size_t i = 0; i < old.cap; i++) {
+        if (!old.label[i])
+            continue;
+        size_t s = slot_of(b, old.label[i]);
+        b->label[s] = old.label[i];
+        memcpy(b->lo[s], old.lo[i], sizeof b->lo[s]);
+        memcpy(b->hi[s], old.hi[i], sizeof b->hi[s]);
+    }
+    free(old.label);
+    free(old.lo);
+    free(old.hi);
+}
+
+static void boxes_free(struct boxes *b)
+{
+    free(b->label);
+    free(b->lo);
+    free(b->hi);
+    memset(b, 0, sizeof *b);
+}
+
+/* Adds element pos[z, y, x] of label to its box. */
+static void boxes_add(struct boxes *b, uint64_t label, const uint64_t *pos)
+{
+    if ((b->n + 1) * 2 > b->cap)
+        boxes_grow(b);
+    size_t s = slot_of(b, label);
+    if (!b->label[s]) {
+        b->label[s] = label;
+        b->n++;
+        memcpy(b->lo[s], pos, sizeof b->lo[s]);
+        memcpy(b->hi[s], pos, sizeof b->hi[s]);
+        return;
+    }
+    for (int a = 0; a < 3; a++) {
+        if (pos[a] < b->lo[s][a])
+            b->lo[s][a] = pos[a];
+        if (pos[a] > b->hi[s][a])
+            b->hi[s][a] = pos[a];
+    }
+}
+
+/* Element e of a decoded chunk as a label; 0 for background and negative values. */
+static uint64_t label_at(const struct dtype *dt, const unsigned char *p)
+{
+    switch (dt->size) {
+    case 1:
+        return dt->kind == DT_INT ? (uint64_t)(*(const int8_t *)p > 0 ? *(const int8_t *)p : 0)
+                                  : *p;
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return dt->kind == DT_INT && (int16_t)v < 0 ? 0 : v;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return dt->kind == DT_INT && (int32_t)v < 0 ? 0 : v;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return dt->kind == DT_INT && (int64_t)v < 0 ? 0 : v;
+    }
+    }
+}
+
+/* Adds the labels of chunk id (decoded in buf) to the boxes. Lock held. */
+static void scan_chunk(struct otable *t, uint64_t id, const unsigned char *buf)
+{
+    const struct task *k = t->g.t;
+    int nd = k->out.ndim;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM], i[ROIFS_MAX_DIM] = {0},
+                                                                          stride[ROIFS_MAX_DIM];
+    engine_chunk_box(k, id, c0, c1, ext);
+    for (int d = nd - 1; d >= 0; d--)
+        stride[d] = d == nd - 1 ? 1 : stride[d + 1] * k->out.chunks[d + 1];
+    uint64_t n = nd_prod(ext, nd);
+    size_t es = k->out.dtype.size;
+    for (uint64_t e = 0; e < n; e++) {
+        uint64_t off = 0;
+        for (int d = 0; d < nd; d++)
+            off += i[d] * stride[d];
+        uint64_t label = label_at(&k->out.dtype, buf + off * es);
+        if (label) {
+            uint64_t pos[3];
+            for (int a = 0; a < 3; a++)
+                pos[a] = t->g.axis[a] >= 0 ? c0[t->g.axis[a]] + i[t->g.axis[a]] : 0;
+            boxes_add(&t->boxes, label, pos);
+        }
+        for (int d = nd - 1; d >= 0 && ++i[d] == ext[d]; d--)
+            i[d] = 0;
+    }
+}
+
+/* The rows of the boxes, in micrometres (malloc'd, *n of them). */
+static struct table_row *rows_of(const struct otable *t, size_t *n)
+{
+    const struct boxes *b = &t->boxes;
+    struct table_row *rows = xmalloc((b->n ? b->n : 1) * sizeof *rows);
+    *n = 0;
+    for (size_t s = 0; s < b->cap; s++) {
+        if (!b->label[s])
+            continue;
+        struct table_row *r = &rows[(*n)++];
+        r->label = b->label[s];
+        for (int a = 0; a < 3; a++) {
+            int ax = t->g.axis[a];
+            r->start[a] = ax < 0 ? 0 : t->g.translation[ax] + (double)b->lo[s][a] * t->g.scale[ax];
+            r->length[a] =
+                ax < 0 ? 1 : (double)(b->hi[s][a] + 1 - b->lo[s][a]) * t->g.scale[ax];
+        }
+    }
+    return rows;
+}
+
+/* ---- the record of the rows ---- */
+
+static char *record_path(const struct otable *t)
+{
+    char hex[33];
+    key_hex(t->record_key, hex);
+    return xasprintf("%s/table-%s.rows", t->g.t->cache_dir, hex);
+}
+
+/* The record's name: what the rows depend on (every chunk's key, the geometry). */
+static void compute_record_key(struct otable *t)
+{
+    const struct task *k = t->g.t;
+    struct keyhash h;
+    key_init(&h, "roifs-table-rows 1");
+    key_add(&h, t->g.scale, sizeof t->g.scale);
+    key_add(&h, t->g.translation, sizeof t->g.translation);
+    key_add(&h, t->g.axis, sizeof t->g.axis);
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    for (uint64_t id = 0; id < k->nchunks; id++) {
+        if (!task_chunk_present(k, id))
+            continue;
+        struct chunk_keys ck;
+        engine_chunk_keys_now(k, id, memo, &ck);
+        key_add_u64(&h, id);
+        key_add_key(&h, ck.chunk);
+        chunk_keys_free(&ck);
+    }
+    zarr_sigmemo_free(memo);
+    t->record_key = key_final(&h);
+}
+
+static void record_write(const struct otable *t, const struct table_row *rows, size_t n)
+{
+    struct strbuf sb = {0};
+    sb_append(&sb, RECORD_MAGIC, strlen(RECORD_MAGIC));
+    uint64_t count = n;
+    sb_append(&sb, (const char *)&count, sizeof count);
+    sb_append(&sb, (const char *)rows, n * sizeof *rows);
+    uint64_t sum = fnv64(FNV64_INIT, sb.buf, sb.len);
+    sb_append(&sb, (const char *)&sum, sizeof sum);
+    char *path = record_path(t);
+    int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *name = strrchr(path, '/') + 1;
+    if (dfd < 0 || file_write_atomic(dfd, name, sb.buf, sb.len, false) < 0)
+        log_warn("%s: cannot write the table's record", path);
+    if (dfd >= 0)
+        close(dfd);
+    free(path);
+    free(sb.buf);
+}
+
+/* The rows of the record, or NULL when there is none or it is damaged. */
+static struct table_row *record_read(const struct otable *t, size_t *n)
+{
+    char *path = record_path(t), *data = NULL;
+    size_t len = 0, head = strlen(RECORD_MAGIC) + sizeof(uint64_t);
+    struct table_row *rows = NULL;
+    uint64_t count, sum;
+    if (file_read_all(path, &data, &len) == 0 && len >= head + sizeof sum &&
+        memcmp(data, RECORD_MAGIC, strlen(RECORD_MAGIC)) == 0) {
+        memcpy(&count, data + strlen(RECORD_MAGIC), sizeof count);
+        memcpy(&sum, data + len - sizeof sum, sizeof sum);
+        if (count <= TABLE_MAX_ROWS && len == head + count * sizeof *rows + sizeof sum &&
+            fnv64(FNV64_INIT, data, len - sizeof sum) == sum) {
+            rows = xmalloc((count ? count : 1) * sizeof *rows);
+            memcpy(rows, data + head, count * sizeof *rows);
+            *n = count;
+        } else {
+            log_warn("%s: damaged; the table is computed again", path);
+        }
+    }
+    free(data);
+    free(path);
+    return rows;
+}
+
+/* ---- requests ---- */
+
+/* Encodes rows as the table and answers every waiter. */
+static void finish(struct otable *t, struct table_row *rows, size_t n, bool ok)
+{
+    struct table_files files = {0};
+    struct errbuf err = {{0}};
+    if (ok && table_encode(&t->spec, rows, n, &files, &err) < 0) {
+        log_error("%s: the masking table: %s", t->g.t->cfg.path, err.msg);
+        ok = false;
+    }
+    free(rows);
+    pthread_mutex_lock(&t->m);
+    boxes_free(&t->boxes);
+    t->state = ok ? DONE : IDLE;
+    if (ok)
+        t->files = files;
+    struct waiter *w = t->waiters;
+    t->waiters = NULL;
+    pthread_mutex_unlock(&t->m);
+    while (w) {
+        struct waiter *next = w->next;
+        w->cb(w->ctx, ok ? 0 : -EIO);
+        free(w);
+        w = next;
+    }
+}
+
+/* One chunk fewer to wait for; the last one finishes the table. */
+static void release(struct otable *t)
+{
+    pthread_mutex_lock(&t->m);
+    bool last = --t->outstanding == 0;
+    bool ok = !t->failed;
+    pthread_mutex_unlock(&t->m);
+    if (!last)
+        return;
+    size_t n = 0;
+    struct table_row *rows = ok ? rows_of(t, &n) : NULL;
+    if (ok)
+        record_write(t, rows, n);
+    finish(t, rows, n, ok);
+}
+
+static void chunk_answered(void *ctx, int err, int fd, int flags)
+{
+    (void)flags;
+    struct otable *t = ((void **)ctx)[0];
+    uint64_t id = (uint64_t)(uintptr_t)((void **)ctx)[1];
+    free(ctx);
+    const struct task *k = t->g.t;
+    unsigned char *buf = err ? NULL : xmalloc(k->chunk_nbytes);
+    struct errbuf e = {{0}};
+    if (!err) {
+        err = upread_decode_fd(k, engine_cache(overlay_engine(t->ov)), id, fd, buf, NULL, &e);
+        close(fd);
+    }
+    pthread_mutex_lock(&t->m);
+    if (err)
+        t->failed = true;
+    else
+        scan_chunk(t, id, buf);
+    pthread_mutex_unlock(&t->m);
+    free(buf);
+    release(t);
+}
+
+/* The first request: the record, or every chunk. */
+static void start(struct otable *t)
+{
+    compute_record_key(t);
+    size_t n = 0;
+    struct table_row *rows = record_read(t, &n);
+    if (rows) {
+        pthread_mutex_lock(&t->m);
+        t->records++;
+        pthread_mutex_unlock(&t->m);
+        finish(t, rows, n, true);
+        return;
+    }
+    const struct task *k = t->g.t;
+    pthread_mutex_lock(&t->m);
+    t->scans++;
+    t->failed = false;
+    t->outstanding = 1;
+    for (uint64_t id = 0; id < k->nchunks; id++)
+        t->outstanding += task_chunk_present(k, id);
+    pthread_mutex_unlock(&t->m);
+    struct engine *e = overlay_engine(t->ov);
+    for (uint64_t id = 0; id < k->nchunks; id++) {
+        if (!task_chunk_present(k, id))
+            continue;
+        void **ctx = xmalloc(2 * sizeof *ctx);
+        ctx[0] = t;
+        ctx[1] = (void *)(uintptr_t)id;
+        engine_open_chunk(e, id, chunk_answered, ctx);
+    }
+    release(t);
+}
+
+void otable_request(struct otable *t, otable_cb cb, void *ctx)
+{
+    pthread_mutex_lock(&t->m);
+    if (t->state == DONE) {
+        pthread_mutex_unlock(&t->m);
+        cb(ctx, 0);
+        return;
+    }
+    struct waiter *w = xmalloc(sizeof *w);
+    *w = (struct waiter){cb, ctx, t->waiters};
+    t->waiters = w;
+    bool first = t->state == IDLE;
+    t->state = RUNNING;
+    pthread_mutex_unlock(&t->m);
+    if (first)
+        start(t);
+}
+
+/* ---- the table ---- */
+
+int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err)
+{
+    struct otable *t = xcalloc(1, sizeof *t);
+    t->ov = ov;
+    overlay_geometry(ov, &t->g);
+    const struct config *c = &t->g.t->cfg;
+    t->region = xasprintf("../labels/%s", c->label_name);
+    t->spec = (struct table_spec){.zarr_format = t->g.t->out.format,
+                                  .backend = c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
+                                  .region_path = t->region};
+    struct table_row one = {.label = 1, .length = {1, 1, 1}};
+    int r = table_encode(&t->spec, &one, 1, &t->names, err);
+    if (r < 0) {
+        free(t->region);
+        free(t);
+        return r;
+    }
+    uint64_t elements = nd_prod(t->g.t->out.shape, t->g.t->out.ndim);
+    t->nmax = elements < TABLE_MAX_ROWS ? elements : TABLE_MAX_ROWS;
+    pthread_mutex_init(&t->m, NULL);
+    *out = t;
+    return 0;
+}
+
+void otable_free(struct otable *t)
+{
+    if (!t)
+        return;
+    table_files_free(&t->names);
+    table_files_free(&t->files);
+    boxes_free(&t->boxes);
+    for (struct waiter *w = t->waiters, *next; w; w = next) {
+        next = w->next;
+        free(w);
+    }
+    pthread_mutex_destroy(&t->m);
+    free(t->region);
+    free(t);
+}
+
+size_t otable_nfiles(const struct otable *t)
+{
+    return t->names.n;
+}
+
+const char *otable_path(const struct otable *t, size_t i)
+{
+    return t->names.v[i].path;
+}
+
+const struct table_file *otable_file(struct otable *t, size_t i)
+{
+    pthread_mutex_lock(&t->m);
+    bool done = t->state == DONE;
+    pthread_mutex_unlock(&t->m);
+    return done ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+}
+
+uint64_t otable_size(struct otable *t, size_t i, bool *exact)
+{
+    const struct table_file *f = otable_file(t, i);
+    *exact = f != NULL;
+    if (f)
+        return f->len;
+    return t->names.v[i].len + ROW_BOUND * (t->nmax + 1);
+}
+
+void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
+{
+    pthread_mutex_lock(&t->m);
+    *scans = t->scans;
+    *records = t->records;
+    pthread_mutex_unlock(&t->m);
+}

@@ -1,0 +1,18 @@
+/* overlay_tree.h: the presented tree of ome = labels: the input image group read through,
+ * with the overlay's files, label levels and masking table (overlay.h, otable.h). */
+#ifndef ROIFS_OVERLAY_TREE_H
+#define ROIFS_OVERLAY_TREE_H
+
+#include <stdbool.h>
+
+#include "../tree/namespace.h"
+#include "otable.h"
+#include "overlay.h"
+
+/* Fills ns (new, with its root only): tab may be NULL (no table_name); status adds
+ * .roifs/status. The label levels' chunks name the arrays as overlay.h numbers them.
+ * 0 or -errno with err set (the input cannot be listed, too many chunks). */
+int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns,
+                       bool status, struct errbuf *err);
+
+#endif

@@ -1,0 +1,42 @@
+/* upread.h: an array of the mount reading another (a pyramid level the level above, a label
+ * level the computed level) through the other array's engine, and the signature of what it
+ * reads. A compute thread of the reader waits for the other engine, so the arrays must read
+ * one another one way only (a directed acyclic graph), ending at arrays that read their
+ * input alone: then no wait can close a cycle. */
+#ifndef ROIFS_UPREAD_H
+#define ROIFS_UPREAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../engine/engine.h"
+#include "../task.h"
+
+struct upread {
+    const struct task *up; /* the array read */
+    struct engine *engine; /* its engine (running while the reader's threads read) */
+    int level;             /* its number, for messages */
+};
+
+/* Reads box [f0, f0 + fshape) of u->up into dst (C order, native byte order): chunks that do
+ * not exist read as the fill value. *sig (when not NULL) gets the signature of the versions
+ * read. 0 or -EIO with err set. */
+int upread_box(const struct upread *u, const uint64_t *f0, const uint64_t *fshape, void *dst,
+               uint64_t *sig, struct errbuf *err);
+/* The signature of box [f0, f0 + fshape) of up as it is now (what upread_box would give);
+ * with f0 NULL, that of an empty box. */
+uint64_t upread_signature(const struct task *up, const uint64_t *f0, const uint64_t *fshape,
+                          struct zarr_sigmemo *memo);
+/* True when the box touches a chunk of up that exists. */
+bool upread_touches_present(const struct task *up, const uint64_t *f0, const uint64_t *fshape);
+
+/* Decodes chunk id of up from fd (a cache file its engine gave) into buf (up's chunk_nbytes);
+ * *key (when not NULL) gets the key of the version read. 0 or -errno with err set. */
+int upread_decode_fd(const struct task *up, struct cache *cache, uint64_t id, int fd, void *buf,
+                     struct key128 *key, struct errbuf *err);
+
+/* A processor that copies its input to its output: that of an array whose input source
+ * already gives its values (a pyramid or label level). */
+struct proc *upread_copy_proc(void);
+
+#endif
