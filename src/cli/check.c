@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../arrays/overlay.h"
 #include "cli.h"
 
 static void print_dims(const char *label, const uint64_t *v, int n)
@@ -63,6 +64,16 @@ int cmd_check(int argc, char **argv)
     int r = cli_load_task(argv[1], &t);
     if (r)
         return r;
+    if (t->cfg.ome_labels) { /* what the mount would refuse */
+        struct overlay *ov;
+        struct errbuf err = {{0}};
+        if (overlay_build(t, &ov, &err) < 0) {
+            fprintf(stderr, "roifs: %s\n", err.msg);
+            task_close(t);
+            return EXIT_USAGE;
+        }
+        overlay_free(ov);
+    }
     char dt[8];
     printf("config:    %s\n", t->cfg.path);
     if (t->ome.is_group)

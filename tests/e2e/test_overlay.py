@@ -91,7 +91,7 @@ def make_image(root, version, base=(52, 44), nlevels=3, channels=0, translation=
 
 
 def overlay_config(tmp_path, img, level=0, channel=None, output=None, name="seg.ini",
-                   table=None, table_format=None):
+                   table=None, table_format=None, grid=GRID):
     out = {"ome": "labels", "dtype": "<u4"}
     if table:
         out["table_name"] = table
@@ -100,7 +100,7 @@ def overlay_config(tmp_path, img, level=0, channel=None, output=None, name="seg.
     out.update(output or {})
     return write_config(tmp_path / name, {
         "input": {"path": img, "level": level, "channel": channel},
-        "rois": {"grid": ",".join(map(str, GRID))},
+        "rois": {"grid": ",".join(map(str, grid))},
         "process": {"builtin": "label", "param.value": THRESHOLD},
         "output": out,
         "cache": {"dir": tmp_path / "cache"}})
@@ -191,3 +191,195 @@ def test_overlay_tree(tmp_path, roifs_bin, version):
             if not rel.startswith(".roifs"):
                 assert (dest / rel).read_bytes() == (mnt / rel).read_bytes(), rel
         assert sorted(files_of(dest)) == sorted(files_of(mnt))
+
+
+def read_v3(path):
+    """An uncompressed Zarr v3 array of the mount (bytes codec, "/" keys), assembled from its
+    chunk files (Debian's zarr-python reads v2 only); missing chunks are the fill value."""
+    meta = json.loads((path / "zarr.json").read_text())
+    shape = meta["shape"]
+    chunks = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    dt = np.dtype({"uint32": "<u4", "uint16": "<u2", "uint8": "u1"}[meta["data_type"]])
+    out = np.full(shape, meta["fill_value"], dt)
+    for idx in np.ndindex(*[-(-s // c) for s, c in zip(shape, chunks)]):
+        p = path / "c" / "/".join(map(str, idx))
+        if not p.exists():
+            continue
+        block = np.frombuffer(p.read_bytes(), dt).reshape(chunks)
+        sl = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(idx, chunks, shape))
+        out[sl] = block[tuple(slice(0, s.stop - s.start) for s in sl)]
+    return out
+
+
+def read_level(mnt, name, j, v3):
+    path = mnt / "labels" / name / str(j)
+    return read_v3(path) if v3 else zarr.open_array(str(path), mode="r")[...]
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_computed_level_other_than_0(tmp_path, roifs_bin, version, k):
+    """With [input] level = k the label image's level k is the computed array and every other
+    level, finer and coarser, is its nearest neighbour (against numpy); reading every level
+    calls the processor once per ROI of level k, and the other levels' ROIs are their
+    chunks."""
+    v3 = version == "0.5"
+    img, levels = make_image(tmp_path, version)
+    config = overlay_config(tmp_path, img, level=k)
+    with mounted(roifs_bin, config) as m:
+        want = expected_labels(levels[k])
+        for j, data in enumerate(levels):
+            got = read_level(m.path, "seg", j, v3)
+            np.testing.assert_array_equal(got, nearest(want, data.shape[-2:]), f"level {j}")
+        st = m.status()
+        nrois = len(range(0, want.shape[0], GRID[0])) * len(range(0, want.shape[1], GRID[1]))
+        assert st["rois"]["total"] == nrois
+        assert st["rois"]["done"] == nrois
+        assert st["calls"] == nrois
+        assert [lv["level"] for lv in st["levels"]] == [k] + [j for j in range(3) if j != k]
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_channel_axis(tmp_path, roifs_bin, version):
+    """An image with a c axis, with [input] channel: the label image has the parent's axes
+    without c, its shapes and transformations without c, and is computed from that channel;
+    without channel the overlay is refused (a label image has no c axis)."""
+    v3 = version == "0.5"
+    img, levels = make_image(tmp_path, version, channels=3)
+    refused = overlay_config(tmp_path, img, name="noc.ini", grid=(1,) + GRID)
+    r = run_roifs(roifs_bin, "check", refused)
+    assert r.returncode == 2 and "set [input] channel" in r.stderr, r.stderr
+    config = overlay_config(tmp_path, img, channel=2)
+    with mounted(roifs_bin, config) as m:
+        ms, _ = label_multiscale(m.path, "seg", v3)
+        assert [a["name"] for a in ms["axes"]] == ["y", "x"]
+        assert ms["datasets"][1]["coordinateTransformations"] == [
+            {"type": "scale", "scale": [1.0, 0.5]}, {"type": "translation",
+                                                    "translation": [3.0, -2.0]}]
+        assert not check_image(m.path / "labels" / "seg", strict=False)
+        want = expected_labels(levels[0][2])
+        for j, data in enumerate(levels):
+            got = read_level(m.path, "seg", j, v3)
+            np.testing.assert_array_equal(got, nearest(want, data.shape[-2:]), f"level {j}")
+
+
+def test_refusals(tmp_path, roifs_bin):
+    """Refused with exit status 2 and the key's line: an input that is not an OME-Zarr image
+    group (one of its arrays, a plain array), a float output dtype, a label or a table name
+    the image already has, a format other than the input's, ome = image's keys."""
+    img, _ = make_image(tmp_path, "0.4")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cases = [
+        (dict(img=img / "0"), "needs an OME-Zarr image group"),
+        (dict(output={"dtype": "<f4"}), "label values are integers"),
+        (dict(output={"label_name": "old"}), "already has a label 'old'"),
+        (dict(table="FOV_ROI_table"), "already has a table 'FOV_ROI_table'"),
+        (dict(output={"format": 3}), "whose format is 2"),
+        (dict(output={"levels": 2}), "[output] levels cannot be used with ome = labels"),
+    ]
+    for i, (kw, message) in enumerate(cases):
+        config = overlay_config(tmp_path, kw.pop("img", img), name=f"bad{i}.ini", **kw)
+        for argv in (["check", config], ["mount", config, mnt]):
+            r = run_roifs(roifs_bin, *argv)
+            assert r.returncode == 2, (argv, kw, r.stderr)
+            assert message in r.stderr and f"bad{i}.ini:" in r.stderr, (argv, kw, r.stderr)
+            assert not os.path.ismount(mnt)
+
+
+COLUMNS = ["x_micrometer", "y_micrometer", "z_micrometer",
+           "len_x_micrometer", "len_y_micrometer", "len_z_micrometer"]
+
+
+def table_reference(labels, scale, translation):
+    """The rows of SPEC §11 from a label array (y, x): sorted labels and, per label, its
+    bounding box (x, y, z, len_x, len_y, len_z) in micrometres, no z axis: z 0, length 1."""
+    ids, boxes = [], []
+    for i, sl in enumerate(ndimage.find_objects(labels), start=1):
+        if sl is None:
+            continue
+        ys, xs = sl
+        ids.append(i)
+        boxes.append([translation[1] + xs.start * scale[1], translation[0] + ys.start * scale[0],
+                      0.0, (xs.stop - xs.start) * scale[1], (ys.stop - ys.start) * scale[0],
+                      1.0])
+    return np.array(ids, np.int64), np.array(boxes, np.float64).reshape(len(ids), 6)
+
+
+def read_table(path, backend):
+    """(labels, X) of a mounted masking table, by anndata or by pandas."""
+    if backend == "anndata":
+        import anndata
+        a = anndata.read_zarr(str(path))
+        assert list(a.var_names) == COLUMNS
+        assert [str(v) for v in a.obs["label"]] == list(a.obs_names)
+        return a.obs["label"].to_numpy(), np.asarray(a.X, np.float64)
+    import pandas as pd
+    df = pd.read_csv(path / "table.csv", float_precision="round_trip")
+    assert list(df.columns) == ["label"] + COLUMNS
+    return df["label"].to_numpy(), df[COLUMNS].to_numpy(np.float64)
+
+
+def table_attrs(path, v3):
+    return attrs_of(path, v3)
+
+
+@pytest.mark.parametrize("backend", ["anndata", "csv"])
+@pytest.mark.parametrize("k", [0, 1])
+def test_table_rows(tmp_path, roifs_bin, backend, k):
+    """tables/NAME has one row per label id of the output, its bounding box in micrometres
+    from the computed level's scale and translation, and the masking table attributes; its
+    first read computes the whole output (every ROI once) and scans it once; reading its
+    other files scans nothing more."""
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img, level=k, table="seg_table", table_format=backend)
+    with mounted(roifs_bin, config) as m:
+        st = m.status()
+        assert st["calls"] == 0 and st["table"] == {"scans": 0, "from_record": 0}
+        path = m.path / "tables" / "seg_table"
+        attrs = table_attrs(path, False)
+        st = m.status()
+        nrois = st["rois"]["total"]
+        assert st["calls"] == nrois and st["table"]["scans"] == 1
+        assert {k2: attrs[k2] for k2 in ("type", "table_version", "region", "instance_key",
+                                         "index_key")} == {
+            "type": "masking_roi_table", "table_version": "1",
+            "region": {"path": "../labels/seg"}, "instance_key": "label", "index_key": "label"}
+        labels, x = read_table(path, backend)
+        want_ids, want_x = table_reference(expected_labels(levels[k]),
+                                           [0.5 * 2 ** k, 0.25 * 2 ** k], [3.0, -2.0])
+        assert len(want_ids) > 5
+        np.testing.assert_array_equal(labels, want_ids)
+        np.testing.assert_allclose(x, want_x, rtol=1e-6)
+        for rel in files_of(path):
+            (path / rel).read_bytes()
+        st = m.status()
+        assert st["calls"] == nrois and st["table"]["scans"] == 1
+
+
+def test_table_record_and_sizes(tmp_path, roifs_bin):
+    """Before the table is computed its files show an upper bound of their size (no blocks),
+    after it the exact one; a remount of the same result reads the rows from the cache's
+    record (no scan, no call), and a damaged record is computed again."""
+    img, levels = make_image(tmp_path, "0.5")
+    config = overlay_config(tmp_path, img, table="seg_table", table_format="csv")
+    csv = Path("tables/seg_table/table.csv")
+    with mounted(roifs_bin, config) as m:
+        before = os.stat(m.path / csv)
+        assert before.st_blocks == 0
+        text = (m.path / csv).read_bytes()
+        assert before.st_size >= len(text) > 100
+        assert os.stat(m.path / csv).st_size == len(text)
+        assert m.status()["table"]["scans"] == 1
+    records = list((tmp_path / "cache").glob("table-*.rows"))
+    assert len(records) == 1
+    with mounted(roifs_bin, config) as m:
+        assert (m.path / csv).read_bytes() == text
+        st = m.status()
+        assert st["table"] == {"scans": 0, "from_record": 1} and st["calls"] == 0
+    data = bytearray(records[0].read_bytes())
+    data[40] ^= 1
+    records[0].write_bytes(bytes(data))
+    with mounted(roifs_bin, config) as m:
+        assert (m.path / csv).read_bytes() == text
+        assert m.status()["table"] == {"scans": 1, "from_record": 0}
