@@ -82,11 +82,11 @@ struct config {
     char dimension_separator; /* '.' or '/' */
     uint64_t shard[ROIFS_MAX_DIM];
     int shard_ndim;
-    bool ome;        /* ome = true | image: the pyramid image group (SPEC §5) */
-    bool ome_labels; /* ome = labels: the overlay of the input image (SPEC §11) */
-    char *label_name;  /* ome = labels: the name under labels/ (default: the file's name) */
-    char *table_name;  /* ome = labels: tables/NAME, or NULL */
-    int table_format;  /* 0 anndata, 1 csv */
+    bool ome;         /* ome = true | image: the pyramid image group (SPEC §5) */
+    bool ome_labels;  /* ome = labels: the overlay of the input image (SPEC §11) */
+    char *label_name; /* ome = labels: the name under labels/ (default: the file's name) */
+    char *table_name; /* ome = labels: tables/NAME, or NULL */
+    int table_format; /* 0 anndata, 1 csv */
     int levels;
     enum downsample_mode downsample;
 

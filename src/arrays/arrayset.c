@@ -194,6 +194,11 @@ const struct ns *arrayset_tree(const struct arrayset *s)
     return s->tree;
 }
 
+bool arrayset_is_overlay(const struct arrayset *s)
+{
+    return s->overlay != NULL;
+}
+
 struct otable *arrayset_table(const struct arrayset *s)
 {
     return s->table;
@@ -223,8 +228,9 @@ json_t *arrayset_status(struct arrayset *s)
     if (s->table) {
         uint64_t scans, records;
         otable_counts(s->table, &scans, &records);
-        json_object_set_new(doc, "table", json_pack("{s:I, s:I}", "scans", (json_int_t)scans,
-                                                    "from_record", (json_int_t)records));
+        json_object_set_new(doc, "table",
+                            json_pack("{s:I, s:I}", "scans", (json_int_t)scans, "from_record",
+                                      (json_int_t)records));
     }
     return doc;
 }

@@ -51,6 +51,8 @@ size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);
 /* The presented tree; its chunk nodes name arrays by their index in the set. */
 const struct ns *arrayset_tree(const struct arrayset *s);
+/* [output] ome = labels: the tree holds files of the input, read through. */
+bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */
 struct otable *arrayset_table(const struct arrayset *s);
 /* The status document of SPEC §6 for a started set: array 0's engine_status, and with a

@@ -142,7 +142,7 @@ static void scan_chunk(struct otable *t, uint64_t id, const unsigned char *buf)
     const struct task *k = t->g.t;
     int nd = k->out.ndim;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM], i[ROIFS_MAX_DIM] = {0},
-                                                                          stride[ROIFS_MAX_DIM];
+                                                                       stride[ROIFS_MAX_DIM];
     engine_chunk_box(k, id, c0, c1, ext);
     for (int d = nd - 1; d >= 0; d--)
         stride[d] = d == nd - 1 ? 1 : stride[d + 1] * k->out.chunks[d + 1];
@@ -178,8 +178,7 @@ static struct table_row *rows_of(const struct otable *t, size_t *n)
         for (int a = 0; a < 3; a++) {
             int ax = t->g.axis[a];
             r->start[a] = ax < 0 ? 0 : t->g.translation[ax] + (double)b->lo[s][a] * t->g.scale[ax];
-            r->length[a] =
-                ax < 0 ? 1 : (double)(b->hi[s][a] + 1 - b->lo[s][a]) * t->g.scale[ax];
+            r->length[a] = ax < 0 ? 1 : (double)(b->hi[s][a] + 1 - b->lo[s][a]) * t->g.scale[ax];
         }
     }
     return rows;

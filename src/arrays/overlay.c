@@ -15,12 +15,12 @@
 /* One level j of the label image. */
 struct olevel {
     int number;
-    char *path;                /* the parent's dataset path */
-    char *rel;                 /* labels/NAME/<path> */
+    char *path;                                           /* the parent's dataset path */
+    char *rel;                                            /* labels/NAME/<path> */
     uint64_t shape[ROIFS_MAX_DIM], chunks[ROIFS_MAX_DIM]; /* the parent level's, without c */
-    json_t *cts;               /* its coordinateTransformations without c */
-    struct task *task;         /* level k: t0 (borrowed); others: derived (owned) */
-    struct zarr_meta input;    /* what a derived level's copy processor sees: the level */
+    json_t *cts;            /* its coordinateTransformations without c */
+    struct task *task;      /* level k: t0 (borrowed); others: derived (owned) */
+    struct zarr_meta input; /* what a derived level's copy processor sees: the level */
     struct overlay *ov;
 };
 
@@ -38,7 +38,7 @@ struct overlay {
 
 /* ---- checks ---- */
 
-#define OV_ERR(t, err, section, key, ...) \
+#define OV_ERR(t, err, section, key, ...)                                                          \
     return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
 static bool exists(const char *dir, const char *a, const char *b)
@@ -384,9 +384,9 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
     char *rel = xasprintf("%s/%s", group, v3 ? "zarr.json" : ".zattrs");
     json_t *doc = input_json(ov, rel);
     if (!doc)
-        doc = v3 ? json_pack("{s:i, s:s, s:{}}", "zarr_format", 3, "node_type", "group",
-                             "attributes")
-                 : json_object();
+        doc =
+            v3 ? json_pack("{s:i, s:s, s:{}}", "zarr_format", 3, "node_type", "group", "attributes")
+               : json_object();
     json_t *where = v3 ? object_at(doc, "attributes") : doc;
     if (v3 && strcmp(group, "labels") == 0) {
         where = object_at(where, "ome");
@@ -423,12 +423,12 @@ static void label_group(struct overlay *ov)
                            axes ? axes : json_array(), "datasets", sets);
     if (ov->ms_cts)
         json_object_set(ms, "coordinateTransformations", ov->ms_cts);
-    json_t *il = json_pack("{s:s, s:{s:s}}", "version", v3 ? "0.5" : "0.4", "source", "image",
-                           "../../");
+    json_t *il =
+        json_pack("{s:s, s:{s:s}}", "version", v3 ? "0.5" : "0.4", "source", "image", "../../");
     const char *name = t->cfg.label_name;
     if (v3) {
-        json_t *ome = json_pack("{s:s, s:[o], s:o}", "version", "0.5", "multiscales", ms,
-                                "image-label", il);
+        json_t *ome =
+            json_pack("{s:s, s:[o], s:o}", "version", "0.5", "multiscales", ms, "image-label", il);
         add_file(ov, xasprintf("labels/%s/zarr.json", name),
                  json_pack("{s:i, s:s, s:{s:o}}", "zarr_format", 3, "node_type", "group",
                            "attributes", "ome", ome));

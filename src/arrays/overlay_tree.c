@@ -49,8 +49,8 @@ static int list_dir(const char *path, char ***names, size_t *n)
 }
 
 /* Adds the files of the input directory path (rel below the image group) under entry dir. */
-static int walk(const struct overlay *ov, struct ns *ns, int dir, const char *path,
-                const char *rel, int depth, struct errbuf *err)
+static int walk(const struct overlay *ov, struct ns *ns, int dir, const char *path, const char *rel,
+                int depth, struct errbuf *err)
 {
     char **names = NULL;
     size_t n = 0;

@@ -99,8 +99,7 @@ int upread_decode_fd(const struct task *up, struct cache *cache, uint64_t id, in
     }
     if (rc < 0) {
         free(data);
-        return err_set(err, -EIO, "chunk %llu: cannot read its cache file",
-                       (unsigned long long)id);
+        return err_set(err, -EIO, "chunk %llu: cannot read its cache file", (unsigned long long)id);
     }
     rc = zarr_decode_chunk(&up->out, data, got, buf, err);
     free(data);

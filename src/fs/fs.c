@@ -96,8 +96,9 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
     }
     }
     /* nothing is stored for a chunk not computed yet */
-    st->st_blocks =
-        *timeout == 0 && (n->kind == NS_CHUNK || n->kind == NS_TABLE) ? 0 : (st->st_size + 511) / 512;
+    st->st_blocks = *timeout == 0 && (n->kind == NS_CHUNK || n->kind == NS_TABLE)
+                        ? 0
+                        : (st->st_size + 511) / 512;
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -209,8 +210,9 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(copy);
         return;
     }
-    if (h->kind == NS_CHUNK)
-        atomic_fetch_add_explicit(&fs_of(req)->chunk_reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(h->kind == NS_CHUNK ? &fs_of(req)->chunk_reads
+                                                  : &fs_of(req)->input_reads,
+                              1, memory_order_relaxed);
     char *buf = xmalloc(size);
     size_t got = 0;
     int r = pread_full(h->fd, buf, size, (uint64_t)off, &got);

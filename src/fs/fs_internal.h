@@ -49,6 +49,7 @@ struct fs {
     struct vt *vt;
     uint64_t *bound;              /* per array of the set: encoded chunk size at most */
     _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
+    _Atomic uint64_t input_reads; /* ... for files of the input (ome = labels) */
     pthread_mutex_t handles_lock;
     struct handle handles; /* list head: chunks and metadata */
     struct handle status;  /* list head: open status files (few) */

@@ -16,7 +16,7 @@ struct ns_entry {
     int parent;
     const char *text; /* NS_INPUT: the path, owned */
     size_t len;
-    uint64_t index; /* NS_TABLE */
+    uint64_t index;                            /* NS_TABLE */
     int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
     int nchildren;
     int chunks; /* a directory: the chunk tree listed after its entries, or -1 */

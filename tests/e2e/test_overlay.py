@@ -185,6 +185,11 @@ def test_overlay_tree(tmp_path, roifs_bin, version):
                 arr = zarr.open_array(str(path), mode="r")
                 assert arr.shape == data.shape
                 np.testing.assert_array_equal(arr[...], nearest(want, data.shape))
+        fuse = m.status()["fuse"]
+        if fuse["passthrough"]:  # the input's files were read by the kernel, not through FUSE
+            assert fuse["input_reads"] == 0, fuse
+        else:
+            assert fuse["input_reads"] > 0, fuse
         dest = tmp_path / "copy"
         subprocess.run(["cp", "-r", str(mnt), str(dest)], check=True, timeout=60)
         for rel in files_of(dest):
