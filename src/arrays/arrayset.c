@@ -21,6 +21,7 @@ struct arrayset {
     struct otable *table;    /* ome = labels with table_name, else NULL */
     struct ns *tree;
     bool status_file; /* the tree has .roifs/status */
+    bool overwrite;   /* arrayset_opts.overlay_overwrite */
 };
 
 /* The engine options of the configuration, with the command line's thread count. */
@@ -91,7 +92,7 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
 /* ome = labels: array 0 is the label image's level k, the others its other levels. */
 static int open_overlay(struct arrayset *s, const struct engine_opts *eo, struct errbuf *err)
 {
-    int r = overlay_build(s->arrays[0].task, &s->overlay, err);
+    int r = overlay_build(s->arrays[0].task, s->overwrite, &s->overlay, err);
     if (r < 0)
         return r;
     s->arrays[0].level = overlay_array_level(s->overlay, 0);
@@ -112,6 +113,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     engine_opts_of(&t->cfg, o->threads, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
     s->status_file = o->status_file;
+    s->overwrite = o->overlay_overwrite;
     s->n = 1;
     /* one level alone is presented as the plain array, as before the array set existed */
     int r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;

@@ -21,6 +21,9 @@ struct arrayset_opts {
      * threads; readahead follows them when the configuration leaves it to its default */
     int threads;
     bool status_file; /* the tree has .roifs/status (a mount) */
+    /* ome = labels: a label or table of the configured name in the input is replaced, not
+     * refused (`export --into --overwrite`) */
+    bool overlay_overwrite;
 };
 
 struct array {

@@ -34,6 +34,7 @@ struct overlay {
     json_t *ms_cts; /* the multiscale's own coordinateTransformations without c, or NULL */
     struct overlay_file files[8];
     size_t nfiles;
+    bool overwrite; /* labels/NAME and tables/NAME of the input are replaced, not refused */
 };
 
 /* ---- checks ---- */
@@ -50,7 +51,7 @@ static bool exists(const char *dir, const char *a, const char *b)
     return r;
 }
 
-static int check_config(const struct task *t, struct errbuf *err)
+static int check_config(const struct task *t, bool overwrite, struct errbuf *err)
 {
     const struct config *c = &t->cfg;
     if (!t->ome.found || !t->ome.is_group || !t->ome.group_path)
@@ -71,12 +72,12 @@ static int check_config(const struct task *t, struct errbuf *err)
                    image_keys[i]);
     if (c->watch)
         OV_ERR(t, err, "input", "watch", "[input] watch cannot be used with ome = labels");
-    if (exists(t->ome.group_path, "labels", c->label_name))
+    if (!overwrite && exists(t->ome.group_path, "labels", c->label_name))
         OV_ERR(t, err, "output", config_line(c, "output", "label_name") ? "label_name" : "ome",
                "[output] ome = labels: the image %s already has a label '%s'; choose another "
                "label_name",
                t->ome.group_path, c->label_name);
-    if (c->table_name && exists(t->ome.group_path, "tables", c->table_name))
+    if (!overwrite && c->table_name && exists(t->ome.group_path, "tables", c->table_name))
         OV_ERR(t, err, "output", "table_name",
                "[output] table_name: the image %s already has a table '%s'; choose another "
                "table_name",
@@ -343,16 +344,10 @@ static int level_task(struct overlay *ov, struct olevel *lv, struct errbuf *err)
 
 /* ---- metadata ---- */
 
-static void add_file(struct overlay *ov, char *path, json_t *doc)
+/* The JSON object in file dir/rel, or NULL. */
+static json_t *json_file(const char *dir, const char *rel)
 {
-    ov->files[ov->nfiles++] = (struct overlay_file){path, json_dumps(doc, JSON_INDENT(4))};
-    json_decref(doc);
-}
-
-/* The input's JSON file rel, or NULL. */
-static json_t *input_json(const struct overlay *ov, const char *rel)
-{
-    char *p = path_join(ov->dir, rel), *text = NULL;
+    char *p = path_join(dir, rel), *text = NULL;
     size_t len;
     json_t *j = NULL;
     if (file_read_all(p, &text, &len) == 0)
@@ -377,12 +372,12 @@ static json_t *object_at(json_t *o, const char *key)
     return v;
 }
 
-/* A list group (labels/ or tables/) with name appended to its list. */
-static void list_group(struct overlay *ov, const char *group, const char *name)
+char *overlay_list_text(const char *image, int format, const char *group, const char *name,
+                        char **rel)
 {
-    bool v3 = ov->t0->out.format == 3;
-    char *rel = xasprintf("%s/%s", group, v3 ? "zarr.json" : ".zattrs");
-    json_t *doc = input_json(ov, rel);
+    bool v3 = format == 3;
+    *rel = xasprintf("%s/%s", group, v3 ? "zarr.json" : ".zattrs");
+    json_t *doc = json_file(image, *rel);
     if (!doc)
         doc =
             v3 ? json_pack("{s:i, s:s, s:{}}", "zarr_format", 3, "node_type", "group", "attributes")
@@ -398,10 +393,37 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
         list = json_array();
         json_object_set_new(where, group, list);
     }
-    json_array_append_new(list, json_string(name));
-    add_file(ov, rel, doc);
+    bool listed = false; /* already (an overwrite): listed once */
+    for (size_t i = 0; i < json_array_size(list); i++)
+        listed = listed || strcmp(json_string_value(json_array_get(list, i)) ?: "", name) == 0;
+    if (!listed)
+        json_array_append_new(list, json_string(name));
+    char *text = json_dumps(doc, JSON_INDENT(4));
+    json_decref(doc);
+    return text;
+}
+
+static void add_text(struct overlay *ov, char *path, char *text)
+{
+    ov->files[ov->nfiles++] = (struct overlay_file){path, text};
+}
+
+static void add_file(struct overlay *ov, char *path, json_t *doc)
+{
+    add_text(ov, path, json_dumps(doc, JSON_INDENT(4)));
+    json_decref(doc);
+}
+
+/* A list group (labels/ or tables/) with name appended to its list, and for format 2 its
+ * .zgroup when the input has none. */
+static void list_group(struct overlay *ov, const char *group, const char *name)
+{
+    bool v3 = ov->t0->out.format == 3;
+    char *rel;
+    char *text = overlay_list_text(ov->dir, ov->t0->out.format, group, name, &rel);
+    add_text(ov, rel, text);
     char *zg = xasprintf("%s/.zgroup", group);
-    json_t *g = v3 ? NULL : input_json(ov, zg);
+    json_t *g = v3 ? NULL : json_file(ov->dir, zg);
     if (!v3 && !g)
         add_file(ov, zg, json_pack("{s:i}", "zarr_format", 2));
     else
@@ -447,13 +469,14 @@ static int by_path(const void *a, const void *b)
 
 /* ---- the overlay ---- */
 
-int overlay_build(struct task *t0, struct overlay **out, struct errbuf *err)
+int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct errbuf *err)
 {
-    int r = check_config(t0, err);
+    int r = check_config(t0, overwrite, err);
     if (r < 0)
         return r;
     struct overlay *ov = xcalloc(1, sizeof *ov);
     ov->t0 = t0;
+    ov->overwrite = overwrite;
     ov->dir = xstrdup(t0->ome.group_path);
     r = read_parent(ov, err);
     for (int j = 0; r == 0 && j < ov->n; j++) {
@@ -541,6 +564,17 @@ const struct overlay_file *overlay_files(const struct overlay *ov, size_t *n)
 {
     *n = ov->nfiles;
     return ov->files;
+}
+
+bool overlay_hides(const struct overlay *ov, const char *rel)
+{
+    const struct config *c = &ov->t0->cfg;
+    char *a = xasprintf("labels/%s", c->label_name);
+    char *b = c->table_name ? xasprintf("tables/%s", c->table_name) : NULL;
+    bool r = ov->overwrite && (strcmp(rel, a) == 0 || (b && strcmp(rel, b) == 0));
+    free(a);
+    free(b);
+    return r;
 }
 
 const char *overlay_table_dir(const struct overlay *ov)

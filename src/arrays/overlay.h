@@ -29,8 +29,9 @@ struct overlay_file {
 /* Checks t0 (a configured task with ome = labels; borrowed, it must outlive the overlay) and
  * builds the levels and the metadata. -EINVAL (exit status 2) with "FILE:LINE: ..." in err
  * for an input that is not an OME-Zarr image group, a non-integer output dtype, a label or
- * table of that name that exists, keys that contradict the overlay. */
-int overlay_build(struct task *t0, struct overlay **out, struct errbuf *err);
+ * table of that name that exists (unless overwrite: `export --into --overwrite`; the input's
+ * are then hidden), keys that contradict the overlay. */
+int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct errbuf *err);
 /* Frees the derived levels' tasks (after their engines are gone). */
 void overlay_free(struct overlay *ov);
 
@@ -58,6 +59,13 @@ struct overlay_geometry {
     int axis[3]; /* z, y, x */
 };
 void overlay_geometry(const struct overlay *ov, struct overlay_geometry *g);
+/* True when the input's node rel ("labels/NAME") is one the overlay replaces as a whole. */
+bool overlay_hides(const struct overlay *ov, const char *rel);
+/* The list file of group ("labels" or "tables") of the image at dir in format 2 or 3 with
+ * name added (once), every other content kept: its text (malloc'd) and path (*rel,
+ * malloc'd, relative to the image: "labels/.zattrs", "tables/zarr.json"). */
+char *overlay_list_text(const char *image, int format, const char *group, const char *name,
+                        char **rel);
 /* "tables/NAME", or NULL without table_name. */
 const char *overlay_table_dir(const struct overlay *ov);
 

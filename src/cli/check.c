@@ -67,7 +67,7 @@ int cmd_check(int argc, char **argv)
     if (t->cfg.ome_labels) { /* what the mount would refuse */
         struct overlay *ov;
         struct errbuf err = {{0}};
-        if (overlay_build(t, &ov, &err) < 0) {
+        if (overlay_build(t, false, &ov, &err) < 0) {
             fprintf(stderr, "roifs: %s\n", err.msg);
             task_close(t);
             return EXIT_USAGE;

@@ -2,6 +2,8 @@
  * at DEST, from the cache, computing what is missing. Every file appears by rename of a
  * complete copy, the metadata last, so an interrupted export is resumed by running it again. */
 #include <dirent.h>
+#include <ftw.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -15,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../arrays/otable.h"
+#include "../arrays/overlay.h"
 #include "../engine/gc.h"
 #include "../provenance.h"
 #include "../tree/namespace.h"
@@ -362,6 +366,320 @@ static int open_dest(struct export *x, const struct task *t, int *lock)
     return 0;
 }
 
+/* ---- export --into IMAGE (ome = labels): the overlay's new groups written into an image ---- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes what an interrupted export --into left in IMAGE/group: the hidden directories
+ * .roifs-tmp.NAME.* and .roifs-old.NAME.* (never named by a list). */
+static void remove_stale_dirs(const char *dir, const char *name)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char *tmp = xasprintf(".roifs-tmp.%s.", name), *old = xasprintf(".roifs-old.%s.", name);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, tmp, strlen(tmp)) == 0 ||
+            strncmp(de->d_name, old, strlen(old)) == 0) {
+            char *p = path_join(dir, de->d_name);
+            rm_tree(p);
+            free(p);
+        }
+    }
+    closedir(d);
+    free(tmp);
+    free(old);
+}
+
+struct into {
+    const char *image;
+    bool overwrite;
+    int format;
+    const char *label, *table; /* the names */
+    char *dirs[2][3];          /* [label, table]: the group dir, the temporary, the final */
+};
+
+/* A temporary directory IMAGE/group/.roifs-tmp.NAME.PID, made empty. */
+static int into_tmp(struct into *in, int which, const char *group, const char *name)
+{
+    char *dir = path_join(in->image, group);
+    in->dirs[which][0] = dir;
+    in->dirs[which][1] = xasprintf("%s/.roifs-tmp.%s.%ld", dir, name, (long)getpid());
+    in->dirs[which][2] = path_join(dir, name);
+    int r = mkdir_p(dir, 0777);
+    if (r == 0) {
+        remove_stale_dirs(dir, name);
+        r = mkdir(in->dirs[which][1], 0777) < 0 ? -errno : 0;
+    }
+    if (r < 0)
+        fprintf(stderr, "roifs: %s: cannot create: %s\n", in->dirs[which][1], strerror(-r));
+    return r < 0 ? EXIT_RUNTIME : 0;
+}
+
+struct sync_table {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool done;
+    int err;
+};
+
+static void table_done(void *ctx, int err)
+{
+    struct sync_table *st = ctx;
+    pthread_mutex_lock(&st->m);
+    st->err = err;
+    st->done = true;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->m);
+}
+
+/* The masking table, computed with the engines started again (every chunk is cached now),
+ * written into its temporary directory. */
+static int into_table(struct into *in, struct arrayset *s)
+{
+    struct errbuf err = {{0}};
+    if (arrayset_start(s, &err) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return EXIT_RUNTIME;
+    }
+    struct sync_table st = {.done = false};
+    pthread_mutex_init(&st.m, NULL);
+    pthread_cond_init(&st.cv, NULL);
+    struct otable *t = arrayset_table(s);
+    otable_request(t, table_done, &st);
+    pthread_mutex_lock(&st.m);
+    while (!st.done)
+        pthread_cond_wait(&st.cv, &st.m);
+    pthread_mutex_unlock(&st.m);
+    int r = st.err;
+    struct export x = {.dest = in->dirs[1][1]};
+    x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (size_t i = 0; r == 0 && i < otable_nfiles(t); i++) {
+        const struct table_file *f = otable_file(t, i);
+        if (!f)
+            continue; /* an empty table has no chunk */
+        char *p = path_join(x.dest, f->path), *slash = strrchr(p, '/');
+        *slash = '\0';
+        r = mkdir_p(p, 0777);
+        free(p);
+        if (r == 0)
+            r = write_atomic(&x, f->path, -1, (off_t)f->len, (const char *)f->data, NULL, &err);
+    }
+    if (x.destfd >= 0)
+        close(x.destfd);
+    arrayset_stop(s);
+    pthread_cond_destroy(&st.cv);
+    pthread_mutex_destroy(&st.m);
+    if (r < 0)
+        fprintf(stderr, "roifs: the masking table: %s\n", err.msg[0] ? err.msg : strerror(-r));
+    return r < 0 ? EXIT_RUNTIME : 0;
+}
+
+/* Puts the temporary directory in the place of the final one (the old one, with
+ * --overwrite, moved away first and removed after). */
+static int into_swap(char *const dirs[3])
+{
+    char *old =
+        xasprintf("%s/.roifs-old.%s.%ld", dirs[0], strrchr(dirs[2], '/') + 1, (long)getpid());
+    bool had = rename(dirs[2], old) == 0;
+    int r = rename(dirs[1], dirs[2]) < 0 ? -errno : 0;
+    if (r < 0) {
+        fprintf(stderr, "roifs: %s: cannot rename into place: %s\n", dirs[2], strerror(-r));
+        if (had)
+            rename(old, dirs[2]);
+    } else if (had) {
+        rm_tree(old);
+    }
+    free(old);
+    return r < 0 ? EXIT_RUNTIME : 0;
+}
+
+/* The group's list (and for format 2 its .zgroup when missing) replaced atomically. */
+static int into_list(struct into *in, const char *group, const char *name)
+{
+    struct export x = {.dest = in->image};
+    x.destfd = open(in->image, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct errbuf err = {{0}};
+    char *rel, *text = overlay_list_text(in->image, in->format, group, name, &rel);
+    char *zg = xasprintf("%s/.zgroup", group), *zgt = NULL;
+    int r = 0;
+    if (in->format == 2 && file_read_all_at(x.destfd, zg, &zgt, NULL) < 0) {
+        const char *g = "{\n    \"zarr_format\": 2\n}";
+        r = write_atomic(&x, zg, -1, (off_t)strlen(g), g, NULL, &err);
+    }
+    if (r == 0)
+        r = write_atomic(&x, rel, -1, (off_t)strlen(text), text, NULL, &err);
+    if (r < 0)
+        fprintf(stderr, "roifs: %s\n", err.msg);
+    free(zgt);
+    free(zg);
+    free(rel);
+    free(text);
+    close(x.destfd);
+    return r < 0 ? EXIT_RUNTIME : 0;
+}
+
+/* IMAGE must be an OME-Zarr image of the output's format without the names (unless
+ * --overwrite). 0 or EXIT_USAGE (printed). */
+static int into_check(struct into *in, const struct task *t)
+{
+    json_t *attrs, *ms;
+    struct errbuf err = {{0}};
+    if (!t->cfg.ome_labels) {
+        fprintf(stderr, "roifs: %s: export --into needs [output] ome = labels\n", t->cfg.path);
+        return EXIT_USAGE;
+    }
+    if (ome_group_attrs(in->image, &attrs, &ms, &err) < 0) {
+        fprintf(stderr, "roifs: --into: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    json_decref(attrs);
+    char *zj = path_join(in->image, "zarr.json");
+    struct stat st;
+    in->format = stat(zj, &st) == 0 ? 3 : 2;
+    free(zj);
+    if (in->format != t->out.format) {
+        fprintf(stderr, "roifs: --into: %s is a Zarr v%d image, the label image is v%d\n",
+                in->image, in->format, t->out.format);
+        return EXIT_USAGE;
+    }
+    const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
+    for (int i = 0; i < 2 && !in->overwrite; i++) {
+        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
+        bool there = p && stat(p, &st) == 0;
+        free(p);
+        if (there) {
+            fprintf(stderr, "roifs: --into: %s already has a %s '%s' (--overwrite replaces it)\n",
+                    in->image, i ? "table" : "label", names[i]);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* The label image's chunks and metadata from the caches into its temporary directory. */
+static int into_labels(struct into *in, struct arrayset *s)
+{
+    struct export x = {.dest = in->dirs[0][1]};
+    struct errbuf err = {{0}};
+    x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const struct ns *ns = arrayset_tree(s);
+    struct ns_node labels, node;
+    int r = x.destfd < 0 ? -errno : 0;
+    if (r == 0 && (ns_lookup(ns, NS_INO_ROOT, "labels", &labels) < 0 ||
+                   ns_lookup(ns, labels.ino, in->label, &node) < 0))
+        r = -ENOENT;
+    if (r == 0)
+        r = walk(&x, ns, node.ino, "", &err);
+    int rc = r < 0 ? EXIT_RUNTIME : 0;
+    if (r < 0)
+        fprintf(stderr, "roifs: %s: %s\n", x.dest, err.msg[0] ? err.msg : strerror(-r));
+    struct run_spec spec = {.verb = "export",
+                            .ids = x.ids,
+                            .arrays = x.arrays,
+                            .n = x.n,
+                            .chunk_ready = export_chunk,
+                            .ctx = &x};
+    if (rc == 0)
+        rc = run_chunks(s, &spec);
+    for (size_t i = 0; rc == 0 && i < x.nmeta; i++)
+        if (write_meta(&x, &x.meta[i], &err) < 0) {
+            fprintf(stderr, "roifs: %s\n", err.msg);
+            rc = EXIT_RUNTIME;
+        }
+    for (size_t k = 0; k < x.n; k++)
+        free(x.rel[k]);
+    for (size_t k = 0; k < x.nmeta; k++)
+        free(x.meta[k].rel);
+    free(x.rel);
+    free(x.ids);
+    free(x.arrays);
+    free(x.meta);
+    if (x.destfd >= 0)
+        close(x.destfd);
+    return rc;
+}
+
+static int into_run(struct into *in, struct arrayset *s)
+{
+    int r = into_tmp(in, 0, "labels", in->label);
+    if (r == 0 && in->table)
+        r = into_tmp(in, 1, "tables", in->table);
+    if (r == 0)
+        r = into_labels(in, s);
+    if (r == 0 && in->table)
+        r = into_table(in, s);
+    /* everything is complete: the groups take their places, then the lists name them */
+    if (r == 0)
+        r = into_swap(in->dirs[0]);
+    if (r == 0 && in->table)
+        r = into_swap(in->dirs[1]);
+    if (r == 0)
+        r = into_list(in, "labels", in->label);
+    if (r == 0 && in->table)
+        r = into_list(in, "tables", in->table);
+    if (r == 0)
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s written\n", in->image, in->label,
+                in->table ? " and tables/" : "", in->table ? in->table : "");
+    return r;
+}
+
+/* roifs export [-j N] --into IMAGE [--overwrite] CONFIG (argv[0] is the first option). */
+static int cmd_export_into(int argc, char **argv, int threads)
+{
+    struct into in = {0};
+    const char *config = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--into") == 0 && i + 1 < argc)
+            in.image = argv[++i];
+        else if (strcmp(argv[i], "--overwrite") == 0)
+            in.overwrite = true;
+        else if (!config && argv[i][0] != '-')
+            config = argv[i];
+        else
+            return cli_usage_error("export: unexpected argument '%s'", argv[i]);
+    }
+    if (!in.image || !config)
+        return cli_usage_error("export --into needs IMAGE and CONFIG%s", "");
+    struct task *t;
+    int r = cli_load_task(config, &t);
+    if (r)
+        return r;
+    log_open_stderr(false);
+    in.label = t->cfg.label_name;
+    in.table = t->cfg.table_name;
+    r = into_check(&in, t);
+    struct arrayset *s = NULL;
+    struct errbuf err = {{0}};
+    struct arrayset_opts o = {.threads = threads, .overlay_overwrite = in.overwrite};
+    if (r == 0 && (r = arrayset_open(t, &o, &s, &err)) < 0) {
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        r = r == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+        s = NULL;
+    }
+    if (r == 0)
+        r = into_run(&in, s);
+    for (int i = 0; i < 2; i++) {
+        if (r && in.dirs[i][1])
+            rm_tree(in.dirs[i][1]);
+        for (int k = 0; k < 3; k++)
+            free(in.dirs[i][k]);
+    }
+    arrayset_close(s);
+    task_close(t);
+    return r;
+}
+
 /* ---- the command ---- */
 
 /* The tree of the set, as a mount shows it without .roifs, from the caches. */
@@ -402,6 +720,8 @@ int cmd_export(int argc, char **argv)
     int threads, i, r;
     if ((r = cli_parse_jobs(argc, argv, &threads, &i)))
         return r;
+    if (i < argc && (strcmp(argv[i], "--into") == 0 || strcmp(argv[i], "--overwrite") == 0))
+        return cmd_export_into(argc - i, argv + i, threads);
     if (argc - i != 2)
         return cli_usage_error("export needs CONFIG and DEST%s", "");
     struct task *t;

@@ -8,6 +8,8 @@ table name the image already has."""
 import json
 import os
 import shutil
+import signal
+import time
 import subprocess
 from pathlib import Path
 
@@ -388,3 +390,72 @@ def test_table_record_and_sizes(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         assert (m.path / csv).read_bytes() == text
         assert m.status()["table"] == {"scans": 1, "from_record": 0}
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_export_into(tmp_path, roifs_bin, version):
+    """roifs export --into IMAGE CONFIG writes labels/NAME and tables/NAME into IMAGE (a copy
+    of the input) and adds them to its lists (other content kept); read back by zarr-python
+    and anndata (v2) or as files (v3); a second run is refused (exit 2) and --overwrite
+    replaces them, each listed once."""
+    v3 = version == "0.5"
+    img, levels = make_image(tmp_path, version)
+    image = tmp_path / "copy.zarr"
+    shutil.copytree(img, image)
+    backend = "csv" if v3 else "anndata"
+    config = overlay_config(tmp_path, img, level=1, table="seg_table", table_format=backend)
+    r = run_roifs(roifs_bin, "export", "--into", image, config, timeout=120)
+    assert r.returncode == 0, r.stderr
+    labels = attrs_of(image / "labels", v3)
+    assert (labels["ome"]["labels"] if v3 else labels["labels"]) == ["old", "seg"]
+    assert labels["note"] == "kept"
+    assert attrs_of(image / "tables", v3)["tables"] == ["FOV_ROI_table", "seg_table"]
+    want = expected_labels(levels[1])
+    for j, data in enumerate(levels):
+        np.testing.assert_array_equal(read_level(image, "seg", j, v3),
+                                      nearest(want, data.shape[-2:]), f"level {j}")
+    assert not check_image(image / "labels" / "seg", strict=False)
+    ids, x = read_table(image / "tables" / "seg_table", backend)
+    want_ids, want_x = table_reference(want, [1.0, 0.5], [3.0, -2.0])
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(x, want_x, rtol=1e-6)
+    assert not [p for p in image.rglob(".roifs-*")]
+    before = {rel: (image / rel).read_bytes() for rel in files_of(image)}
+    r = run_roifs(roifs_bin, "export", "--into", image, config, timeout=120)
+    assert r.returncode == 2 and "already has a label 'seg'" in r.stderr, r.stderr
+    assert {rel: (image / rel).read_bytes() for rel in files_of(image)} == before
+    r = run_roifs(roifs_bin, "export", "--into", image, "--overwrite", config, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert {rel: (image / rel).read_bytes() for rel in files_of(image)} == before
+
+
+def test_export_into_killed(tmp_path, roifs_bin):
+    """A kill -9 during export --into leaves IMAGE's lists and groups as they were (the new
+    groups are written under hidden temporary names and the lists replaced last); the next
+    run removes the leftovers and completes."""
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img, table="seg_table")
+    text = config.read_text().replace("[process]\n", "[process]\nparam.delay = 0.4\nthreads = 1\n")
+    config.write_text(text)
+    before = {rel: (img / rel).read_bytes() for rel in files_of(img)}
+    proc = subprocess.Popen([roifs_bin, "export", "--into", str(img), str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not list((img / "labels").glob(".roifs-tmp.seg.*/*/*")):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    after = {rel: (img / rel).read_bytes() for rel in files_of(img) if "/.roifs-tmp." not in rel}
+    assert after == before
+    assert not (img / "labels" / "seg").exists()
+    r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not [p for p in img.rglob(".roifs-*")]
+    assert attrs_of(img / "labels", False)["labels"] == ["old", "seg"]
+    np.testing.assert_array_equal(read_level(img, "seg", 0, False), expected_labels(levels[0]))
