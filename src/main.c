@@ -18,6 +18,8 @@ static const char usage_text[] =
     "       roifs check CONFIG           validate; print shape, ROI count, chunks, cache state\n"
     "       roifs warm [-j N] CONFIG     compute everything into the cache, with progress\n"
     "       roifs export [-j N] CONFIG DEST   write the result as a plain Zarr array at DEST\n"
+    "       roifs export [-j N] --into IMAGE [--overwrite] CONFIG\n"
+    "                                         ome = labels: add labels/NAME, tables/NAME to IMAGE\n"
     "       roifs status MOUNTPOINT      summary of MOUNTPOINT/.roifs/status\n"
     "       roifs apply [-j N] [--again] CONFIG   write the result into the input array\n"
     "       roifs clean CONFIG           delete the cache of CONFIG\n"

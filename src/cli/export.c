@@ -1,5 +1,6 @@
 /* export.c: `roifs export [-j N] CONFIG DEST`: writes the presented tree as a plain Zarr array
- * at DEST, from the cache, computing what is missing. Every file appears by rename of a
+ * at DEST, from the cache, computing what is missing; with --into IMAGE (ome = labels), the
+ * label image and masking table into an OME-Zarr image. Every file appears by rename of a
  * complete copy, the metadata last, so an interrupted export is resumed by running it again. */
 #include <dirent.h>
 #include <ftw.h>
