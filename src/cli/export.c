@@ -728,6 +728,11 @@ int cmd_export(int argc, char **argv)
     struct task *t;
     if ((r = cli_load_task(argv[i], &t)))
         return r;
+    if (t->cfg.ome_labels) { /* the input's files are not copied: DEST would be partial */
+        fprintf(stderr, "roifs: %s: ome = labels: export with --into IMAGE\n", t->cfg.path);
+        task_close(t);
+        return EXIT_USAGE;
+    }
     log_open_stderr(false);
     struct export x = {.dest = argv[i + 1], .destfd = -1};
     struct arrayset *s = NULL;

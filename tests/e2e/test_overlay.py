@@ -394,7 +394,8 @@ def test_table_record_and_sizes(tmp_path, roifs_bin):
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
 def test_export_into(tmp_path, roifs_bin, version):
-    """roifs export --into IMAGE CONFIG writes labels/NAME and tables/NAME into IMAGE (a copy
+    """A plain export (to DEST) of an overlay is refused (exit 2): it would not copy the input.
+    roifs export --into IMAGE CONFIG writes labels/NAME and tables/NAME into IMAGE (a copy
     of the input) and adds them to its lists (other content kept); read back by zarr-python
     and anndata (v2) or as files (v3); a second run is refused (exit 2) and --overwrite
     replaces them, each listed once."""
@@ -404,6 +405,8 @@ def test_export_into(tmp_path, roifs_bin, version):
     shutil.copytree(img, image)
     backend = "csv" if v3 else "anndata"
     config = overlay_config(tmp_path, img, level=1, table="seg_table", table_format=backend)
+    r = run_roifs(roifs_bin, "export", config, tmp_path / "dest")
+    assert r.returncode == 2 and "export with --into IMAGE" in r.stderr, r.stderr
     r = run_roifs(roifs_bin, "export", "--into", image, config, timeout=120)
     assert r.returncode == 0, r.stderr
     labels = attrs_of(image / "labels", v3)
