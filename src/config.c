@@ -348,6 +348,8 @@ static const struct key_spec keys[] = {
      .kind = ROIS_TABLE},
     {"rois", "halo", .set = set_list, .off = F(halo), .off_n = F(halo_ndim), .min = 0},
     {"rois", "rounding", .set = set_choice_int, .off = F(rounding), .choices = "fractal|ngio"},
+    {"rois", "mask", .set = set_path, .off = F(mask)},
+    {"rois", "mask_input", .set = set_choice_int, .off = F(mask_input), .choices = "zero|keep"},
     {"process", "builtin", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
      .kind = PROC_BUILTIN},
     {"process", "command", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
@@ -841,6 +843,7 @@ void config_free(struct config *cfg)
     free(cfg->interpreter);
     free(cfg->label_name);
     free(cfg->table_name);
+    free(cfg->mask);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

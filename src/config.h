@@ -27,6 +27,7 @@ enum out_compressor {
 enum downsample_mode { DOWNSAMPLE_MEAN, DOWNSAMPLE_NEAREST };
 enum label_ids { LABEL_IDS_KEEP, LABEL_IDS_UNIQUE, LABEL_IDS_SEQUENTIAL };
 enum label_stitch { LABEL_STITCH_NONE, LABEL_STITCH_IOU };
+enum mask_input { MASK_INPUT_ZERO, MASK_INPUT_KEEP };
 
 struct config_param {
     char *name; /* as written after "param." */
@@ -53,6 +54,8 @@ struct config {
     uint64_t halo[ROIFS_MAX_DIM];
     int halo_ndim;               /* 0: no halo given (0 in every dimension) */
     enum rounding_mode rounding; /* fractal (default) or ngio */
+    char *mask;                  /* absolute, or NULL: the label image of masked ROIs (mask.c) */
+    enum mask_input mask_input;  /* what a masked ROI's processor sees outside its object */
 
     /* [process] */
     enum proc_kind proc_kind;

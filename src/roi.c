@@ -26,6 +26,7 @@ struct roi_parser {
     struct roi_set *out;
     size_t cap;
     int line;
+    unsigned flags; /* ROI_PARSE_* */
     struct errbuf *err;
 };
 
@@ -128,7 +129,8 @@ static int check_range(struct roi_parser *p, int k, const char *s, const char *e
     return 0;
 }
 
-static void roi_set_push(struct roi_parser *p, const uint64_t *start, const uint64_t *stop)
+static void roi_set_push(struct roi_parser *p, const uint64_t *start, const uint64_t *stop,
+                         uint64_t label)
 {
     struct roi_set *rs = p->out;
     size_t nd = (size_t)p->ndim;
@@ -136,10 +138,41 @@ static void roi_set_push(struct roi_parser *p, const uint64_t *start, const uint
         p->cap = p->cap ? 2 * p->cap : 256;
         rs->start = xrealloc(rs->start, p->cap * nd * sizeof(uint64_t));
         rs->stop = xrealloc(rs->stop, p->cap * nd * sizeof(uint64_t));
+        if (rs->label)
+            rs->label = xrealloc(rs->label, p->cap * sizeof(uint64_t));
     }
+    if (label && !rs->label) /* the first masked ROI: the ones before it have none */
+        rs->label = xcalloc(p->cap, sizeof(uint64_t));
     memcpy(rs->start + rs->n * nd, start, nd * sizeof(uint64_t));
     memcpy(rs->stop + rs->n * nd, stop, nd * sizeof(uint64_t));
+    if (rs->label)
+        rs->label[rs->n] = label;
     rs->n++;
+}
+
+/* Parses the label of `RANGES @ LABEL`, the text [s, e) after the '@'. */
+static int parse_label(struct roi_parser *p, const char *s, const char *e, uint64_t *label)
+{
+    trim(&s, &e);
+    if (!(p->flags & ROI_PARSE_LABELS))
+        return parse_fail(p, "a label (@ %.*s) needs [rois] mask (the label image)", (int)(e - s),
+                          s);
+    uint64_t x = 0;
+    const char *c = s;
+    for (; c < e && *c >= '0' && *c <= '9'; c++) {
+        unsigned digit = (unsigned)(*c - '0');
+        if (x > (UINT64_MAX - digit) / 10)
+            return parse_fail(p, "label '%.*s' is too large", (int)(e - s), s);
+        x = x * 10 + digit;
+    }
+    if (s == e)
+        return parse_fail(p, "'@' without a label (expected @ LABEL, a positive integer)");
+    if (c != e || *s == '-')
+        return parse_fail(p, "label '%.*s' is not a positive integer", (int)(e - s), s);
+    if (x == 0)
+        return parse_fail(p, "label 0 is the background (labels are positive integers)");
+    *label = x;
+    return 0;
 }
 
 /* Parses one line [s, e) (comment already removed, not blank) into a ROI. */
@@ -148,6 +181,14 @@ static int parse_line(struct roi_parser *p, const char *s, const char *e)
     uint64_t start[ROIFS_MAX_DIM], stop[ROIFS_MAX_DIM], box[2];
     const char *rs[ROIFS_MAX_DIM], *re[ROIFS_MAX_DIM];
     bool open[ROIFS_MAX_DIM][2], ignored[2];
+    uint64_t label = 0;
+    const char *at = memchr(s, '@', (size_t)(e - s));
+    if (at) {
+        if (parse_label(p, at + 1, e, &label) < 0)
+            return -EINVAL;
+        e = at;
+        trim(&s, &e);
+    }
     int k = 0;
     for (const char *r = s;; k++) {
         const char *comma = memchr(r, ',', (size_t)(e - r));
@@ -176,7 +217,7 @@ static int parse_line(struct roi_parser *p, const char *s, const char *e)
         start[k] = box[0];
         stop[k] = box[1];
     }
-    roi_set_push(p, start, stop);
+    roi_set_push(p, start, stop, label);
     return 0;
 }
 
@@ -227,7 +268,7 @@ static const char *parse_line_fast(struct roi_parser *p, const char *s, const ch
     } else {
         return NULL;
     }
-    roi_set_push(p, start, stop);
+    roi_set_push(p, start, stop, 0);
     return s;
 }
 
@@ -297,6 +338,8 @@ static int finish_set(struct roi_parser *p, int r)
     if (out->n < p->cap) {
         out->start = xrealloc(out->start, out->n * (size_t)out->ndim * sizeof(uint64_t));
         out->stop = xrealloc(out->stop, out->n * (size_t)out->ndim * sizeof(uint64_t));
+        if (out->label)
+            out->label = xrealloc(out->label, out->n * sizeof(uint64_t));
     }
     return 0;
 }
@@ -313,10 +356,17 @@ static bool skip_bom(const char **s, const char *end)
 int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
                    struct roi_set *out, struct errbuf *err)
 {
+    return roi_parse_text_flags(name, text, ndim, shape, 0, out, err);
+}
+
+int roi_parse_text_flags(const char *name, const char *text, int ndim, const uint64_t *shape,
+                         unsigned flags, struct roi_set *out, struct errbuf *err)
+{
     int r = start_set(name, ndim, out, err);
     if (r < 0)
         return r;
-    struct roi_parser p = {.name = name, .ndim = ndim, .shape = shape, .out = out, .err = err};
+    struct roi_parser p = {
+        .name = name, .ndim = ndim, .shape = shape, .out = out, .flags = flags, .err = err};
     const char *s = text, *end = text + strlen(text);
     skip_bom(&s, end);
     return finish_set(&p, parse_lines(&p, s, end, true) ? 0 : -EINVAL);
@@ -385,13 +435,20 @@ static int parse_stream(struct roi_parser *p, int fd)
 int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi_set *out,
                    struct errbuf *err)
 {
+    return roi_parse_file_flags(path, ndim, shape, 0, out, err);
+}
+
+int roi_parse_file_flags(const char *path, int ndim, const uint64_t *shape, unsigned flags,
+                         struct roi_set *out, struct errbuf *err)
+{
     int r = start_set(path, ndim, out, err);
     if (r < 0)
         return r;
     int fd = open_list(path, err);
     if (fd < 0)
         return fd;
-    struct roi_parser p = {.name = path, .ndim = ndim, .shape = shape, .out = out, .err = err};
+    struct roi_parser p = {
+        .name = path, .ndim = ndim, .shape = shape, .out = out, .flags = flags, .err = err};
     r = parse_stream(&p, fd);
     close(fd);
     return finish_set(&p, r);
@@ -401,7 +458,8 @@ void roi_set_free(struct roi_set *rs)
 {
     free(rs->start);
     free(rs->stop);
-    rs->start = rs->stop = NULL;
+    free(rs->label);
+    rs->start = rs->stop = rs->label = NULL;
     rs->n = 0;
 }
 

@@ -15,7 +15,15 @@ struct roi_set {
     size_t n;
     uint64_t *start; /* n * ndim, ROI i at start[i * ndim] */
     uint64_t *stop;  /* exclusive */
+    /* masked ROIs (SPEC §10): n labels, 0 for a ROI without one; NULL when no ROI has one */
+    uint64_t *label;
 };
+
+/* The label of ROI i, 0 when it is not masked. */
+static inline uint64_t roi_label(const struct roi_set *rs, size_t i)
+{
+    return rs->label ? rs->label[i] : 0;
+}
 
 /* Parses a ROI list file (SPEC §4) for an array of the given shape. Errors: -EINVAL with
  * err->msg = "PATH:LINE: ..." (wrong number of dimensions, start >= stop, outside the array,
@@ -26,6 +34,13 @@ int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi
 /* Parses ROI list text held in memory; `name` is used in messages. */
 int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
                    struct roi_set *out, struct errbuf *err);
+/* The same with flags: ROI_PARSE_LABELS accepts `@ LABEL` at the end of a line (a positive
+ * integer: a masked ROI, SPEC §10); without it such a line is an error ("needs [rois] mask"). */
+#define ROI_PARSE_LABELS 1u
+int roi_parse_file_flags(const char *path, int ndim, const uint64_t *shape, unsigned flags,
+                         struct roi_set *out, struct errbuf *err);
+int roi_parse_text_flags(const char *name, const char *text, int ndim, const uint64_t *shape,
+                         unsigned flags, struct roi_set *out, struct errbuf *err);
 /* Tiles the array with boxes of shape tile (C order of tiles; edge boxes clipped). */
 int roi_grid(const uint64_t *tile, int ndim, const uint64_t *shape, struct roi_set *out,
              struct errbuf *err);
@@ -55,6 +70,10 @@ struct roi_table {
     size_t n;
     double *v;   /* n * ROI_TCOLS: x, y, z, len_x, len_y, len_z (micrometers) */
     bool single; /* the values are float32 (an AnnData X of dtype <f4) */
+    /* a masking table ("type": "masking_roi_table"): each row's label (its instance_key
+     * column, or the index) and the label image its region.path names (absolute); else NULL */
+    uint64_t *label;
+    char *region;
 };
 
 /* Where the table's spatial axes are in the image and how large its pixels are. */
@@ -69,7 +88,8 @@ int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err);
 void roi_table_free(struct roi_table *t);
 /* Converts the table to boxes of an ndim-dimensional array of the given shape: axes other
  * than z, y, x are taken whole; boxes are clipped to the array, and rows left empty are
- * dropped with a warning (none left is an error). `name` is used in messages. */
+ * dropped with a warning (none left is an error); a masking table's labels go with them.
+ * `name` is used in messages. */
 int roi_table_to_set(const char *name, const struct roi_table *t, const struct roi_pixels *px,
                      enum roi_rounding rounding, int ndim, const uint64_t *shape,
                      struct roi_set *out, struct errbuf *err);

@@ -157,7 +157,117 @@ static int read_string_array(const char *dir, char ***out, size_t *count, struct
     return 0;
 }
 
-static int read_anndata(const char *path, struct roi_table *t, struct errbuf *err)
+/* ---- masking tables: each row's label ---- */
+
+/* Which column holds a masking table's labels (NULL key: not a masking table). */
+struct label_source {
+    const char *key;       /* instance_key, "label" by default */
+    const char *index_key; /* index_key, or NULL */
+};
+
+/* A label as a table cell holds it: an integer, or a float of integral value ("7.0", as
+ * AnnData's float X gives it). */
+static int label_from_double(const char *where, size_t row, double v, uint64_t *out,
+                             struct errbuf *err)
+{
+    if (!(v >= 1 && v < 18446744073709551616.0) || v != floor(v))
+        return err_set(err, -EINVAL, "%s: row %zu: label %g is not a positive integer", where,
+                       row, v);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int label_from_text(const char *where, size_t row, const char *text, uint64_t *out,
+                           struct errbuf *err)
+{
+    double v;
+    if (parse_u64(text, out) == 0 && *out > 0)
+        return 0;
+    if (parse_double(text, &v) == 0)
+        return label_from_double(where, row, v, out, err);
+    return err_set(err, -EINVAL, "%s: row %zu: label '%s' is not a positive integer", where, row,
+                   text);
+}
+
+/* The labels from a numeric 1-D array (an obs column). */
+static int labels_from_array(const char *dir, size_t n, uint64_t *label, struct errbuf *err)
+{
+    struct zarr_input *a = NULL;
+    struct errbuf e;
+    int r = zarr_input_open(dir, 16u << 20, &a, &e);
+    if (r < 0)
+        return err_set(err, -EINVAL, "%s", e.msg);
+    const struct zarr_meta *m = zarr_input_meta(a);
+    if (m->ndim != 1 || m->shape[0] != n || m->dtype.kind == DT_BOOL) {
+        zarr_input_close(a);
+        return err_set(err, -EINVAL, "%s: expected %zu numbers, one per row", dir, n);
+    }
+    void *raw = xmalloc(n * m->dtype.size);
+    double *v = xmalloc(n * sizeof *v);
+    uint64_t start = 0;
+    r = zarr_input_read(a, &start, m->shape, raw, &e);
+    if (r < 0)
+        r = err_set(err, -EINVAL, "%s", e.msg);
+    else
+        dtype_to_double(&m->dtype, raw, v, n);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = label_from_double(dir, i, v[i], &label[i], err);
+    free(raw);
+    free(v);
+    zarr_input_close(a);
+    return r;
+}
+
+static int labels_from_strings(const char *dir, size_t n, uint64_t *label, struct errbuf *err)
+{
+    char **s = NULL;
+    size_t count = 0;
+    int r = read_string_array(dir, &s, &count, err);
+    if (r == 0 && count != n)
+        r = err_set(err, -EINVAL, "%s: %zu strings for %zu rows", dir, count, n);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = label_from_text(dir, i, s[i], &label[i], err);
+    free_strings(s, count);
+    return r;
+}
+
+/* An AnnData table's labels when they are not a column of X: the obs column named by the key,
+ * or the obs index (strings) when it is that column or the table's index_key. */
+static int anndata_obs_labels(const char *path, const struct label_source *ls, size_t n,
+                              uint64_t *label, struct errbuf *err)
+{
+    char *obs = path_join(path, "obs");
+    json_t *oattrs;
+    int r = group_attrs(obs, &oattrs, err);
+    if (r < 0) {
+        free(obs);
+        return r;
+    }
+    const char *iname = json_string_value(json_object_get(oattrs, "_index"));
+    if (!iname)
+        iname = "_index";
+    char *col = path_join(obs, ls->key);
+    bool is_index = strcmp(iname, ls->key) == 0;
+    if (is_index || exists(obs, ls->key)) {
+        r = is_index ? labels_from_strings(col, n, label, err)
+                     : labels_from_array(col, n, label, err);
+    } else if (ls->index_key && strcmp(ls->index_key, ls->key) == 0) {
+        char *idx = path_join(obs, iname);
+        r = labels_from_strings(idx, n, label, err);
+        free(idx);
+    } else {
+        r = err_set(err, -EINVAL,
+                    "%s: a masking table without a \"%s\" column (its instance_key) in X or obs",
+                    path, ls->key);
+    }
+    free(col);
+    json_decref(oattrs);
+    free(obs);
+    return r;
+}
+
+static int read_anndata(const char *path, const struct label_source *ls, struct roi_table *t,
+                        struct errbuf *err)
 {
     char *var = path_join(path, "var");
     json_t *vattrs;
@@ -171,10 +281,13 @@ static int read_anndata(const char *path, struct roi_table *t, struct errbuf *er
     json_decref(vattrs);
     free(var);
     char **names = NULL;
-    size_t ncols = 0, cols[ROI_TCOLS];
+    size_t ncols = 0, cols[ROI_TCOLS], lcol = SIZE_MAX;
     r = read_string_array(idir, &names, &ncols, err);
     if (r == 0)
         r = find_columns(idir, names, ncols, cols, err);
+    for (size_t i = 0; r == 0 && ls->key && i < ncols; i++)
+        if (strcmp(names[i], ls->key) == 0)
+            lcol = i; /* the labels are a column of X (fractal-tasks-core writes them so) */
     free_strings(names, ncols);
     free(idir);
     if (r < 0)
@@ -217,6 +330,12 @@ static int read_anndata(const char *path, struct roi_table *t, struct errbuf *er
         for (size_t i = 0; i < t->n; i++)
             for (int c = 0; c < ROI_TCOLS; c++)
                 t->v[i * ROI_TCOLS + c] = all[i * ncols + cols[c]];
+        if (ls->key)
+            t->label = xcalloc(t->n, sizeof *t->label);
+        for (size_t i = 0; lcol != SIZE_MAX && r == 0 && i < t->n; i++)
+            r = label_from_double(xp, i, all[i * ncols + lcol], &t->label[i], err);
+        if (r == 0 && ls->key && lcol == SIZE_MAX)
+            r = anndata_obs_labels(path, ls, t->n, t->label, err);
     }
     free(raw);
     free(all);
@@ -261,7 +380,8 @@ static size_t csv_split(char *line, char **fields, size_t max)
     }
 }
 
-static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
+static int read_csv(const char *path, const struct label_source *ls, struct roi_table *t,
+                    struct errbuf *err)
 {
     char *p = path_join(path, "table.csv"), *text;
     size_t len;
@@ -273,7 +393,7 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
     }
     enum { MAXF = 4096 };
     char **fields = xmalloc(MAXF * sizeof *fields);
-    size_t cols[ROI_TCOLS], nhead = 0, cap = 0;
+    size_t cols[ROI_TCOLS], nhead = 0, cap = 0, lcol = 0;
     int line = 0;
     for (char *l = text, *next; l && *l && r == 0; l = next) {
         line++;
@@ -291,11 +411,23 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
         } else if (!nhead) {
             nhead = nf;
             r = find_columns(p, fields, nf, cols, err);
+            for (lcol = 0; r == 0 && ls->key && lcol < nf && strcmp(fields[lcol], ls->key);)
+                lcol++;
+            if (r == 0 && ls->key && lcol == nf)
+                r = err_at(err, -EINVAL, p, line, "no column \"%s\" (the masking table's labels)",
+                           ls->key);
         } else if (nf != nhead) {
             r = err_at(err, -EINVAL, p, line, "%zu fields, the header has %zu", nf, nhead);
         } else {
-            if (t->n == cap)
-                t->v = xrealloc(t->v, (cap = cap ? 2 * cap : 64) * ROI_TCOLS * sizeof *t->v);
+            if (t->n == cap) {
+                cap = cap ? 2 * cap : 64;
+                t->v = xrealloc(t->v, cap * ROI_TCOLS * sizeof *t->v);
+                if (ls->key)
+                    t->label = xrealloc(t->label, cap * sizeof *t->label);
+            }
+            if (ls->key && r == 0 && label_from_text(p, t->n, fields[lcol], &t->label[t->n], err))
+                r = err_at(err, -EINVAL, p, line, "%s: '%s' is not a positive integer", ls->key,
+                           fields[lcol]);
             for (int c = 0; c < ROI_TCOLS && r == 0; c++)
                 if (parse_double(fields[cols[c]], &t->v[t->n * ROI_TCOLS + c]) < 0)
                     r = err_at(err, -EINVAL, p, line, "%s: not a number: '%s'", column_names[c],
@@ -311,6 +443,29 @@ static int read_csv(const char *path, struct roi_table *t, struct errbuf *err)
     return r;
 }
 
+/* A masking table's region.path: relative to the tables group that holds the table (Fractal's
+ * and ngio's "../labels/NAME"), or, when nothing is there, to the table group itself. */
+static char *table_region(const char *path, json_t *attrs)
+{
+    const char *rel = json_string_value(json_object_get(json_object_get(attrs, "region"), "path"));
+    if (!rel)
+        return NULL; /* [rois] mask must name the label image */
+    char *parent = path_dirname(path);
+    char *p = path_join(parent, rel);
+    struct stat st;
+    if (stat(p, &st) < 0) {
+        char *own = path_join(path, rel);
+        if (stat(own, &st) == 0) {
+            free(p);
+            p = own;
+        } else {
+            free(own);
+        }
+    }
+    free(parent);
+    return p;
+}
+
 int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err)
 {
     memset(t, 0, sizeof *t);
@@ -323,13 +478,21 @@ int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err)
     if (r < 0)
         return r;
     const char *backend = json_string_value(json_object_get(attrs, "backend"));
+    const char *type = json_string_value(json_object_get(attrs, "type"));
+    struct label_source ls = {0};
+    if (type && strcmp(type, "masking_roi_table") == 0) {
+        ls.key = json_string_value(json_object_get(attrs, "instance_key"));
+        ls.key = ls.key ? ls.key : "label";
+        ls.index_key = json_string_value(json_object_get(attrs, "index_key"));
+        t->region = table_region(path, attrs);
+    }
     bool csv =
         backend ? strcmp(backend, "csv") == 0 : !exists(path, "X") && exists(path, "table.csv");
     if (backend && !csv && strncmp(backend, "anndata", 7) != 0)
         r = err_set(err, -EINVAL, "%s: table backend \"%s\" is not supported (anndata or csv)",
                     path, backend);
     else
-        r = csv ? read_csv(path, t, err) : read_anndata(path, t, err);
+        r = csv ? read_csv(path, &ls, t, err) : read_anndata(path, &ls, t, err);
     json_decref(attrs);
     if (r < 0)
         roi_table_free(t);
@@ -339,6 +502,8 @@ int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err)
 void roi_table_free(struct roi_table *t)
 {
     free(t->v);
+    free(t->label);
+    free(t->region);
     memset(t, 0, sizeof *t);
 }
 
@@ -384,6 +549,8 @@ int roi_table_to_set(const char *name, const struct roi_table *t, const struct r
     out->ndim = ndim;
     out->start = xmalloc((t->n ? t->n : 1) * (size_t)ndim * sizeof *out->start);
     out->stop = xmalloc((t->n ? t->n : 1) * (size_t)ndim * sizeof *out->stop);
+    if (t->label)
+        out->label = xmalloc((t->n ? t->n : 1) * sizeof *out->label);
     size_t dropped = 0;
     for (size_t i = 0; i < t->n; i++) {
         uint64_t *s = out->start + out->n * ndim, *e = out->stop + out->n * ndim;
@@ -424,6 +591,8 @@ int roi_table_to_set(const char *name, const struct roi_table *t, const struct r
                 log_warn("%s: row %zu selects no element of the image; ignored", name, i);
             continue;
         }
+        if (t->label)
+            out->label[out->n] = t->label[i];
         out->n++;
     }
     if (dropped > 10)

@@ -16,6 +16,7 @@
 
 #include "channel.h"
 #include "labels/ids.h"
+#include "mask.h"
 #include "nd.h"
 #include "provenance.h"
 
@@ -328,7 +329,7 @@ static int resolve_output(struct task *t, struct errbuf *err)
 }
 
 /* [rois] table: micrometers to indices with the pixel size of the input's OME metadata. */
-static int load_table(struct task *t, struct errbuf *err)
+static int load_table(struct task *t, char **region, struct errbuf *err)
 {
     const struct ome_image *o = &t->ome;
     if (!o->found)
@@ -355,6 +356,8 @@ static int load_table(struct task *t, struct errbuf *err)
         t->cfg.rounding == ROUNDING_NGIO ? ROI_ROUND_NGIO : ROI_ROUND_FRACTAL;
     r = roi_table_to_set(t->cfg.rois_table, &tab, &px, rounding, t->in_meta->ndim,
                          t->in_meta->shape, &t->rois, &e);
+    *region = tab.region; /* a masking table's label image */
+    tab.region = NULL;
     roi_table_free(&tab);
     if (r < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
@@ -366,9 +369,11 @@ static int load_rois(struct task *t, struct errbuf *err)
     const struct config *cfg = &t->cfg;
     int r;
     int nd = t->in_meta->ndim;
+    char *region = NULL;
     if (cfg->rois_kind == ROIS_FILE) {
         struct errbuf e;
-        r = roi_parse_file(cfg->rois_file, nd, t->in_meta->shape, &t->rois, &e);
+        unsigned flags = cfg->mask ? ROI_PARSE_LABELS : 0; /* `@ L` needs a mask */
+        r = roi_parse_file_flags(cfg->rois_file, nd, t->in_meta->shape, flags, &t->rois, &e);
         if (r == -EINVAL)
             return err_set(err, r, "%s", e.msg); /* names the ROI file and its line */
         if (r < 0)
@@ -380,9 +385,12 @@ static int load_rois(struct task *t, struct errbuf *err)
         r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
-    } else if ((r = load_table(t, err)) < 0) {
+    } else if ((r = load_table(t, &region, err)) < 0) {
         return r;
     }
+    if (r == 0)
+        r = mask_task_open(t, region, err);
+    free(region);
     if (r < 0)
         return r;
     if ((r = check_dims(t, "halo", "rois", cfg->halo_ndim, err)) < 0)
@@ -531,6 +539,7 @@ static void build_result_identity(struct task *t)
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
     labels_identity(cfg, &sb); /* results are validated for their ids mode */
+    mask_identity(t, &sb);
     t->result_identity = sb.buf;
     task_identity_keys(t);
 }
@@ -563,6 +572,8 @@ static void build_manifest(struct task *t)
             sb_printf(&sb, "%s%llu:%llu", d ? "," : "",
                       (unsigned long long)t->rois.start[i * t->rois.ndim + d],
                       (unsigned long long)t->rois.stop[i * t->rois.ndim + d]);
+        if (roi_label(&t->rois, i))
+            sb_printf(&sb, " @%llu", (unsigned long long)roi_label(&t->rois, i));
         sb_append(&sb, "\n", 1);
     }
     t->manifest = sb.buf;
@@ -686,6 +697,7 @@ void task_close(struct task *t)
         proc_destroy(t->proc);
     roi_index_free(t->index);
     roi_set_free(&t->rois);
+    mask_close(t->mask);
     if (t->reader)
         zarr_input_close(t->reader);
     ome_image_free(&t->ome);

@@ -64,6 +64,7 @@ struct task {
     struct key128 result_id, encoding_id;
     char *cache_dir;              /* absolute */
     struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
+    struct mask *mask;            /* masked ROIs' label image (mask.c), or NULL */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;

@@ -51,6 +51,9 @@ struct roifs_roi {
     size_t nelems;     /* elements of the read region: product of in_shape */
     size_t in_nbytes;  /* nelems * in_itemsize */
     size_t out_nbytes; /* nelems * out_itemsize */
+    /* A masked ROI's label (SPEC §10), 0 for any other ROI. Added at the end in ABI 1: roifs
+     * allocates this struct, so plugins built before it never read past out_nbytes. */
+    uint64_t label;
 };
 
 struct roifs_plugin {

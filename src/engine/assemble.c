@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
 #include "labels.h"
@@ -19,7 +20,26 @@ size_t engine_roi_box_nbytes(const struct task *t, size_t r)
     return n;
 }
 
+size_t engine_roi_result_nbytes(const struct task *t, size_t r)
+{
+    size_t n = engine_roi_box_nbytes(t, r);
+    return roi_label(&t->rois, r) ? n + n / t->out.dtype.size : n;
+}
+
 /* ---- chunk assembly ---- */
+
+/* A masked ROI writes only its object: what its paste wrote over the other pixels of the
+ * box goes back (the selection follows the values in its result). */
+static void *masked_save(const struct task *t, const void *buf, const uint64_t *dst_off,
+                         const uint64_t *ext)
+{
+    int nd = t->out.ndim;
+    uint64_t zero[ROIFS_MAX_DIM] = {0};
+    size_t isz = t->out.dtype.size, n = nd_prod(ext, nd);
+    void *saved = xmalloc(n ? n * isz : 1);
+    nd_copy(saved, ext, zero, buf, t->out.chunks, dst_off, ext, nd, isz);
+    return saved;
+}
 
 /* Pastes ROI r's result named key into the chunk buffer: from memory when the slot holds it,
  * else from the store; -ENOENT when it is in neither (or the stored copy is damaged). */
@@ -54,7 +74,7 @@ static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf,
     if (res) {
         src = res->data;
     } else {
-        size_t n = engine_roi_box_nbytes(t, r);
+        size_t n = engine_roi_result_nbytes(t, r);
         src = tmp = xmalloc(n ? n : 1);
         if (store_get(cache_store(e->c), key, tmp, n) < 0) {
             free(tmp);
@@ -62,10 +82,17 @@ static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf,
         }
     }
     int rc = 0;
+    void *saved = roi_label(&t->rois, r) ? masked_save(t, buf, dst_off, ext) : NULL;
     if (lp) /* [labels]: ids mapped on the way in */
         rc = engine_labels_paste(lp, li, buf, dst_off, src, bshape, src_off, ext, err);
     else
         nd_copy(buf, t->out.chunks, dst_off, src, bshape, src_off, ext, nd, t->out.dtype.size);
+    if (saved && rc == 0) {
+        const uint8_t *sel = (const uint8_t *)src + engine_roi_box_nbytes(t, r);
+        mask_restore(buf, t->out.chunks, dst_off, saved, sel, bshape, src_off, ext, nd,
+                     t->out.dtype.size);
+    }
+    free(saved);
     free(tmp);
     roi_result_unref(res);
     return rc;

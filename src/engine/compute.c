@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
 #include "labels.h"
@@ -28,11 +29,50 @@ static void crop_to_box(const struct task *t, size_t r, const void *out, const u
 
 static void log_roi_failure(const struct task *t, uint32_t r, const char *msg);
 
-/* One ROI being computed: its request, buffers and input signature. */
+/* One ROI being computed: its request, buffers and input signature; a masked ROI's
+ * selection over mask_region (sstart, sshape). */
 struct roi_work {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig;
     struct proc_request rq;
+    uint8_t *sel;
+    uint64_t sstart[ROIFS_MAX_DIM], sshape[ROIFS_MAX_DIM];
 };
+
+/* A masked ROI: reads its selection (the signature of the mask goes into w->sig, as
+ * engine_roi_sig_now computes it) and, with mask_input = zero, zeroes the input outside it. */
+static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *err)
+{
+    uint32_t r = (uint32_t)w->rq.roi;
+    uint64_t msig;
+    mask_region(t, r, w->sstart, w->sshape);
+    w->sel = xmalloc(nd_prod(w->sshape, t->rois.ndim) + 1);
+    int rc = mask_select(t->mask, w->rq.label, w->sstart, w->sshape, w->sel, &msig, err);
+    if (rc < 0)
+        return rc;
+    w->sig = mask_mix_sig(w->sig, w->rq.label, msig);
+    if (t->cfg.mask_input == MASK_INPUT_ZERO) /* the selection covers the read region */
+        mask_zero_outside((void *)w->rq.in, w->sel, nd_prod(w->rshape, t->rois.ndim),
+                          t->in_meta->dtype.size);
+    return 0;
+}
+
+/* A masked ROI's result: its values outside the object 0 (so that ids = sequential counts the
+ * object's ids only), its selection over the box after the values. */
+static void attach_selection(const struct task *t, const struct roi_work *w,
+                             struct roi_result *res)
+{
+    int nd = t->rois.ndim;
+    size_t r = w->rq.roi, nbox = engine_roi_box_nbytes(t, r);
+    const uint64_t *b0 = &t->rois.start[r * nd], *b1 = &t->rois.stop[r * nd];
+    uint64_t bshape[ROIFS_MAX_DIM], off[ROIFS_MAX_DIM], zero[ROIFS_MAX_DIM] = {0};
+    for (int d = 0; d < nd; d++) {
+        bshape[d] = b1[d] - b0[d];
+        off[d] = b0[d] - w->sstart[d];
+    }
+    uint8_t *sel = res->data + nbox;
+    nd_copy(sel, bshape, zero, w->sel, w->sshape, off, bshape, nd, 1);
+    mask_zero_outside(res->data, sel, nbox / t->out.dtype.size, t->out.dtype.size);
+}
 
 /* Sets up ROI r's request and reads its input: 0, or the read's error in err. */
 static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct errbuf *err)
@@ -53,13 +93,16 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
         .out_dtype = t->out.dtype,
         .in_nbytes = n * t->in_meta->dtype.size,
         .out_nbytes = n * t->out.dtype.size,
+        .label = roi_label(&t->rois, r),
     };
     w->rq.in_dtype.big_endian = w->rq.out_dtype.big_endian = false;
     w->rq.in = xmalloc(w->rq.in_nbytes ? w->rq.in_nbytes : 1);
     w->rq.out = xmalloc(w->rq.out_nbytes ? w->rq.out_nbytes : 1);
+    w->sel = NULL;
     /* The signature comes from the files as they were read: a change during the read or the
      * computation makes a key that the input as it is then does not match. */
-    return task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
+    int rc = task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
+    return rc == 0 && w->rq.label ? select_roi(t, w, err) : rc;
 }
 
 /* Retries a failed run as configured. */
@@ -84,13 +127,16 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
     if (*rcp == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
         *rcp = engine_labels_check(t, w->rq.out, nd_prod(w->rshape, t->rois.ndim), err);
     if (*rcp == 0) {
-        res = roi_result_new(engine_roi_key(e->t, r, w->sig), engine_roi_box_nbytes(t, r));
+        res = roi_result_new(engine_roi_key(e->t, r, w->sig), engine_roi_result_nbytes(t, r));
         /* stitch = iou: the overlap zones of the whole result, halo included */
         engine_stitch_strips(e, r, w->rq.out, w->rstart, w->rshape, res->key);
         crop_to_box(t, r, w->rq.out, w->rstart, w->rshape, res);
+        if (w->sel)
+            attach_selection(t, w, res);
         res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
     }
     free(w->rq.out);
+    free(w->sel);
     return res;
 }
 

@@ -160,8 +160,11 @@ void engine_budget_check(struct engine *e, uint64_t keep);
 
 /* ---- assemble.c: assembly (no engine lock but to take a result's reference) ---- */
 
-/* Bytes of ROI r's result (its box, without the halo). */
+/* Bytes of ROI r's result values (its box, without the halo). */
 size_t engine_roi_box_nbytes(const struct task *t, size_t r);
+/* Bytes of ROI r's result: its values, and for a masked ROI its selection after them (one
+ * byte per element, 1 where the mask is its label: the pixels it writes). */
+size_t engine_roi_result_nbytes(const struct task *t, size_t r);
 /* Builds and encodes chunk job->id from the results named job->use (in memory or stored),
  * over the fill value or the input; *key gets the key of what it was made of. On -ENOENT,
  * *bad names the index (in job->rois) of a result that is missing or damaged. */

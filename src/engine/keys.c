@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mask.h"
 #include "../nd.h"
 #include "engine.h"
 #include "labels.h"
@@ -23,6 +24,8 @@ struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
     key_add(&h, rstart, sizeof(uint64_t) * nd);
     key_add(&h, rshape, sizeof(uint64_t) * nd);
     key_add_u64(&h, sig);
+    if (roi_label(&t->rois, r)) /* masked: sig covers the mask too (engine_roi_sig_now) */
+        key_add_u64(&h, roi_label(&t->rois, r));
     return key_final(&h);
 }
 
@@ -31,6 +34,11 @@ uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmem
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
     roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
     task_input_signature(t, rstart, rshape, memo, &sig);
+    uint64_t label = roi_label(&t->rois, r);
+    if (label) { /* the mask chunks its selection reads, as compute.c reads them */
+        mask_region(t, r, rstart, rshape);
+        sig = mask_mix_sig(sig, label, mask_signature(t->mask, rstart, rshape));
+    }
     return sig;
 }
 

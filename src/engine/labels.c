@@ -128,7 +128,7 @@ static struct labels_counts *counts_of(struct engine *e)
 static int count_from_result(struct engine *e, uint32_t s, struct key128 k, uint64_t *count)
 {
     const struct task *t = e->t;
-    size_t n = engine_roi_box_nbytes(t, s);
+    size_t n = engine_roi_result_nbytes(t, s);
     pthread_mutex_lock(&e->lock);
     struct roi_result *res = e->rois[s].result;
     if (res && key_eq(res->key, k) && res->len == n)
@@ -146,7 +146,9 @@ static int count_from_result(struct engine *e, uint32_t s, struct key128 k, uint
         }
     }
     uint64_t *vals;
-    *count = labels_distinct(&t->out.dtype, data, n / t->out.dtype.size, &vals);
+    /* a masked ROI's values outside its object are 0 (compute.c): D_s is its object's ids */
+    *count = labels_distinct(&t->out.dtype, data, engine_roi_box_nbytes(t, s) / t->out.dtype.size,
+                             &vals);
     free(vals);
     free(tmp);
     roi_result_unref(res);

@@ -91,7 +91,7 @@ static bool overridden(const char *entry, char *const *ours, size_t n)
  * index *own on are ours to free. */
 static char **build_env(const struct command *cmd, const struct proc_request *rq, size_t *own)
 {
-    char buf[8], *ours[7];
+    char buf[8], *ours[8];
     size_t n = 0, nenv = 0;
     ours[n++] = xasprintf("ROIFS_ROI=%zu", rq->roi);
     ours[n++] = list_var("ROIFS_START", rq->start, rq->ndim);
@@ -100,6 +100,8 @@ static char **build_env(const struct command *cmd, const struct proc_request *rq
     ours[n++] = list_var("ROIFS_IN_SHAPE", rq->in_shape, rq->ndim);
     ours[n++] = xasprintf("ROIFS_IN_DTYPE=%s", dtype_typestr_le(&rq->in_dtype, buf));
     ours[n++] = xasprintf("ROIFS_OUT_DTYPE=%s", dtype_typestr_le(&rq->out_dtype, buf));
+    if (rq->label) /* a masked ROI (SPEC §10) */
+        ours[n++] = xasprintf("ROIFS_LABEL=%llu", (unsigned long long)rq->label);
     while (environ && environ[nenv])
         nenv++;
     char **env = xmalloc((nenv + n + (size_t)cmd->nparams + 1) * sizeof *env);

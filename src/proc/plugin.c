@@ -59,6 +59,7 @@ static int plugin_run(struct proc *p, const struct proc_request *rq, struct errb
         .nelems = rq->in_nbytes / rq->in_dtype.size,
         .in_nbytes = rq->in_nbytes,
         .out_nbytes = rq->out_nbytes,
+        .label = rq->label,
     };
     msg[0] = '\0';
     int rc = pl->def->process(pl->state, &roi, rq->in, rq->out, msg, sizeof msg);

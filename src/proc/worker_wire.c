@@ -38,6 +38,8 @@ void wire_build_request(const struct worker_pool *wp, const struct proc_request 
               dtype_typestr_le(&rq->in_dtype, in_dt), dtype_typestr_le(&rq->out_dtype, out_dt),
               rq->in_nbytes);
     sb_append(sb, wp->params_json, strlen(wp->params_json));
+    if (rq->label) /* a masked ROI (SPEC §10) */
+        sb_printf(sb, ", \"label\": %llu", (unsigned long long)rq->label);
     sb_append(sb, "}\n", 2);
 }
 

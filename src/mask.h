@@ -1,0 +1,49 @@
+/* mask.h: the label image of masked ROIs (SPEC §10): [rois] mask or a masking table's region,
+ * an integer Zarr array or an OME-Zarr label image (its level by scale), read at the output's
+ * shape by nearest neighbour; and the selections (mask == L) the engine reads and pastes by. */
+#ifndef ROIFS_MASK_H
+#define ROIFS_MASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+struct task;
+struct zarr_sigmemo;
+struct strbuf;
+struct mask;
+
+/* Resolves the mask of task t (whose ROIs are loaded): [rois] mask, else region (a masking
+ * table's label image, may be NULL), and opens it as t->mask; checks what masked ROIs cannot
+ * do (no mask, a mask of another number of dimensions or not of an integer dtype, watch,
+ * stitch). Nothing to do when no ROI has a label. 0 or -EINVAL "FILE:LINE: ..." (exit 2). */
+int mask_task_open(struct task *t, const char *region, struct errbuf *err);
+void mask_close(struct mask *m);
+/* Adds to a result identity what masked results depend on besides their label and mask
+ * content (the mask's path and mask_input); nothing without a mask. */
+void mask_identity(const struct task *t, struct strbuf *sb);
+
+/* The box of ROI r that its selection covers: its read region when the processor's input is
+ * masked (mask_input = zero), else its box. */
+void mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape);
+/* sel[i] = 1 where the mask (scaled to the output) equals label over the output box
+ * [start, start + shape), else 0; *sig gets the signature of the mask chunks read. 0 or -EIO
+ * with err. */
+int mask_select(struct mask *m, uint64_t label, const uint64_t *start, const uint64_t *shape,
+                uint8_t *sel, uint64_t *sig, struct errbuf *err);
+/* The signature of the mask chunks under the output box as they are now. */
+uint64_t mask_signature(struct mask *m, const uint64_t *start, const uint64_t *shape);
+/* A masked ROI's input signature: that of its input, its label and its mask's. */
+uint64_t mask_mix_sig(uint64_t input_sig, uint64_t label, uint64_t mask_sig);
+
+/* Sets the n elements of buf (itemsize bytes each) where sel is 0 to zero bytes. */
+void mask_zero_outside(void *buf, const uint8_t *sel, size_t n, size_t itemsize);
+/* Puts back saved (shape ext, C order) into the sub-box [off, off + ext) of buf (shape
+ * buf_shape) where the selection sel (shape sel_shape, read from sel_off) is 0: what a paste
+ * of the whole box wrote over the pixels outside the object. */
+void mask_restore(void *buf, const uint64_t *buf_shape, const uint64_t *off, const void *saved,
+                  const uint8_t *sel, const uint64_t *sel_shape, const uint64_t *sel_off,
+                  const uint64_t *ext, int nd, size_t itemsize);
+
+#endif
