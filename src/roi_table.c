@@ -171,8 +171,8 @@ static int label_from_double(const char *where, size_t row, double v, uint64_t *
                              struct errbuf *err)
 {
     if (!(v >= 1 && v < 18446744073709551616.0) || v != floor(v))
-        return err_set(err, -EINVAL, "%s: row %zu: label %g is not a positive integer", where,
-                       row, v);
+        return err_set(err, -EINVAL, "%s: row %zu: label %g is not a positive integer", where, row,
+                       v);
     *out = (uint64_t)v;
     return 0;
 }

@@ -58,8 +58,7 @@ static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *e
 
 /* A masked ROI's result: its values outside the object 0 (so that ids = sequential counts the
  * object's ids only), its selection over the box after the values. */
-static void attach_selection(const struct task *t, const struct roi_work *w,
-                             struct roi_result *res)
+static void attach_selection(const struct task *t, const struct roi_work *w, struct roi_result *res)
 {
     int nd = t->rois.ndim;
     size_t r = w->rq.roi, nbox = engine_roi_box_nbytes(t, r);

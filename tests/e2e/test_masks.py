@@ -271,6 +271,13 @@ def write_table(img, name, rows, flavour, region):
         ad.AnnData(df.astype("float32")).write_zarr(str(tdir))
         attrs = {"type": "masking_roi_table", "fractal_table_version": "1",
                  "region": {"path": region}, "instance_key": "label"}
+    elif flavour == "obs":  # the label an integer column of obs
+        obs = pd.DataFrame({"label": [r["label"] for r in rows]},
+                           index=[str(i) for i in range(len(rows))])
+        ad.AnnData(X=df[cols].to_numpy("float32"), obs=obs,
+                   var=pd.DataFrame(index=cols)).write_zarr(str(tdir))
+        attrs = {"type": "masking_roi_table", "table_version": "1", "region": {"path": region},
+                 "instance_key": "label"}
     elif flavour == "ngio":  # ngio v1, anndata: the label is the obs index
         obs = pd.DataFrame(index=pd.Index([str(r["label"]) for r in rows], name="label"))
         ad.AnnData(X=df[cols].to_numpy("float32"), obs=obs,
@@ -291,7 +298,7 @@ def write_table(img, name, rows, flavour, region):
     zattrs.write_text(json.dumps({**old, **attrs}))
 
 
-@pytest.mark.parametrize("flavour", ["fractal", "ngio", "csv"])
+@pytest.mark.parametrize("flavour", ["fractal", "ngio", "obs", "csv"])
 def test_masking_table_as_rois(tmp_path, roifs_bin, flavour):
     """A masking table at level 1 of an image: each row a masked ROI with its label, the mask
     the label image its region names, at the level of the input's scale (level 1 of the

@@ -69,6 +69,42 @@ static void test_parse_basic(void)
     roi_set_free(&rs);
 }
 
+/* `@ LABEL` lines (SPEC §4, §10): labels kept per ROI, 0 for lines without one, across the
+ * growth of the arrays (the first label after 300 plain lines); refused without the flag. */
+static void test_parse_labels(void)
+{
+    struct strbuf sb = {0};
+    for (int i = 0; i < 300; i++)
+        sb_printf(&sb, "0:1, %d:%d, 0:512\n", i, i + 1);
+    sb_printf(&sb, "0:1, 0:10, 0:10 @ 7   # a comment\n1:2,0:1,0:1@18446744073709551615\n");
+    sb_printf(&sb, "0:1, 5:6, 0:1\n");
+    struct roi_set rs;
+    struct errbuf err;
+    int r = roi_parse_text_flags("l.txt", sb.buf, 3, shape3, ROI_PARSE_LABELS, &rs, &err);
+    CHECK_EQ_INT(r, 0);
+    CHECK_EQ_INT(rs.n, 303);
+    CHECK(rs.label != NULL);
+    CHECK(roi_label(&rs, 0) == 0 && roi_label(&rs, 299) == 0);
+    CHECK(roi_label(&rs, 300) == 7 && roi_label(&rs, 301) == UINT64_MAX);
+    CHECK(roi_label(&rs, 302) == 0);
+    CHECK(roi_is(&rs, 300, (uint64_t[]){0, 0, 0}, (uint64_t[]){1, 10, 10}));
+    CHECK(roi_is(&rs, 301, (uint64_t[]){1, 0, 0}, (uint64_t[]){2, 1, 1}));
+    roi_set_free(&rs);
+    CHECK(rs.label == NULL);
+    r = roi_parse_text_flags("l.txt", "0:1, 0:1, 0:1\n", 3, shape3, ROI_PARSE_LABELS, &rs, &err);
+    CHECK(r == 0 && rs.label == NULL); /* no labelled line: no labels */
+    roi_set_free(&rs);
+    r = roi_parse_text("l.txt", "0:1, 0:1, 0:1\n0:1, 0:1, 0:1 @ 2\n", 3, shape3, &rs, &err);
+    CHECK_EQ_INT(r, -EINVAL);
+    CHECK(strstr(err.msg, "l.txt:2: a label (@ 2) needs [rois] mask") != NULL);
+    r = roi_parse_text_flags("l.txt", "0:1, 0:1, 0:1 @ 0\n", 3, shape3, ROI_PARSE_LABELS, &rs,
+                             &err);
+    CHECK(r == -EINVAL && strstr(err.msg, "l.txt:1: label 0 is the background") != NULL);
+    r = roi_parse_text_flags("l.txt", "0:1, 0:1 @ 3\n", 3, shape3, ROI_PARSE_LABELS, &rs, &err);
+    CHECK(r == -EINVAL && strstr(err.msg, "2 ranges, the array has 3 dimensions") != NULL);
+    sb_free(&sb);
+}
+
 /* Parses text for shape3 and expects -EINVAL with each needle in the message. */
 #define EXPECT_ROI_ERROR(text, ...)                                                                \
     expect_roi_error(__LINE__, text, (const char *[]){__VA_ARGS__, NULL})
@@ -449,6 +485,7 @@ int main(void)
 {
     RUN(test_parse_basic);
     RUN(test_parse_errors);
+    RUN(test_parse_labels);
     RUN(test_parse_file);
     RUN(test_grid);
     RUN(test_read_region);
