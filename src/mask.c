@@ -170,6 +170,16 @@ void mask_close(struct mask *m)
     free(m);
 }
 
+const char *mask_array_path(const struct mask *m)
+{
+    return m->path;
+}
+
+const uint64_t *mask_shape(const struct mask *m)
+{
+    return m->meta->shape;
+}
+
 void mask_identity(const struct task *t, struct strbuf *sb)
 {
     if (t->mask)

@@ -20,6 +20,9 @@ struct mask;
  * stitch). Nothing to do when no ROI has a label. 0 or -EINVAL "FILE:LINE: ..." (exit 2). */
 int mask_task_open(struct task *t, const char *region, struct errbuf *err);
 void mask_close(struct mask *m);
+/* The array read (an OME label image's chosen level) and its shape (the output's ndim). */
+const char *mask_array_path(const struct mask *m);
+const uint64_t *mask_shape(const struct mask *m);
 /* Adds to a result identity what masked results depend on besides their label and mask
  * content (the mask's path and mask_input); nothing without a mask. */
 void mask_identity(const struct task *t, struct strbuf *sb);

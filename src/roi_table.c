@@ -231,6 +231,19 @@ static int labels_from_strings(const char *dir, size_t n, uint64_t *label, struc
     return r;
 }
 
+/* True when the 1-D array at dir holds strings (AnnData's string columns and indexes). */
+static bool is_string_array(const char *dir)
+{
+    char *text;
+    size_t len;
+    struct errbuf e;
+    if (file_read_optional(dir, ".zarray", &text, &len, &e) < 0 || !text)
+        return false;
+    bool r = strstr(text, "\"|O\"") != NULL;
+    free(text);
+    return r;
+}
+
 /* An AnnData table's labels when they are not a column of X: the obs column named by the key,
  * or the obs index (strings) when it is that column or the table's index_key. */
 static int anndata_obs_labels(const char *path, const struct label_source *ls, size_t n,
@@ -249,8 +262,8 @@ static int anndata_obs_labels(const char *path, const struct label_source *ls, s
     char *col = path_join(obs, ls->key);
     bool is_index = strcmp(iname, ls->key) == 0;
     if (is_index || exists(obs, ls->key)) {
-        r = is_index ? labels_from_strings(col, n, label, err)
-                     : labels_from_array(col, n, label, err);
+        r = is_index || is_string_array(col) ? labels_from_strings(col, n, label, err)
+                                             : labels_from_array(col, n, label, err);
     } else if (ls->index_key && strcmp(ls->index_key, ls->key) == 0) {
         char *idx = path_join(obs, iname);
         r = labels_from_strings(idx, n, label, err);

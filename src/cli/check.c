@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../arrays/overlay.h"
+#include "../mask.h"
 #include "cli.h"
 
 static void print_dims(const char *label, const uint64_t *v, int n)
@@ -90,6 +91,15 @@ int cmd_check(int argc, char **argv)
     printf(" dtype %s compressor %s format %d\n", dtype_typestr(&t->out.dtype, dt),
            codec_name(&t->out.compressor), t->out.format);
     printf("rois:      %zu\n", t->rois.n);
+    if (t->mask) {
+        size_t masked = 0;
+        for (size_t r = 0; r < t->rois.n; r++)
+            masked += roi_label(&t->rois, r) != 0;
+        printf("mask:      %s ", mask_array_path(t->mask));
+        print_dims("shape ", mask_shape(t->mask), t->out.ndim);
+        printf(" (%zu masked ROIs, mask_input %s)\n", masked,
+               t->cfg.mask_input == MASK_INPUT_KEEP ? "keep" : "zero");
+    }
     printf("chunks:    %zu of %llu touched by ROIs (%zu ROI-chunk contacts)\n",
            roi_index_nchunks(t->index), (unsigned long long)t->nchunks,
            roi_index_ncontacts(t->index));

@@ -345,6 +345,10 @@ def test_label_image_nearest_finer_level(tmp_path, roifs_bin):
     inp = data[::2, ::2]
     want = reference(inp, l0, ROIS)
     assert not np.array_equal(want, reference(inp, l2, ROIS))
+    r = run_roifs(roifs_bin, "check", tmp_path / "task.ini")
+    assert r.returncode == 0, r.stderr
+    assert f"mask:      {tmp_path}/img.zarr/labels/org/0 shape [128, 160] (5 masked ROIs, " \
+        "mask_input zero)" in r.stdout, r.stdout
     with mounted(roifs_bin, tmp_path / "task.ini") as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[...], want)
 

@@ -174,10 +174,10 @@ def expected(data, boxes):
     return want
 
 
-def task_ini(path, inp, level, table, rounding, cache):
+def task_ini(path, inp, level, table, rounding, cache, mask=None):
     write_config(path, {
         "input": {"path": inp, "level": level},
-        "rois": {"table": table, "rounding": rounding},
+        "rois": {"table": table, "rounding": rounding, "mask": mask},
         "process": {"builtin": "add", "param.value": 1, "threads": 2},
         "output": {"chunks": "1,1,16,16"},
         "cache": {"dir": cache}})
@@ -204,7 +204,18 @@ def test_table_rois_at_level_1(plate, tmp_path, roifs_bin, table, rounding):
     if rounding == "ngio":
         assert boxes[1][2:] == [(3, 9), (2, 13)]
     cfg = tmp_path / "task.ini"
-    task_ini(cfg, image, 1, image / "tables" / table, rounding, tmp_path / "cache")
+    mask = None
+    want = expected(data[1], boxes)
+    if table == "nuclei_ROI_table":  # a masking table: row i writes where the mask is i + 1
+        labels = (np.arange(np.prod(shape)).reshape(shape) % 5).astype("<u2")
+        mask = tmp_path / "nuclei.zarr"
+        zarr.open(str(mask), mode="w", shape=shape, chunks=(1, 1, 16, 16), dtype="<u2")[...] = \
+            labels
+        want = data[1] * 0
+        for i, b in enumerate(boxes):
+            sl = tuple(slice(a, c) for a, c in b)
+            want[sl] = np.where(labels[sl] == i + 1, data[1][sl] + 1, want[sl])
+    task_ini(cfg, image, 1, image / "tables" / table, rounding, tmp_path / "cache", mask)
     r = run_roifs(roifs_bin, "check", cfg)
     assert r.returncode == 0, r.stderr
     assert f"(level 1: {image / '1'})" in r.stdout
@@ -212,7 +223,7 @@ def test_table_rois_at_level_1(plate, tmp_path, roifs_bin, table, rounding):
     assert "row 4 selects no element of the image; ignored" in r.stderr
     with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
         got = zarr.open(str(m.path), mode="r")[...]
-    np.testing.assert_array_equal(got, expected(data[1], boxes))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_array_path_in_image_group(plate, tmp_path, roifs_bin):

@@ -18,6 +18,7 @@
 
 static void table_of(struct roi_table *t, const double *rows, size_t n, bool single)
 {
+    *t = (struct roi_table){0}; /* an ordinary table: no labels, no region */
     t->n = n;
     t->single = single;
     t->v = malloc(n * ROI_TCOLS * sizeof *t->v);
