@@ -386,6 +386,7 @@ static int load_rois(struct task *t, struct errbuf *err)
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
     } else if ((r = load_table(t, &region, err)) < 0) {
+        free(region);
         return r;
     }
     if (r == 0)

@@ -431,3 +431,9 @@ def test_masking_table_without_region_is_refused(tmp_path, roifs_bin):
     zattrs.write_text(json.dumps(a))
     r = run_roifs(roifs_bin, "check", cfg)
     assert r.returncode == 2 and "[rois] table: the mask: " in r.stderr, r.stderr
+    # rows that select nothing: refused as for any table (and nothing of the region leaks:
+    # the sanitizer build exits otherwise)
+    csv = tmp_path / "img.zarr/tables/t/table.csv"
+    csv.write_text(csv.read_text().replace("\n1,0.0,", "\n1,1000.0,"))
+    r = run_roifs(roifs_bin, "check", cfg)
+    assert r.returncode == 2 and "no row selects any element of the image" in r.stderr, r.stderr
