@@ -82,7 +82,7 @@ def test_single_exact_roi_chunks(tmp_path, mount, compressor, dtype):
     both_ways(mount, task, want, tmp_path)
 
 
-def test_big_roi_and_halo_with_threads(tmp_path, mount):
+def test_big_roi_and_halo_with_threads(tmp_path, mount, roifs_bin):
     """A 40 MiB ROI (beyond what a thread keeps) between small ones, a halo (the result cropped
     from a larger output), two threads: all correct, and the daemon's memory afterwards is not
     pinned by the big ROI's buffers."""
@@ -97,5 +97,10 @@ def test_big_roi_and_halo_with_threads(tmp_path, mount):
         np.testing.assert_array_equal(read_all(m), data)
         rss = int([ln for ln in open(f"/proc/{m.proc.pid}/status")
                    if ln.startswith("VmRSS")][0].split()[1])
-    # the big ROI's input (20 MiB), result (20 MiB) and chunk buffers are not kept
-    assert rss < 120 * 1024, f"VmRSS {rss} KiB after the big ROI"
+    print(f"VmRSS {rss} KiB")
+    with open(roifs_bin, "rb") as f:
+        if b"__asan_init" in f.read():
+            return  # AddressSanitizer's allocator keeps freed memory in quarantine
+    # The big ROI's 20 MiB input buffer is not kept by its thread: about 96 MiB here, 116 MiB
+    # when every scratch buffer is kept whatever its size.
+    assert rss < 108 * 1024, f"VmRSS {rss} KiB after the big ROI"
