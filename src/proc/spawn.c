@@ -255,13 +255,26 @@ void spawn_words_free(char **words)
     free(words);
 }
 
+/* Whether the file starts as one execve() runs itself: "#!" or an ELF header (a script
+ * without "#!" is the shell's to run as a shell script). */
+static bool exec_magic(const char *f)
+{
+    unsigned char m[4] = {0};
+    int fd = open(f, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, m, sizeof m) : -1;
+    if (fd >= 0)
+        close(fd);
+    return (n >= 2 && m[0] == '#' && m[1] == '!') ||
+           (n == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F');
+}
+
 /* Whether path, taken relative to dir when it is relative and dir is given, is an executable
- * regular file. */
+ * regular file that execve() runs itself. */
 static bool executable_in(const char *dir, const char *path)
 {
     char *f = path[0] == '/' || !dir ? xasprintf("%s", path) : xasprintf("%s/%s", dir, path);
     struct stat st;
-    bool ok = stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0;
+    bool ok = stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0 && exec_magic(f);
     free(f);
     return ok;
 }

@@ -32,7 +32,8 @@ void spawn_words_free(char **words);
 /* The file that /bin/sh, started in dir (NULL: the current one) with the daemon's PATH, would
  * execute for command word prog: prog itself when it has a '/', else the first executable
  * regular file PATH/prog (an empty or relative PATH entry relative to dir); NULL when there is
- * none (then the shell reports it). Freed by the caller. */
+ * none (then the shell reports it) or when it is neither "#!" script nor ELF binary (then the
+ * shell runs it as a shell script). Freed by the caller. */
 char *spawn_find_program(const char *prog, const char *dir);
 
 /* Reaps a child of spawn_process() (retrying on EINTR); what waitpid() returns. */
