@@ -12,10 +12,12 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,28 +75,50 @@ def write_rois(path, rois):
 # ---------------------------------------------------------------- mounting
 
 
+LIVE = []  # Mounts entered and not exited yet (their CPU is sampled around each case)
+REAPED = []  # (Mount) daemons reaped, in order (their CPU is final)
+
+
 class Mount:
-    """roifs mount CONFIG MNT (in the background, as users run it), timed.
+    """roifs mount -f CONFIG MNT, started from this process: the daemon stays in the
+    benchmark's session, hence in its autogroup, so that the kernel's autogroup scheduling
+    gives the daemon and the reader shares of one group, as for a daemon started from the
+    reader's shell (`roifs mount` without -f calls setsid() and gets a group of its own, a
+    whole CPU's share under load: bench/README.md). Timed.
 
-    .mount_s: seconds until `roifs mount` returned (configuration check, input and ROI list
-    parse, ROI index build, cache scan, FUSE mount). .pid: the daemon. binary: another roifs
-    binary (an older build, measured side by side)."""
+    .mount_s: seconds until the mount appeared in the mount table and answered (configuration
+    check, input and ROI list parse, ROI index build, cache scan, FUSE mount). .pid: the
+    daemon. binary: another roifs binary (an older build, measured side by side). env: extra
+    environment of the daemon. .cpu(): the daemon's CPU seconds so far, its own and that of
+    its reaped children (the processors) apart."""
 
-    def __init__(self, config, mnt, opts=None, binary=None):
+    def __init__(self, config, mnt, opts=None, binary=None, env=None):
         self.config, self.mnt = Path(config), Path(mnt)
         self.opts = opts
         self.binary = binary or ROIFS
+        self.env = env
+        self.final = None
 
     def __enter__(self):
         self.mnt.mkdir(parents=True, exist_ok=True)
-        cmd = [self.binary, "mount"] + (["-o", self.opts] if self.opts else []) + \
+        cmd = [self.binary, "mount", "-f"] + (["-o", self.opts] if self.opts else []) + \
             [str(self.config), str(self.mnt)]
+        self.errf = tempfile.TemporaryFile(mode="w+")
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self.errf,
+                                     env=None if self.env is None else os.environ | self.env)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 600
+        while not (is_mounted(self.mnt) and (self.mnt / ".roifs" / "status").exists()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self._reap(kill=True)
+                self.errf.seek(0)
+                raise RuntimeError(f"roifs mount failed ({self.proc.returncode}): "
+                                   f"{self.errf.read()}")
+            time.sleep(0.001)
         self.mount_s = time.perf_counter() - t0
-        if r.returncode != 0:
-            raise RuntimeError(f"roifs mount failed ({r.returncode}): {r.stderr}")
-        self.pid = daemon_pid(self.mnt)
+        LIVE.append(self)
         return self
 
     def status(self):
@@ -103,11 +127,45 @@ class Mount:
     def cpu_s(self):
         return cpu_seconds(self.pid)
 
+    def cpu(self):
+        """{"daemon": s, "processors": s} so far."""
+        if self.final is not None:
+            return dict(self.final)
+        try:
+            f = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return {"daemon": 0.0, "processors": 0.0}
+        tck = os.sysconf("SC_CLK_TCK")
+        return {"daemon": (int(f[11]) + int(f[12])) / tck,
+                "processors": (int(f[13]) + int(f[14])) / tck}
+
+    def _reap(self, kill=False, timeout=60):
+        """Waits for the daemon (killing it if it does not exit) and keeps its final CPU."""
+        own = self.cpu()["daemon"]
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(self.pid, os.WNOHANG)
+            if pid:
+                break
+            if kill or time.monotonic() > deadline:
+                self.proc.kill()
+                kill = False
+                deadline = time.monotonic() + 10
+            time.sleep(0.005)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        total = ru.ru_utime + ru.ru_stime  # the daemon's and its reaped children's
+        own = max(own, 0.0)
+        self.final = {"daemon": own, "processors": max(total - own, 0.0), "total": total}
+        REAPED.append(self)
+        self.errf.close()
+
     def __exit__(self, *exc):
+        before = self.cpu()["daemon"]
         subprocess.run([self.binary, "unmount", str(self.mnt)], capture_output=True, timeout=120)
-        deadline = time.monotonic() + 60
-        while self.pid and Path(f"/proc/{self.pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self._reap()
+        self.final["daemon"] = max(before, self.final["daemon"])
+        self.final["processors"] = max(self.final["total"] - self.final["daemon"], 0.0)
+        LIVE.remove(self)
         if is_mounted(self.mnt):
             lazy_unmount(self.mnt)
         return False
@@ -159,14 +217,71 @@ def interleaved(reps, cases, reps_of=None):
         for n in order:
             if i >= reps_of.get(n, reps):
                 continue
-            i0, t0 = idle_seconds(), time.perf_counter()
+            i0, t0, c0 = idle_seconds(), time.perf_counter(), cpu_sample()
             out[n].append(cases[n]())
-            IDLE.setdefault(n, []).append((idle_seconds() - i0) / (time.perf_counter() - t0))
+            wall = time.perf_counter() - t0
+            IDLE.setdefault(n, []).append((idle_seconds() - i0) / wall)
+            CPU.setdefault(n, []).append(cpu_since(c0) | {"wall": wall})
             log(f"  rep {i + 1}/{reps} {n}: {fmt_val(out[n][-1])}")
     return out
 
 
 IDLE = {}  # case name -> [idle cores (machine-wide) averaged over each run of the case]
+CPU = {}  # case name -> [{"wall", "bench", "daemon", "processors"} seconds, per run]
+
+
+def cpu_sample():
+    """CPU seconds so far of this process and its reaped children, and of every roifs daemon
+    started by Mount (their processors apart)."""
+    me, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"self": me.ru_utime + me.ru_stime, "children": ch.ru_utime + ch.ru_stime,
+            "mounts": {id(m): m.cpu() for m in LIVE}, "reaped": len(REAPED)}
+
+
+def cpu_since(c0):
+    """CPU seconds spent since sample c0: "daemon" and "processors" of the roifs mounts,
+    "bench" of everything else this process ran (itself: the reader and the in-process
+    alternatives, and its other children: cat, roifs warm/apply, dask scripts...)."""
+    c1 = cpu_sample()
+    daemon = proc = reaped_total = 0.0
+    seen = set()
+    for m in REAPED[c0["reaped"]:]:
+        reaped_total += m.final["total"]  # counted in RUSAGE_CHILDREN since then
+        start = c0["mounts"].get(id(m), {"daemon": 0.0, "processors": 0.0})
+        daemon += m.final["daemon"] - start["daemon"]
+        proc += m.final["processors"] - start["processors"]
+        seen.add(id(m))
+    for m in LIVE:
+        if id(m) in seen:
+            continue
+        now = m.cpu()
+        start = c0["mounts"].get(id(m), {"daemon": 0.0, "processors": 0.0})
+        daemon += now["daemon"] - start["daemon"]
+        proc += now["processors"] - start["processors"]
+    bench = (c1["self"] - c0["self"]) + (c1["children"] - c0["children"]) - reaped_total
+    return {"bench": max(bench, 0.0), "daemon": max(daemon, 0.0), "processors": max(proc, 0.0)}
+
+
+def cpu_table(names=None):
+    """Markdown: per case, the median wall time of a run and the CPU of every process
+    involved in it (medians over the runs)."""
+    names = [n for n in (names or list(CPU)) if n in CPU]
+    if not names:
+        return ""
+    rows = []
+    for n in names:
+        v = CPU[n]
+        med = {k: median([x[k] for x in v]) for k in ("wall", "bench", "daemon", "processors")}
+        rows.append([n, f"{med['wall']:.3f}", f"{med['bench']:.3f}", f"{med['daemon']:.3f}",
+                     f"{med['processors']:.3f}"])
+    return ("CPU time beside wall time, per run of each case (medians, seconds; a run includes "
+            "its mounts and unmounts). *bench*: the benchmark process and the children it "
+            "waited for other than the daemon (the reader, in-process alternatives such as dask, "
+            "`cat`, `roifs warm`/`apply`); *daemon*: the roifs daemon's own threads; "
+            "*processors*: the processes it ran and reaped (commands, Python workers). Every "
+            "daemon runs in the benchmark's session (`roifs mount -f`), so under autogroup "
+            "scheduling it shares the reader's CPU share (bench/README.md).\n\n" +
+            md_table(["case", "wall", "bench CPU", "daemon CPU", "processors CPU"], rows))
 
 
 def idle_seconds():
@@ -309,9 +424,12 @@ def save(name, title, summary, markdown, raw, info):
     RESULTS.mkdir(exist_ok=True)
     if IDLE:
         markdown = markdown.rstrip() + "\n\n" + idle_note()
+    if CPU:
+        markdown = markdown.rstrip() + "\n\n" + cpu_table()
     doc = {"name": name, "title": title, "machine": info, "summary": summary,
            "markdown": markdown, "raw": raw,
-           "idle_cores": {k: v for k, v in IDLE.items()}}
+           "idle_cores": {k: v for k, v in IDLE.items()},
+           "cpu_s": {k: v for k, v in CPU.items()}}
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=1, default=float))
     log(f"wrote {RESULTS / (name + '.json')}")
 

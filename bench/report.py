@@ -4,14 +4,33 @@ import json
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "incremental", "cache_cost",
-         "warm", "gaussian", "memory", "labels"]
+# The order of the sections (and of the summary's rows); benchmarks not named here (masks,
+# overlay, proc_overhead, ... once they write results) follow in alphabetical order.
+ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "incremental", "apply",
+         "labels", "masks", "overlay", "cache_cost", "warm", "warm_cost", "gaussian", "memory",
+         "proc_overhead_100k"]
 
 MACHINE_KEYS = [("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory_gib", "memory (GiB)"),
                 ("os", "OS"), ("kernel", "kernel"), ("roifs", "roifs"),
                 ("libfuse3", "libfuse3"), ("libblosc", "c-blosc"), ("python", "Python"),
                 ("numpy", "numpy"), ("zarr", "zarr-python"), ("numcodecs", "numcodecs"),
                 ("dask", "dask"), ("scipy", "scipy")]
+
+
+def summary_table(docs, names):
+    """The summary of every target, gathered from the "summary" rows of each results file."""
+    out = ["## Summary: results against targets", "",
+           "Every target of every benchmark, from the `summary` rows of `bench/results/*.json` "
+           "(the sections below have the details, the CPU time of every process involved and "
+           "the load average of each run).", "",
+           "| benchmark | scenario | roifs | alternative | ratio | target | met |",
+           "|---|---|---|---|---|---|---|"]
+    for n in names:
+        for r in docs[n].get("summary", []):
+            met = {True: "yes", False: "**no**", None: "—"}[r.get("met")]
+            out.append(f"| {n} | {r['scenario']} | {r['roifs']} | {r['alternative']} | "
+                       f"{r['ratio']} | {r['target']} | {met} |")
+    return out + [""]
 
 
 def main():
@@ -34,6 +53,7 @@ def main():
            "about 25 minutes on this machine, each benchmark under 7). One benchmark: "
            "`bench/run.sh warm`. Fewer repeats: `REPS=2 bench/run.sh seed`.", ""]
     if docs:
+        out += summary_table(docs, names)
         latest = max(docs.values(), key=lambda d: d["machine"].get("date", ""))
         m = latest["machine"]
         out += ["## Machine", "", "| | |", "|---|---|"]
@@ -42,15 +62,6 @@ def main():
                 "tests and fuzzers share these cores): " +
                 "; ".join(f"{n} {docs[n]['machine'].get('loadavg_at_start', '?')} "
                           f"({docs[n]['machine'].get('date', '?')})" for n in names), ""]
-        out += ["## Summary: results against targets", "",
-                "| scenario | roifs | alternative | ratio | target | met |",
-                "|---|---|---|---|---|---|"]
-        for n in names:
-            for r in docs[n].get("summary", []):
-                met = {True: "yes", False: "**no**", None: "—"}[r.get("met")]
-                out.append(f"| {r['scenario']} | {r['roifs']} | {r['alternative']} | "
-                           f"{r['ratio']} | {r['target']} | {met} |")
-        out.append("")
     general = BENCH / "notes" / "_general.md"
     if general.exists():
         out += [general.read_text().rstrip(), ""]
@@ -64,6 +75,10 @@ def main():
         note = BENCH / "notes" / f"{n}.md"
         if note.exists():
             out += [note.read_text().rstrip(), ""]
+    # Notes of investigations without a results file of their own (e.g. fusepath)
+    for note in sorted((BENCH / "notes").glob("*.md")):
+        if note.stem not in docs and not note.stem.startswith("_"):
+            out += [f"## Notes: {note.stem}", "", note.read_text().rstrip(), ""]
     (BENCH / "RESULTS.md").write_text("\n".join(out))
     print(f"wrote {BENCH / 'RESULTS.md'}")
 

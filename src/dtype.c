@@ -411,6 +411,79 @@ void dtype_from_ldouble(const struct dtype *dt, const long double *src, void *ds
     STORE_ALL(ld_to_int, ld_to_uint, half_from_ldouble)
 }
 
+/* ---- integer conversions ---- */
+
+bool dtype_to_int64(const struct dtype *dt, const void *src, int64_t *dst, size_t n)
+{
+    switch (dt->kind * 16 + dt->size) {
+    case DT_BOOL * 16 + 1:
+        LOAD_LOOP(uint8_t, (int64_t)(x != 0));
+        return true;
+    case DT_INT * 16 + 1:
+        LOAD_LOOP(int8_t, (int64_t)x);
+        return true;
+    case DT_INT * 16 + 2:
+        LOAD_LOOP(int16_t, (int64_t)x);
+        return true;
+    case DT_INT * 16 + 4:
+        LOAD_LOOP(int32_t, (int64_t)x);
+        return true;
+    case DT_UINT * 16 + 1:
+        LOAD_LOOP(uint8_t, (int64_t)x);
+        return true;
+    case DT_UINT * 16 + 2:
+        LOAD_LOOP(uint16_t, (int64_t)x);
+        return true;
+    case DT_UINT * 16 + 4:
+        LOAD_LOOP(uint32_t, (int64_t)x);
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* v clipped to [lo, hi]: written so that the store loops vectorise. */
+static inline int64_t clip64(int64_t v, int64_t lo, int64_t hi)
+{
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
+}
+
+bool dtype_from_int64(const struct dtype *dt, const int64_t *src, void *dst, size_t n)
+{
+    switch (dt->kind * 16 + dt->size) {
+    case DT_BOOL * 16 + 1:
+        STORE_LOOP(uint8_t, src[i] != 0);
+        return true;
+    case DT_INT * 16 + 1:
+        STORE_LOOP(int8_t, clip64(src[i], INT8_MIN, INT8_MAX));
+        return true;
+    case DT_INT * 16 + 2:
+        STORE_LOOP(int16_t, clip64(src[i], INT16_MIN, INT16_MAX));
+        return true;
+    case DT_INT * 16 + 4:
+        STORE_LOOP(int32_t, clip64(src[i], INT32_MIN, INT32_MAX));
+        return true;
+    case DT_INT * 16 + 8:
+        STORE_LOOP(int64_t, src[i]);
+        return true;
+    case DT_UINT * 16 + 1:
+        STORE_LOOP(uint8_t, clip64(src[i], 0, UINT8_MAX));
+        return true;
+    case DT_UINT * 16 + 2:
+        STORE_LOOP(uint16_t, clip64(src[i], 0, UINT16_MAX));
+        return true;
+    case DT_UINT * 16 + 4:
+        STORE_LOOP(uint32_t, clip64(src[i], 0, UINT32_MAX));
+        return true;
+    case DT_UINT * 16 + 8:
+        STORE_LOOP(uint64_t, src[i] < 0 ? 0 : src[i]);
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* ---- values from text ---- */
 
 static bool int_in_range(const struct dtype *dt, int64_t v)

@@ -42,6 +42,13 @@ void dtype_from_double(const struct dtype *dt, const double *src, void *dst, siz
 void dtype_to_ldouble(const struct dtype *dt, const void *src, long double *dst, size_t n);
 void dtype_from_ldouble(const struct dtype *dt, const long double *src, void *dst, size_t n);
 
+/* Integer conversions for the builtins' integer fast path. to_int64: bool, int and uint of up
+ * to 32 bits (false for other types, nothing converted), exact. from_int64: saturates to the
+ * range of an int or uint type (bool: value != 0); false for floats (nothing stored). Both
+ * give what the double conversions give for the same exact integer values. */
+bool dtype_to_int64(const struct dtype *dt, const void *src, int64_t *dst, size_t n);
+bool dtype_from_int64(const struct dtype *dt, const int64_t *src, void *dst, size_t n);
+
 /* Parses a fill value given as text in a config file ("0", "-3", "1.5", "nan", "inf",
  * "-inf", "true", "false") into one native-order element. 0 or -EINVAL / -ERANGE. */
 int dtype_parse_value(const struct dtype *dt, const char *text, void *out, struct errbuf *err);

@@ -29,12 +29,17 @@ static void crop_to_box(const struct task *t, size_t r, const void *out, const u
 
 static void log_roi_failure(const struct task *t, uint32_t r, const char *msg);
 
-/* One ROI being computed: its request, buffers and input signature; a masked ROI's
- * selection over mask_region (sstart, sshape). */
+/* One ROI being computed: its request, buffers and input signature. res: the result,
+ * allocated before the run when the read region is the ROI's box (no halo), so that the
+ * processor writes into it and nothing is cropped or copied; scratch: rq.in (and rq.out, when
+ * it is not res's) are this thread's scratch buffers (one ROI at a time, not a batch). A masked
+ * ROI's result holds its selection after the values: never allocated before the run. */
 struct roi_work {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig;
     struct proc_request rq;
-    uint8_t *sel;
+    struct roi_result *res;
+    bool scratch;
+    uint8_t *sel; /* a masked ROI's selection over mask_region (sstart, sshape) */
     uint64_t sstart[ROIFS_MAX_DIM], sshape[ROIFS_MAX_DIM];
 };
 
@@ -73,12 +78,39 @@ static void attach_selection(const struct task *t, const struct roi_work *w, str
     mask_zero_outside(res->data, sel, nbox / t->out.dtype.size, t->out.dtype.size);
 }
 
+/* Whether the read region is ROI r's box itself. */
+static bool region_is_box(const struct task *t, uint32_t r, const struct roi_work *w)
+{
+    int nd = t->rois.ndim;
+    for (int d = 0; d < nd; d++)
+        if (w->rstart[d] != t->rois.start[(size_t)r * nd + d] ||
+            w->rstart[d] + w->rshape[d] != t->rois.stop[(size_t)r * nd + d])
+            return false;
+    return true;
+}
+
+static void *work_alloc(const struct roi_work *w, enum scratch_slot slot, size_t n)
+{
+    return w->scratch ? engine_scratch_get(slot, n) : xmalloc(n ? n : 1);
+}
+
+static void work_free(const struct roi_work *w, enum scratch_slot slot, void *p)
+{
+    if (w->scratch)
+        engine_scratch_put(slot, p);
+    else
+        free(p);
+}
+
 /* Sets up ROI r's request and reads its input: 0, or the read's error in err. */
-static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct errbuf *err)
+static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool scratch,
+                       struct errbuf *err)
 {
     const struct task *t = e->t;
     int nd = t->rois.ndim;
     w->sig = 0;
+    w->scratch = scratch;
+    w->res = NULL;
     roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, w->rstart, w->rshape);
     size_t n = nd_prod(w->rshape, nd);
     w->rq = (struct proc_request){
@@ -95,9 +127,14 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, struct 
         .label = roi_label(&t->rois, r),
     };
     w->rq.in_dtype.big_endian = w->rq.out_dtype.big_endian = false;
-    w->rq.in = xmalloc(w->rq.in_nbytes ? w->rq.in_nbytes : 1);
-    w->rq.out = xmalloc(w->rq.out_nbytes ? w->rq.out_nbytes : 1);
+    w->rq.in = work_alloc(w, SCRATCH_IN, w->rq.in_nbytes);
     w->sel = NULL;
+    if (!w->rq.label && region_is_box(t, r, w)) {
+        w->res = roi_result_new((struct key128){0, 0}, w->rq.out_nbytes); /* named when done */
+        w->rq.out = w->res->data;
+    } else {
+        w->rq.out = work_alloc(w, SCRATCH_OUT, w->rq.out_nbytes);
+    }
     /* The signature comes from the files as they were read: a change during the read or the
      * computation makes a key that the input as it is then does not match. */
     int rc = task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
@@ -122,19 +159,25 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
     const struct task *t = e->t;
     uint32_t r = (uint32_t)w->rq.roi;
     struct roi_result *res = NULL;
-    free((void *)w->rq.in);
+    work_free(w, SCRATCH_IN, (void *)w->rq.in);
     if (*rcp == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
         *rcp = engine_labels_check(t, w->rq.out, nd_prod(w->rshape, t->rois.ndim), err);
     if (*rcp == 0) {
-        res = roi_result_new(engine_roi_key(e->t, r, w->sig), engine_roi_result_nbytes(t, r));
+        struct key128 key = engine_roi_key(e->t, r, w->sig);
+        res = w->res ? w->res : roi_result_new(key, engine_roi_result_nbytes(t, r));
+        res->key = key; /* not yet published: no one else holds it */
         /* stitch = iou: the overlap zones of the whole result, halo included */
         engine_stitch_strips(e, r, w->rq.out, w->rstart, w->rshape, res->key);
-        crop_to_box(t, r, w->rq.out, w->rstart, w->rshape, res);
+        if (!w->res)
+            crop_to_box(t, r, w->rq.out, w->rstart, w->rshape, res);
         if (w->sel)
             attach_selection(t, w, res);
         res->crc = zarr_crc32c(0, res->data, res->len); /* now, while it is in the cache */
+    } else {
+        roi_result_unref(w->res);
     }
-    free(w->rq.out);
+    if (!w->res)
+        work_free(w, SCRATCH_OUT, w->rq.out);
     free(w->sel);
     return res;
 }
@@ -144,7 +187,7 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
 static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
 {
     struct roi_work w;
-    int rc = prepare_roi(e, r, &w, err);
+    int rc = prepare_roi(e, r, &w, true, err);
     if (rc == 0)
         rc = retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err);
     *rcp = rc;
@@ -179,7 +222,7 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
     struct proc_request *rqs = xcalloc(n, sizeof *rqs);
     size_t *which = xcalloc(n, sizeof *which), m = 0;
     for (size_t i = 0; i < n; i++)
-        if ((rcs[i] = prepare_roi(e, rs[i], &w[i], &errs[i])) == 0) {
+        if ((rcs[i] = prepare_roi(e, rs[i], &w[i], false, &errs[i])) == 0) {
             rqs[m] = w[i].rq;
             which[m++] = i;
         }

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "../idlru.h"
 #include "../key.h"
@@ -30,7 +31,8 @@ struct roi_result {
     struct key128 key; /* what it was made from: never changed after */
     size_t len;
     uint32_t crc; /* crc32c of data */
-    unsigned char data[];
+    /* aligned as malloc's: processors (a plugin too) may write their output into it */
+    _Alignas(max_align_t) unsigned char data[];
 };
 
 struct roi_slot {
@@ -166,10 +168,20 @@ size_t engine_roi_box_nbytes(const struct task *t, size_t r);
  * byte per element, 1 where the mask is its label: the pixels it writes). */
 size_t engine_roi_result_nbytes(const struct task *t, size_t r);
 /* Builds and encodes chunk job->id from the results named job->use (in memory or stored),
- * over the fill value or the input; *key gets the key of what it was made of. On -ENOENT,
- * *bad names the index (in job->rois) of a result that is missing or damaged. */
+ * over the fill value or the input; *key gets the key of what it was made of. *out is
+ * malloc'd, or (*hold not NULL) the bytes of a result, which roi_result_unref(*hold) lets go.
+ * On -ENOENT, *bad names the index (in job->rois) of a result that is missing or damaged. */
 int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, size_t *out_len,
-                    struct key128 *key, size_t *bad, struct errbuf *err);
+                    struct roi_result **hold, struct key128 *key, size_t *bad, struct errbuf *err);
+
+/* ---- scratch.c: buffers kept per compute thread ---- */
+
+enum scratch_slot { SCRATCH_IN, SCRATCH_OUT, SCRATCH_CHUNK, SCRATCH_READ, SCRATCH_NSLOTS };
+/* This thread's buffer of at least n bytes for slot (contents undefined), or a fresh one when
+ * the slot is in use already; give it back with engine_scratch_put (which frees what is not
+ * the thread's, and what is too large to keep). */
+void *engine_scratch_get(enum scratch_slot slot, size_t n);
+void engine_scratch_put(enum scratch_slot slot, void *p);
 
 /* ---- results.c: results in memory and their way to the store ---- */
 

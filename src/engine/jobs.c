@@ -457,13 +457,17 @@ static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, ui
     void *data = NULL;
     size_t n = 0;
     struct key128 key;
-    int rc = engine_assemble(e, job, &data, &n, &key, bad, err);
+    struct roi_result *hold = NULL;
+    int rc = engine_assemble(e, job, &data, &n, &hold, &key, bad, err);
     if (rc == 0)
         engine_store_job_results(e, job); /* before the chunk: it names them */
     int w = rc == 0 ? write_counted(e, job->id, data, n, key, fd) : 0;
     if (w < 0)
         rc = err_set(err, w, "cannot write it to the cache: %s", strerror(-w));
-    free(data);
+    if (hold)
+        roi_result_unref(hold);
+    else
+        free(data);
     *len = n;
     return rc;
 }

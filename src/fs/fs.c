@@ -21,6 +21,10 @@
  * be killed) before the daemon exits without it. */
 #define STOP_GRACE_S 5
 
+/* The FUSE device polling window (devio.h), in microseconds: bench/notes/fusepath.md. */
+#define POLL_US_DEFAULT 1000
+#define POLL_US_MAX     100000
+
 static struct fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
@@ -349,12 +353,12 @@ static struct fuse_session *new_session(struct fs *fs, const struct fs_options *
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
-    return pt_on_read(((struct fs *)userdata)->pt, fd, buf, len);
+    return devio_on_read(((struct fs *)userdata)->dio, fd, buf, len);
 }
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-    return pt_on_writev(((struct fs *)userdata)->pt, fd, iov, count);
+    return devio_on_writev(((struct fs *)userdata)->dio, fd, iov, count);
 }
 
 static int32_t backing_open(void *ctx, int fd)
@@ -365,6 +369,21 @@ static int32_t backing_open(void *ctx, int fd)
 static void backing_close(void *ctx, int32_t id)
 {
     pt_backing_close(ctx, id);
+}
+
+/* The device polling window (devio.h): ROIFS_FUSE_POLL_US, else POLL_US_DEFAULT. */
+static unsigned poll_window_us(void)
+{
+    const char *e = getenv("ROIFS_FUSE_POLL_US");
+    if (!e || !*e)
+        return POLL_US_DEFAULT;
+    char *end;
+    unsigned long v = strtoul(e, &end, 10);
+    if (*end || v > POLL_US_MAX) {
+        log_warn("ROIFS_FUSE_POLL_US=%s ignored (0 to %d microseconds)", e, POLL_US_MAX);
+        return POLL_US_DEFAULT;
+    }
+    return (unsigned)v;
 }
 
 static void state_init(struct fs *fs, struct arrayset *set, const struct fs_options *o)
@@ -382,6 +401,7 @@ static void state_init(struct fs *fs, struct arrayset *set, const struct fs_opti
     clock_gettime(CLOCK_REALTIME, &fs->mtime);
     fs->started_ns = (int64_t)fs->mtime.tv_sec * 1000000000 + fs->mtime.tv_nsec;
     fs->pt = pt_new(arrayset_array(set, 0)->task->cfg.passthrough);
+    fs->dio = devio_new(fs->pt, poll_window_us());
     fs->vt = vt_new(backing_open, backing_close, fs->pt);
     size_t n = arrayset_count(set);
     fs->bound = xcalloc(n, sizeof *fs->bound);
@@ -399,6 +419,7 @@ static void state_free(struct fs *fs)
         handle_free(fs, fs->handles.next);
     while (fs->status.next != &fs->status)
         handle_free(fs, fs->status.next);
+    devio_free(fs->dio);
     pt_free(fs->pt);
     free(fs->bound);
     pthread_mutex_destroy(&fs->handles_lock);
@@ -500,7 +521,8 @@ static int mount_session(struct fs *fs, const struct fs_options *o, struct errbu
         fuse_session_destroy(fs->se);
         return err_set(err, -EIO, "%s: cannot mount", o->mountpoint);
     }
-    int r = pt_attach(fs->pt, fs->se, io_read, io_writev);
+    pt_set_device(fs->pt, fuse_session_fd(fs->se));
+    int r = devio_attach(fs->dio, fs->se, io_read, io_writev);
     if (r < 0)
         log_warn("FUSE passthrough off: cannot hook the FUSE device: %s", strerror(-r));
     return 0;

@@ -14,6 +14,7 @@
 
 #include "../arrays/arrayset.h"
 #include "../tree/namespace.h"
+#include "devio.h"
 #include "fs.h"
 #include "passthrough.h"
 #include "versions.h"
@@ -46,6 +47,7 @@ struct fs {
     int ready_fd;
     struct fuse_session *se;
     struct pt *pt;
+    struct devio *dio; /* the device hooks: request counts, polling */
     struct vt *vt;
     uint64_t *bound;              /* per array of the set: encoded chunk size at most */
     _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */

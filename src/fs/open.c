@@ -303,6 +303,8 @@ static char *status_snapshot(struct fs *fs)
                             json_integer((json_int_t)atomic_load(&fs->input_reads)));
     if (!pt && pt_reason(fs->pt))
         json_object_set_new(f, "passthrough_off", json_string(pt_reason(fs->pt)));
+    json_object_set_new(f, "requests", devio_requests(fs->dio));
+    json_object_set_new(f, "poll", devio_poll_status(fs->dio));
     json_object_set_new(doc, "fuse", f);
     json_t *w = fs_follow_status(fs);
     if (w)

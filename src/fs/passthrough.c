@@ -87,31 +87,23 @@ void pt_free(struct pt *pt)
     free(pt);
 }
 
-int pt_attach(struct pt *pt, struct fuse_session *se, ssize_t (*rd)(int, void *, size_t, void *),
-              ssize_t (*wv)(int, struct iovec *, int, void *))
+void pt_set_device(struct pt *pt, int fd)
 {
-    pt->fd = fuse_session_fd(se);
-    if (!pt->want)
-        return 0;
-    const struct fuse_custom_io io = {.read = rd, .writev = wv};
-    int r = fuse_session_custom_io(se, &io, pt->fd);
-    return r > 0 ? -r : r;
+    pt->fd = fd;
 }
 
-ssize_t pt_on_read(struct pt *pt, int fd, void *buf, size_t len)
+void pt_saw_request(struct pt *pt, const void *buf, size_t n)
 {
-    ssize_t n = read(fd, buf, len);
-    if (n < (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct pt_init_in)))
-        return n;
+    if (!pt->want || n < sizeof(struct fuse_in_header) + sizeof(struct pt_init_in))
+        return;
     const struct fuse_in_header *h = buf;
     if (h->opcode != PT_OP_INIT)
-        return n;
+        return;
     const struct pt_init_in *in = (const void *)(h + 1);
     if ((in->flags & PT_INIT_EXT) && (in->flags2 & PT_FLAG2_PASSTHROUGH)) {
         atomic_store(&pt->init_unique, h->unique);
         atomic_store(&pt->state, PT_OFFERED);
     }
-    return n;
 }
 
 static size_t iov_total(const struct iovec *iov, int count)

@@ -4,10 +4,11 @@
  * read(), splice and mmap of an open chunk straight from its cache file: no READ request
  * reaches the daemon and the data is copied once, from the cache file's page cache, as for a
  * file in a plain folder. libfuse exposes it from 3.17 on; Debian 12 ships 3.14, so this
- * module negotiates it itself through libfuse's custom I/O hooks (3.14 has them): it sees the
- * kernel's INIT request, adds the passthrough flag and a stack depth to libfuse's INIT reply,
- * registers cache files with the FUSE device (FUSE_DEV_IOC_BACKING_OPEN) and adds
- * FOPEN_PASSTHROUGH and the backing id to the OPEN replies it is asked to.
+ * module negotiates it itself through libfuse's custom I/O hooks (3.14 has them; devio.h
+ * installs them): it sees the kernel's INIT request, adds the passthrough flag and a stack
+ * depth to libfuse's INIT reply, registers cache files with the FUSE device
+ * (FUSE_DEV_IOC_BACKING_OPEN) and adds FOPEN_PASSTHROUGH and the backing id to the OPEN
+ * replies it is asked to.
  *
  * The kernel allows one backing file per inode at a time, and refuses to mix passthrough and
  * page-cache opens of one inode, so a backing id is shared by all opens of an inode and
@@ -31,12 +32,11 @@ struct pt;
 struct pt *pt_new(bool want);
 void pt_free(struct pt *pt);
 
-/* Installs the I/O hooks on se, which must be mounted. The hooks call pt_on_read and
- * pt_on_writev with the session's userdata, so the caller provides thin wrappers that find
- * pt in it. 0 or -errno. */
-int pt_attach(struct pt *pt, struct fuse_session *se, ssize_t (*rd)(int, void *, size_t, void *),
-              ssize_t (*wv)(int, struct iovec *, int, void *));
-ssize_t pt_on_read(struct pt *pt, int fd, void *buf, size_t len);
+/* The session's FUSE device (for registering backing files), once mounted. */
+void pt_set_device(struct pt *pt, int fd);
+/* Called by devio.c for every request read (n bytes at buf) and every reply written (it
+ * writes them, changed where passthrough needs it). */
+void pt_saw_request(struct pt *pt, const void *buf, size_t n);
 ssize_t pt_on_writev(struct pt *pt, int fd, struct iovec *iov, int count);
 
 /* True once the kernel accepted passthrough and no cache file was refused. */

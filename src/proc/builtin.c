@@ -2,6 +2,7 @@
  * label), for demos, tests and benchmarks. Elementwise ops stream through small blocks; gaussian
  * works on the whole read region in double precision, matching scipy.ndimage.gaussian_filter;
  * label is label.c. */
+#include "builtin_int.h"
 #include "label.h"
 #include "proc.h"
 
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+/* OP_ADD, OP_MULTIPLY and OP_THRESHOLD in the order of enum builtin_int_op. */
 enum builtin_op { OP_COPY, OP_ADD, OP_MULTIPLY, OP_THRESHOLD, OP_GAUSSIAN, OP_LABEL };
 
 /* Elements converted per block: small enough to stay in cache, large enough to amortise. */
@@ -146,12 +148,15 @@ DEFINE_APPLY(apply_double, double)
 DEFINE_APPLY(apply_ldouble, long double)
 
 /* Converts through double, or long double when a 64-bit integer type is involved so that every
- * int64/uint64 value stays exact. */
+ * int64/uint64 value stays exact; integers of at most 32 bits take the integer fast path. */
 static void run_elementwise(const struct builtin *b, const struct proc_request *rq, size_t n)
 {
     const unsigned char *in = rq->in;
     unsigned char *out = rq->out;
     size_t isz = rq->in_dtype.size, osz = rq->out_dtype.size;
+    if (builtin_int_run(b->op == OP_COPY ? BI_ADD : (enum builtin_int_op)(b->op - OP_ADD),
+                        b->op == OP_COPY ? 0 : b->value, rq, n))
+        return;
     if (is_int64(&rq->in_dtype) || is_int64(&rq->out_dtype)) {
         long double *buf = xmalloc(BLOCK_ELEMS * sizeof *buf);
         for (size_t off = 0; off < n; off += BLOCK_ELEMS) {

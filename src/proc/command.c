@@ -1,5 +1,7 @@
 /* command.c: the `command` processor (SPEC §8.1): one `/bin/sh -c COMMAND` per ROI, in its own
- * process group, fed the read region on stdin and expected to write the output on stdout.
+ * process group, fed the read region on stdin and expected to write the output on stdout. A
+ * COMMAND that is a plain list of words is executed as the shell would, without the shell (one
+ * process fewer per ROI; spawn_split_words).
  * With `executor = slurm` the process is `srun ... /bin/sh -c COMMAND`, one job step per ROI,
  * which srun runs on the cluster with stdin, stdout and the environment forwarded. */
 #include "proc.h"
@@ -41,7 +43,8 @@ struct running_cmd {
 struct command {
     struct proc base;
     char *cmdline;
-    char *dir; /* NULL: the daemon's cwd */
+    char **words; /* cmdline without shell syntax, run without the shell; NULL: through it */
+    char *dir;    /* NULL: the daemon's cwd */
     double timeout;
     char **param_env; /* "ROIFS_PARAM_NAME=value" */
     int nparams;
@@ -128,17 +131,34 @@ static void free_env(char **env, size_t own)
 
 /* ---- spawning ---- */
 
-static int spawn_shell(const struct command *cmd, const struct proc_request *rq, char **env,
-                       const int child_fds[3], pid_t *pid)
+/* The command run directly when it has no shell syntax and its program is found as the shell
+ * would find it; 1 when it was not (the shell is to run it: it also reports a program not
+ * found, and runs a script without #! line, ENOEXEC, as a shell script). */
+static int spawn_direct(const struct command *cmd, char **env, const int child_fds[3], pid_t *pid)
 {
+    char *prog = cmd->words ? spawn_find_program(cmd->words[0], cmd->dir) : NULL;
+    if (!prog)
+        return 1;
+    int rc = spawn_process(prog, cmd->words, env, cmd->dir, child_fds, false, pid);
+    free(prog);
+    return rc == -ENOEXEC ? 1 : rc;
+}
+
+static int spawn_shell(const struct command *cmd, const struct proc_request *rq, char **env,
+                       const int child_fds[3], pid_t *pid, bool *direct)
+{
+    int rc = spawn_direct(cmd, env, child_fds, pid);
+    *direct = rc != 1;
+    if (*direct)
+        return rc;
     char *sh_argv[] = {"sh", "-c", cmd->cmdline, NULL}, **argv = sh_argv;
     if (cmd->slurm) {
         char job[48];
         snprintf(job, sizeof job, "roifs-roi-%zu", rq->roi);
         argv = slurm_argv(cmd->slurm, job, false, cmd->cmdline);
     }
-    int rc = spawn_process(cmd->slurm ? cmd->slurm->srun : "/bin/sh", argv, env, cmd->dir,
-                           child_fds, cmd->slurm != NULL, pid);
+    rc = spawn_process(cmd->slurm ? cmd->slurm->srun : "/bin/sh", argv, env, cmd->dir, child_fds,
+                       cmd->slurm != NULL, pid);
     if (cmd->slurm)
         slurm_argv_free(argv);
     return rc;
@@ -157,13 +177,14 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
                        struct errbuf *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}, rc = 0;
+    bool direct = false;
     for (int i = 0; i < 3 && !rc; i++)
         rc = spawn_pipe(p[i]);
     if (!rc) {
         size_t own;
         char **env = build_env(cmd, rq, &own);
         int child_fds[3] = {p[0][0], p[1][1], p[2][1]};
-        rc = spawn_shell(cmd, rq, env, child_fds, &c->pid);
+        rc = spawn_shell(cmd, rq, env, child_fds, &c->pid, &direct);
         free_env(env, own);
     }
     c->in_fd = p[0][1];
@@ -177,9 +198,11 @@ static int start_child(const struct command *cmd, const struct proc_request *rq,
         spawn_close(&c->in_fd);
         spawn_close(&c->out_fd);
         spawn_close(&c->err_fd);
-        return err_set(err, -EIO, "cannot run %s/bin/sh -c '%s' in %s: %s",
-                       cmd->slurm ? "srun ... " : "", cmd->cmdline, cmd->dir ? cmd->dir : ".",
-                       strerror(-rc));
+        return err_set(err, -EIO, "cannot run %s'%s' in %s: %s",
+                       direct       ? ""
+                       : cmd->slurm ? "srun ... /bin/sh -c "
+                                    : "/bin/sh -c ",
+                       cmd->cmdline, cmd->dir ? cmd->dir : ".", strerror(-rc));
     }
 #ifdef SYS_pidfd_open
     c->pid_fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
@@ -455,6 +478,7 @@ static void command_destroy(struct proc *p)
         free(cmd->param_env[i]);
     free(cmd->param_env);
     free(cmd->cmdline);
+    spawn_words_free(cmd->words);
     free(cmd->dir);
     slurm_launch_free(cmd->slurm);
     pthread_mutex_destroy(&cmd->lock);
@@ -495,6 +519,7 @@ int proc_command_create(const struct config *cfg, struct proc **out, struct errb
     cmd->slurm = slurm;
     cmd->base.ops = &command_ops;
     cmd->cmdline = xstrdup(cfg->proc_value);
+    cmd->words = slurm ? NULL : spawn_split_words(cmd->cmdline); /* srun runs the shell */
     cmd->dir = cfg->dir ? xstrdup(cfg->dir) : NULL;
     cmd->timeout = cfg->timeout;
     cmd->nparams = cfg->nparams;

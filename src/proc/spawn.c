@@ -4,11 +4,15 @@
  * writes afterwards faults), while the vfork child borrows it until exec. */
 #include "spawn.h"
 #include "guard.h"
+#include "../util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -190,5 +194,108 @@ void spawn_lines_read(int *fd, struct spawn_lines *l, bool all, spawn_line_fn fn
         }
         if (!all)
             return;
+    }
+}
+
+/* ---- commands without shell syntax ---- */
+
+static bool word_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           strchr("_./,:+@%^-", c) != NULL;
+}
+
+/* dash's builtins (and keywords of a word alone): the shell's versions, not a file's. */
+static bool shell_builtin(const char *w)
+{
+    static const char *const names[] = {
+        "alias", "bg",    "break",  "cd",    "chdir", "command",  "continue", "echo",    "eval",
+        "exec",  "exit",  "export", "false", "fc",    "fg",       "getopts",  "hash",    "jobs",
+        "kill",  "local", "printf", "pwd",   "read",  "readonly", "return",   "set",     "shift",
+        "test",  "times", "trap",   "true",  "type",  "ulimit",   "umask",    "unalias", "unset",
+        "wait",  "if",    "then",   "else",  "elif",  "fi",       "do",       "done",    "case",
+        "esac",  "while", "until",  "for",   "in",    "time"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(w, names[i]))
+            return true;
+    return false;
+}
+
+char **spawn_split_words(const char *cmdline)
+{
+    size_t n = 0;
+    for (const char *p = cmdline; *p; p++) {
+        if (*p != ' ' && *p != '\t' && !word_char(*p))
+            return NULL;
+        if (*p != ' ' && *p != '\t' && (p == cmdline || p[-1] == ' ' || p[-1] == '\t'))
+            n++;
+    }
+    if (n == 0)
+        return NULL;
+    char **w = xcalloc(n + 1, sizeof *w);
+    size_t k = 0;
+    for (const char *p = cmdline; *p;) {
+        size_t len = strcspn(p, " \t");
+        if (len)
+            w[k++] = xasprintf("%.*s", (int)len, p);
+        p += len;
+        p += strspn(p, " \t");
+    }
+    if (w[0][0] == '-' || shell_builtin(w[0])) { /* an option to sh; the shell's own */
+        spawn_words_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void spawn_words_free(char **words)
+{
+    for (size_t i = 0; words && words[i]; i++)
+        free(words[i]);
+    free(words);
+}
+
+/* Whether the file starts as one execve() runs itself: "#!" or an ELF header (a script
+ * without "#!" is the shell's to run as a shell script). */
+static bool exec_magic(const char *f)
+{
+    unsigned char m[4] = {0};
+    int fd = open(f, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, m, sizeof m) : -1;
+    if (fd >= 0)
+        close(fd);
+    return (n >= 2 && m[0] == '#' && m[1] == '!') ||
+           (n == 4 && m[0] == 0x7f && m[1] == 'E' && m[2] == 'L' && m[3] == 'F');
+}
+
+/* Whether path, taken relative to dir when it is relative and dir is given, is an executable
+ * regular file that execve() runs itself. */
+static bool executable_in(const char *dir, const char *path)
+{
+    char *f = path[0] == '/' || !dir ? xasprintf("%s", path) : xasprintf("%s/%s", dir, path);
+    struct stat st;
+    bool ok = stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0 && exec_magic(f);
+    free(f);
+    return ok;
+}
+
+/* The path is the one the shell would hand to execve (the child is in dir by then), so that a
+ * script sees the same $0. */
+char *spawn_find_program(const char *prog, const char *dir)
+{
+    if (strchr(prog, '/'))
+        return executable_in(dir, prog) ? xasprintf("%s", prog) : NULL;
+    const char *path = getenv("PATH");
+    if (!path) /* dash's default */
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const char *p = path;; p++) {
+        size_t len = strcspn(p, ":");
+        char *f = len ? xasprintf("%.*s/%s", (int)len, p, prog) : xasprintf("%s", prog);
+        if (executable_in(dir, f))
+            return f;
+        free(f);
+        p += len;
+        if (!*p)
+            return NULL;
     }
 }

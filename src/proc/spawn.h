@@ -22,6 +22,20 @@ void spawn_close(int *fd);
  * that cannot be entered). */
 int spawn_process(const char *path, char *const argv[], char *const env[], const char *dir,
                   const int child_fds[3], bool srun, pid_t *pid);
+/* The words of cmdline when it is a plain list of words that /bin/sh -c would run as they are
+ * (split at blanks, each made only of letters, digits and _ . / , : + @ % ^ -, the first not
+ * starting with -); NULL when it has any other character (quotes, $, globs, redirections,
+ * operators, comments, assignments, ~, newlines), which only a shell interprets. Free with
+ * spawn_words_free. */
+char **spawn_split_words(const char *cmdline);
+void spawn_words_free(char **words);
+/* The file that /bin/sh, started in dir (NULL: the current one) with the daemon's PATH, would
+ * execute for command word prog: prog itself when it has a '/', else the first executable
+ * regular file PATH/prog (an empty or relative PATH entry relative to dir); NULL when there is
+ * none (then the shell reports it) or when it is neither "#!" script nor ELF binary (then the
+ * shell runs it as a shell script). Freed by the caller. */
+char *spawn_find_program(const char *prog, const char *dir);
+
 /* Reaps a child of spawn_process() (retrying on EINTR); what waitpid() returns. */
 pid_t spawn_reap(pid_t pid, int *status);
 

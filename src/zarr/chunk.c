@@ -44,6 +44,12 @@ int zarr_encode_chunk(const struct zarr_meta *m, const void *buf, size_t len, vo
     return r;
 }
 
+bool zarr_encode_is_identity(const struct zarr_meta *m)
+{
+    return m->format == 2 && m->compressor.id == ZC_NONE && !m->dtype.big_endian &&
+           !(m->fortran_order && m->ndim > 1);
+}
+
 int zarr_decode_chunk(const struct zarr_meta *m, const void *src, size_t len, void *dst,
                       struct errbuf *err)
 {

@@ -128,6 +128,9 @@ const uint64_t *zarr_meta_read_chunks(const struct zarr_meta *m);
  * empty; with fixed-size inner encodings every inner chunk is stored). *out is malloc'd. */
 int zarr_encode_chunk(const struct zarr_meta *m, const void *buf, size_t len, void **out,
                       size_t *out_len, struct errbuf *err);
+/* Whether zarr_encode_chunk of m gives the chunk's bytes as they are (v2, no compressor, native
+ * byte order, C order): then the buffer itself may be written. */
+bool zarr_encode_is_identity(const struct zarr_meta *m);
 /* Decodes one stored unit (len bytes) into dst: zarr_meta_chunk_nbytes(m) bytes, C order,
  * native byte order (a shard as a whole; empty inner chunks read as the fill value).
  * -EIO with a message for anything corrupt (wrong size, bad checksum, bad index). */

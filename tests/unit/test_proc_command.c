@@ -2,6 +2,10 @@
  * spawn errors, timeouts, concurrency and shutdown (process groups end with it). */
 #include "proc_harness.h"
 
+#include <sys/stat.h>
+
+#include "proc/spawn.h"
+
 /* Runs a command over n elements (in_dt -> out_dt); returns the rc, message in err. */
 static int run_command(const char *command, const char *const *params, int nparams, double timeout,
                        struct dtype in_dt, const void *in, struct dtype out_dt, void *out, size_t n,
@@ -280,6 +284,93 @@ static void test_command_shutdown(void)
     proc_destroy(p);
 }
 
+/* Writes an executable script tmpdir/name. */
+static void write_script(const char *name, const char *text)
+{
+    write_tmp_file(name, text);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    CHECK(chmod(path, 0755) == 0);
+}
+
+/* The name of the process that started the probe (parent.TAG): "sh" through the shell. */
+static bool started_by_shell(const char *tag)
+{
+    char name[64];
+    snprintf(name, sizeof name, "parent.%s", tag);
+    char *s = read_tmp_file(name);
+    bool sh = s && !strcmp(s, "sh\n");
+    CHECK(s != NULL && s[0] != 0);
+    free(s);
+    return sh;
+}
+
+/* A command of plain words runs without /bin/sh (its program's parent is roifs, argv as the
+ * shell would pass it, found on PATH, relative to the configuration's directory); one with
+ * shell syntax, a builtin, or a script without #! still goes through the shell. */
+static void test_command_direct(void)
+{
+    struct errbuf err = {{0}};
+    uint8_t in[6] = {1, 2, 3, 4, 5, 6}, out[6];
+    write_script("probe.sh", "#!/bin/sh\ncat /proc/$PPID/comm > parent.$1\n"
+                             "echo \"$0 $#\" > argv.$1\ncat\n");
+    CHECK_EQ_INT(run_command("./probe.sh a", NULL, 0, 0, U1, in, U1, out, 6, &err), 0);
+    CHECK(!memcmp(in, out, 6));
+    CHECK(!started_by_shell("a"));
+    char *argv = read_tmp_file("argv.a");
+    CHECK(argv && !strcmp(argv, "./probe.sh 1\n"));
+    free(argv);
+    CHECK_EQ_INT(run_command("./probe.sh 'b'", NULL, 0, 0, U1, in, U1, out, 6, &err), 0);
+    CHECK(started_by_shell("b"));
+    CHECK_EQ_INT(run_command("./probe.sh c >&1", NULL, 0, 0, U1, in, U1, out, 6, &err), 0);
+    CHECK(started_by_shell("c"));
+    /* PATH lookup, as the shell's */
+    char bin[160], path[4096];
+    snprintf(bin, sizeof bin, "%s/bin", tmpdir);
+    CHECK(mkdir(bin, 0755) == 0);
+    write_script("bin/probe-in-path", "#!/bin/sh\ncat /proc/$PPID/comm > parent.$1\n"
+                                      "echo oops >&2\nexit $2\n");
+    const char *old = getenv("PATH");
+    char *saved = old ? strdup(old) : NULL;
+    snprintf(path, sizeof path, "%s:%s", bin, old ? old : "/usr/bin:/bin");
+    setenv("PATH", path, 1);
+    CHECK_EQ_INT(run_command("probe-in-path d 3", NULL, 0, 0, U1, in, U1, out, 6, &err), -EIO);
+    CHECK(!started_by_shell("d"));
+    CHECK(!strcmp(err.msg, "exit status 3: oops")); /* exit status and stderr as before */
+    CHECK_EQ_INT(run_command("probe-in-path e 0 # x", NULL, 0, 0, U1, in, U1, out, 0, &err), 0);
+    CHECK(started_by_shell("e"));
+    if (saved)
+        setenv("PATH", saved, 1);
+    free(saved);
+    /* a script without #!: the shell runs it */
+    write_script("nobang.sh", "cat /proc/$PPID/comm > parent.f\ncat\n");
+    CHECK_EQ_INT(run_command("./nobang.sh", NULL, 0, 0, U1, in, U1, out, 6, &err), 0);
+    CHECK(!memcmp(in, out, 6));
+    (void)started_by_shell("f"); /* run by the shell, which may or may not fork for it */
+    /* not found: the shell's message and status */
+    CHECK_EQ_INT(run_command("./missing-xyz", NULL, 0, 0, U1, in, U1, out, 6, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "exit status 127: ");
+}
+
+static void test_split_words(void)
+{
+    char **w = spawn_split_words("  prog -x  1.5,2:3 a/b@c%d^e+f\t");
+    CHECK(w && !strcmp(w[0], "prog") && !strcmp(w[1], "-x") && !strcmp(w[2], "1.5,2:3") &&
+          !strcmp(w[3], "a/b@c%d^e+f") && !w[4]);
+    spawn_words_free(w);
+    static const char *const shell[] = {"a|b",    "a;b",  "a&",    "a>b", "a<b", "$X",  "`x`",
+                                        "a\\b",   "'a'",  "\"a\"", "a*",  "a?",  "[a]", "~/x",
+                                        "X=1 a",  "a #c", "a\nb",  "(a)", "{a}", "!a",  "echo x",
+                                        "exit 3", "-c x", "",      "  "};
+    for (size_t i = 0; i < sizeof shell / sizeof shell[0]; i++) {
+        w = spawn_split_words(shell[i]);
+        if (w)
+            fprintf(stderr, "split, not through the shell: %s\n", shell[i]);
+        CHECK(w == NULL);
+        spawn_words_free(w);
+    }
+}
+
 int main(void)
 {
     if (proc_test_begin("proc-command"))
@@ -292,5 +383,7 @@ int main(void)
     RUN(test_command_timeout);
     RUN(test_command_concurrent);
     RUN(test_command_shutdown);
+    RUN(test_command_direct);
+    RUN(test_split_words);
     return proc_test_end();
 }
