@@ -1,4 +1,4 @@
-"""The documentation keeps up with the code: every configuration key of src/config.c's key
+"""The documentation keeps up with the code: every configuration key of src/config_keys.c's key
 table, every command of src/main.c's command table and every builtin of src/proc/builtin.c is
 documented in the man page (docs/roifs.1) and in docs/ (configuration.md, operations.md) and
 the README; docs/configuration.md lists no key the code does not accept; every relative link
@@ -26,8 +26,8 @@ def c_table(path, name):
 
 
 def config_keys():
-    """(section, key) of every entry of src/config.c's key table, plus param.NAME."""
-    table = c_table("src/config.c", "keys")
+    """(section, key) of every entry of src/config_keys.c's key table, plus param.NAME."""
+    table = c_table("src/config_keys.c", "keys")
     keys = re.findall(r'\{\s*"([a-z_]+)"\s*,\s*"([a-z_]+)"', table)
     assert len(keys) >= 30, keys  # the table's shape is still what this parser expects
     src = (REPO / "src" / "config.c").read_text()
@@ -37,7 +37,7 @@ def config_keys():
 
 
 def config_sections():
-    return re.findall(r'"([a-z_]+)"', c_table("src/config.c", "sections"))
+    return re.findall(r'"([a-z_]+)"', c_table("src/config_keys.c", "sections"))
 
 
 def commands():
@@ -104,20 +104,20 @@ def test_key_in_man_page(section, key):
     want = "param." if key == "param.NAME" else key
     assert want in words(blocks[section]) or (key == "param.NAME" and ".BI param." in
                                                blocks[section]), \
-        f"docs/roifs.1: [{section}] {key} is accepted by src/config.c but not documented"
+        f"docs/roifs.1: [{section}] {key} is accepted by roifs (src/config_keys.c) but not documented"
 
 
 @pytest.mark.parametrize("section,key", config_keys())
 def test_key_in_configuration_md(section, key):
     assert (section, key) in doc_config_table(), \
-        f"docs/configuration.md: [{section}] {key} is accepted by src/config.c but not in " \
+        f"docs/configuration.md: [{section}] {key} is accepted by roifs (src/config_keys.c) but not in " \
         "the key table"
 
 
 def test_configuration_md_lists_only_real_keys():
     real = set(config_keys())
     stale = [k for k in doc_config_table() if k not in real]
-    assert not stale, f"docs/configuration.md documents keys src/config.c does not accept: {stale}"
+    assert not stale, f"docs/configuration.md documents keys src/config_keys.c does not accept: {stale}"
 
 
 def test_every_section_documented():
