@@ -138,7 +138,16 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool sc
     /* The signature comes from the files as they were read: a change during the read or the
      * computation makes a key that the input as it is then does not match. */
     int rc = task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
-    return rc == 0 && w->rq.label ? select_roi(t, w, err) : rc;
+    if (rc == 0 && w->rq.label) /* its mask is read too */
+        rc = select_roi(t, w, err);
+    if (rc < 0) {
+        /* a read the stop interrupted (engine_destroy) is no failure of the ROI */
+        pthread_mutex_lock(&e->lock);
+        if (e->stopping)
+            rc = -ECANCELED;
+        pthread_mutex_unlock(&e->lock);
+    }
+    return rc;
 }
 
 /* Retries a failed run as configured. */

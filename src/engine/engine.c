@@ -8,8 +8,10 @@
 #include "labels.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gc.h"
@@ -86,9 +88,12 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     }
 }
 
-void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known)
+void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known, int64_t *made_ns)
 {
-    if (e->t->chunk_fixed_size >= 0) {
+    bool fixed = e->t->chunk_fixed_size >= 0;
+    if (made_ns)
+        *made_ns = 0;
+    if (fixed && !made_ns) {
         *size = (uint64_t)e->t->chunk_fixed_size;
         *known = true;
         return;
@@ -100,8 +105,13 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         stale = engine_is_stale(e, id);
         pthread_mutex_unlock(&e->lock);
     }
-    *known = !stale && cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
-    if (!*known)
+    bool cached = !stale && cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
+    if (cached && made_ns)
+        *made_ns = mtime_ns;
+    *known = fixed || cached;
+    if (fixed)
+        *size = (uint64_t)e->t->chunk_fixed_size;
+    else if (!cached)
         *size = 0;
 }
 
@@ -282,6 +292,48 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
     return 0;
 }
 
+/* ---- destruction ---- */
+
+/* A compute thread may be blocked in a read of the input when the engine stops: typically
+ * the open of a chunk of another roifs mount (a chained mount) that is still computing it.
+ * A signal makes the kernel send that file system a FUSE_INTERRUPT, which roifs answers at
+ * once (open.c), so the read ends with EINTR instead of holding the stop for the whole
+ * computation upstream. SA_RESTART leaves every other system call as it was. */
+#define ENGINE_WAKE_SIGNAL   SIGURG
+#define ENGINE_WAKE_EVERY_NS 50000000
+
+static void wake_handler(int sig)
+{
+    (void)sig;
+}
+
+static void install_wake_handler(void)
+{
+    struct sigaction sa = {.sa_handler = wake_handler, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(ENGINE_WAKE_SIGNAL, &sa, NULL);
+}
+
+/* Joins th, signalling it until it ends: a signal sent just before it blocks is lost. */
+static void join_waking(pthread_t th)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_wake_handler);
+    for (;;) {
+        pthread_kill(th, ENGINE_WAKE_SIGNAL);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += ENGINE_WAKE_EVERY_NS;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        int r = pthread_timedjoin_np(th, NULL, &until);
+        if (r != ETIMEDOUT)
+            return;
+    }
+}
+
 void engine_destroy(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
@@ -291,7 +343,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_unlock(&e->lock);
     proc_shutdown(e->t->proc);
     for (int i = 0; i < e->nthreads; i++)
-        pthread_join(e->threads[i], NULL);
+        join_waking(e->threads[i]);
     if (e->poller_started)
         pthread_join(e->poller_thread, NULL);
     free(e->threads);

@@ -51,8 +51,11 @@ void engine_destroy(struct engine *e);
  * returns (chunk already cached) or later on a compute thread. */
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx);
 /* Size of chunk id as a reader may see it: *known false when it is not computed yet and its
- * encoded size is not fixed in advance. Never computes. */
-void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known);
+ * encoded size is not fixed in advance. *made_ns (when not NULL): when its cached file was
+ * written, 0 when it has none (not computed, or made from input that changed since). Never
+ * computes. */
+void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known,
+                       int64_t *made_ns);
 
 /* ---- progress (progress.c): what warm, export and the status file show ---- */
 

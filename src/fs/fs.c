@@ -30,14 +30,19 @@ static struct fs *fs_of(fuse_req_t req)
     return fuse_req_userdata(req);
 }
 
-/* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it. */
-static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino, double *timeout)
+/* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it, and
+ * *made_ns (0: not computed) when the bytes it serves were made. That is its mtime: a reader
+ * that knows a file by size and mtime, such as a second mount taking this one as its input
+ * (input signatures, SPEC section 12) or rsync, then sees it unchanged across remounts. */
+static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino, double *timeout,
+                           int64_t *made_ns)
 {
     uint64_t base, size;
-    if (vt_attr(fs->vt, ino, &base, &size) == 1)
+    if (vt_attr(fs->vt, ino, &base, &size, made_ns) == 1)
         return size; /* the version this inode serves: fixed while it is open */
     bool known;
-    engine_chunk_size(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, &size, &known);
+    engine_chunk_size(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, &size, &known,
+                      made_ns);
     if (known)
         return size;
     /* Not computed yet, and its encoded size depends on the data: an upper bound, which the
@@ -77,8 +82,16 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         *timeout = 0;
         break;
     case NS_CHUNK: {
-        uint64_t size = chunk_size(fs, n, ino, timeout);
+        int64_t made = 0;
+        uint64_t size = chunk_size(fs, n, ino, timeout, &made);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
+        /* Before it is computed: the mount's time. Opening it makes it (or finds it made) and
+         * drops the kernel's attributes of it (open.c), so the change is seen. */
+        if (made > 0) {
+            st->st_mtim.tv_sec = made / 1000000000;
+            st->st_mtim.tv_nsec = made % 1000000000;
+            st->st_ctim = st->st_mtim;
+        }
         break;
     }
     case NS_INPUT: { /* the input file as it is: short-lived, it is not ours */

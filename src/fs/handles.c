@@ -43,7 +43,7 @@ void handle_free(struct fs *fs, struct handle *h)
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n)
 {
     uint64_t base = ino, size;
-    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size) < 1)
+    if ((ino & VT_INO_BIT) && vt_attr(fs->vt, ino, &base, &size, NULL) < 1)
         return -ENOENT;
     return ns_get(fs->ns, base, n);
 }

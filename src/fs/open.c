@@ -128,6 +128,7 @@ static void reply_chunk(struct fs *fs, struct pending_open *po, int fd, int flag
                         .ino = (uint64_t)st.st_ino,
                         .size = (uint64_t)st.st_size,
                         .ctime_ns = changed,
+                        .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                         .fresh = (flags & ENGINE_REPLACED) || changed >= fs->started_ns};
     struct vt_grant g;
     int r = vt_open(fs->vt, po->ino, po->base, fd, &f, &g);

@@ -15,7 +15,7 @@ struct rec {
     struct idlru_node by_ino; /* id: the inode */
     uint64_t base;
     uint64_t dev, file, size; /* the cache file served (its identity with ctime) */
-    int64_t ctime;
+    int64_t ctime, mtime;
     unsigned refs;   /* open files of the inode */
     int32_t backing; /* while refs > 0: its passthrough backing id, or 0 */
     bool current;    /* a lookup of the chunk answers with this inode */
@@ -89,6 +89,7 @@ static void rec_set_file(struct rec *r, const struct vt_file *f)
     r->file = f->ino;
     r->size = f->size;
     r->ctime = f->ctime_ns;
+    r->mtime = f->mtime_ns;
 }
 
 /* The inode of r shows version f from now on: the kernel drops its pages and attributes. */
@@ -176,7 +177,7 @@ void vt_release(struct vt *vt, uint64_t ino)
     pthread_mutex_unlock(&vt->lock);
 }
 
-int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size)
+int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size, int64_t *mtime_ns)
 {
     pthread_mutex_lock(&vt->lock);
     struct rec *r = find_ino(vt, ino);
@@ -184,6 +185,8 @@ int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size)
     if (r) {
         *base = r->base;
         *size = r->size;
+        if (mtime_ns)
+            *mtime_ns = r->mtime;
     }
     pthread_mutex_unlock(&vt->lock);
     return rc;

@@ -36,6 +36,7 @@ void vt_free(struct vt *vt);
 struct vt_file {
     uint64_t dev, ino, size;
     int64_t ctime_ns;
+    int64_t mtime_ns; /* shown as the chunk's mtime while this inode serves it */
     /* It may differ from what a lookup told the kernel of this chunk earlier (it was made or
      * replaced since the mount started): the inode's cached attributes must go. */
     bool fresh;
@@ -56,12 +57,12 @@ int vt_open(struct vt *vt, uint64_t ino, uint64_t base, int fd, const struct vt_
             struct vt_grant *g);
 void vt_release(struct vt *vt, uint64_t ino);
 
-/* What inode ino shows. 1: it serves (or served) a version; *size is that version's and
- * *base the chunk's namespace inode. 2: it served a version that vt_invalidate declared out
- * of date, and no file is open on it (*base set: ask the engine for the size). 0: ino is a
- * namespace inode that serves nothing yet (ask the engine). -ENOENT: a later-version inode
- * this table does not know. */
-int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size);
+/* What inode ino shows. 1: it serves (or served) a version; *size and *mtime_ns (may be NULL)
+ * are that version's and *base the chunk's namespace inode. 2: it served a version that
+ * vt_invalidate declared out of date, and no file is open on it (*base set: ask the engine for the
+ * size). 0: ino is a namespace inode that serves nothing yet (ask the engine). -ENOENT: a
+ * later-version inode this table does not know. */
+int vt_attr(struct vt *vt, uint64_t ino, uint64_t *base, uint64_t *size, int64_t *mtime_ns);
 /* The chunk whose namespace inode is base changed ([input] watch): the size of the version
  * its inode serves is no longer the chunk's, once no file is open on it. Fills inos with the
  * inodes whose pages and attributes the kernel must drop; returns how many (at most 2). */

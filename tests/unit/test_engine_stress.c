@@ -199,7 +199,7 @@ static void *poll_status(void *p)
         engine_progress(q->e, &pr);
         uint64_t size;
         bool known;
-        engine_chunk_size(q->e, (uint64_t)(q->polls % (GRID * GRID)), &size, &known);
+        engine_chunk_size(q->e, (uint64_t)(q->polls % (GRID * GRID)), &size, &known, NULL);
         free(s);
         q->polls++;
     }

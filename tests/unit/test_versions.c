@@ -26,7 +26,8 @@ static void bc(void *ctx, int32_t id)
 
 static struct vt_file file(uint64_t ino, uint64_t size, int64_t ctime)
 {
-    struct vt_file f = {.dev = 7, .ino = ino, .size = size, .ctime_ns = ctime};
+    struct vt_file f = {
+        .dev = 7, .ino = ino, .size = size, .ctime_ns = ctime, .mtime_ns = 1000 + ctime};
     return f;
 }
 
@@ -36,7 +37,7 @@ static void test_one_version_per_open_inode(void)
     const uint64_t X = 20;
     struct vt_grant g;
     uint64_t base, size;
-    CHECK_EQ_INT(vt_attr(vt, X, &base, &size), 0); /* nothing served: ask the engine */
+    CHECK_EQ_INT(vt_attr(vt, X, &base, &size, NULL), 0); /* nothing served: ask the engine */
     CHECK_EQ_INT(vt_current(vt, X), X);
 
     struct vt_file a = file(1000, 500, 1), b = file(1001, 300, 2);
@@ -47,18 +48,21 @@ static void test_one_version_per_open_inode(void)
     CHECK_EQ_INT(vt_open(vt, X, X, 3, &a, &g), 0); /* a second open shares the backing */
     CHECK(g.keep_cache && !g.inval_attrs && g.backing == 100);
     CHECK_EQ_INT(backings_open, 1);
-    CHECK_EQ_INT(vt_attr(vt, X, &base, &size), 1);
+    CHECK_EQ_INT(vt_attr(vt, X, &base, &size, NULL), 1);
     CHECK_EQ_INT(size, 500);
 
     /* A new version while X is open: refused, and the chunk moves to a new inode. */
     CHECK_EQ_INT(vt_open(vt, X, X, 4, &b, &g), -ESTALE);
     uint64_t Y = vt_current(vt, X);
     CHECK(Y != X && (Y & VT_INO_BIT));
-    CHECK_EQ_INT(vt_attr(vt, X, &base, &size), 1);
-    CHECK_EQ_INT(size, 500); /* X keeps the size of the version open on it */
-    CHECK_EQ_INT(vt_attr(vt, Y, &base, &size), 1);
+    int64_t mtime = 0;
+    CHECK_EQ_INT(vt_attr(vt, X, &base, &size, &mtime), 1);
+    CHECK_EQ_INT(size, 500); /* X keeps the size (and mtime) of the version open on it */
+    CHECK_EQ_INT(mtime, 1001);
+    CHECK_EQ_INT(vt_attr(vt, Y, &base, &size, &mtime), 1);
     CHECK_EQ_INT(base, X);
     CHECK_EQ_INT(size, 300);
+    CHECK_EQ_INT(mtime, 1002);
     CHECK_EQ_INT(vt_open(vt, X, X, 4, &a, &g), -ESTALE); /* superseded, even with its file */
     CHECK_EQ_INT(vt_open(vt, Y, X, 4, &b, &g), 0);
     CHECK(g.backing == 101);
@@ -76,7 +80,7 @@ static void test_one_version_per_open_inode(void)
     CHECK_EQ_INT(vt_open(vt, Y, X, 5, &c, &g), 0);
     CHECK(!g.keep_cache && g.inval_attrs);
     CHECK_EQ_INT(vt_current(vt, X), Y);
-    CHECK_EQ_INT(vt_attr(vt, Y, &base, &size), 1);
+    CHECK_EQ_INT(vt_attr(vt, Y, &base, &size, NULL), 1);
     CHECK_EQ_INT(size, 250);
     vt_release(vt, Y);
 
@@ -87,7 +91,7 @@ static void test_one_version_per_open_inode(void)
     vt_release(vt, Y);
 
     CHECK_EQ_INT(vt_open(vt, VT_INO_BIT | 999, X, 5, &c, &g), -ESTALE);
-    CHECK_EQ_INT(vt_attr(vt, VT_INO_BIT | 999, &base, &size), -ENOENT);
+    CHECK_EQ_INT(vt_attr(vt, VT_INO_BIT | 999, &base, &size, NULL), -ENOENT);
     struct vt_stats st;
     vt_stats(vt, &st);
     CHECK_EQ_INT(st.records, 2);
@@ -139,7 +143,7 @@ static void *worker(void *arg)
         if (r == 0) {
             sh->served++;
             uint64_t b, size;
-            if (vt_attr(sh->vt, ino, &b, &size) != 1 || b != base)
+            if (vt_attr(sh->vt, ino, &b, &size, NULL) != 1 || b != base)
                 sh->wrong++;
             if (nheld == 8)
                 vt_release(sh->vt, held[--nheld]);

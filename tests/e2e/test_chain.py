@@ -1,0 +1,270 @@
+"""Chained mounts (SPEC §11, last paragraph; issue 17 item 4): a second mount whose input is
+the first one's presented image. Each mount computes its ROIs once, also across remounts of
+either; nothing deadlocks with readers on both and every compute thread busy; and unmounting
+either one first, with a read in flight, leaves no hung process: readers get EIO, the mount
+left keeps serving what it has and reports the input's failure, and unmounts cleanly."""
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from numcodecs import Zlib
+
+from conftest import (is_mounted, lazy_unmount, read_bytes, read_status, roi_text, run_roifs,
+                      wait_for, watched, write_config)
+
+SHAPE, CHUNKS = (160, 224), (64, 64)
+# Boxes that straddle the chunks of both mounts (64 and 48), and overlap one another.
+ROIS1 = [((0, 70), (0, 100)), ((50, 130), (60, 200)), ((100, 160), (0, 90)),
+         ((10, 60), (150, 224)), ((120, 160), (120, 224))]
+ROIS2 = [((5, 100), (10, 70)), ((40, 150), (50, 130)), ((0, 50), (100, 210)),
+         ((90, 160), (140, 224)), ((130, 160), (0, 40)), ((60, 80), (0, 224))]
+
+
+def apply_rois(src, rois, value):
+    """src + value inside rois (later ROIs win), 0 elsewhere: builtin add, outside = fill."""
+    out = np.zeros(src.shape, "<u2")
+    for (y0, y1), (x0, x1) in rois:
+        out[y0:y1, x0:x1] = src[y0:y1, x0:x1] + value
+    return out
+
+
+def chain_files(tmp_path, *, delay1=0, delay2=0, threads=2, compressor1="zlib", readahead=-1):
+    """in.zarr, step1.ini (ome = true over in.zarr) and step2.ini (over MNT1 = tmp_path/m1,
+    level 0) with their ROI lists and caches; returns (step1.ini, step2.ini, in, reference of
+    step 2)."""
+    rng = np.random.default_rng(17)
+    data = rng.integers(0, 1000, SHAPE).astype("<u2")
+    z = zarr.open(str(tmp_path / "in.zarr"), mode="w", shape=SHAPE, chunks=CHUNKS,
+                  dtype="<u2", compressor=Zlib(1))
+    z[...] = data
+    (tmp_path / "rois1.txt").write_text("".join(roi_text(r) + "\n" for r in ROIS1))
+    (tmp_path / "rois2.txt").write_text("".join(roi_text(r) + "\n" for r in ROIS2))
+    c1 = write_config(tmp_path / "step1.ini", {
+        "input": {"path": "in.zarr"}, "rois": {"file": "rois1.txt"},
+        "process": {"builtin": "add", "param.value": 1, "param.delay": delay1,
+                    "threads": threads, "readahead": readahead},
+        "output": {"ome": "true", "levels": 2, "compressor": compressor1},
+        "cache": {"dir": tmp_path / "cache1"}})
+    c2 = write_config(tmp_path / "step2.ini", {
+        "input": {"path": tmp_path / "m1", "level": 0}, "rois": {"file": "rois2.txt"},
+        "process": {"builtin": "add", "param.value": 10, "param.delay": delay2,
+                    "threads": threads, "readahead": readahead},
+        "output": {"chunks": "48,48", "compressor": "zlib"},
+        "cache": {"dir": tmp_path / "cache2"}})
+    return c1, c2, data, apply_rois(apply_rois(data, ROIS1, 1), ROIS2, 10)
+
+
+class Daemon:
+    """A `roifs mount -f` of its own session, under the watchdog."""
+
+    def __init__(self, path, proc, log):
+        self.path, self.proc, self.log = Path(path), proc, Path(log)
+
+    def status(self):
+        return read_status(self.path)
+
+    def log_text(self):
+        with contextlib.suppress(OSError):
+            return self.log.read_text(errors="replace")[-3000:]
+        return ""
+
+
+@contextlib.contextmanager
+def daemon(roifs_bin, config, mnt):
+    """Mounts config at mnt with -f in the background; the body may unmount it (roifs
+    unmount). On leaving: unmounted if it still is, the daemon reaped (killed if it must)."""
+    mnt = Path(mnt)
+    mnt.mkdir(exist_ok=True)
+    log = Path(config).with_suffix(f".{mnt.name}.log")
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen([roifs_bin, "mount", "-f", str(config), str(mnt)],
+                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd="/", start_new_session=True)
+    d = Daemon(mnt, proc, log)
+    with watched(proc, mnt):
+        try:
+            wait_for(lambda: proc.poll() is not None or (is_mounted(mnt) and
+                                                           (mnt / ".roifs" / "status").exists()),
+                     30, f"the mount at {mnt}")
+            assert proc.poll() is None, f"mount failed:\n{d.log_text()}"
+            yield d
+        except BaseException:
+            print(f"--- {log} ---\n{d.log_text()}")
+            raise
+        finally:
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, timeout=30)
+            if is_mounted(mnt):
+                lazy_unmount(mnt)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def unmount(roifs_bin, d, within):
+    """roifs unmount of d: exit 0 within `within` seconds, and its daemon gone with status 0."""
+    t0 = time.monotonic()
+    r = run_roifs(roifs_bin, "unmount", d.path, timeout=30)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert d.proc.wait(timeout=10) == 0, d.log_text()
+    assert took < within, f"roifs unmount took {took:.1f} s\n{d.log_text()}"
+    assert not is_mounted(d.path)
+    return took
+
+
+def read_in_thread(path):
+    """Starts reading path in a thread; returns (thread, result dict: data or error, and the
+    monotonic time the read ended)."""
+    got = {}
+
+    def run():
+        try:
+            got["data"] = read_bytes(path)
+        except OSError as e:
+            got["error"] = e
+        got["ended"] = time.monotonic()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, got
+
+
+def no_stuck_threads(pid):
+    """The threads of pid (if it still exists) that sleep uninterruptibly (state D)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                st = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                if st.rpartition(")")[2].split()[0] == "D":
+                    out.append(tid)
+    return not out
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("compressor1", ["zlib", "none"])
+def test_chain_computes_each_roi_once_also_across_remounts(tmp_path, roifs_bin, compressor1):
+    """Several zarr-python readers of mount 2 at once: the values of both steps, each mount's
+    calls equal to its ROI count. Both mounted again on the same caches: nothing is computed
+    (mount 1's chunk files keep their identity across its remounts: size and mtime are the
+    cached file's, whatever the chunk's encoding)."""
+    c1, c2, _, want = chain_files(tmp_path, compressor1=compressor1)
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    for rnd in range(2):
+        with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+            got = [None] * 4
+
+            def reader(i):
+                got[i] = zarr.open(str(m2), mode="r")[...]
+
+            th = [threading.Thread(target=reader, args=(i,)) for i in range(len(got))]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join(60)
+            assert not any(t.is_alive() for t in th), "a reader of mount 2 hangs"
+            for g in got:
+                np.testing.assert_array_equal(g, want)
+            s1, s2 = d1.status(), d2.status()
+            assert s1["rois"]["failed"] == s2["rois"]["failed"] == 0, (s1["errors"], s2["errors"])
+            if rnd == 0:
+                assert (s1["calls"], s2["calls"]) == (len(ROIS1), len(ROIS2))
+            else:
+                assert (s1["calls"], s2["calls"]) == (0, 0), "computed again after a remount"
+                assert s2["rois"]["done"] == len(ROIS2)
+            unmount(roifs_bin, d2, 10)
+            unmount(roifs_bin, d1, 10)
+
+
+@pytest.mark.timeout(150)
+def test_chain_busy_on_both_sides_does_not_deadlock(tmp_path, roifs_bin):
+    """One compute thread per mount, slow ROIs on both, eight readers of mount 2's chunks and
+    two of mount 1's at once: every read ends with the right bytes, each ROI once."""
+    c1, c2, data, want = chain_files(tmp_path, delay1=0.3, delay2=0.3, threads=1)
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        keys2 = sorted(p.name for p in m2.iterdir() if p.name[0].isdigit())
+        keys1 = sorted(p.name for p in (m1 / "0").iterdir() if p.name[0].isdigit())
+        jobs = [read_in_thread(m2 / k) for k in keys2[::-1][:8]]
+        jobs += [read_in_thread(m1 / "0" / k) for k in keys1[:2]]
+        for t, _ in jobs:
+            t.join(90)
+        assert not any(t.is_alive() for t, _ in jobs), "deadlock: reads still waiting"
+        assert all("data" in g for _, g in jobs), [g.get("error") for _, g in jobs]
+        np.testing.assert_array_equal(zarr.open(str(m2), mode="r")[...], want)
+        np.testing.assert_array_equal(zarr.open(str(m1 / "0"), mode="r")[...],
+                                      apply_rois(data, ROIS1, 1))
+        assert (d1.status()["calls"], d2.status()["calls"]) == (len(ROIS1), len(ROIS2))
+        unmount(roifs_bin, d2, 10)
+        unmount(roifs_bin, d1, 10)
+
+
+@pytest.mark.timeout(120)
+def test_unmount_upstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
+    """Mount 1 goes while mount 2 waits on it: mount 2's reader gets EIO at once, mount 2
+    serves what it has, reports mount 1's failure in its status, and unmounts cleanly."""
+    c1, c2, _, want = chain_files(tmp_path, delay1=20, readahead=0)
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    # Chunk 0.0 of mount 2 first, mount 1 without delay: mount 1's ROIs 0, 1, 2 and 4 done.
+    c1.write_text(c1.read_text().replace("param.delay = 20", "param.delay = 0"))
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        first = read_bytes(m2 / "0.0")
+        unmount(roifs_bin, d2, 10)
+        unmount(roifs_bin, d1, 10)
+    c1.write_text(c1.read_text().replace("param.delay = 0", "param.delay = 20"))
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        t, got = read_in_thread(m2 / "0.3")  # needs mount 1's ROI 3, not computed yet
+        wait_for(lambda: d1.status()["rois"]["running"] > 0, 20, "mount 1 computing")
+        gone = time.monotonic()
+        unmount(roifs_bin, d1, 10)
+        t.join(10)
+        assert not t.is_alive(), "mount 2's reader hangs after mount 1 went"
+        assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        assert got["ended"] - gone < 5
+        assert d2.proc.poll() is None, "mount 2 died with mount 1"
+        assert read_bytes(m2 / "0.0") == first  # what it has, it serves
+        with pytest.raises(OSError) as e:  # what it has not: EIO, at once
+            read_bytes(m2 / "2.0")
+        assert e.value.errno == errno.EIO
+        s = d2.status()
+        assert s["rois"]["failed"] > 0
+        assert any(str(m1) in x["message"] for x in s["errors"]), s["errors"]
+        assert no_stuck_threads(d2.proc.pid)
+        unmount(roifs_bin, d2, 5)
+    np.testing.assert_array_equal(np.frombuffer(zlib.decompress(first), "<u2"),
+                                  want[:48, :48].ravel())
+
+
+@pytest.mark.timeout(120)
+def test_unmount_downstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
+    """Mount 2 goes while its compute thread waits on a slow open of mount 1: its unmount
+    takes no grace period (the wait is interrupted: mount 1 answers the interrupted open at
+    once and goes on computing), its reader gets an error, and mount 1 still serves."""
+    c1, c2, data, _ = chain_files(tmp_path, delay1=6)
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        t, got = read_in_thread(m2 / "0.0")
+        wait_for(lambda: d1.status()["rois"]["running"] > 0, 20, "mount 1 computing")
+        unmount(roifs_bin, d2, 3)
+        t.join(10)
+        assert not t.is_alive() and "error" in got, got
+        assert "exiting without them" not in d2.log_text()
+        assert not os.path.exists(f"/proc/{d2.proc.pid}")
+        # mount 1 carries on: its ROIs finish, once, and its chunks read right
+        np.testing.assert_array_equal(zarr.open(str(m1 / "0"), mode="r")[0:64, 0:64],
+                                      apply_rois(data, ROIS1, 1)[0:64, 0:64])
+        assert d1.status()["rois"]["failed"] == 0
+        unmount(roifs_bin, d1, 10)
