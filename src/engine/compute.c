@@ -137,16 +137,22 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool sc
     }
     /* The signature comes from the files as they were read: a change during the read or the
      * computation makes a key that the input as it is then does not match. */
+    struct engine_reader me = {.thread = pthread_self()};
+    pthread_mutex_lock(&e->lock);
+    me.next = e->readers;
+    e->readers = &me;
+    pthread_mutex_unlock(&e->lock);
     int rc = task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
     if (rc == 0 && w->rq.label) /* its mask is read too */
         rc = select_roi(t, w, err);
-    if (rc < 0) {
-        /* a read the stop interrupted (engine_destroy) is no failure of the ROI */
-        pthread_mutex_lock(&e->lock);
-        if (e->stopping)
-            rc = -ECANCELED;
-        pthread_mutex_unlock(&e->lock);
-    }
+    pthread_mutex_lock(&e->lock);
+    struct engine_reader **p = &e->readers;
+    while (*p != &me)
+        p = &(*p)->next;
+    *p = me.next;
+    if (rc < 0 && e->stopping) /* a read the stop interrupted is no failure of the ROI */
+        rc = -ECANCELED;
+    pthread_mutex_unlock(&e->lock);
     return rc;
 }
 

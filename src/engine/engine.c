@@ -298,7 +298,8 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
  * the open of a chunk of another roifs mount (a chained mount) that is still computing it.
  * A signal makes the kernel send that file system a FUSE_INTERRUPT, which roifs answers at
  * once (open.c), so the read ends with EINTR instead of holding the stop for the whole
- * computation upstream. SA_RESTART leaves every other system call as it was. */
+ * computation upstream. Only threads inside an input read are signalled (the processor's
+ * own sleeps and polls must not be cut short), and SA_RESTART restarts whatever can be. */
 #define ENGINE_WAKE_SIGNAL   SIGURG
 #define ENGINE_WAKE_EVERY_NS 50000000
 
@@ -314,13 +315,18 @@ static void install_wake_handler(void)
     sigaction(ENGINE_WAKE_SIGNAL, &sa, NULL);
 }
 
-/* Joins th, signalling it until it ends: a signal sent just before it blocks is lost. */
-static void join_waking(pthread_t th)
+/* Joins compute thread th, signalling it while it reads the input (engine->readers), again
+ * and again: a signal sent just before it blocks is lost. */
+static void join_waking(struct engine *e, pthread_t th)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, install_wake_handler);
     for (;;) {
-        pthread_kill(th, ENGINE_WAKE_SIGNAL);
+        pthread_mutex_lock(&e->lock);
+        for (struct engine_reader *r = e->readers; r; r = r->next)
+            if (pthread_equal(r->thread, th))
+                pthread_kill(th, ENGINE_WAKE_SIGNAL);
+        pthread_mutex_unlock(&e->lock);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += ENGINE_WAKE_EVERY_NS;
@@ -343,7 +349,7 @@ void engine_destroy(struct engine *e)
     pthread_mutex_unlock(&e->lock);
     proc_shutdown(e->t->proc);
     for (int i = 0; i < e->nthreads; i++)
-        join_waking(e->threads[i]);
+        join_waking(e, e->threads[i]);
     if (e->poller_started)
         pthread_join(e->poller_thread, NULL);
     free(e->threads);

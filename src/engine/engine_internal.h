@@ -96,6 +96,13 @@ struct engine_error {
     char *message;
 };
 
+/* A compute thread in a read of the input: the stop may interrupt it (engine_destroy), never
+ * the processor's code, whose sleeps and polls a signal would cut short. */
+struct engine_reader {
+    pthread_t thread;
+    struct engine_reader *next;
+};
+
 struct engine {
     struct task *t;
     struct cache *c;
@@ -119,7 +126,8 @@ struct engine {
     pthread_t *threads;
     int nthreads;
     bool stopping;
-    double started; /* now_monotonic() at engine_create */
+    struct engine_reader *readers; /* compute threads reading the input now (compute.c) */
+    double started;                /* now_monotonic() at engine_create */
     size_t n_running, n_done, n_failed;
     size_t n_computed; /* ROIs this engine computed */
     size_t n_reused;   /* ROIs taken from the result store instead of computed */
