@@ -2,12 +2,16 @@
 the first one's presented image. Each mount computes its ROIs once, also across remounts of
 either; nothing deadlocks with readers on both and every compute thread busy; and unmounting
 either one first, with a read in flight, leaves no hung process: readers get EIO, the mount
-left keeps serving what it has and reports the input's failure, and unmounts cleanly."""
+left keeps serving what it has and reports the input's failure, and unmounts cleanly. Last,
+the Fractal example of config/ (organoids, then nuclei within them) end to end."""
 import contextlib
 import errno
+import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -18,8 +22,8 @@ import pytest
 import zarr
 from numcodecs import Zlib
 
-from conftest import (is_mounted, lazy_unmount, read_bytes, read_status, roi_text, run_roifs,
-                      wait_for, watched, write_config)
+from conftest import (REPO, is_mounted, lazy_unmount, read_bytes, read_status, roi_text,
+                      run_roifs, wait_for, watched, write_config)
 
 SHAPE, CHUNKS = (160, 224), (64, 64)
 # Boxes that straddle the chunks of both mounts (64 and 48), and overlap one another.
@@ -268,3 +272,54 @@ def test_unmount_downstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
                                       apply_rois(data, ROIS1, 1)[0:64, 0:64])
         assert d1.status()["rois"]["failed"] == 0
         unmount(roifs_bin, d1, 10)
+
+
+# ---------------------------------------------------------------- the Fractal example
+
+sys.path.insert(0, str(REPO / "scripts"))
+import fractal_demo  # noqa: E402  (scripts/: the example's image and its numpy references)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("first_down", ["nuclei", "organoids"])
+def test_fractal_two_steps_end_to_end(tmp_path, roifs_bin, first_down):
+    """config/fractal-organoids.ini and fractal-nuclei.ini as shipped, on the example's image:
+    step 2 takes step 1's presented image as input, step 1's masking ROI table as ROIs and
+    step 1's labels (level 1, read at level 0) as mask. Read with zarr-python: both label
+    images equal the numpy/scipy references, nuclei only inside organoids, each mount's calls
+    equal to its ROI count; the presented image's own files are the input's; then either
+    mount unmounted first, and no process left."""
+    for name in ("fractal-organoids.ini", "fractal-nuclei.ini"):
+        shutil.copy(REPO / "config" / name, tmp_path / name)
+    data = tmp_path / "fractal"
+    data.mkdir()
+    levels = fractal_demo.make_image(data)
+    organoids = fractal_demo.organoids_reference(levels)
+    nuclei, org0 = fractal_demo.nuclei_reference(levels, organoids)
+    assert organoids.max() == len(fractal_demo.ORGANOIDS) and nuclei.max() > 20
+    m1, m2 = data / "organoids", data / "nuclei"
+    with daemon(roifs_bin, tmp_path / "fractal-organoids.ini", m1) as d1, \
+            daemon(roifs_bin, tmp_path / "fractal-nuclei.ini", m2) as d2:
+        got_nuclei = zarr.open(str(m2 / "labels" / "nuclei" / "0"), mode="r")[...]
+        got_organoids = zarr.open(str(m2 / "labels" / "organoids" / "1"), mode="r")[...]
+        np.testing.assert_array_equal(got_organoids, organoids)
+        np.testing.assert_array_equal(got_nuclei, nuclei)
+        assert not np.any((got_nuclei > 0) & (org0 == 0)), "a nucleus outside the organoids"
+        # the image itself, read through both mounts
+        np.testing.assert_array_equal(zarr.open(str(m2 / "0"), mode="r")[...], levels[0])
+        assert (m2 / "0" / ".zarray").read_bytes() == \
+            (data / "image.zarr" / "0" / ".zarray").read_bytes()
+        labels = json.loads((m2 / "labels" / ".zattrs").read_text())["labels"]
+        assert sorted(labels) == ["nuclei", "organoids"]
+        s1, s2 = d1.status(), d2.status()
+        assert s1["rois"]["failed"] == s2["rois"]["failed"] == 0, (s1["errors"], s2["errors"])
+        assert (s1["calls"], s2["calls"]) == (4, organoids.max())
+        down = {"nuclei": (d2, d1), "organoids": (d1, d2)}[first_down]
+        unmount(roifs_bin, down[0], 10)
+        if first_down == "organoids":  # the second mount lives on and serves what it has
+            assert d2.proc.poll() is None
+            np.testing.assert_array_equal(
+                zarr.open(str(m2 / "labels" / "nuclei" / "0"), mode="r")[...], nuclei)
+        assert no_stuck_threads(down[1].proc.pid)
+        unmount(roifs_bin, down[1], 10)
+    assert not is_mounted(m1) and not is_mounted(m2)
