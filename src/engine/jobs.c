@@ -90,6 +90,7 @@ struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
     chunk_keys_free(&job->want);
     free(job->use);
     free(job->waits);
+    free(job->recheck);
     free(job);
     pthread_cond_broadcast(&e->done_cv);
     return w;
@@ -189,8 +190,15 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
         struct key128 w = job->want.rois[i];
         s->pins++;
         job->use[i] = w;
-        if (s->state == RS_DONE && !key_eq(s->key, w))
-            slot_forget(e, r); /* made from input that has changed since */
+        if (s->state == RS_DONE && !key_eq(s->key, w)) {
+            /* Made from other input than the job saw: input that changed since it was read,
+             * or that the job saw while it was being made (a chunk of another roifs mount,
+             * whose size and mtime change when it is computed: docs/fractal.md). The
+             * assembly looks at the input again, unlocked, and computes the ROI again only
+             * when the input is not what its result was made from. */
+            job->use[i] = s->key;
+            job->recheck[i] = 1;
+        }
         if (s->state == RS_DONE)
             continue;
         if ((s->state == RS_IDLE || s->state == RS_FAILED) && store_has(st, w)) {
@@ -225,6 +233,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     keys->rois = NULL;
     job->use = xcalloc(job->nrois ? job->nrois : 1, sizeof *job->use);
     job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
+    job->recheck = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->demanded = demanded;
     job->lock = -1;
     job->fd = -1;
@@ -485,6 +494,27 @@ static struct waiter *finish_failed_job(struct engine *e, struct chunk_job *job)
     return w;
 }
 
+/* The first ROI (index in the job) marked for a recheck whose result is not of the input as
+ * it is now, or SIZE_MAX; clears the marks (no lock held: the job is this thread's). */
+static size_t first_outdated(struct engine *e, struct chunk_job *job)
+{
+    size_t bad = SIZE_MAX;
+    struct zarr_sigmemo *memo = NULL;
+    for (size_t i = 0; i < job->nrois; i++) {
+        if (!job->recheck[i])
+            continue;
+        job->recheck[i] = 0;
+        if (!memo)
+            memo = zarr_sigmemo_new();
+        uint32_t r = job->rois[i];
+        struct key128 now = engine_roi_key(e->t, r, engine_roi_sig_now(e->t, r, memo));
+        if (bad == SIZE_MAX && !key_eq(now, job->use[i]))
+            bad = i;
+    }
+    zarr_sigmemo_free(memo);
+    return bad;
+}
+
 struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
 {
     if (job->failed)
@@ -496,7 +526,10 @@ struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
     uint64_t id = job->id, len = 0;
     int rc = 0, fd = job->fd; /* cached_already: the file found current */
     job->fd = -1;
-    if (!job->cached_already)
+    if (!job->cached_already && (bad = first_outdated(e, job)) != SIZE_MAX)
+        rc =
+            err_set(&err, -ENOENT, "the input of roi %u changed since it was read", job->rois[bad]);
+    else if (!job->cached_already)
         rc = make_chunk(e, job, &fd, &len, &bad, &err);
     if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);

@@ -5,7 +5,8 @@
  * chunks without ever failing, input changes reported (as [input] watch does), the store
  * compacted while readers open, and two engines on one cache (two processes:
  * open-file-description locks conflict inside one process too) computing each ROI once
- * around a failure and a lock just let go. */
+ * around a failure and a lock just let go; a job older than a result it shares uses it when
+ * the input is still what the result was read from. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -558,6 +559,72 @@ static void test_lock_taken_after_another_stored(void)
     pair_close(&p);
 }
 
+/* Writes input chunk 0.0 again, same values, as a new file renamed into place: its identity
+ * (inode, mtime) changes, as a changed input's does. */
+static void rewrite_input_chunk(void)
+{
+    int32_t v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = input_at(i / 4, i % 4);
+    char *tmp = path_join(dir, "in.zarr/0.0.new"), *name = path_join(dir, "in.zarr/0.0");
+    FILE *f = fopen(tmp, "wb");
+    fwrite(v, sizeof v, 1, f);
+    fclose(f);
+    CHECK_EQ_INT(rename(tmp, name), 0);
+    free(tmp);
+    free(name);
+}
+
+/* A chunk job whose look at the input came before the read of a ROI it shares (so the look
+ * saw other files than the read: with a chained mount, the first mount's chunk files change
+ * size and mtime when they are computed) pastes that ROI's result when the input is still
+ * what the read saw, without computing it again; when the input changed after the read, the
+ * ROI runs again. */
+static void test_job_older_than_a_result_uses_it(void)
+{
+    write_text("rois7.txt", "0:8, 0:8\n");
+    struct harness_rig g;
+    if (!rig_open(&g, "[input]\npath = in.zarr\n[rois]\nfile = rois7.txt\n[process]\n"
+                      "builtin = add\nthreads = 1\nreadahead = 0\n[cache]\ndir = cache7\n"))
+        return;
+    struct chunk_keys look;
+    engine_chunk_keys_now(g.t, 1, NULL, &look);
+    rewrite_input_chunk();
+    int32_t v[16];
+    CHECK_EQ_INT(read_chunk(g.e, 0, v), 0); /* the ROI, read from the input as it is now */
+    CHECK_EQ_INT(g.t->proc->calls, 1);
+
+    /* chunk 1's job made of the earlier look, as engine_open_chunk makes one */
+    struct harness_open o = {.fd = -1};
+    pthread_mutex_init(&o.m, NULL);
+    pthread_cond_init(&o.cv, NULL);
+    struct waiter *w = xmalloc(sizeof *w);
+    *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
+    pthread_mutex_lock(&g.e->lock);
+    struct chunk_job *job = engine_job_create(g.e, 1, true, &look);
+    w->next = job->waiters;
+    job->waiters = w;
+    pthread_mutex_unlock(&g.e->lock);
+    pthread_mutex_lock(&o.m);
+    while (!o.done)
+        pthread_cond_wait(&o.cv, &o.m);
+    pthread_mutex_unlock(&o.m);
+    pthread_mutex_destroy(&o.m);
+    pthread_cond_destroy(&o.cv);
+    CHECK_EQ_INT(o.err, 0);
+    CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
+    close(o.fd);
+    CHECK_EQ_INT(v[5], input_at(1, 5) + 1);
+    CHECK_EQ_INT(g.t->proc->calls, 1);
+
+    rewrite_input_chunk(); /* a change after the read: computed again, once */
+    CHECK_EQ_INT(read_chunk(g.e, 2, v), 0);
+    CHECK_EQ_INT(v[0], input_at(4, 0) + 1);
+    CHECK_EQ_INT(g.t->proc->calls, 2);
+    chunk_keys_free(&look);
+    harness_rig_close(&g);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "engine"))
@@ -574,6 +641,7 @@ int main(void)
     RUN(test_failed_chunk_keeps_its_lock);
     RUN(test_open_while_a_failed_chunk_settles);
     RUN(test_lock_taken_after_another_stored);
+    RUN(test_job_older_than_a_result_uses_it);
     check_rmtree(dir);
     return check_done();
 }
