@@ -96,11 +96,37 @@ void input_fid_of(const struct stat *st, struct file_id *fid)
     }
 }
 
+/* fd, of the input's directory, failed with r: true when it went away (ENOTCONN: a FUSE input
+ * whose daemon ended, such as another roifs mount) and a newer descriptor of the same array
+ * is there to try again with. */
+static bool reconnected(const struct zarr_input *in, int fd, int r)
+{
+    return r == -ENOTCONN &&
+           input_dir_reconnect(in->dir, in->path, fd,
+                               in->meta.format == 2 ? ".zarray" : "zarr.json", in->zarray);
+}
+
+/* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */
+static int open_key(const struct zarr_input *in, const char *key)
+{
+    for (int attempt = 0;; attempt++) {
+        int dfd = input_dir_fd(in->dir);
+        int fd = openat(dfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        int r = -errno; /* before reconnected, whose own calls set errno */
+        if (attempt == 1 || !reconnected(in, dfd, r))
+            return r;
+    }
+}
+
 static void stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
 {
     struct stat st;
     memset(fid, 0, sizeof *fid);
-    if (fstatat(in->dirfd, key, &st, 0) == 0)
+    int dfd = input_dir_fd(in->dir);
+    if (fstatat(dfd, key, &st, 0) == 0 ||
+        (reconnected(in, dfd, -errno) && fstatat(input_dir_fd(in->dir), key, &st, 0) == 0))
         input_fid_of(&st, fid);
 }
 
@@ -133,9 +159,9 @@ bool input_same_file(const struct file_id *a, const struct file_id *b)
 static int read_chunk_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
                            struct file_id *fid, struct errbuf *err)
 {
-    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = open_key(in, key);
     if (fd < 0) {
-        int r = -errno;
+        int r = fd;
         if (missing_errno(r))
             return r;
         return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key, strerror(-r));
@@ -264,11 +290,11 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
     storage_key(in, sid, key, sizeof key);
     *out = NULL;
     /* as read_chunk_file: never block in open, read regular files only */
-    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = open_key(in, key);
     if (fd < 0)
-        return missing_errno(-errno) ? 0
-                                     : err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path,
-                                               key, strerror(errno));
+        return missing_errno(fd) ? 0
+                                 : err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key,
+                                           strerror(-fd));
     struct stat st;
     size_t isz = zarr_shard_index_size(m);
     void *raw = NULL;
@@ -318,7 +344,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
     uint64_t off = e[0], n = e[1];
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
-    int fd = openat(in->dirfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = open_key(in, key);
     struct stat st;
     struct file_id now = {0};
     if (fd >= 0 && fstat(fd, &st) == 0)
@@ -332,7 +358,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
     }
     release(in, ix);
     if (fd < 0)
-        return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(errno));
+        return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(-fd));
     void *raw = NULL;
     /* as read_chunk_file: no codec makes a chunk this much larger than its data */
     if (n > 2 * (uint64_t)in->chunk_nbytes + (1u << 20))
@@ -549,7 +575,7 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
 static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
 {
     size_t len;
-    int r = file_read_all_at(in->dirfd, "zarr.json", &in->zarray, &len);
+    int r = file_read_all_at(input_dir_fd(in->dir), "zarr.json", &in->zarray, &len);
     if (r == -ENOENT)
         return err_set(err, -ENOENT,
                        "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no zarr.json)",
@@ -565,7 +591,7 @@ static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
 static int read_metadata(struct zarr_input *in, struct errbuf *err)
 {
     size_t len;
-    int r = file_read_all_at(in->dirfd, ".zarray", &in->zarray, &len);
+    int r = file_read_all_at(input_dir_fd(in->dir), ".zarray", &in->zarray, &len);
     if (r == -ENOENT)
         return read_v3_metadata(in, err);
     if (r < 0)
@@ -573,7 +599,7 @@ static int read_metadata(struct zarr_input *in, struct errbuf *err)
     r = zarr_meta_parse_v2(in->zarray, len, &in->meta, err);
     if (r < 0)
         return err_prefix(err, r, "%s/.zarray", in->path);
-    r = file_read_all_at(in->dirfd, ".zattrs", &in->zattrs, &len);
+    r = file_read_all_at(input_dir_fd(in->dir), ".zattrs", &in->zattrs, &len);
     if (r == -ENOENT) {
         in->zattrs = NULL;
         return 0;
@@ -609,8 +635,7 @@ static int setup_units(struct zarr_input *in, struct errbuf *err)
 /* Frees what zarr_input_open made before the cache: the directory and the metadata texts. */
 static void free_opened(struct zarr_input *in)
 {
-    if (in->dirfd >= 0)
-        close(in->dirfd);
+    input_dir_close(in->dir);
     free(in->zarray);
     free(in->zattrs);
     free(in->dimnames);
@@ -622,9 +647,8 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
 {
     struct zarr_input *in = xcalloc(1, sizeof *in);
     in->path = xstrdup(path);
-    in->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (in->dirfd < 0) {
-        int e = -errno;
+    int e = input_dir_open(path, &in->dir);
+    if (e < 0) {
         err_set(err, e, "%s: %s", path, strerror(-e));
         free_opened(in);
         return e;

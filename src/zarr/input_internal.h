@@ -31,9 +31,20 @@ struct chunk {
     bool stale;   /* replaced by a newer version of the file; freed by its last reader */
 };
 
+/* The input's directory (input_dir.c): opened again by its path when its file system went
+ * away (ENOTCONN) and holds the same array again. */
+struct input_dir;
+int input_dir_open(const char *path, struct input_dir **out);
+int input_dir_fd(const struct input_dir *d);
+/* failed (a descriptor input_dir_fd gave) failed with ENOTCONN: true when there is a newer
+ * one, of path opened again and holding the metadata file meta with exactly text. */
+bool input_dir_reconnect(struct input_dir *d, const char *path, int failed, const char *meta,
+                         const char *text);
+void input_dir_close(struct input_dir *d);
+
 struct zarr_input {
     char *path;
-    int dirfd;
+    struct input_dir *dir;
     struct zarr_meta meta;
     char *zarray, *zattrs, *dimnames;
     uint64_t meta_hash;            /* of zarray: where every signature starts */

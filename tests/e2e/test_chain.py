@@ -219,7 +219,9 @@ def test_chain_busy_on_both_sides_does_not_deadlock(tmp_path, roifs_bin):
 @pytest.mark.timeout(120)
 def test_unmount_upstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
     """Mount 1 goes while mount 2 waits on it: mount 2's reader gets EIO at once, mount 2
-    serves what it has, reports mount 1's failure in its status, and unmounts cleanly."""
+    serves what it has and reports mount 1's failure in its status; mounted again, mount 1 is
+    taken up again by mount 2 (its input directory opened anew), which computes what failed;
+    mount 2 unmounts cleanly."""
     c1, c2, _, want = chain_files(tmp_path, delay1=20, readahead=0)
     m1, m2 = tmp_path / "m1", tmp_path / "m2"
     # Chunk 0.0 of mount 2 first, mount 1 without delay: mount 1's ROIs 0, 1, 2 and 4 done.
@@ -247,7 +249,15 @@ def test_unmount_upstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
         assert s["rois"]["failed"] > 0
         assert any(str(m1) in x["message"] for x in s["errors"]), s["errors"]
         assert no_stuck_threads(d2.proc.pid)
-        unmount(roifs_bin, d2, 5)
+        # Mount 1 again: mount 2 opens its input again and computes what failed.
+        c1.write_text(c1.read_text().replace("param.delay = 20", "param.delay = 0"))
+        with daemon(roifs_bin, c1, m1) as d1:
+            for key, box in (("0.3", want[0:48, 144:192]), ("2.0", want[96:144, 0:48])):
+                np.testing.assert_array_equal(
+                    np.frombuffer(zlib.decompress(read_bytes(m2 / key)), "<u2"), box.ravel())
+            assert "opened again" in d2.log_text()
+            unmount(roifs_bin, d2, 5)
+            unmount(roifs_bin, d1, 10)
     np.testing.assert_array_equal(np.frombuffer(zlib.decompress(first), "<u2"),
                                   want[:48, :48].ravel())
 
