@@ -66,7 +66,7 @@ struct chunk_job {
     struct chunk_keys want; /* the keys as the input was at the open */
     struct key128 *use;     /* the key of each ROI's result to paste */
     uint8_t *waits;         /* 1 while the job waits for that ROI */
-    uint8_t *recheck;       /* 1: its result was made from other input than the job saw */
+    uint8_t *recheck;       /* 1: made from other input than the job saw (written as use) */
     size_t pending;         /* ROIs waited for */
     bool scheduled;         /* its ROIs are pinned and asked for */
     bool demanded;

@@ -494,25 +494,52 @@ static struct waiter *finish_failed_job(struct engine *e, struct chunk_job *job)
     return w;
 }
 
-/* The first ROI (index in the job) marked for a recheck whose result is not of the input as
- * it is now, or SIZE_MAX; clears the marks (no lock held: the job is this thread's). */
-static size_t first_outdated(struct engine *e, struct chunk_job *job)
+/* Looks at the input again for the ROIs marked for a recheck (no lock held: the job is this
+ * thread's): clears the marks of those whose result is of the input as it is now, and returns
+ * how many are not. */
+static size_t mark_outdated(struct engine *e, struct chunk_job *job)
 {
-    size_t bad = SIZE_MAX;
+    size_t n = 0;
     struct zarr_sigmemo *memo = NULL;
     for (size_t i = 0; i < job->nrois; i++) {
         if (!job->recheck[i])
             continue;
-        job->recheck[i] = 0;
         if (!memo)
             memo = zarr_sigmemo_new();
         uint32_t r = job->rois[i];
         struct key128 now = engine_roi_key(e->t, r, engine_roi_sig_now(e->t, r, memo));
-        if (bad == SIZE_MAX && !key_eq(now, job->use[i]))
-            bad = i;
+        if (key_eq(now, job->use[i]))
+            job->recheck[i] = 0;
+        else
+            n++;
     }
     zarr_sigmemo_free(memo);
-    return bad;
+    return n;
+}
+
+/* The marked ROIs of the job are computed again (unless that was done meanwhile), and the job
+ * assembled once they are (lock held). */
+static void job_refresh_rois(struct engine *e, struct chunk_job *job)
+{
+    for (size_t i = 0; i < job->nrois; i++) {
+        if (!job->recheck[i])
+            continue;
+        job->recheck[i] = 0;
+        uint32_t r = job->rois[i];
+        struct roi_slot *s = &e->rois[r];
+        if (s->state == RS_DONE && key_eq(s->key, job->use[i]))
+            slot_forget(e, r);
+        if (s->state == RS_DONE) {
+            job->use[i] = s->key; /* made again meanwhile */
+            job->recheck[i] = 1;
+        } else if (request_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD) ==
+                   ROI_MUST_WAIT) {
+            job->waits[i] = 1;
+            job->pending++;
+        }
+    }
+    if (job->pending == 0)
+        asm_enqueue(e, job);
 }
 
 struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
@@ -526,10 +553,17 @@ struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
     uint64_t id = job->id, len = 0;
     int rc = 0, fd = job->fd; /* cached_already: the file found current */
     job->fd = -1;
-    if (!job->cached_already && (bad = first_outdated(e, job)) != SIZE_MAX)
-        rc =
-            err_set(&err, -ENOENT, "the input of roi %u changed since it was read", job->rois[bad]);
-    else if (!job->cached_already)
+    size_t outdated = job->cached_already ? 0 : mark_outdated(e, job);
+    if (outdated) {
+        log_info("chunk %llu: the input of %zu of its ROIs changed since they were read; "
+                 "computing them again",
+                 (unsigned long long)id, outdated);
+        pthread_mutex_lock(&e->lock);
+        job_refresh_rois(e, job);
+        pthread_mutex_unlock(&e->lock);
+        return NULL;
+    }
+    if (!job->cached_already)
         rc = make_chunk(e, job, &fd, &len, &bad, &err);
     if (rc == -ENOENT && bad != SIZE_MAX && job->attempts < 3) {
         log_warn("chunk %llu: %s; computing the ROI again", (unsigned long long)id, err.msg);
