@@ -61,7 +61,10 @@ static int walk(const struct overlay *ov, struct ns *ns, int dir, const char *pa
         char *p = path_join(path, names[i]);
         char *q = *rel ? xasprintf("%s/%s", rel, names[i]) : xstrdup(names[i]);
         struct stat st;
-        if (stat(p, &st) < 0 || replaced(ov, q) || overlay_hides(ov, q)) {
+        if (!*rel && strcmp(names[i], ".roifs") == 0) {
+            /* the status of the roifs mount the image is read from (a chained mount): not a
+             * file of the image; this mount's own takes its place */
+        } else if (stat(p, &st) < 0 || replaced(ov, q) || overlay_hides(ov, q)) {
             /* gone since listed, or a file or group the overlay replaces */
         } else if (S_ISDIR(st.st_mode) && depth < WALK_MAX_DEPTH) {
             r = walk(ov, ns, ns_add_dir(ns, dir, names[i]), p, q, depth + 1, err);

@@ -284,6 +284,32 @@ def test_unmount_downstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
         unmount(roifs_bin, d1, 10)
 
 
+@pytest.mark.timeout(120)
+def test_labels_over_a_mount_have_their_own_status(tmp_path, roifs_bin):
+    """ome = labels over another mount's image: the second mount presents that image with its
+    own labels, and its own status file, not the first mount's (the input's .roifs is no
+    file of the image)."""
+    c1, c2, data, _ = chain_files(tmp_path)
+    text = c2.read_text().replace("builtin = add", "builtin = threshold")
+    text = text.replace("param.value = 10", "param.value = 500")
+    c2.write_text(text.replace('chunks = 48,48', 'ome = labels\ndtype = |u1\nlabel_name = bright'))
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        want = np.zeros(SHAPE, "u1")
+        level0 = apply_rois(data, ROIS1, 1)
+        for (y0, y1), (x0, x1) in ROIS2:
+            want[y0:y1, x0:x1] = level0[y0:y1, x0:x1] > 500
+        np.testing.assert_array_equal(
+            zarr.open(str(m2 / "labels" / "bright" / "0"), mode="r")[...], want)
+        np.testing.assert_array_equal(zarr.open(str(m2 / "0"), mode="r")[...], level0)
+        assert sorted(os.listdir(m2 / ".roifs")) == ["status"]
+        s1, s2 = d1.status(), d2.status()
+        assert (s1["rois"]["total"], s2["rois"]["total"]) == (len(ROIS1), len(ROIS2))
+        assert (s1["calls"], s2["calls"]) == (len(ROIS1), len(ROIS2))
+        unmount(roifs_bin, d2, 10)
+        unmount(roifs_bin, d1, 10)
+
+
 # ---------------------------------------------------------------- the Fractal example
 
 sys.path.insert(0, str(REPO / "scripts"))
