@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "../util.h"
@@ -25,6 +26,7 @@ struct pt_backing_map {
 };
 #define PT_IOC_BACKING_OPEN  _IOW(229, 1, struct pt_backing_map)
 #define PT_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+#define FUSE_SUPER_MAGIC     0x65735546 /* statfs f_type of a FUSE file system */
 
 /* The parts of the INIT messages read or changed here, laid out as in 7.40. */
 struct pt_init_in {
@@ -183,13 +185,19 @@ int32_t pt_backing_open(struct pt *pt, int fd)
     int id = ioctl(pt->fd, PT_IOC_BACKING_OPEN, &map);
     if (id > 0)
         return id;
+    int e = id < 0 ? errno : EINVAL;
+    struct statfs sfs;
+    /* A file of another FUSE mount that passes through itself (the input of ome = labels
+     * when it is another roifs mount): too deep a stack for the kernel. That file is read
+     * through; the cache files still pass. */
+    if (e == ELOOP && fstatfs(fd, &sfs) == 0 && sfs.f_type == FUSE_SUPER_MAGIC)
+        return 0;
     /* Deterministic for a cache directory (its file system's stack depth, missing privilege):
      * use the ordinary path for every chunk from now on. */
     pthread_mutex_lock(&pt->lock);
     if (pt_active(pt)) {
         snprintf(pt->reason, sizeof pt->reason,
-                 "the kernel refused to pass through to the cache files: %s",
-                 strerror(id < 0 ? errno : EINVAL));
+                 "the kernel refused to pass through to the cache files: %s", strerror(e));
         atomic_store(&pt->state, PT_OFF);
         log_warn("FUSE passthrough off: %s", pt->reason);
     }

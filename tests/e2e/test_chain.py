@@ -306,6 +306,11 @@ def test_labels_over_a_mount_have_their_own_status(tmp_path, roifs_bin):
         s1, s2 = d1.status(), d2.status()
         assert (s1["rois"]["total"], s2["rois"]["total"]) == (len(ROIS1), len(ROIS2))
         assert (s1["calls"], s2["calls"]) == (len(ROIS1), len(ROIS2))
+        # The first mount's files cannot pass through a second FUSE mount (the kernel's stack
+        # depth): they are read through, and the second mount's own chunks still pass through.
+        assert s2["fuse"]["passthrough"] == s1["fuse"]["passthrough"], s2["fuse"]
+        np.testing.assert_array_equal(  # read again, now by the second mount's own descriptors
+            zarr.open(str(m2 / "labels" / "bright" / "0"), mode="r")[...], want)
         unmount(roifs_bin, d2, 10)
         unmount(roifs_bin, d1, 10)
 
