@@ -328,8 +328,9 @@ def test_fractal_two_steps_end_to_end(tmp_path, roifs_bin, first_down):
     step 2 takes step 1's presented image as input, step 1's masking ROI table as ROIs and
     step 1's labels (level 1, read at level 0) as mask. Read with zarr-python: both label
     images equal the numpy/scipy references, nuclei only inside organoids, each mount's calls
-    equal to its ROI count; the presented image's own files are the input's; then either
-    mount unmounted first, and no process left."""
+    equal to its ROI count; the presented image's own files are the input's; both steps
+    exported into a copy of the image (export --into); then either mount unmounted first, and
+    no process left."""
     for name in ("fractal-organoids.ini", "fractal-nuclei.ini"):
         shutil.copy(REPO / "config" / name, tmp_path / name)
     data = tmp_path / "fractal"
@@ -355,6 +356,19 @@ def test_fractal_two_steps_end_to_end(tmp_path, roifs_bin, first_down):
         s1, s2 = d1.status(), d2.status()
         assert s1["rois"]["failed"] == s2["rois"]["failed"] == 0, (s1["errors"], s2["errors"])
         assert (s1["calls"], s2["calls"]) == (4, organoids.max())
+        if first_down == "nuclei":  # both steps written into a copy of the image
+            copy = tmp_path / "copy.zarr"
+            shutil.copytree(data / "image.zarr", copy)
+            for step in ("fractal-organoids.ini", "fractal-nuclei.ini"):
+                r = run_roifs(roifs_bin, "export", "--into", copy, tmp_path / step, timeout=120)
+                assert r.returncode == 0, r.stderr
+            assert json.loads((copy / "labels" / ".zattrs").read_text())["labels"] == \
+                ["organoids", "nuclei"]
+            np.testing.assert_array_equal(zarr.open(str(copy / "labels" / "nuclei" / "0"),
+                                                    mode="r")[...], nuclei)
+            np.testing.assert_array_equal(zarr.open(str(copy / "labels" / "organoids" / "1"),
+                                                    mode="r")[...], organoids)
+            assert (d1.status()["calls"], d2.status()["calls"]) == (4, organoids.max())
         down = {"nuclei": (d2, d1), "organoids": (d1, d2)}[first_down]
         unmount(roifs_bin, down[0], 10)
         if first_down == "organoids":  # the second mount lives on and serves what it has
