@@ -315,8 +315,9 @@ static void install_wake_handler(void)
     sigaction(ENGINE_WAKE_SIGNAL, &sa, NULL);
 }
 
-/* Joins compute thread th, signalling it while it reads the input (engine->readers), again
- * and again: a signal sent just before it blocks is lost. */
+/* Joins compute thread th, signalling the threads that read the input (engine->readers) again
+ * and again until it ends: th may wait for another one's read (a chunk of the input that only
+ * one thread loads), and a signal sent just before a thread blocks is lost. */
 static void join_waking(struct engine *e, pthread_t th)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -324,8 +325,7 @@ static void join_waking(struct engine *e, pthread_t th)
     for (;;) {
         pthread_mutex_lock(&e->lock);
         for (struct engine_reader *r = e->readers; r; r = r->next)
-            if (pthread_equal(r->thread, th))
-                pthread_kill(th, ENGINE_WAKE_SIGNAL);
+            pthread_kill(r->thread, ENGINE_WAKE_SIGNAL);
         pthread_mutex_unlock(&e->lock);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -334,8 +334,7 @@ static void join_waking(struct engine *e, pthread_t th)
             until.tv_sec++;
             until.tv_nsec -= 1000000000;
         }
-        int r = pthread_timedjoin_np(th, NULL, &until);
-        if (r != ETIMEDOUT)
+        if (pthread_timedjoin_np(th, NULL, &until) != ETIMEDOUT)
             return;
     }
 }

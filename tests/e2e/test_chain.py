@@ -263,11 +263,18 @@ def test_unmount_upstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
 
 
 @pytest.mark.timeout(120)
-def test_unmount_downstream_first_with_a_read_in_flight(tmp_path, roifs_bin):
-    """Mount 2 goes while its compute thread waits on a slow open of mount 1: its unmount
-    takes no grace period (the wait is interrupted: mount 1 answers the interrupted open at
-    once and goes on computing), its reader gets an error, and mount 1 still serves."""
+@pytest.mark.parametrize("waiting", ["one", "several"])
+def test_unmount_downstream_first_with_a_read_in_flight(tmp_path, roifs_bin, waiting):
+    """Mount 2 goes while its compute threads wait on a slow open of mount 1 (one thread, or
+    four whose ROIs all read one chunk of mount 1: one opens it, the others wait for that
+    load): its unmount takes no grace period (the open is interrupted: mount 1 answers the
+    interrupted open at once and goes on computing), its reader gets an error, and mount 1
+    still serves."""
     c1, c2, data, _ = chain_files(tmp_path, delay1=6)
+    if waiting == "several":  # 8 ROIs in mount 2's chunk 0.0, all inside mount 1's chunk 0.0
+        (tmp_path / "rois2.txt").write_text("".join(
+            f"{y}:{y + 12}, {x}:{x + 24}\n" for y in range(0, 48, 12) for x in (0, 24)))
+        c2.write_text(c2.read_text().replace("threads = 2", "threads = 4"))
     m1, m2 = tmp_path / "m1", tmp_path / "m2"
     with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
         t, got = read_in_thread(m2 / "0.0")
