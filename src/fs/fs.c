@@ -21,8 +21,10 @@
  * be killed) before the daemon exits without it. */
 #define STOP_GRACE_S 5
 
-/* The FUSE device polling window (devio.h), in microseconds: bench/notes/fusepath.md. */
-#define POLL_US_DEFAULT 1000
+/* The FUSE device polling window (devio.h), in microseconds; off unless ROIFS_FUSE_POLL_US
+ * asks for it: on a quiet machine a 1000 us window made warm reads slower, not faster
+ * (bench/notes/fusepath.md, bench/RESULTS.md "Warm reads"). */
+#define POLL_US_DEFAULT 0
 #define POLL_US_MAX     100000
 
 static struct fs *fs_of(fuse_req_t req)
