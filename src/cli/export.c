@@ -105,6 +105,19 @@ static int copy_and_crc(int out, int in, uint64_t size, uint32_t *crc)
     return 0;
 }
 
+/* Frees what the walk of the tree listed (the destination's descriptor stays the caller's). */
+static void export_free(struct export *x)
+{
+    for (size_t k = 0; k < x->n; k++)
+        free(x->rel[k]);
+    for (size_t k = 0; k < x->nmeta; k++)
+        free(x->meta[k].rel);
+    free(x->rel);
+    free(x->ids);
+    free(x->arrays);
+    free(x->meta);
+}
+
 /* True when DEST/rel holds exactly the chunk m describes: its record names m's key, length
  * and checksum, and its bytes have that length and checksum. */
 static bool dest_is_current(struct export *x, const char *rel, const struct cache_chunk_meta *m)
@@ -598,14 +611,7 @@ static int into_labels(struct into *in, struct arrayset *s)
             fprintf(stderr, "roifs: %s\n", err.msg);
             rc = EXIT_RUNTIME;
         }
-    for (size_t k = 0; k < x.n; k++)
-        free(x.rel[k]);
-    for (size_t k = 0; k < x.nmeta; k++)
-        free(x.meta[k].rel);
-    free(x.rel);
-    free(x.ids);
-    free(x.arrays);
-    free(x.meta);
+    export_free(&x);
     if (x.destfd >= 0)
         close(x.destfd);
     return rc;
@@ -743,14 +749,7 @@ int cmd_export(int argc, char **argv)
     if (r == 0)
         r = export_run(&x, s);
     arrayset_close(s);
-    for (size_t k = 0; k < x.n; k++)
-        free(x.rel[k]);
-    for (size_t k = 0; k < x.nmeta; k++)
-        free(x.meta[k].rel);
-    free(x.rel);
-    free(x.ids);
-    free(x.arrays);
-    free(x.meta);
+    export_free(&x);
     if (lock >= 0)
         close(lock);
     if (x.destfd >= 0)

@@ -176,8 +176,11 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
     free(po);
 }
 
-static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
-                       struct fuse_file_info *fi)
+/* An open that waits (for a chunk or a table): on the pending list, answerable by an interrupt
+ * or the unmount. NULL when the request was interrupted while it was registered (answered
+ * EINTR; nobody else heard of it). */
+static struct pending_open *pending_start(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
+                                          struct fuse_file_info *fi)
 {
     struct fs *fs = fuse_req_userdata(req);
     struct pending_open *po = xcalloc(1, sizeof *po);
@@ -193,10 +196,20 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     fuse_req_interrupt_func(req, open_interrupted, fs);
     registering = NULL;
     if (interrupted_now) {
-        fuse_reply_err(req, EINTR); /* po is off the list: the engine never heard of it */
+        fuse_reply_err(req, EINTR); /* po is off the list */
         free(po);
-        return;
+        return NULL;
     }
+    return po;
+}
+
+static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
+                       struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    struct pending_open *po = pending_start(req, ino, n, fi);
+    if (!po)
+        return;
     engine_open_chunk(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, chunk_opened,
                       po);
 }
@@ -269,23 +282,9 @@ static void open_table(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
                        struct fuse_file_info *fi)
 {
     struct fs *fs = fuse_req_userdata(req);
-    struct pending_open *po = xcalloc(1, sizeof *po);
-    po->req = req;
-    po->fi = *fi;
-    po->id = n->chunk;
-    po->ino = ino;
-    po->base = n->ino;
-    po->fs = fs;
-    pending_add(fs, po);
-    registering = req;
-    interrupted_now = false;
-    fuse_req_interrupt_func(req, open_interrupted, fs);
-    registering = NULL;
-    if (interrupted_now) {
-        fuse_reply_err(req, EINTR);
-        free(po);
+    struct pending_open *po = pending_start(req, ino, n, fi);
+    if (!po)
         return;
-    }
     otable_request(arrayset_table(fs->set), table_ready, po);
 }
 
