@@ -45,11 +45,6 @@ static void evict(struct zarr_input *in)
 
 /* ---- loading one chunk ---- */
 
-static bool missing_errno(int r)
-{
-    return r == -ENOENT || r == -ENOTDIR || r == -EISDIR;
-}
-
 /* The storage key (chunk or shard file) of storage grid index sid. */
 static void storage_key(const struct zarr_input *in, uint64_t sid, char *key, size_t len)
 {
@@ -85,57 +80,12 @@ static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_
                 len);
 }
 
-void input_fid_of(const struct stat *st, struct file_id *fid)
-{
-    memset(fid, 0, sizeof *fid);
-    if (S_ISREG(st->st_mode)) {
-        fid->exists = true;
-        fid->size = (uint64_t)st->st_size;
-        fid->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
-        fid->ino = (uint64_t)st->st_ino;
-    }
-}
-
-/* fd, of the input's directory, failed with r: true when it went away (ENOTCONN: a FUSE input
- * whose daemon ended, such as another roifs mount) and a newer descriptor of the same array
- * is there to try again with. */
-static bool reconnected(const struct zarr_input *in, int fd, int r)
-{
-    return r == -ENOTCONN &&
-           input_dir_reconnect(in->dir, in->path, fd,
-                               in->meta.format == 2 ? ".zarray" : "zarr.json", in->zarray);
-}
-
-/* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */
-static int open_key(const struct zarr_input *in, const char *key)
-{
-    for (int attempt = 0;; attempt++) {
-        int dfd = input_dir_fd(in->dir);
-        int fd = openat(dfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        if (fd >= 0)
-            return fd;
-        int r = -errno; /* before reconnected, whose own calls set errno */
-        if (attempt == 1 || !reconnected(in, dfd, r))
-            return r;
-    }
-}
-
-static void stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
-{
-    struct stat st;
-    memset(fid, 0, sizeof *fid);
-    int dfd = input_dir_fd(in->dir);
-    if (fstatat(dfd, key, &st, 0) == 0 ||
-        (reconnected(in, dfd, -errno) && fstatat(input_dir_fd(in->dir), key, &st, 0) == 0))
-        input_fid_of(&st, fid);
-}
-
 /* Identity of the file holding LRU entry id. */
 static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
 {
     char key[ROIFS_MAX_DIM * 24 + 4];
     chunk_key(in, id, key, sizeof key);
-    stat_key(in, key, fid);
+    input_stat_key(in, key, fid);
 }
 
 /* Identity of the chunk (or shard) file of storage grid index sid. */
@@ -143,65 +93,7 @@ void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_i
 {
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
-    stat_key(in, key, fid);
-}
-
-bool input_same_file(const struct file_id *a, const struct file_id *b)
-{
-    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-           a->ino == b->ino;
-}
-
-/* Reads chunk file key whole into a malloc'd buffer. Only a regular file is read: the open
- * does not block and anything else is refused, since a FIFO would hang the compute thread in
- * open() and a link to a device such as /dev/zero would never end. A directory is -EISDIR
- * (missing, as in zarr-python); other failures are -EIO with a message. */
-static int read_chunk_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
-                           struct file_id *fid, struct errbuf *err)
-{
-    int fd = open_key(in, key);
-    if (fd < 0) {
-        int r = fd;
-        if (missing_errno(r))
-            return r;
-        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key, strerror(-r));
-    }
-    struct stat st;
-    int r = fstat(fd, &st) < 0 ? -errno : 0;
-    if (r == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
-        return -EISDIR;
-    }
-    if (r == 0 && !S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(err, -EIO, "%s/%s: cannot read chunk: not a regular file", in->path, key);
-    }
-    if (r == 0) /* taken before the bytes are read: what they are made of is this file or newer */
-        input_fid_of(&st, fid);
-    /* No codec makes a chunk this much larger than its data: refuse before allocating. */
-    if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
-        close(fd);
-        return err_set(err, -EIO,
-                       "%s/%s: cannot read chunk: %lld bytes is too large for a chunk "
-                       "of %zu bytes",
-                       in->path, key, (long long)st.st_size, in->chunk_nbytes);
-    }
-    size_t size = r == 0 ? (size_t)st.st_size : 0, got = 0;
-    char *buf = xmalloc(size + 1);
-    if (r == 0) /* one byte more than the size, to notice a file growing under us */
-        r = pread_full(fd, buf, size + 1, 0, &got);
-    close(fd);
-    if (r == 0 && got != size)
-        r = -EAGAIN;
-    if (r < 0) {
-        free(buf);
-        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
-                       r == -EAGAIN ? "it changed while being read" : strerror(-r));
-    }
-    buf[size] = '\0';
-    *raw = buf;
-    *len = size;
-    return 0;
+    input_stat_key(in, key, fid);
 }
 
 static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struct errbuf *err);
@@ -247,9 +139,9 @@ static int load_whole(struct zarr_input *in, const char *key, void **out, struct
     const struct zarr_meta *m = &in->meta;
     char *raw = NULL;
     size_t len = 0;
-    int r = read_chunk_file(in, key, &raw, &len, fid, err);
+    int r = input_read_file(in, key, &raw, &len, fid, err);
     *out = NULL;
-    if (missing_errno(r))
+    if (input_missing_errno(r))
         return 0;
     if (r < 0)
         return r;
@@ -263,24 +155,6 @@ static int load_whole(struct zarr_input *in, const char *key, void **out, struct
     return keep_decoded(in, key, r, raw, data, out, err);
 }
 
-/* Reads n bytes at off of the open file fd (named key) into a malloc'd buffer. */
-static int read_range(struct zarr_input *in, int fd, const char *key, uint64_t off, size_t n,
-                      void **out, struct errbuf *err)
-{
-    void *buf = xmalloc(n ? n : 1);
-    size_t got;
-    int r = pread_full(fd, buf, n, off, &got);
-    if (r == 0 && got != n)
-        r = -ENODATA;
-    if (r < 0) {
-        free(buf);
-        return err_set(err, -EIO, "%s/%s: cannot read %zu bytes at %llu: %s", in->path, key, n,
-                       (unsigned long long)off, r == -ENODATA ? "file truncated" : strerror(-r));
-    }
-    *out = buf;
-    return 0;
-}
-
 /* Reads and decodes the index of shard sid (*out NULL: the shard file is missing). */
 static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct file_id *fid,
                       struct errbuf *err)
@@ -290,11 +164,11 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
     storage_key(in, sid, key, sizeof key);
     *out = NULL;
     /* as read_chunk_file: never block in open, read regular files only */
-    int fd = open_key(in, key);
+    int fd = input_open_key(in, key);
     if (fd < 0)
-        return missing_errno(fd) ? 0
-                                 : err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key,
-                                           strerror(-fd));
+        return input_missing_errno(fd) ? 0
+                                       : err_set(err, -EIO, "%s/%s: cannot open shard: %s",
+                                                 in->path, key, strerror(-fd));
     struct stat st;
     size_t isz = zarr_shard_index_size(m);
     void *raw = NULL;
@@ -313,7 +187,7 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
         r = err_set(err, -EIO, "%s/%s: shard of %llu bytes is shorter than its index (%zu bytes)",
                     in->path, key, (unsigned long long)size, isz);
     if (r == 0)
-        r = read_range(in, fd, key, m->shard.index_at_start ? 0 : size - isz, isz, &raw, err);
+        r = input_read_range(in, fd, key, m->shard.index_at_start ? 0 : size - isz, isz, &raw, err);
     close(fd);
     if (r < 0) {
         free(raw);
@@ -344,7 +218,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
     uint64_t off = e[0], n = e[1];
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
-    int fd = open_key(in, key);
+    int fd = input_open_key(in, key);
     struct stat st;
     struct file_id now = {0};
     if (fd >= 0 && fstat(fd, &st) == 0)
@@ -368,7 +242,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
                     in->path, key, (unsigned long long)pos, (unsigned long long)n,
                     in->chunk_nbytes);
     else
-        r = read_range(in, fd, key, off, (size_t)n, &raw, err);
+        r = input_read_range(in, fd, key, off, (size_t)n, &raw, err);
     close(fd);
     if (r < 0)
         return r;
@@ -488,6 +362,61 @@ static void release(struct zarr_input *in, struct chunk *c)
 
 /* ---- reading boxes ---- */
 
+/* Whether the box [start, stop) is exactly read unit ci of an array that is not sharded. */
+static bool box_is_chunk(const struct zarr_input *in, const uint64_t *ci, const uint64_t *start,
+                         const uint64_t *stop)
+{
+    if (in->meta.sharded)
+        return false;
+    for (int d = 0; d < in->meta.ndim; d++)
+        if (start[d] != ci[d] * in->unit[d] || stop[d] - start[d] != in->unit[d])
+            return false;
+    return true;
+}
+
+/* A box that is exactly one chunk not in the cache, the read region of a ROI that is a chunk
+ * (grid ROIs = chunks, one FOV per chunk): the file is read and decoded straight into dst,
+ * without a buffer of its own, a first touch of fresh pages and a copy, and not cached, since
+ * no other ROI of such a layout reads it. 1: the chunk is cached (the caller copies it out). */
+static int read_direct(struct zarr_input *in, uint64_t uid, void *dst, struct seen *sn,
+                       struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    pthread_mutex_lock(&in->lock);
+    bool cached = lookup(in, uid) != NULL;
+    in->stats.loads += !cached;
+    pthread_mutex_unlock(&in->lock);
+    if (cached)
+        return 1;
+    char key[ROIFS_MAX_DIM * 24 + 4];
+    chunk_key(in, uid, key, sizeof key);
+    struct file_id fid;
+    memset(&fid, 0, sizeof fid); /* a missing file stays "not there" */
+    int r = 1;
+    if (m->format == 2 && m->compressor.id == ZC_NONE && !m->dtype.big_endian &&
+        !(m->fortran_order && m->ndim > 1))
+        r = input_read_plain(in, key, dst, in->chunk_nbytes, &fid, err);
+    if (r == 1) {
+        char *raw = NULL;
+        size_t len = 0;
+        r = input_read_file(in, key, &raw, &len, &fid, err);
+        if (r == 0) {
+            r = zarr_decode_chunk(m, raw, len, dst, err);
+            free(raw);
+            if (r < 0)
+                r = err_prefix(err, -EIO, "%s/%s", in->path, key);
+        } else if (input_missing_errno(r)) {
+            uint64_t zero[ROIFS_MAX_DIM] = {0};
+            nd_fill_box(dst, in->unit, zero, in->unit, m->ndim, m->fill, m->dtype.size);
+            r = 0;
+        }
+    }
+    uint64_t pos;
+    if (r == 0 && sn)
+        input_seen_note(in, sn, input_storage_of_unit(in, uid, &pos), &fid);
+    return r;
+}
+
 /* Copies the part of chunk ci that lies in the box [start, start + shape) into dst. */
 static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint64_t *start,
                            const uint64_t *stop, const uint64_t *shape, void *dst, struct seen *sn,
@@ -510,7 +439,10 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
     }
     struct chunk *c;
     uint64_t uid = nd_linear(ci, in->ugrid, nd), pos;
-    int r = acquire(in, uid, &c, err);
+    int r = box_is_chunk(in, ci, start, stop) ? read_direct(in, uid, dst, sn, err) : 1;
+    if (r != 1)
+        return r;
+    r = acquire(in, uid, &c, err);
     if (r < 0)
         return r;
     if (sn)

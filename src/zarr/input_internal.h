@@ -64,6 +64,28 @@ struct zarr_input {
 
 #define INDEX_ENTRY (1ULL << 63)
 
+/* An errno of a chunk file that is not there (the array's fill value stands for it). */
+static inline bool input_missing_errno(int r)
+{
+    return r == -ENOENT || r == -ENOTDIR || r == -EISDIR;
+}
+/* input_file.c: the input's files. openat of file key, read-only, never blocking in open(): a
+ * descriptor or -errno. */
+int input_open_key(const struct zarr_input *in, const char *key);
+/* Identity of file key as it is now (*fid "not there" if it is not a regular file). */
+void input_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid);
+/* Reads chunk file key whole into a malloc'd buffer (*raw, *len; fid: its identity, taken
+ * before the read). A missing one is its errno (input_missing_errno) without a message, other
+ * failures -EIO with one; a FIFO, device or anything not a regular file is refused. */
+int input_read_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
+                    struct file_id *fid, struct errbuf *err);
+/* Reads chunk file key of exactly n bytes straight into dst: 0, -EIO with a message, or 1 when
+ * the file is not a regular file of n bytes (the caller reads it with input_read_file). */
+int input_read_plain(const struct zarr_input *in, const char *key, void *dst, size_t n,
+                     struct file_id *fid, struct errbuf *err);
+/* Reads n bytes at off of the open file fd (named key) into a malloc'd *out. */
+int input_read_range(struct zarr_input *in, int fd, const char *key, uint64_t off, size_t n,
+                     void **out, struct errbuf *err);
 /* The identity of the file st describes ("not there" unless a regular file). */
 void input_fid_of(const struct stat *st, struct file_id *fid);
 /* Identity, as it is now, of the chunk (or shard) file of storage grid index sid. */

@@ -1,0 +1,161 @@
+/* input_file.c: the input's chunk and shard files: opened without ever blocking in open(),
+ * regular files only, read whole, in a range, or straight into place; their identities. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "input_internal.h"
+
+void input_fid_of(const struct stat *st, struct file_id *fid)
+{
+    memset(fid, 0, sizeof *fid);
+    if (S_ISREG(st->st_mode)) {
+        fid->exists = true;
+        fid->size = (uint64_t)st->st_size;
+        fid->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+        fid->ino = (uint64_t)st->st_ino;
+    }
+}
+
+/* fd, of the input's directory, failed with r: true when it went away (ENOTCONN: a FUSE input
+ * whose daemon ended, such as another roifs mount) and a newer descriptor of the same array
+ * is there to try again with. */
+static bool reconnected(const struct zarr_input *in, int fd, int r)
+{
+    return r == -ENOTCONN &&
+           input_dir_reconnect(in->dir, in->path, fd,
+                               in->meta.format == 2 ? ".zarray" : "zarr.json", in->zarray);
+}
+
+/* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */
+int input_open_key(const struct zarr_input *in, const char *key)
+{
+    for (int attempt = 0;; attempt++) {
+        int dfd = input_dir_fd(in->dir);
+        int fd = openat(dfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        int r = -errno; /* before reconnected, whose own calls set errno */
+        if (attempt == 1 || !reconnected(in, dfd, r))
+            return r;
+    }
+}
+
+void input_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
+{
+    struct stat st;
+    memset(fid, 0, sizeof *fid);
+    int dfd = input_dir_fd(in->dir);
+    if (fstatat(dfd, key, &st, 0) == 0 ||
+        (reconnected(in, dfd, -errno) && fstatat(input_dir_fd(in->dir), key, &st, 0) == 0))
+        input_fid_of(&st, fid);
+}
+
+bool input_same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+           a->ino == b->ino;
+}
+
+/* Reads chunk file key whole into a malloc'd buffer. Only a regular file is read: the open
+ * does not block and anything else is refused, since a FIFO would hang the compute thread in
+ * open() and a link to a device such as /dev/zero would never end. A directory is -EISDIR
+ * (missing, as in zarr-python); other failures are -EIO with a message. */
+int input_read_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
+                    struct file_id *fid, struct errbuf *err)
+{
+    int fd = input_open_key(in, key);
+    if (fd < 0) {
+        int r = fd;
+        if (input_missing_errno(r))
+            return r;
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key, strerror(-r));
+    }
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        return -EISDIR;
+    }
+    if (r == 0 && !S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: not a regular file", in->path, key);
+    }
+    if (r == 0) /* taken before the bytes are read: what they are made of is this file or newer */
+        input_fid_of(&st, fid);
+    /* No codec makes a chunk this much larger than its data: refuse before allocating. */
+    if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
+        close(fd);
+        return err_set(err, -EIO,
+                       "%s/%s: cannot read chunk: %lld bytes is too large for a chunk "
+                       "of %zu bytes",
+                       in->path, key, (long long)st.st_size, in->chunk_nbytes);
+    }
+    size_t size = r == 0 ? (size_t)st.st_size : 0, got = 0;
+    char *buf = xmalloc(size + 1);
+    if (r == 0) /* one byte more than the size, to notice a file growing under us */
+        r = pread_full(fd, buf, size + 1, 0, &got);
+    close(fd);
+    if (r == 0 && got != size)
+        r = -EAGAIN;
+    if (r < 0) {
+        free(buf);
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
+                       r == -EAGAIN ? "it changed while being read" : strerror(-r));
+    }
+    buf[size] = '\0';
+    *raw = buf;
+    *len = size;
+    return 0;
+}
+
+/* Reads chunk file key, stored as its plain bytes (v2, no compressor, little-endian C
+ * order) of exactly n = chunk_nbytes bytes, straight into dst. 1: the file is not that
+ * (another size, not a regular file, missing): the caller reads it the general way, which
+ * gives each case its answer. */
+int input_read_plain(const struct zarr_input *in, const char *key, void *dst, size_t n,
+                     struct file_id *fid, struct errbuf *err)
+{
+    int fd = input_open_key(in, key);
+    if (fd < 0)
+        return 1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != n) {
+        close(fd);
+        return 1;
+    }
+    input_fid_of(&st, fid); /* before the bytes are read, as read_chunk_file */
+    size_t got = 0;
+    char more;
+    int r = pread_full(fd, dst, n, 0, &got);
+    if (r == 0 && got == n) /* a byte beyond the size: the file grew under us */
+        r = pread(fd, &more, 1, (off_t)n) == 0 ? 0 : -EAGAIN;
+    else if (r == 0)
+        r = -EAGAIN;
+    close(fd);
+    if (r < 0)
+        return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
+                       r == -EAGAIN ? "it changed while being read" : strerror(-r));
+    return 0;
+}
+
+/* Reads n bytes at off of the open file fd (named key) into a malloc'd buffer. */
+int input_read_range(struct zarr_input *in, int fd, const char *key, uint64_t off, size_t n,
+                     void **out, struct errbuf *err)
+{
+    void *buf = xmalloc(n ? n : 1);
+    size_t got;
+    int r = pread_full(fd, buf, n, off, &got);
+    if (r == 0 && got != n)
+        r = -ENODATA;
+    if (r < 0) {
+        free(buf);
+        return err_set(err, -EIO, "%s/%s: cannot read %zu bytes at %llu: %s", in->path, key, n,
+                       (unsigned long long)off, r == -ENODATA ? "file truncated" : strerror(-r));
+    }
+    *out = buf;
+    return 0;
+}
