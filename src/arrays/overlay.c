@@ -273,37 +273,11 @@ static int level_signature(void *ctx, const uint64_t *start, const uint64_t *sha
     return 0;
 }
 
-/* The ROIs of a level: its chunks that read a chunk of level k that exists. */
-static void level_rois(const struct olevel *lv, const struct zarr_meta *o, struct roi_set *rs)
+/* nn_footprint as an upread_footprint_fn: a level reads the chunks of level k it touches. */
+static void level_footprint(const void *ctx, const uint64_t *b0, const uint64_t *bs, uint64_t *f0,
+                            uint64_t *fs)
 {
-    int nd = o->ndim;
-    uint64_t grid[ROIFS_MAX_DIM], nchunks = 1;
-    zarr_meta_grid(o, grid);
-    for (int d = 0; d < nd; d++)
-        nchunks *= grid[d];
-    size_t cap = 16;
-    *rs = (struct roi_set){.ndim = nd};
-    rs->start = xmalloc(cap * nd * sizeof(uint64_t));
-    rs->stop = xmalloc(cap * nd * sizeof(uint64_t));
-    for (uint64_t id = 0; id < nchunks; id++) {
-        uint64_t idx[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM],
-            f0[ROIFS_MAX_DIM], fs[ROIFS_MAX_DIM];
-        nd_unlinear(id, grid, nd, idx);
-        nd_chunk_box(idx, o->chunks, o->shape, nd, b0, b1);
-        for (int d = 0; d < nd; d++)
-            bs[d] = b1[d] - b0[d];
-        nn_footprint(lv, b0, bs, f0, fs);
-        if (!upread_touches_present(lv->ov->t0, f0, fs))
-            continue;
-        if (rs->n == cap) {
-            cap *= 2;
-            rs->start = xrealloc(rs->start, cap * nd * sizeof(uint64_t));
-            rs->stop = xrealloc(rs->stop, cap * nd * sizeof(uint64_t));
-        }
-        memcpy(&rs->start[rs->n * nd], b0, nd * sizeof(uint64_t));
-        memcpy(&rs->stop[rs->n * nd], b1, nd * sizeof(uint64_t));
-        rs->n++;
-    }
+    nn_footprint(ctx, b0, bs, f0, fs);
 }
 
 static void shape_text(struct strbuf *sb, const char *what, const uint64_t *v, int nd)
@@ -322,7 +296,7 @@ static int level_task(struct overlay *ov, struct olevel *lv, struct errbuf *err)
     memcpy(o->shape, lv->shape, sizeof o->shape);
     memcpy(o->chunks, lv->chunks, sizeof o->chunks);
     lv->input = *o;
-    level_rois(lv, o, &spec.rois);
+    upread_level_rois(ov->t0, o, level_footprint, lv, &spec.rois);
     spec.proc = upread_copy_proc();
     spec.source = (struct input_source){
         .meta = &lv->input, .read = level_read, .signature = level_signature, .ctx = lv};

@@ -75,45 +75,12 @@ static int level_signature(void *ctx, const uint64_t *start, const uint64_t *sha
 
 /* ---- the level tasks ---- */
 
-/* True when chunk idx of the level (metadata o) reduces a chunk of up that exists. */
-static bool reduces_present(const struct level *lv, const struct zarr_meta *o, const uint64_t *idx)
+/* The box of the level above that box [b0, b0 + bs) of level ctx reduces. */
+static void level_footprint(const void *ctx, const uint64_t *b0, const uint64_t *bs, uint64_t *f0,
+                            uint64_t *fs)
 {
-    int nd = o->ndim;
-    uint64_t b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM], f0[ROIFS_MAX_DIM],
-        fs[ROIFS_MAX_DIM];
-    nd_chunk_box(idx, o->chunks, o->shape, nd, b0, b1);
-    for (int d = 0; d < nd; d++)
-        bs[d] = b1[d] - b0[d];
+    const struct level *lv = ctx;
     downsample_footprint(lv->geom, lv->up->out.shape, b0, bs, f0, fs);
-    return upread_touches_present(lv->up, f0, fs);
-}
-
-/* The ROIs of a level: its chunks whose footprint touches a chunk of the level above that
- * exists, each ROI one chunk's box. */
-static void level_rois(const struct level *lv, const struct zarr_meta *o, struct roi_set *rs)
-{
-    int nd = o->ndim;
-    uint64_t grid[ROIFS_MAX_DIM], nchunks = 1;
-    zarr_meta_grid(o, grid);
-    for (int d = 0; d < nd; d++)
-        nchunks *= grid[d];
-    size_t cap = 16;
-    *rs = (struct roi_set){.ndim = nd};
-    rs->start = xmalloc(cap * nd * sizeof(uint64_t));
-    rs->stop = xmalloc(cap * nd * sizeof(uint64_t));
-    for (uint64_t id = 0; id < nchunks; id++) {
-        uint64_t idx[ROIFS_MAX_DIM];
-        nd_unlinear(id, grid, nd, idx);
-        if (!reduces_present(lv, o, idx))
-            continue;
-        if (rs->n == cap) {
-            cap *= 2;
-            rs->start = xrealloc(rs->start, cap * nd * sizeof(uint64_t));
-            rs->stop = xrealloc(rs->stop, cap * nd * sizeof(uint64_t));
-        }
-        nd_chunk_box(idx, o->chunks, o->shape, nd, &rs->start[rs->n * nd], &rs->stop[rs->n * nd]);
-        rs->n++;
-    }
 }
 
 /* Level lv->number as a derived task of t0: the level above halved in y and x. */
@@ -128,7 +95,7 @@ static int level_task(struct pyramid *p, struct level *lv, struct errbuf *err)
         if (o->chunks[d] > o->shape[d] && o->shape[d] > 0)
             o->chunks[d] = o->shape[d];
     lv->input = *o; /* the copy processor sees the reduced level above: the level itself */
-    level_rois(lv, o, &spec.rois);
+    upread_level_rois(lv->up, o, level_footprint, lv, &spec.rois);
     spec.proc = upread_copy_proc();
     spec.source = (struct input_source){
         .meta = &lv->input, .read = level_read, .signature = level_signature, .ctx = lv};

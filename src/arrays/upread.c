@@ -246,3 +246,35 @@ struct proc *upread_copy_proc(void)
     copy->ops = &copy_ops;
     return copy;
 }
+
+void upread_level_rois(const struct task *up, const struct zarr_meta *o, upread_footprint_fn fp,
+                       const void *ctx, struct roi_set *rs)
+{
+    int nd = o->ndim;
+    uint64_t grid[ROIFS_MAX_DIM];
+    zarr_meta_grid(o, grid);
+    uint64_t nchunks = nd_prod(grid, nd);
+    size_t cap = 16;
+    *rs = (struct roi_set){.ndim = nd};
+    rs->start = xmalloc(cap * nd * sizeof(uint64_t));
+    rs->stop = xmalloc(cap * nd * sizeof(uint64_t));
+    for (uint64_t id = 0; id < nchunks; id++) {
+        uint64_t idx[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM],
+            f0[ROIFS_MAX_DIM], fs[ROIFS_MAX_DIM];
+        nd_unlinear(id, grid, nd, idx);
+        nd_chunk_box(idx, o->chunks, o->shape, nd, b0, b1);
+        for (int d = 0; d < nd; d++)
+            bs[d] = b1[d] - b0[d];
+        fp(ctx, b0, bs, f0, fs);
+        if (!upread_touches_present(up, f0, fs))
+            continue;
+        if (rs->n == cap) {
+            cap *= 2;
+            rs->start = xrealloc(rs->start, cap * nd * sizeof(uint64_t));
+            rs->stop = xrealloc(rs->stop, cap * nd * sizeof(uint64_t));
+        }
+        memcpy(&rs->start[rs->n * nd], b0, nd * sizeof(uint64_t));
+        memcpy(&rs->stop[rs->n * nd], b1, nd * sizeof(uint64_t));
+        rs->n++;
+    }
+}

@@ -30,6 +30,14 @@ uint64_t upread_signature(const struct task *up, const uint64_t *f0, const uint6
 /* True when the box touches a chunk of up that exists. */
 bool upread_touches_present(const struct task *up, const uint64_t *f0, const uint64_t *fshape);
 
+/* The box [f0, f0 + fs) of up that box [b0, b0 + bs) of a level reads (ctx: the level). */
+typedef void (*upread_footprint_fn)(const void *ctx, const uint64_t *b0, const uint64_t *bs,
+                                    uint64_t *f0, uint64_t *fs);
+/* The ROIs of a level (metadata o) that reads up: its chunks whose footprint touches a chunk of
+ * up that exists, each ROI one chunk's box. */
+void upread_level_rois(const struct task *up, const struct zarr_meta *o, upread_footprint_fn fp,
+                       const void *ctx, struct roi_set *rs);
+
 /* Decodes chunk id of up from fd (a cache file its engine gave) into buf (up's chunk_nbytes);
  * *key (when not NULL) gets the key of the version read. 0 or -errno with err set. */
 int upread_decode_fd(const struct task *up, struct cache *cache, uint64_t id, int fd, void *buf,
