@@ -9,8 +9,6 @@ import errno
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -22,8 +20,8 @@ import pytest
 import zarr
 from numcodecs import Zlib
 
-from conftest import (REPO, is_mounted, lazy_unmount, read_bytes, read_status, roi_text,
-                      run_roifs, wait_for, watched, write_config)
+from conftest import (REPO, is_mounted, mounted, read_bytes, roi_text, run_roifs, wait_for,
+                      write_config)
 
 SHAPE, CHUNKS = (160, 224), (64, 64)
 # Boxes that straddle the chunks of both mounts (64 and 48), and overlap one another.
@@ -67,54 +65,10 @@ def chain_files(tmp_path, *, delay1=0, delay2=0, threads=2, compressor1="zlib", 
     return c1, c2, data, apply_rois(apply_rois(data, ROIS1, 1), ROIS2, 10)
 
 
-class Daemon:
-    """A `roifs mount -f` of its own session, under the watchdog."""
-
-    def __init__(self, path, proc, log):
-        self.path, self.proc, self.log = Path(path), proc, Path(log)
-
-    def status(self):
-        return read_status(self.path)
-
-    def log_text(self):
-        with contextlib.suppress(OSError):
-            return self.log.read_text(errors="replace")[-3000:]
-        return ""
-
-
-@contextlib.contextmanager
 def daemon(roifs_bin, config, mnt):
-    """Mounts config at mnt with -f in the background; the body may unmount it (roifs
-    unmount). On leaving: unmounted if it still is, the daemon reaped (killed if it must)."""
-    mnt = Path(mnt)
-    mnt.mkdir(exist_ok=True)
-    log = Path(config).with_suffix(f".{mnt.name}.log")
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen([roifs_bin, "mount", "-f", str(config), str(mnt)],
-                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd="/", start_new_session=True)
-    d = Daemon(mnt, proc, log)
-    with watched(proc, mnt):
-        try:
-            wait_for(lambda: proc.poll() is not None or (is_mounted(mnt) and
-                                                           (mnt / ".roifs" / "status").exists()),
-                     30, f"the mount at {mnt}")
-            assert proc.poll() is None, f"mount failed:\n{d.log_text()}"
-            yield d
-        except BaseException:
-            print(f"--- {log} ---\n{d.log_text()}")
-            raise
-        finally:
-            if is_mounted(mnt):
-                subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, timeout=30)
-            if is_mounted(mnt):
-                lazy_unmount(mnt)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+    """Mounts config at mnt with -f in the background (conftest.mounted); the body may unmount
+    it (roifs unmount) and checks the daemon's exit itself."""
+    return mounted(roifs_bin, config, mnt, checked=False)
 
 
 def unmount(roifs_bin, d, within):
