@@ -9,9 +9,6 @@ The baseline binary: $ROIFS_BASELINE_BIN, else commit 8e647d5 is built in a temp
 worktree (removed afterwards). Target: within 10 % of the baseline (mount + read)."""
 import contextlib
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,40 +23,10 @@ BASELINE_COMMIT = "8e647d5"
 
 @contextlib.contextmanager
 def baseline_binary(info):
-    """build_baseline's binary, named in info["baseline"]; removed again on leaving."""
-    baseline, cleanup = build_baseline()
-    try:
-        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([baseline, '--version'])})"
-        yield baseline
-    finally:
-        cleanup()
-
-
-def build_baseline():
-    """A binary of BASELINE_COMMIT: (path, cleanup)."""
-    given = os.environ.get("ROIFS_BASELINE_BIN")
-    if given:
-        return given, lambda: None
-    tmp = Path(tempfile.mkdtemp(prefix="roifs-baseline."))
-    wt = tmp / "src"
-    subprocess.run(["git", "-C", str(C.REPO), "worktree", "add", "--detach", str(wt),
-                    BASELINE_COMMIT], check=True, capture_output=True)
-
-    def cleanup():
-        subprocess.run(["git", "-C", str(C.REPO), "worktree", "remove", "--force", str(wt)],
-                       capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    try:
-        subprocess.run(["meson", "setup", str(wt / "build")], cwd=wt, check=True,
-                       capture_output=True)
-        subprocess.run(["ninja", "-C", str(wt / "build")], check=True, capture_output=True)
-    except subprocess.CalledProcessError:
-        cleanup()
-        raise
-    bin_copy = tmp / "roifs"
-    shutil.copy(wt / "build" / "roifs", bin_copy)
-    return str(bin_copy), cleanup
+    """The roifs of BASELINE_COMMIT ($ROIFS_BASELINE_BIN if set), named in info["baseline"]."""
+    with C.binary_at(BASELINE_COMMIT, "ROIFS_BASELINE_BIN") as b:
+        info["baseline"] = f"{BASELINE_COMMIT} ({C._cmd([b, '--version'])})"
+        yield b
 
 
 def du(path):

@@ -182,6 +182,30 @@ def read_all(m):
     return got, t, m.cpu_s() - c0
 
 
+@contextlib.contextmanager
+def binary_at(commit, env_var):
+    """A roifs built from `commit` in a temporary git worktree (removed on leaving), or the
+    binary $env_var names: for benchmarks that compare this roifs with an earlier one."""
+    given = os.environ.get(env_var)
+    if given:
+        yield given
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="roifs-baseline."))
+    wt = tmp / "src"
+    try:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), commit],
+                       check=True, capture_output=True)
+        subprocess.run(["meson", "setup", str(wt / "build")], cwd=wt, check=True,
+                       capture_output=True)
+        subprocess.run(["ninja", "-C", str(wt / "build")], check=True, capture_output=True)
+        shutil.copy(wt / "build" / "roifs", tmp / "roifs")
+        yield str(tmp / "roifs")
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)],
+                       capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def cpu_seconds(pid):
     """utime + stime of a process (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -10,7 +10,9 @@ roifs: zarr-python reads the mount plane by plane (z[i], 128 MiB each) while a t
 the daemon's VmRSS every 20 ms; VmHWM from /proc/PID/status at the end.  Alternative: the
 seed's dask pattern (from_delayed per ROI, setitem, to_zarr with blosc lz4 so that it does not
 write another 8 GiB) in a child process; its peak RSS from GNU time (%M).
-Target: daemon VmHWM <= 256 MiB."""
+The daemon's CPU per GiB streamed is compared, in the same interleaved runs, with the roifs of
+commit 959ccbf (before issue 21's hot-path work; $ROIFS_HOTPATH_BASE_BIN if set).
+Targets: daemon VmHWM <= 256 MiB; daemon CPU per GiB down by a third against 959ccbf."""
 import os
 import shutil
 import subprocess
@@ -27,6 +29,7 @@ import common as C
 REPS = int(os.environ.get("REPS", 2))
 DASK_REPS = int(os.environ.get("DASK_REPS", 1))
 SHAPE, CHUNKS = (64, 8192, 8192), (1, 2048, 2048)
+BASE_COMMIT = "959ccbf"
 
 DASK_SCRIPT = """\
 import sys, dask, dask.array as da, numpy as np
@@ -92,9 +95,10 @@ def main():
         (d / "dask_job.py").write_text(DASK_SCRIPT)
         traces = []
 
-        def run_roifs():
+        def run_roifs(binary=C.ROIFS):
             C.rmtree(d / "cache")
-            with C.Mount(cfg, d / "mnt") as m:
+            with C.Mount(cfg, d / "mnt", binary=binary) as m:
+                c0 = m.cpu_s()
                 s = Sampler(m.pid)
                 s.start()
                 t0 = time.perf_counter()
@@ -109,11 +113,13 @@ def main():
                 s.stop.set()
                 s.join()
                 hwm = C.proc_status_kib(m.pid, "VmHWM") / 1024
+                cpu = m.cpu_s() - c0
                 calls = m.status()["calls"]
             assert calls == SHAPE[0] * 16
             C.rmtree(d / "cache")
-            traces.append(s.samples)
-            return {"hwm_mib": hwm, "read_s": t, "gib": nbytes / 2**30}
+            if binary == C.ROIFS:
+                traces.append(s.samples)
+            return {"hwm_mib": hwm, "read_s": t, "gib": nbytes / 2**30, "cpu_s": cpu}
 
         def run_dask():
             out = d / "dask.zarr"
@@ -126,19 +132,29 @@ def main():
             C.rmtree(out)
             return {"hwm_mib": int(kib) / 1024, "wall_s": float(secs)}
 
-        res = C.interleaved(REPS, {"roifs": run_roifs, "dask": run_dask},
-                            {"dask": DASK_REPS})
+        with C.binary_at(BASE_COMMIT, "ROIFS_HOTPATH_BASE_BIN") as base:
+            info["baseline"] = f"{BASE_COMMIT} ({C._cmd([base, '--version'])})"
+            res = C.interleaved(REPS, {"roifs": run_roifs, "base": lambda: run_roifs(base),
+                                       "dask": run_dask}, {"dask": DASK_REPS})
 
-    rr, dk = res["roifs"], res["dask"]
+    rr, dk, rb = res["roifs"], res["dask"], res["base"]
     hwm = [x["hwm_mib"] for x in rr]
     rd = [x["read_s"] for x in rr]
     gib = rr[0]["gib"]
     dh = [x["hwm_mib"] for x in dk]
     dw = [x["wall_s"] for x in dk]
     mh = C.median(hwm)
-    raw = {"roifs_hwm_mib": hwm, "roifs_read_s": rd, "dask_hwm_mib": dh, "dask_wall_s": dw}
+    cpg = C.median([x["cpu_s"] / x["gib"] for x in rr])
+    bpg = C.median([x["cpu_s"] / x["gib"] for x in rb])
+    bh = [x["hwm_mib"] for x in rb]
+    raw = {"roifs_hwm_mib": hwm, "roifs_read_s": rd, "dask_hwm_mib": dh, "dask_wall_s": dw,
+           "roifs_cpu_s": [x["cpu_s"] for x in rr], "base_cpu_s": [x["cpu_s"] for x in rb],
+           "base_hwm_mib": bh, "base_read_s": [x["read_s"] for x in rb]}
     rows = [["roifs daemon (VmHWM)", f"{mh:.0f}", f"{min(hwm):.0f}–{max(hwm):.0f}",
              f"{C.median(rd):.1f} s ({gib / C.median(rd):.2f} GiB/s)", len(hwm)],
+            [f"roifs {BASE_COMMIT} daemon (VmHWM)", f"{C.median(bh):.0f}",
+             f"{min(bh):.0f}–{max(bh):.0f}",
+             f"{C.median(raw['base_read_s']):.1f} s", len(bh)],
             ["dask from_delayed + setitem + to_zarr (max RSS)", f"{C.median(dh):.0f}",
              f"{min(dh):.0f}–{max(dh):.0f}", f"{C.median(dw):.1f} s", len(dh)]]
     md = (f"Interleaved; medians. {gib:.0f} GiB uint16 read plane by plane with zarr-python "
@@ -146,11 +162,18 @@ def main():
           f"{'×'.join(map(str, CHUNKS))} = 8 MiB, output uncompressed, cold cache: every "
           f"chunk is computed during the read). Dense input (one blosc chunk file "
           f"hard-linked under every key).\n\n" +
-          C.md_table(["process", "peak RSS (MiB)", "range", "time", "runs"], rows))
+          C.md_table(["process", "peak RSS (MiB)", "range", "time", "runs"], rows) +
+          f"\n\nDaemon CPU (user + system) per GiB streamed: {cpg:.2f} s now, {bpg:.2f} s "
+          f"with roifs {BASE_COMMIT} (before the hot-path work) in the same runs: "
+          f"{cpg / bpg:.2f}×.")
     summary = [{"scenario": f"memory: stream {gib:.0f} GiB", "roifs": f"VmHWM {mh:.0f} MiB",
                 "alternative": f"dask max RSS {C.median(dh):.0f} MiB",
                 "ratio": f"{C.median(dh) / mh:.1f}× less", "target": "≤ 256 MiB",
-                "met": mh <= 256}]
+                "met": mh <= 256},
+               {"scenario": f"memory: stream {gib:.0f} GiB, daemon CPU per GiB",
+                "roifs": f"{cpg:.2f} s/GiB", "alternative": f"roifs {BASE_COMMIT} {bpg:.2f} s/GiB",
+                "ratio": f"{cpg / bpg:.2f}×", "target": "≤ 0.67× (down by a third)",
+                "met": cpg <= bpg * 2 / 3}]
 
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
