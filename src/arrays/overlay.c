@@ -213,32 +213,84 @@ static void nn_footprint(const struct olevel *lv, const uint64_t *b0, const uint
     }
 }
 
-/* dst (box [b0, b0 + bs) of the level) from src (its footprint [f0, f0 + fs) of level k). */
-static void nn_gather(const struct olevel *lv, const uint64_t *b0, const uint64_t *bs,
-                      const uint64_t *f0, const uint64_t *fs, const void *src, void *dst)
+/* Box [b0, b0 + bs) of a level being gathered from level k: element x of the box along
+ * dimension d is element map[d][x] of level k (non-decreasing in x). */
+struct nn_gather {
+    const struct olevel *lv;
+    const uint64_t *bs;
+    void *dst;
+    uint64_t *map[ROIFS_MAX_DIM];
+};
+
+/* One row of the gather: dst[x] = src[m[x] - lo] for x in [xa, xb), elements of size es. */
+static void nn_row(char *dst, const char *src, const uint64_t *m, uint64_t lo, uint64_t xa,
+                   uint64_t xb, size_t es)
 {
-    const struct task *k = lv->ov->t0;
+#define NN_ROW(T)                                                                                  \
+    for (uint64_t x = xa; x < xb; x++)                                                             \
+        memcpy(dst + x * sizeof(T), src + (m[x] - lo) * sizeof(T), sizeof(T));
+    switch (es) {
+    case 1:
+        NN_ROW(uint8_t);
+        break;
+    case 2:
+        NN_ROW(uint16_t);
+        break;
+    case 4:
+        NN_ROW(uint32_t);
+        break;
+    case 8:
+        NN_ROW(uint64_t);
+        break;
+    default:
+        for (uint64_t x = xa; x < xb; x++)
+            memcpy(dst + x * es, src + (m[x] - lo) * es, es);
+    }
+#undef NN_ROW
+}
+
+/* The elements of the box whose source lies in chunk [lo, hi) of level k, taken from it (an
+ * upread_chunk_fn): only those are touched, so a coarse level reads 1/4 or 1/16 of each chunk
+ * it decodes, and no copy of the whole footprint is made. */
+static void nn_take(void *ctx, const uint64_t *lo, const uint64_t *hi, const void *cbuf)
+{
+    const struct nn_gather *g = ctx;
+    const struct task *k = g->lv->ov->t0;
     int nd = k->out.ndim;
-    size_t es = k->out.dtype.size, n = (size_t)nd_prod(bs, nd);
-    uint64_t stride[ROIFS_MAX_DIM], *map[ROIFS_MAX_DIM], i[ROIFS_MAX_DIM] = {0};
+    size_t es = k->out.dtype.size;
+    uint64_t xa[ROIFS_MAX_DIM], xb[ROIFS_MAX_DIM], cs[ROIFS_MAX_DIM], ds[ROIFS_MAX_DIM];
     for (int d = nd - 1; d >= 0; d--) {
-        stride[d] = d == nd - 1 ? 1 : stride[d + 1] * fs[d + 1];
-        map[d] = xmalloc((bs[d] ? bs[d] : 1) * sizeof **map);
-        for (uint64_t x = 0; x < bs[d]; x++)
-            map[d][x] = (nn_map(b0[d] + x, k->out.shape[d], lv->shape[d]) - f0[d]) * stride[d];
+        cs[d] = d == nd - 1 ? 1 : cs[d + 1] * k->out.chunks[d + 1];
+        ds[d] = d == nd - 1 ? 1 : ds[d + 1] * g->bs[d + 1];
+        uint64_t x = 0;
+        while (x < g->bs[d] && g->map[d][x] < lo[d])
+            x++;
+        xa[d] = x;
+        while (x < g->bs[d] && g->map[d][x] < hi[d])
+            x++;
+        xb[d] = x;
+        if (xa[d] == xb[d])
+            return;
     }
-    const char *s = src;
-    char *o = dst;
-    for (size_t e = 0; e < n; e++) {
-        uint64_t off = 0;
-        for (int d = 0; d < nd; d++)
-            off += map[d][i[d]];
-        memcpy(o + e * es, s + off * es, es);
-        for (int d = nd - 1; d >= 0 && ++i[d] == bs[d]; d--)
-            i[d] = 0;
+    uint64_t i[ROIFS_MAX_DIM];
+    memcpy(i, xa, sizeof(uint64_t) * nd);
+    int last = nd - 1;
+    for (;;) {
+        uint64_t so = 0, dof = 0;
+        for (int d = 0; d < last; d++) {
+            so += (g->map[d][i[d]] - lo[d]) * cs[d];
+            dof += i[d] * ds[d];
+        }
+        nn_row((char *)g->dst + dof * es, (const char *)cbuf + so * es, g->map[last], lo[last],
+               xa[last], xb[last], es);
+        int d = last - 1;
+        while (d >= 0 && ++i[d] == xb[d]) {
+            i[d] = xa[d];
+            d--;
+        }
+        if (d < 0)
+            return;
     }
-    for (int d = 0; d < nd; d++)
-        free(map[d]);
 }
 
 static int level_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
@@ -253,12 +305,17 @@ static int level_read(void *ctx, const uint64_t *start, const uint64_t *shape, v
         *sig = upread_signature(k, NULL, NULL, NULL);
     if (nd_prod(shape, nd) == 0)
         return 0;
-    void *src = xmalloc(nd_prod(fs, nd) * k->out.dtype.size);
+    nd_fill(dst, nd_prod(shape, nd), k->out.fill, k->out.dtype.size);
+    struct nn_gather g = {.lv = lv, .bs = shape, .dst = dst};
+    for (int d = 0; d < nd; d++) {
+        g.map[d] = xmalloc(shape[d] * sizeof **g.map);
+        for (uint64_t x = 0; x < shape[d]; x++)
+            g.map[d][x] = nn_map(start[d] + x, k->out.shape[d], lv->shape[d]);
+    }
     struct upread u = {.up = k, .engine = lv->ov->engine_k, .level = lv->ov->k};
-    int rc = upread_box(&u, f0, fs, src, sig, err);
-    if (rc == 0)
-        nn_gather(lv, start, shape, f0, fs, src, dst);
-    free(src);
+    int rc = upread_each(&u, f0, fs, nn_take, &g, sig, err);
+    for (int d = 0; d < nd; d++)
+        free(g.map[d]);
     return rc;
 }
 

@@ -132,30 +132,34 @@ static size_t range_count(const uint64_t *c0, const uint64_t *c1, int nd)
     return n;
 }
 
-/* Copies the part of up chunk idx (decoded in cbuf) inside box [f0, f0 + fshape) into dst. */
-static void paste_up_chunk(const struct task *up, const uint64_t *idx, const void *cbuf,
-                           const uint64_t *f0, const uint64_t *fshape, void *dst)
+struct paste_ctx {
+    const struct task *up;
+    const uint64_t *f0, *fshape;
+    void *dst;
+};
+
+/* Copies the part of an up chunk (box [lo, hi), decoded in cbuf) inside box [f0, f0 + fshape)
+ * into dst. */
+static void paste_up_chunk(void *ctx, const uint64_t *lo, const uint64_t *hi, const void *cbuf)
 {
-    int nd = up->out.ndim;
-    uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM], doff[ROIFS_MAX_DIM], soff[ROIFS_MAX_DIM],
-        ext[ROIFS_MAX_DIM];
-    nd_chunk_box(idx, up->out.chunks, up->out.shape, nd, lo, hi);
+    const struct paste_ctx *p = ctx;
+    int nd = p->up->out.ndim;
+    uint64_t doff[ROIFS_MAX_DIM], soff[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
     for (int d = 0; d < nd; d++) {
-        uint64_t a = lo[d] > f0[d] ? lo[d] : f0[d];
-        uint64_t b = hi[d] < f0[d] + fshape[d] ? hi[d] : f0[d] + fshape[d];
-        doff[d] = a - f0[d];
+        uint64_t a = lo[d] > p->f0[d] ? lo[d] : p->f0[d];
+        uint64_t b = hi[d] < p->f0[d] + p->fshape[d] ? hi[d] : p->f0[d] + p->fshape[d];
+        doff[d] = a - p->f0[d];
         soff[d] = a - lo[d];
         ext[d] = b - a;
     }
-    nd_copy(dst, fshape, doff, cbuf, up->out.chunks, soff, ext, nd, up->out.dtype.size);
+    nd_copy(p->dst, p->fshape, doff, cbuf, p->up->out.chunks, soff, ext, nd, p->up->out.dtype.size);
 }
 
-int upread_box(const struct upread *lv, const uint64_t *f0, const uint64_t *fshape, void *dst,
-               uint64_t *sig, struct errbuf *err)
+int upread_each(const struct upread *lv, const uint64_t *f0, const uint64_t *fshape,
+                upread_chunk_fn fn, void *ctx, uint64_t *sig, struct errbuf *err)
 {
     const struct task *up = lv->up;
     int nd = up->out.ndim;
-    nd_fill(dst, nd_prod(fshape, nd), up->out.fill, up->out.dtype.size);
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
     if (sig)
         *sig = fnv64(FNV64_INIT, "level 2", 7);
@@ -174,13 +178,24 @@ int upread_box(const struct upread *lv, const uint64_t *f0, const uint64_t *fsha
         }
         if ((rc = read_up_chunk(lv, id, cbuf, &keys[pos++], err)) < 0)
             break;
-        paste_up_chunk(up, idx, cbuf, f0, fshape, dst);
+        uint64_t lo[ROIFS_MAX_DIM], hi[ROIFS_MAX_DIM];
+        nd_chunk_box(idx, up->out.chunks, up->out.shape, nd, lo, hi);
+        fn(ctx, lo, hi, cbuf);
     } while (nd_next_index(idx, c0, c1, nd));
     if (rc == 0 && sig)
         *sig = level_sig(up, c0, c1, keys);
     free(keys);
     free(cbuf);
     return rc;
+}
+
+int upread_box(const struct upread *lv, const uint64_t *f0, const uint64_t *fshape, void *dst,
+               uint64_t *sig, struct errbuf *err)
+{
+    const struct task *up = lv->up;
+    nd_fill(dst, nd_prod(fshape, up->out.ndim), up->out.fill, up->out.dtype.size);
+    struct paste_ctx p = {up, f0, fshape, dst};
+    return upread_each(lv, f0, fshape, paste_up_chunk, &p, sig, err);
 }
 
 uint64_t upread_signature(const struct task *up, const uint64_t *f0, const uint64_t *fshape,

@@ -23,6 +23,15 @@ struct upread {
  * read. 0 or -EIO with err set. */
 int upread_box(const struct upread *u, const uint64_t *f0, const uint64_t *fshape, void *dst,
                uint64_t *sig, struct errbuf *err);
+/* What upread_each hands over for each chunk of up that exists: its box [lo, hi) in up and
+ * its values (cbuf: C order, up's chunk shape, native byte order; valid during the call). */
+typedef void (*upread_chunk_fn)(void *ctx, const uint64_t *lo, const uint64_t *hi,
+                                const void *cbuf);
+/* upread_box without the box: calls fn for each chunk of u->up that box [f0, f0 + fshape)
+ * touches and that exists, in C order, so that a reader that needs only some elements takes
+ * them straight from the chunk (chunks that do not exist are the caller's to fill). */
+int upread_each(const struct upread *u, const uint64_t *f0, const uint64_t *fshape,
+                upread_chunk_fn fn, void *ctx, uint64_t *sig, struct errbuf *err);
 /* The signature of box [f0, f0 + fshape) of up as it is now (what upread_box would give);
  * with f0 NULL, that of an empty box. */
 uint64_t upread_signature(const struct task *up, const uint64_t *f0, const uint64_t *fshape,
