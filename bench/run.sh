@@ -3,9 +3,9 @@
 # measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
-# Names: seed seed_numpy segmentation small_rois scaling incremental apply labels warm gaussian
-# memory (the default set), plus masks and overlay once their bench/<name>.py exists (issue 21:
-# every issue's benchmark runs here, each with its alternative), or any other bench/<name>.py
+# Names: seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay
+# warm gaussian memory (the default set: every issue's benchmark, each with its alternative),
+# or any other bench/<name>.py
 # (e.g. proc_overhead, cache_cost, warm_cost), which runs the same way. bench/report.py then
 # rewrites RESULTS.md, starting with the summary of every target from all results files.
 # Environment: REPS=N overrides a benchmark's number of repeats; ROIFS_BENCH_TMP is the scratch
@@ -13,12 +13,8 @@
 # that binary instead of building ./build/roifs. Run as root (mounts, /sys/class/bdi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(seed seed_numpy segmentation small_rois scaling incremental apply labels warm gaussian
-     memory)
-# The benchmarks of issues in progress: run by default as soon as their file exists.
-for n in masks overlay; do
-    [ -f "bench/$n.py" ] && all+=("$n")
-done
+all=(seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay
+     warm gaussian memory)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for n in "${names[@]}"; do
