@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../arrays/overlay.h"
 #include "../arrays/pyramid.h"
 #include "../engine/gc.h"
 #include "cli.h"
@@ -108,20 +109,30 @@ static int clean_array(const struct task *t0, const struct task *t, struct cache
     return 0;
 }
 
-/* Every array of the job t: t, and with [output] ome its pyramid's levels (each has a cache
- * of its own). */
+/* Every array of the job t: t, with [output] ome its pyramid's levels, and with ome = labels
+ * the label image's other levels (each has a cache of its own, under t's). */
 static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
 {
     struct pyramid *p = NULL;
+    struct overlay *ov = NULL;
     struct errbuf err = {{0}};
-    if (t->cfg.ome && t->cfg.levels > 1 && pyramid_build(t, &p, &err) < 0) {
+    /* overwrite: after export --into, the image has a label of that name; its levels are
+     * still this configuration's */
+    if ((t->cfg.ome && t->cfg.levels > 1 && pyramid_build(t, &p, &err) < 0) ||
+        (t->cfg.ome_labels && overlay_build(t, true, &ov, &err) < 0)) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_USAGE;
     }
+    size_t n = p ? (size_t)pyramid_nlevels(p) : ov ? overlay_narrays(ov) : 1;
     int r = 0;
-    for (int l = 0; l < (p ? pyramid_nlevels(p) : 1) && r == 0; l++)
-        r = clean_array(t, p ? pyramid_level(p, l) : t, c, sum);
+    for (size_t l = 0; l < n && r == 0; l++)
+        r = clean_array(t,
+                        p    ? pyramid_level(p, (int)l)
+                        : ov ? overlay_array_task(ov, l)
+                             : t,
+                        c, sum);
     pyramid_free(p);
+    overlay_free(ov);
     return r;
 }
 

@@ -462,3 +462,36 @@ def test_export_into_killed(tmp_path, roifs_bin):
     assert not [p for p in img.rglob(".roifs-*")]
     assert attrs_of(img / "labels", False)["labels"] == ["old", "seg"]
     np.testing.assert_array_equal(read_level(img, "seg", 0, False), expected_labels(levels[0]))
+
+
+def test_clean_unused_visits_the_label_levels(tmp_path, roifs_bin):
+    """`roifs clean --unused` collects the cache of every level of the label image, not only
+    the computed one's: after the input changed, the results of the old input's levels are
+    removed, and what is current stays (a remount reads every level computing nothing)."""
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        for j in range(len(levels)):
+            read_level(m.path, "seg", j, False)
+        nrois = m.status()["calls"]
+    z = zarr.open_array(str(img / "0"), mode="r+")
+    new = (z[...] + 500).astype("<u2")  # every pixel changed: every label differs
+    z[...] = new
+    with mounted(roifs_bin, config) as m:
+        for j in range(len(levels)):
+            read_level(m.path, "seg", j, False)
+        assert m.status()["calls"] == nrois
+    level_rois = sum(-(-d.shape[0] // 20) * -(-d.shape[1] // 16) for d in levels[1:])  # chunks
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    removed = int(r.stdout.split("results: ")[1].split()[0])
+    # level 0's old results, and those of levels 1 and 2 (one ROI per chunk of each level)
+    assert removed >= nrois + level_rois, r.stdout
+    with mounted(roifs_bin, config) as m:
+        want = expected_labels(new)
+        for j, data in enumerate(levels):
+            np.testing.assert_array_equal(read_level(m.path, "seg", j, False),
+                                          nearest(want, data.shape[-2:]), f"level {j}")
+        assert m.status()["calls"] == 0
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0 and "results: 0 removed" in r.stdout, r.stdout
