@@ -605,6 +605,26 @@ void sb_append(struct strbuf *sb, const char *s, size_t n)
     sb->buf[sb->len] = '\0';
 }
 
+size_t u64_dec(char *buf, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    buf[n] = '\0';
+    return n;
+}
+
+void sb_add_u64(struct strbuf *sb, uint64_t v)
+{
+    char buf[21];
+    sb_append(sb, buf, u64_dec(buf, v));
+}
+
 void sb_printf(struct strbuf *sb, const char *fmt, ...)
 {
     char small[256];

@@ -38,12 +38,35 @@ static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, e
     engine_read_ahead(e, id);
 }
 
+/* cb(ctx, ...) is told when job ends (lock held). */
+static void add_waiter(struct chunk_job *job, engine_chunk_cb cb, void *ctx)
+{
+    struct waiter *w = xmalloc(sizeof *w);
+    w->cb = cb;
+    w->ctx = ctx;
+    w->next = job->waiters;
+    job->waiters = w;
+}
+
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
 {
     if (e->is_broken) { /* the input's metadata changed under the mount (changes.c) */
         cb(ctx, -EIO, -1, 0);
         return;
     }
+    /* A job for the chunk exists (read-ahead made it, or another reader's open): its waiters
+     * get what it makes, whatever this open would find, so neither the keys (most of an
+     * open's cost with small ROIs) nor the cache are looked at. */
+    pthread_mutex_lock(&e->lock);
+    struct chunk_job *running = e->stopping ? NULL : engine_job_find(e, id);
+    if (running) {
+        engine_job_promote(e, running);
+        add_waiter(running, cb, ctx);
+        pthread_mutex_unlock(&e->lock);
+        engine_read_ahead(e, id);
+        return;
+    }
+    pthread_mutex_unlock(&e->lock);
     struct chunk_keys keys;
     engine_chunk_keys_now(e->t, id, NULL, &keys);
     bool replaced = false;
@@ -70,17 +93,13 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
             pthread_mutex_unlock(&e->lock);
             continue;
         }
-        struct waiter *w = xmalloc(sizeof *w);
-        w->cb = cb;
-        w->ctx = ctx;
         if (!job) {
             job = engine_job_create(e, id, true, &keys);
             job->replaced = replaced;
         } else {
             engine_job_promote(e, job);
         }
-        w->next = job->waiters;
-        job->waiters = w;
+        add_waiter(job, cb, ctx);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);
         engine_read_ahead(e, id);

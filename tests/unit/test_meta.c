@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -417,8 +419,43 @@ static void test_big_uint64_fill(void)
     free(text);
 }
 
+/* Chunk keys are written by hand (no printf): exactly what snprintf gave, for every index
+ * size up to UINT64_MAX, with and without the v3 "c" prefix, and truncated to the buffer. */
+static void test_chunk_key_as_printf(void)
+{
+    struct zarr_meta m = {0};
+    m.ndim = 3;
+    uint64_t vals[] = {0, 7, 9, 10, 99, 100, 123456789, 18446744073709551615ull};
+    char key[256], want[256], dec[21];
+    for (size_t a = 0; a < sizeof vals / sizeof *vals; a++) {
+        snprintf(want, sizeof want, "%" PRIu64, vals[a]);
+        CHECK_EQ_INT(u64_dec(dec, vals[a]), strlen(want));
+        CHECK(strcmp(dec, want) == 0);
+        uint64_t idx[] = {vals[a], 0, vals[(a + 3) % 8]};
+        for (int c = 0; c < 2; c++) {
+            m.key_prefix_c = c;
+            m.separator = c ? '/' : '.';
+            zarr_meta_chunk_key(&m, idx, key, sizeof key);
+            snprintf(want, sizeof want, "%s%" PRIu64 "%c0%c%" PRIu64, c ? "c/" : "", idx[0],
+                     m.separator, m.separator, idx[2]);
+            CHECK(strcmp(key, want) == 0);
+            char small[6];
+            zarr_meta_chunk_key(&m, idx, small, sizeof small);
+            CHECK(strncmp(small, want, 5) == 0 &&
+                  strlen(small) == (strlen(want) < 5 ? strlen(want) : 5));
+        }
+    }
+    struct strbuf sb = {0};
+    sb_add_u64(&sb, 0);
+    sb_append(&sb, ":", 1);
+    sb_add_u64(&sb, 18446744073709551615ull);
+    CHECK(strcmp(sb.buf, "0:18446744073709551615") == 0);
+    sb_free(&sb);
+}
+
 int main(void)
 {
+    RUN(test_chunk_key_as_printf);
     RUN(test_parse_real_file);
     RUN(test_defaults_and_variants);
     RUN(test_errors_name_the_key);

@@ -151,6 +151,22 @@ static void test_key(void)
     key_add_str(&c, "bc");
     CHECK(!key_eq(key_final(&b), key_final(&c)));
     CHECK(!key_eq(key_of(0, 1), key_of(1, 0)));
+    /* Keys name what caches hold: these values were computed before key_add_u64 had its fast
+     * path, and must never change (every cached result would be computed again). */
+    struct keyhash h, g;
+    key_init(&h, "pin");
+    key_add_u64(&h, 1);
+    key_add_u64(&h, 0x8000000000000005ull);
+    key_add(&h, "abc", 3);
+    key_add_u64(&h, 42); /* with bytes pending */
+    key_add_key(&h, (struct key128){.lo = 7, .hi = 9});
+    struct key128 k = key_final(&h);
+    key_init(&g, "pin2");
+    key_add_u64(&g, 0);
+    key_add_key(&g, k);
+    struct key128 k2 = key_final(&g);
+    CHECK(k.lo == 0x37c09f542358c200ull && k.hi == 0x5bdbbe88dd437401ull);
+    CHECK(k2.lo == 0xf67983b74ca983b6ull && k2.hi == 0x7f47a72566ac54a9ull);
 }
 
 static void test_append_and_reopen(void)
