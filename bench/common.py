@@ -182,6 +182,20 @@ def read_all(m):
     return got, t, m.cpu_s() - c0
 
 
+def cold_read(config, d, calls, expected):
+    """A fresh mount of config (its cache d/cache removed first) read whole with zarr: asserts
+    that the processor ran `calls` times and the data is `expected`; {"read_s", "mount_s",
+    "cpu_s"} (the daemon's CPU during the read)."""
+    import numpy as np
+    rmtree(d / "cache")
+    with Mount(config, d / "mnt") as m:
+        got, t, cpu = read_all(m)
+        ran = m.status()["calls"]
+    assert ran == calls, (ran, calls)
+    assert np.array_equal(got, expected)
+    return {"read_s": t, "mount_s": m.mount_s, "cpu_s": cpu}
+
+
 @contextlib.contextmanager
 def binary_at(commit, env_var):
     """A roifs built from `commit` in a temporary git worktree (removed on leaving), or the
@@ -435,6 +449,11 @@ def dask_from_delayed(in_path, out_path, rois, f):
 
 
 # ---------------------------------------------------------------- results
+
+
+def time_row(what, values, ratio):
+    """A row of a results table: what, the median and the range of values (s), ratio."""
+    return [what, f"{median(values):.3f}", f"{min(values):.3f}–{max(values):.3f}", ratio]
 
 
 def md_table(header, rows):

@@ -97,13 +97,7 @@ def main():
             "cache": {"dir": d / "cache"}})
 
         def run_roifs():
-            C.rmtree(d / "cache")
-            with C.Mount(cfg, d / "mnt") as m:
-                got, t, cpu = C.read_all(m)
-                calls = m.status()["calls"]
-            assert calls == len(rois), (calls, len(rois))
-            assert np.array_equal(got, expected)
-            return {"read_s": t, "cpu_s": cpu}
+            return C.cold_read(cfg, d, len(rois), expected)
 
         def run_loop():
             C.rmtree(d / "loop.zarr")
@@ -118,10 +112,9 @@ def main():
     loop = res["loop"]
     mr, ml = C.median(read), C.median(loop)
     covered = float((lab > 0).mean())
-    rows = [["roifs: cold read of the mount (`zarr.open(MNT)[:]`)", f"{mr:.3f}",
-             f"{min(read):.3f}–{max(read):.3f}", f"{mr / ml:.2f}×"],
-            ["Fractal's masked loop (serial, zarr-python)", f"{ml:.3f}",
-             f"{min(loop):.3f}–{max(loop):.3f}", "1×"]]
+    rows = [C.time_row("roifs: cold read of the mount (`zarr.open(MNT)[:]`)", read,
+                       f"{mr / ml:.2f}×"),
+            C.time_row("Fractal's masked loop (serial, zarr-python)", loop, "1×")]
     md = (f"{REPS} repeats, interleaved; medians. {len(rois)} masked ROIs (organoids of radius "
           f"120–260 covering {covered * 100:.0f}% of a {N}×{N} uint16 image, chunks {CH}×{CH}, "
           f"blosc lz4), builtin label (in > {VALUE}) within each organoid, mask_input = zero, "

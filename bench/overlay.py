@@ -143,15 +143,13 @@ def main():
     tw = [x["write_s"] for x in res["task"]]
     tt = [x["total_s"] for x in res["task"]]
     tw_m, ta = C.median(tw), C.median(tt)
-    rows = [["roifs: every level of labels/nuclei read cold through the mount", f"{ro:.3f}",
-             f"{min(res['roifs']):.3f}–{max(res['roifs']):.3f}", f"{ro / ta:.2f}×"],
-            ["roifs: the first level-0 chunk (1024×1024)", f"{fi:.3f}",
-             f"{min(res['first']):.3f}–{max(res['first']):.3f}", f"{fi / ta:.2f}×"],
-            ["Fractal-style task: labels written into the image, pyramid, metadata, then every "
-             "level read back (what the mount's figure includes)", f"{ta:.3f}",
-             f"{min(tt):.3f}–{max(tt):.3f}", "1×"],
-            ["the same task, written only (not read back)", f"{tw_m:.3f}",
-             f"{min(tw):.3f}–{max(tw):.3f}", f"{tw_m / ta:.2f}×"]]
+    rows = [C.time_row("roifs: every level of labels/nuclei read cold through the mount",
+                       res["roifs"], f"{ro / ta:.2f}×"),
+            C.time_row("roifs: the first level-0 chunk (1024×1024)", res["first"],
+                       f"{fi / ta:.2f}×"),
+            C.time_row("Fractal-style task: labels written into the image, pyramid, metadata, "
+                       "then every level read back (what the mount's figure includes)", tt, "1×"),
+            C.time_row("the same task, written only (not read back)", tw, f"{tw_m / ta:.2f}×")]
     md = (f"{REPS} repeats, interleaved; medians. OME-NGFF 0.4 image of {LEVELS} levels "
           f"({N}×{N} to {N >> (LEVELS - 1)}², uint16, chunks {CH}×{CH}, blosc lz4); builtin "
           f"label (in > {VALUE}) per FOV of {CH}×{CH} ({nrois} ROIs); uint32 labels. The "

@@ -41,12 +41,7 @@ def main():
             "cache": {"dir": d / "cache"}})
 
         def run_roifs():
-            C.rmtree(d / "cache")
-            with C.Mount(cfg, d / "mnt") as m:
-                got, t, cpu = C.read_all(m)
-                calls = m.status()["calls"]
-            assert calls == len(rois) and np.array_equal(got, expected)
-            return {"read_s": t, "mount_s": m.mount_s, "cpu_s": cpu}
+            return C.cold_read(cfg, d, len(rois), expected)
 
         def run_dask():
             out = d / "dask.zarr"
@@ -64,13 +59,10 @@ def main():
     dk = res["dask"]
     mr, mt, md = C.median(read), C.median(tot), C.median(dk)
     raw = {"roifs_read_s": read, "roifs_mount_s": mount, "roifs_cpu_s": cpu, "dask_s": dk}
-    rows = [["roifs: cold read (`zarr.open(MNT)[:]`)", f"{mr:.3f}",
-             f"{min(read):.3f}–{max(read):.3f}", f"{md / mr:.1f}×"],
-            ["roifs: mount", f"{C.median(mount):.3f}", f"{min(mount):.3f}–{max(mount):.3f}", ""],
-            ["roifs: mount + cold read", f"{mt:.3f}", f"{min(tot):.3f}–{max(tot):.3f}",
-             f"{md / mt:.1f}×"],
-            ["dask: from_delayed per ROI + setitem + to_zarr", f"{md:.3f}",
-             f"{min(dk):.3f}–{max(dk):.3f}", "1×"]]
+    rows = [C.time_row("roifs: cold read (`zarr.open(MNT)[:]`)", read, f"{md / mr:.1f}×"),
+            C.time_row("roifs: mount", mount, ""),
+            C.time_row("roifs: mount + cold read", tot, f"{md / mt:.1f}×"),
+            C.time_row("dask: from_delayed per ROI + setitem + to_zarr", dk, "1×")]
     md_text = (f"{REPS} repeats, interleaved; medians. {len(rois)} ROIs of {T}×{T}, "
                f"{N}×{N} uint16, chunks {CH}×{CH}, input and output blosc lz4 (clevel 5, "
                f"shuffle). roifs daemon CPU during the read: median {C.median(cpu):.2f} s "
