@@ -25,6 +25,9 @@ static void verify_push(struct engine *e, uint64_t id)
 /* Checks cached chunk id as an open would; one that is not current is made now, ahead. */
 void engine_verify_ahead(struct engine *e, uint64_t id)
 {
+    pthread_mutex_lock(&e->lock);
+    uint64_t ended = e->jobs_ended;
+    pthread_mutex_unlock(&e->lock);
     struct chunk_keys keys;
     engine_chunk_keys_now(e->t, id, NULL, &keys);
     int fd = -1;
@@ -34,12 +37,14 @@ void engine_verify_ahead(struct engine *e, uint64_t id)
     if (st != CHUNK_CURRENT && st != CHUNK_ABSENT) {
         store_refresh(cache_store(e->c));
         pthread_mutex_lock(&e->lock);
-        if (!e->stopping && !engine_job_find(e, id))
+        if (!e->stopping && !engine_job_find(e, id) && e->jobs_ended == ended)
             engine_job_create(e, id, false, &keys)->replaced = true;
         pthread_mutex_unlock(&e->lock);
     }
     chunk_keys_free(&keys);
 }
+
+void (*engine_read_ahead_hook)(struct engine *e, uint64_t id);
 
 /* Queues, behind demanded work, the ROIs of the `readahead` chunks that follow id in C
  * order, and the check of those already cached among the next 4 x readahead (at most
@@ -56,6 +61,7 @@ void engine_read_ahead(struct engine *e, uint64_t id)
     int *at = xmalloc((size_t)n * sizeof *at);
     size_t m = 0, nk = roi_index_nchunks(e->t->index);
     pthread_mutex_lock(&e->lock);
+    uint64_t ended = e->jobs_ended; /* the looks at the cache below are newer than this */
     size_t k0 = roi_index_lower_bound(e->t->index, id + 1);
     for (size_t row = k0; row < k0 + (size_t)n && row < nk; row++) {
         uint64_t cid = roi_index_chunk_id(e->t->index, row);
@@ -81,8 +87,14 @@ void engine_read_ahead(struct engine *e, uint64_t id)
         if (!refreshed)
             store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
         refreshed = true;
+        if (engine_read_ahead_hook)
+            engine_read_ahead_hook(e, next[i]);
         pthread_mutex_lock(&e->lock);
-        if (!e->stopping && !engine_job_find(e, next[i]))
+        /* A job that ended since the look may have made this chunk: made again, its file
+         * would change under a reader that knows it by size and mtime (a second mount taking
+         * this one as input, which would then compute its ROIs again). */
+        if (!e->stopping && !engine_job_find(e, next[i]) &&
+            (e->jobs_ended == ended || !cache_chunk_exists(e->c, next[i])))
             engine_job_create(e, next[i], false, &keys);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);

@@ -124,6 +124,9 @@ struct engine {
     struct chunk_job *asm_head, *asm_tail;
     struct chunk_job *jobs[ENGINE_JOB_BUCKETS];
     size_t njobs;
+    /* Jobs ended so far: a job that ends has made its chunk, so a look at the cache taken
+     * before a change of this count may be out of date (ahead.c). */
+    uint64_t jobs_ended;
     pthread_t *threads;
     int nthreads;
     bool stopping;
@@ -264,6 +267,9 @@ void engine_note_made(struct engine *e, uint32_t made);
 
 /* After an open of chunk id: readahead and checks ahead (takes the lock). */
 void engine_read_ahead(struct engine *e, uint64_t id);
+/* For tests (NULL otherwise): called by engine_read_ahead for chunk id after its look at the
+ * cache found id not made, before the lock under which it creates id's job. */
+extern void (*engine_read_ahead_hook)(struct engine *e, uint64_t id);
 /* Checks cached chunk id as an open would; makes it now when it is not current. */
 void engine_verify_ahead(struct engine *e, uint64_t id);
 

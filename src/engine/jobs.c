@@ -76,6 +76,7 @@ struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
     struct chunk_job **p = job_slot(e, job->id);
     *p = job->hnext;
     e->njobs--;
+    e->jobs_ended++;
     if (job->locked_elsewhere)
         e->n_locked_elsewhere--;
     cache_unlock(e->c, job->lock);

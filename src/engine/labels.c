@@ -161,27 +161,49 @@ static void sleep_briefly(void)
     nanosleep(&ts, NULL);
 }
 
-int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 k, bool fresh,
+/* Whether ROI s's input is now what made the result named made (looked at unlocked). */
+static bool made_from_input_now(struct engine *e, uint32_t s, struct key128 made)
+{
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct key128 now = engine_roi_key(e->t, s, engine_roi_sig_now(e->t, s, memo));
+    zarr_sigmemo_free(memo);
+    return key_eq(now, made);
+}
+
+int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
                          struct errbuf *err)
 {
+    bool looked = false;
     for (;;) {
         pthread_mutex_lock(&e->lock);
         struct roi_slot *sl = &e->rois[s];
         bool stopping = e->stopping;
-        if (sl->state == RS_DONE && sl->pins == 0 && (fresh || !key_eq(sl->key, k)))
+        if (!fresh && !looked && sl->state == RS_DONE && !key_eq(sl->key, *k)) {
+            /* Done from other input than *k names: input that changed since *k was taken,
+             * or that changed because it was read (a chunk of another roifs mount, whose size
+             * and mtime change when it is computed: docs/fractal.md). Kept when it is of the
+             * input as it is now. */
+            struct key128 made = sl->key;
+            pthread_mutex_unlock(&e->lock);
+            looked = true;
+            if (made_from_input_now(e, s, made))
+                *k = made;
+            continue;
+        }
+        if (sl->state == RS_DONE && sl->pins == 0 && (fresh || !key_eq(sl->key, *k)))
             slot_forget(e, s); /* made from older input, or to be made again */
         enum roi_state state = sl->state;
         if (fresh && state == RS_DONE && sl->pins) { /* being pasted: not now */
             pthread_mutex_unlock(&e->lock);
             return err_set(err, -EAGAIN, "roi %u: its result is in use; try again", s);
         }
-        bool have = state == RS_DONE && key_eq(sl->key, k) && !fresh;
+        bool have = state == RS_DONE && key_eq(sl->key, *k) && !fresh;
         bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;
         if (mine) {
             if (state == RS_FAILED)
                 e->n_failed--;
             sl->state = RS_RUNNING; /* ours: a queued entry is skipped by the pool */
-            sl->key = k;
+            sl->key = *k;
             e->n_running++;
         }
         pthread_mutex_unlock(&e->lock);
@@ -195,34 +217,42 @@ int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 k, bool fre
         }
         /* under its result lock, and stored at once (engine_labels_locked) */
         if (fresh)
-            engine_run_roi_fresh(e, s, k);
+            engine_run_roi_fresh(e, s, *k);
         else
-            engine_run_roi(e, s, k);
+            engine_run_roi(e, s, *k);
         fresh = false;
         pthread_mutex_lock(&e->lock);
         state = e->rois[s].state;
+        struct key128 made = e->rois[s].key;
         pthread_mutex_unlock(&e->lock);
         if (state == RS_FAILED)
             return err_set(err, -EIO, "roi %u, which the ids of this chunk depend on, failed", s);
         if (state == RS_IDLE)
             return err_set(err, -ECANCELED, "stopping");
+        if (state == RS_DONE) {
+            /* Named by the input as this thread read it, which may be newer than *k (see
+             * above): asking for *k again would compute it again, without end when reading
+             * it is what changes its input. */
+            *k = made;
+            return 0;
+        }
     }
 }
 
 /* |D_s| of ROI s's result named k, computing it first when needed. */
-static int count_roi(struct engine *e, uint32_t s, struct key128 k, uint64_t *count,
+static int count_roi(struct engine *e, uint32_t s, struct key128 *k, uint64_t *count,
                      struct errbuf *err)
 {
     for (int attempt = 0;; attempt++) {
         int rc = engine_labels_ensure(e, s, k, false, err);
         if (rc < 0)
             return rc;
-        if (count_from_result(e, s, k, count) == 0)
+        if (count_from_result(e, s, *k, count) == 0)
             return 0;
         if (attempt == 3)
             return err_set(err, -EIO, "roi %u: its result cannot be read from the store", s);
         pthread_mutex_lock(&e->lock); /* gone from the store: compute it again */
-        if (e->rois[s].state == RS_DONE && key_eq(e->rois[s].key, k) && !e->rois[s].pins)
+        if (e->rois[s].state == RS_DONE && key_eq(e->rois[s].key, *k) && !e->rois[s].pins)
             slot_forget(e, s);
         pthread_mutex_unlock(&e->lock);
         store_refresh(cache_store(e->c));
@@ -245,9 +275,10 @@ static int roi_count(struct engine *e, struct labels_counts *c, uint32_t s, stru
     if (!store_has(st, ck))
         store_refresh(st);
     if (store_get(st, ck, count, sizeof *count) != 0) {
-        int rc = count_roi(e, s, k, count, err);
+        int rc = count_roi(e, s, &k, count, err); /* k: what the result is made from */
         if (rc < 0)
             return rc;
+        ck = count_key(k);
         struct errbuf serr = {{0}};
         if (store_put(st, ck, count, sizeof *count, sizeof *count, &serr) < 0)
             log_warn("roi %u: cannot store its id count: %s", s, serr.msg);

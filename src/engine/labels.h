@@ -36,10 +36,12 @@ int engine_labels_paste(const struct labels_paste *lp, size_t i, void *buf, cons
                         const void *src, const uint64_t *bshape, const uint64_t *src_off,
                         const uint64_t *ext, struct errbuf *err);
 void engine_labels_paste_free(struct labels_paste *lp);
-/* Makes sure ROI s's result named k is done (computing it on this thread, under its result
- * lock, when nobody else is; fresh: even when it is stored). 0, -EIO (it failed) or
- * -ECANCELED (stopping), with err. */
-int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 k, bool fresh,
+/* Makes sure ROI s's result named *k is done (computing it on this thread, under its result
+ * lock, when nobody else is; fresh: even when it is stored). On 0, *k names the result done,
+ * which is of newer input than *k named when the input changed since *k was taken (or by
+ * being read: a chunk of another roifs mount). 0, -EIO (it failed) or -ECANCELED (stopping),
+ * with err. */
+int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
                          struct errbuf *err);
 
 /* ---- stitch.c: stitch = iou ---- */

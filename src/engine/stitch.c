@@ -118,10 +118,10 @@ static void *load_strips(struct engine *e, uint32_t r, struct key128 k, uint64_t
     struct store *st = cache_store(e->c);
     size_t len = total * e->t->out.dtype.size;
     void *buf = xmalloc(len ? len : 1);
-    struct key128 sk = derived(k, "roifs stitch strips");
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (engine_labels_ensure(e, r, k, attempt > 0, err) < 0)
+        if (engine_labels_ensure(e, r, &k, attempt > 0, err) < 0)
             break;
+        struct key128 sk = derived(k, "roifs stitch strips"); /* k: what r is made from */
         store_refresh(st);
         if (store_get(st, sk, buf, len) == 0)
             return buf;
@@ -200,9 +200,10 @@ static uint64_t adjacency_off(const struct adjacency *a, uint32_t r, uint32_t s)
 }
 
 /* The global pass: every pair of ROIs whose read regions overlap, two strip records at a
- * time. Returns the mapping record (npairs, then the pairs) or NULL with err. */
-static uint64_t *global_pass(struct engine *e, const struct key128 *keys, size_t *len,
-                             double *rois_s, struct errbuf *err)
+ * time. Returns the mapping record (npairs, then the pairs) or NULL with err; keys[s] is then
+ * the key of the result of s that was used (engine_labels_ensure). */
+static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len, double *rois_s,
+                             struct errbuf *err)
 {
     double t0 = now_monotonic();
     const struct task *t = e->t;
@@ -210,7 +211,7 @@ static uint64_t *global_pass(struct engine *e, const struct key128 *keys, size_t
     size_t isz = t->out.dtype.size;
     int rc = 0;
     for (uint32_t s = 0; s < t->rois.n && rc == 0; s++) /* every ROI first: each once */
-        rc = engine_labels_ensure(e, s, keys[s], false, err);
+        rc = engine_labels_ensure(e, s, &keys[s], false, err);
     *rois_s = now_monotonic() - t0;
     if (rc < 0)
         return NULL;

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from scipy import ndimage
 from numcodecs import Zlib
 
 from conftest import (REPO, is_mounted, mounted, read_bytes, roi_text, run_roifs, wait_for,
@@ -272,6 +273,47 @@ def test_labels_over_a_mount_have_their_own_status(tmp_path, roifs_bin):
         assert s2["fuse"]["passthrough"] == s1["fuse"]["passthrough"], s2["fuse"]
         np.testing.assert_array_equal(  # read again, now by the second mount's own descriptors
             zarr.open(str(m2 / "labels" / "bright" / "0"), mode="r")[...], want)
+        unmount(roifs_bin, d2, 10)
+        unmount(roifs_bin, d1, 10)
+
+
+@pytest.mark.timeout(120)
+def test_sequential_ids_over_a_mount_whose_chunks_are_not_made_yet(tmp_path, roifs_bin):
+    """ids = sequential over another mount, without read-ahead: the first chunk read of mount
+    2 holds only its second ROI, whose ids need the count of the first, whose input (mount 1's
+    chunks 0.0 and 0.1) is not computed yet. Its key is taken from those chunks' size and
+    mtime before they are made, and reading them to compute the ROI changes both: the ROI is
+    still computed once (it was computed again without end, and the read hung), and the ids
+    follow the first ROI's count."""
+    c1, c2, data, _ = chain_files(tmp_path, readahead=0)
+    halves = [((0, 160), (0, 100)), ((0, 160), (128, 224))]
+    (tmp_path / "rois1.txt").write_text("".join(roi_text(r) + "\n" for r in halves))
+    (tmp_path / "rois2.txt").write_text("".join(roi_text(r) + "\n" for r in halves))
+    text = c2.read_text().replace("builtin = add", "builtin = label")
+    text = text.replace("param.value = 10", "param.value = 500")
+    c2.write_text(text.replace("chunks = 48,48", "chunks = 160,112\ndtype = <u4") +
+                  "\n[labels]\nids = sequential\n")
+    step1 = apply_rois(data, halves, 1)
+    want, before = np.zeros(SHAPE, "<u4"), 0
+    for (y0, y1), (x0, x1) in halves:
+        lab, n = ndimage.label(step1[y0:y1, x0:x1] > 500)
+        want[y0:y1, x0:x1] = np.where(lab > 0, lab + before, 0)
+        before += n
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    with daemon(roifs_bin, c1, m1) as d1, daemon(roifs_bin, c2, m2) as d2:
+        got = {}
+
+        def right_half():
+            got["x"] = zarr.open(str(m2), mode="r")[:, 112:224]
+
+        t = threading.Thread(target=right_half, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), f"the read hangs: mount 2 made {d2.status()['calls']} calls"
+        np.testing.assert_array_equal(got["x"], want[:, 112:224])
+        assert (d1.status()["calls"], d2.status()["calls"]) == (2, 2)
+        np.testing.assert_array_equal(zarr.open(str(m2), mode="r")[...], want)
+        assert (d1.status()["calls"], d2.status()["calls"]) == (2, 2)
         unmount(roifs_bin, d2, 10)
         unmount(roifs_bin, d1, 10)
 

@@ -6,13 +6,15 @@
  * compacted while readers open, and two engines on one cache (two processes:
  * open-file-description locks conflict inside one process too) computing each ROI once
  * around a failure and a lock just let go; a job older than a result it shares uses it when
- * the input is still what the result was read from. */
+ * the input is still what the result was read from; read-ahead does not make again a chunk
+ * that an open made while it looked. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -625,6 +627,51 @@ static void test_job_older_than_a_result_uses_it(void)
     harness_rig_close(&g);
 }
 
+/* The read-ahead hook of test_read_ahead_makes_a_chunk_once: the first time read-ahead is
+ * about to make chunk 1, chunk 1 is opened and made first, as another reader would. */
+static uint64_t ahead_made_ino;
+
+static void open_before_read_ahead(struct engine *e, uint64_t id)
+{
+    if (id != 1 || ahead_made_ino)
+        return;
+    ahead_made_ino = 1; /* not again from the open below's own read-ahead */
+    int fd;
+    struct stat st;
+    if (harness_open_wait(e, 1, &fd) == 0 && fstat(fd, &st) == 0)
+        ahead_made_ino = (uint64_t)st.st_ino;
+    close(fd);
+}
+
+/* Read-ahead looks at the cache, then creates the job: a chunk that another open made
+ * meanwhile is not made again (its file replaced, which a second mount knowing it by size and
+ * mtime takes for new input). */
+static void test_read_ahead_makes_a_chunk_once(void)
+{
+    write_text("rois8.txt", "0:4, 0:4\n0:4, 4:8\n4:8, 0:4\n4:8, 4:8\n");
+    struct harness_rig g;
+    if (!rig_open(&g, "[input]\npath = in.zarr\n[rois]\nfile = rois8.txt\n[process]\n"
+                      "builtin = add\nthreads = 2\nreadahead = 1\n[cache]\ndir = cache8\n"))
+        return;
+    engine_read_ahead_hook = open_before_read_ahead;
+    int32_t v[16];
+    CHECK_EQ_INT(read_chunk(g.e, 0, v), 0);
+    engine_read_ahead_hook = NULL;
+    CHECK(ahead_made_ino > 1);
+    for (int i = 0; i < 2; i++) { /* served the file the open made, now and once jobs settle */
+        int fd;
+        struct stat st;
+        CHECK_EQ_INT(harness_open_wait(g.e, 1, &fd), 0);
+        CHECK_EQ_INT(fstat(fd, &st), 0);
+        close(fd);
+        CHECK_EQ_INT((long long)st.st_ino, (long long)ahead_made_ino);
+        for (int k = 0; k < 200 && g.e->njobs; k++)
+            usleep(10000);
+    }
+    CHECK_EQ_INT(g.t->proc->calls, 3); /* chunks 0, 1 and 2 (read ahead of 1) */
+    harness_rig_close(&g);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "engine"))
@@ -642,6 +689,7 @@ int main(void)
     RUN(test_open_while_a_failed_chunk_settles);
     RUN(test_lock_taken_after_another_stored);
     RUN(test_job_older_than_a_result_uses_it);
+    RUN(test_read_ahead_makes_a_chunk_once);
     check_rmtree(dir);
     return check_done();
 }
