@@ -643,6 +643,14 @@ static void open_before_read_ahead(struct engine *e, uint64_t id)
     close(fd);
 }
 
+static size_t jobs_now(struct engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    size_t n = e->njobs;
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
 /* Read-ahead looks at the cache, then creates the job: a chunk that another open made
  * meanwhile is not made again (its file replaced, which a second mount knowing it by size and
  * mtime takes for new input). */
@@ -665,7 +673,7 @@ static void test_read_ahead_makes_a_chunk_once(void)
         CHECK_EQ_INT(fstat(fd, &st), 0);
         close(fd);
         CHECK_EQ_INT((long long)st.st_ino, (long long)ahead_made_ino);
-        for (int k = 0; k < 200 && g.e->njobs; k++)
+        for (int k = 0; k < 200 && jobs_now(g.e); k++)
             usleep(10000);
     }
     CHECK_EQ_INT(g.t->proc->calls, 3); /* chunks 0, 1 and 2 (read ahead of 1) */
