@@ -3,7 +3,6 @@
 #include "proc.h"
 
 #include <errno.h>
-#include <jansson.h>
 
 int proc_create(const struct config *cfg, struct proc **out, struct errbuf *err)
 {
@@ -56,20 +55,4 @@ void proc_destroy(struct proc *p)
 {
     if (p)
         p->ops->destroy(p);
-}
-
-int proc_params_json(const struct config *cfg, char **out, struct errbuf *err)
-{
-    json_t *obj = json_object();
-    for (int i = 0; i < cfg->nparams; i++) {
-        const struct config_param *pm = &cfg->params[i];
-        json_t *v = json_string(pm->value);
-        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
-            json_decref(obj);
-            return err_at(err, -EINVAL, cfg->path, pm->line, "param.%s: not valid UTF-8", pm->name);
-        }
-    }
-    *out = json_dumps(obj, JSON_COMPACT);
-    json_decref(obj);
-    return 0;
 }

@@ -1,7 +1,7 @@
-/* worker_wire.c: the worker protocol's wire format (SPEC §8.2): the JSON request line, the
- * writes of request and input, and the parsing of the reply line and output, with the
- * protocol errors they can find. The scheduling of a request (poll, deadlines, deaths) is
- * in worker.c. */
+/* worker_wire.c: the worker protocol's wire format (SPEC §8.2): the params object sent to
+ * worker and python processors, the JSON request line, the writes of request and input, and
+ * the parsing of the reply line and output, with the protocol errors they can find. The
+ * scheduling of a request (poll, deadlines, deaths) is in worker.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -13,6 +13,22 @@
 #include <unistd.h>
 
 #include "worker_internal.h"
+
+int proc_params_json(const struct config *cfg, char **out, struct errbuf *err)
+{
+    json_t *obj = json_object();
+    for (int i = 0; i < cfg->nparams; i++) {
+        const struct config_param *pm = &cfg->params[i];
+        json_t *v = json_string(pm->value);
+        if (!v || json_object_set_new(obj, pm->name, v) < 0) {
+            json_decref(obj);
+            return err_at(err, -EINVAL, cfg->path, pm->line, "param.%s: not valid UTF-8", pm->name);
+        }
+    }
+    *out = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return 0;
+}
 
 static void put_list(struct strbuf *sb, const char *key, const uint64_t *v, int n)
 {
