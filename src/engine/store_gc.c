@@ -1,6 +1,6 @@
 /* store_gc.c: garbage collection of the result store (store.h): packs rewritten without the
- * records nobody wants, safely while other processes read and append, and the retirement of
- * packs that another process compacted away. */
+ * records nobody wants, safely while other processes read and append (the retirement of packs
+ * that another process compacted away is store_pack.c's). */
 #include "store_internal.h"
 
 #include <errno.h>
@@ -20,54 +20,6 @@ static void hook(int step)
 {
     if (store_compact_hook)
         store_compact_hook(step);
-}
-
-/* ---- retiring packs removed from the directory ---- */
-
-struct dropped {
-    struct key128 key;
-    uint32_t pack;
-    uint64_t off;
-};
-
-void store_retire_unlinked(struct store *s)
-{
-    bool any = false;
-    for (uint32_t n = 1; n < s->npacks; n++)
-        any = any || (s->packs[n].fd >= 0 && s->packs[n].unlinked);
-    if (!any)
-        return;
-    /* The compaction that removed them copied what it kept before the unlink: index the
-     * copies first, so that only what it dropped is dropped here. */
-    for (uint32_t n = 1; n < s->npacks; n++)
-        if (s->packs[n].fd >= 0 && !s->packs[n].unlinked)
-            store_scan_pack(s, n);
-    pthread_mutex_lock(&s->index_lock);
-    size_t nd = 0;
-    struct dropped *d = NULL;
-    for (size_t i = 0, cap = 0; i < s->cap; i++) {
-        const struct entry *e = &s->tab[i];
-        if (!e->used || !s->packs[e->pack].unlinked)
-            continue;
-        if (nd == cap) {
-            cap = cap ? 2 * cap : 64;
-            d = xrealloc(d, cap * sizeof *d);
-        }
-        d[nd++] = (struct dropped){e->key, e->pack, e->off};
-    }
-    for (size_t i = 0; i < nd; i++)
-        store_index_drop(s, d[i].key, d[i].pack, d[i].off);
-    pthread_mutex_unlock(&s->index_lock);
-    free(d);
-    if (nd)
-        log_debug("%s: %zu results dropped by a compaction elsewhere", s->path, nd);
-    pthread_rwlock_wrlock(&s->fd_lock); /* no read of them in progress */
-    for (uint32_t n = 1; n < s->npacks; n++)
-        if (s->packs[n].fd >= 0 && s->packs[n].unlinked) {
-            close(s->packs[n].fd);
-            s->packs[n] = (struct pack){.fd = -1};
-        }
-    pthread_rwlock_unlock(&s->fd_lock);
 }
 
 /* ---- compaction ---- */

@@ -67,10 +67,12 @@ struct pending {
     void *buf; /* bytes to free, or NULL when body is the caller's */
 };
 
-/* ---- store.c, for store_gc.c ---- */
+/* ---- store_pack.c: the index and the packs, for store.c and store_gc.c ---- */
 
 /* The index slot of k (index lock held). */
 size_t store_slot_of(const struct store *s, struct key128 k);
+/* Puts e in the index, replacing what it held for e's key (index lock held). */
+void store_index_put(struct store *s, const struct entry *e);
 /* Removes k when it still points at (pack, off) (index lock held). */
 void store_index_drop(struct store *s, struct key128 k, uint32_t pack, uint64_t off);
 uint32_t store_header_crc(const struct rec_header *h);
@@ -80,6 +82,12 @@ void store_pack_name(uint32_t n, char *buf, size_t len);
 int store_open_pack(struct store *s, uint32_t n, bool create);
 /* Indexes what pack n gained since the last scan (scan lock held). */
 void store_scan_pack(struct store *s, uint32_t n);
+/* Closes the packs removed from the directory once the index points at what they held that
+ * was copied elsewhere; what was not copied is dropped (scan lock held). */
+void store_retire_unlinked(struct store *s);
+
+/* ---- store.c, for store_gc.c ---- */
+
 /* The highest pack number in use, 0 when none (scan lock held). */
 uint32_t store_current_pack(const struct store *s);
 /* Brings the index up to date with the directory: new packs (also past a gap in the
@@ -92,11 +100,5 @@ int store_lock_appends(struct store *s);
  * points at the new copies. The packs written are [*first, *last] (when not NULL). */
 int store_append_records(struct store *s, struct pending *recs, size_t nrec, uint32_t *first,
                          uint32_t *last, struct errbuf *err);
-
-/* ---- store_gc.c ---- */
-
-/* Closes the packs removed from the directory once the index points at what they held that
- * was copied elsewhere; what was not copied is dropped (scan lock held). */
-void store_retire_unlinked(struct store *s);
 
 #endif
