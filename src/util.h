@@ -127,7 +127,8 @@ void sb_append(struct strbuf *sb, const char *s, size_t n);
 void sb_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* v in decimal, as "%" PRIu64 writes it, appended (no printf: it is on per-ROI paths). */
 void sb_add_u64(struct strbuf *sb, uint64_t v);
-/* v in decimal into buf (at least 21 bytes), NUL-terminated; returns its length. */
+/* v in decimal into buf (at least 21 bytes), NUL-terminated; returns its length. No allocation
+ * and no lock: safe in a forked child of a threaded process (proc/guard.c). */
 size_t u64_dec(char *buf, uint64_t v);
 void sb_free(struct strbuf *sb);
 

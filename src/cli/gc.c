@@ -125,12 +125,14 @@ static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
     }
     size_t n = p ? (size_t)pyramid_nlevels(p) : ov ? overlay_narrays(ov) : 1;
     int r = 0;
-    for (size_t l = 0; l < n && r == 0; l++)
-        r = clean_array(t,
-                        p    ? pyramid_level(p, (int)l)
-                        : ov ? overlay_array_task(ov, l)
-                             : t,
-                        c, sum);
+    for (size_t l = 0; l < n && r == 0; l++) {
+        struct task *lt = t;
+        if (p)
+            lt = pyramid_level(p, (int)l);
+        else if (ov)
+            lt = overlay_array_task(ov, l);
+        r = clean_array(t, lt, c, sum);
+    }
     pyramid_free(p);
     overlay_free(ov);
     return r;

@@ -41,12 +41,8 @@ static bool guarded_srun[GUARD_MAX];
 /* Whether pid runs (not a zombie), from /proc/PID/stat: no stdio, no allocation. */
 static bool guard_running(pid_t pid)
 {
-    char path[32] = "/proc/", digits[16], buf[512];
-    int nd = 0, k = 6;
-    for (unsigned v = (unsigned)pid; v && nd < 15; v /= 10)
-        digits[nd++] = (char)('0' + v % 10);
-    while (nd > 0)
-        path[k++] = digits[--nd];
+    char path[40] = "/proc/", buf[512];
+    size_t k = 6 + u64_dec(path + 6, (uint64_t)pid); /* no allocation, no lock */
     memcpy(path + k, "/stat", 6);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
