@@ -37,6 +37,19 @@ struct handle {
 /* An open waiting for its answer (open.c). */
 struct pending_open;
 
+/* The status file's size as shown to a process that does not hold it open (open.c): the
+ * document's length then, plus STATUS_SLACK. That process's next open within STATUS_SEEN_NS
+ * reads the document as it is at the open, padded with spaces to that size when it fits, so
+ * a reader that stats, opens and copies the size it saw (tar) gets a whole document. */
+#define STATUS_SEEN    8
+#define STATUS_SEEN_NS 5000000000LL
+#define STATUS_SLACK   256
+struct status_seen {
+    pid_t pid;     /* 0: free */
+    int64_t at_ns; /* CLOCK_MONOTONIC */
+    size_t size;
+};
+
 struct fs {
     struct arrayset *set;
     const struct ns *ns; /* the set's tree */
@@ -53,8 +66,9 @@ struct fs {
     _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
     _Atomic uint64_t input_reads; /* ... for files of the input (ome = labels) */
     pthread_mutex_t handles_lock;
-    struct handle handles; /* list head: chunks and metadata */
-    struct handle status;  /* list head: open status files (few) */
+    struct handle handles;                /* list head: chunks and metadata */
+    struct handle status;                 /* list head: open status files (few) */
+    struct status_seen seen[STATUS_SEEN]; /* under handles_lock */
     pthread_mutex_t pending_lock;
     struct pending_open *pending; /* opens waiting for the engine (doubly linked) */
     struct watch *follow;         /* [input] watch (follow.c), or NULL */
@@ -80,8 +94,8 @@ json_t *fs_follow_status(struct fs *fs);
 
 /* open.c */
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-/* Size of the status document as process pid sees it: the snapshot it holds open, else the
- * document as it is now. */
+/* Size of the status file as process pid sees it: the snapshot it holds open, else the
+ * document's size now plus STATUS_SLACK (kept for pid's next open: struct status_seen). */
 size_t fs_status_size(struct fs *fs, pid_t pid);
 /* Answers every open still waiting with err (the session loop has ended: unmount). */
 void fs_answer_pending(struct fs *fs, int err);

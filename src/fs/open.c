@@ -318,24 +318,74 @@ static char *status_snapshot(struct fs *fs)
     return text;
 }
 
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 size_t fs_status_size(struct fs *fs, pid_t pid)
 {
-    size_t len = 0;
-    bool found = false;
     pthread_mutex_lock(&fs->handles_lock);
     for (struct handle *h = fs->status.next; h != &fs->status; h = h->next)
         if (h->pid == pid) {
-            len = h->len; /* the newest of its snapshots: handles are added in front */
-            found = true;
-            break;
+            size_t len = h->len; /* the newest of its snapshots: handles are added in front */
+            pthread_mutex_unlock(&fs->handles_lock);
+            return len;
         }
     pthread_mutex_unlock(&fs->handles_lock);
-    if (!found) {
-        char *doc = status_snapshot(fs);
-        len = strlen(doc);
-        free(doc);
+    char *doc = status_snapshot(fs); /* outside the lock: it asks the engine */
+    size_t len = strlen(doc);
+    free(doc);
+    /* Kept for pid's next open, in pid's record (which stays as it is while the document
+     * fits: the open's own permission check asks again), else a free or the oldest one. */
+    int64_t now = mono_ns();
+    pthread_mutex_lock(&fs->handles_lock);
+    struct status_seen *slot = &fs->seen[0];
+    for (int i = 0; i < STATUS_SEEN; i++) {
+        struct status_seen *s = &fs->seen[i];
+        if (s->pid == pid && s->at_ns) {
+            slot = s;
+            break;
+        }
+        if (s->at_ns < slot->at_ns)
+            slot = s;
     }
-    return len;
+    if (slot->pid != pid || !slot->at_ns || now - slot->at_ns >= STATUS_SEEN_NS || len > slot->size)
+        *slot = (struct status_seen){.pid = pid, .at_ns = now, .size = len + STATUS_SLACK};
+    size_t size = slot->size;
+    pthread_mutex_unlock(&fs->handles_lock);
+    return size;
+}
+
+/* The status document for an open by pid: as it is now, padded with spaces (before its final
+ * newline) to the size pid was shown less than STATUS_SEEN_NS ago when it fits. */
+static char *status_for_open(struct fs *fs, pid_t pid, size_t *len)
+{
+    char *doc = status_snapshot(fs);
+    *len = strlen(doc);
+    size_t shown = 0;
+    int64_t now = mono_ns();
+    pthread_mutex_lock(&fs->handles_lock);
+    for (int i = 0; i < STATUS_SEEN; i++) {
+        struct status_seen *s = &fs->seen[i];
+        if (s->pid == pid && s->at_ns) {
+            if (now - s->at_ns < STATUS_SEEN_NS)
+                shown = s->size;
+            *s = (struct status_seen){0};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fs->handles_lock);
+    if (shown > *len) {
+        doc = xrealloc(doc, shown + 1);
+        memset(doc + *len - 1, ' ', shown - *len);
+        doc[shown - 1] = '\n';
+        doc[shown] = '\0';
+        *len = shown;
+    }
+    return doc;
 }
 
 void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -368,9 +418,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     struct handle *h = handle_new(n.kind);
     if (n.kind == NS_STATUS) {
-        h->buf = status_snapshot(fs);
-        h->len = strlen(h->buf);
         h->pid = fuse_req_ctx(req)->pid;
+        h->buf = status_for_open(fs, h->pid, &h->len);
         fi->direct_io = 1; /* its content is this snapshot, whatever the kernel cached */
     } else {
         h->text = n.text;

@@ -357,6 +357,35 @@ def test_status_is_never_archived_empty(tmp_path, mount):
         assert doc["chunks"]["cached"] >= 1
 
 
+def test_status_read_after_stat_is_the_size_stat_showed(tmp_path, mount):
+    """A reader that stats the status file, opens it and copies the size it saw (Python's
+    tarfile) gets exactly that many bytes and a whole document, also when the document grew
+    between the stat and the open (here: the GETATTR count gains digits); and what it reads is
+    the document as it is at the open, not as it was at the stat. Before the fix, the open
+    served a fresh document of another length: tarfile's "unexpected end of data"."""
+    import threading
+    task = cold_task(tmp_path)
+    with mount(task.config) as m:
+        path = m / ".roifs" / "status"
+        seen = os.stat(path).st_size
+        # From another thread (another pid for FUSE): 1000 GETATTRs, so the document's
+        # "GETATTR" count has more digits at the open than at the stat.
+        t = threading.Thread(target=lambda: [os.stat(path) for _ in range(1000)])
+        t.start()
+        t.join()
+        read_bytes(m / "0.0")  # and the document changes: a chunk is made
+        with open(path, "rb") as f:
+            data = f.read()
+        assert len(data) == seen
+        doc = json.loads(data)
+        assert doc["fuse"]["requests"]["GETATTR"] >= 1000  # as at the open
+        assert doc["chunks"]["cached"] >= 1
+        with tarfile.open(tmp_path / "s.tar", "w") as tar:  # the archiver's own way
+            tar.add(path, arcname="status")
+        with tarfile.open(tmp_path / "s.tar") as tar:
+            json.loads(tar.extractfile("status").read())
+
+
 def test_bound_of_every_pyramid_level(tmp_path, mount):
     """ome = true: each level's chunks show their own level's bound before the open."""
     task = cold_task(tmp_path, output={"compressor": "zstd", "ome": "true", "levels": 3})
