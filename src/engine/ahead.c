@@ -38,7 +38,7 @@ void engine_verify_ahead(struct engine *e, uint64_t id)
         store_refresh(cache_store(e->c));
         pthread_mutex_lock(&e->lock);
         if (!e->stopping && !engine_job_find(e, id) && e->jobs_ended == ended)
-            engine_job_create(e, id, false, &keys)->replaced = true;
+            engine_job_create(e, id, false, true, &keys);
         pthread_mutex_unlock(&e->lock);
     }
     chunk_keys_free(&keys);
@@ -95,7 +95,7 @@ void engine_read_ahead(struct engine *e, uint64_t id)
          * this one as input, which would then compute its ROIs again). */
         if (!e->stopping && !engine_job_find(e, next[i]) &&
             (e->jobs_ended == ended || !cache_chunk_exists(e->c, next[i])))
-            engine_job_create(e, next[i], false, &keys);
+            engine_job_create(e, next[i], false, false, &keys);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);
     }

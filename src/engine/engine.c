@@ -94,8 +94,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
             continue;
         }
         if (!job) {
-            job = engine_job_create(e, id, true, &keys);
-            job->replaced = replaced;
+            job = engine_job_create(e, id, true, replaced, &keys);
         } else {
             engine_job_promote(e, job);
         }

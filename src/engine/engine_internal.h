@@ -70,7 +70,8 @@ struct chunk_job {
     size_t pending;         /* ROIs waited for */
     bool scheduled;         /* its ROIs are pinned and asked for */
     bool demanded;
-    bool locked_elsewhere; /* another process holds the chunk's lock: the poller waits for it */
+    bool locked_elsewhere; /* another process holds (or held: lock >= 0) the chunk's lock: the
+                              poller waits for it */
     bool cached_already;   /* found current once locked: nothing to assemble (fd is it) */
     bool failed;           /* a ROI failed: its waiters had EIO; held until the rest is stored */
     int fd;                /* cached_already: the current chunk file, else -1 */
@@ -225,8 +226,10 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
- * once the chunk's lock is ours (lock held). */
-struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
+ * once the chunk's lock is ours (lock held). replaced: the caller found a version that is not
+ * current; else it found none, and one that is there once the lock is ours was made by
+ * another process since: served when current (checked by the poller, outside the lock). */
+struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded, bool replaced,
                                     struct chunk_keys *keys);
 /* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
 void engine_job_promote(struct engine *e, struct chunk_job *job);

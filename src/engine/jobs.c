@@ -223,7 +223,7 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
 
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
  * once the chunk's lock is ours, which makes making it exclusive between processes. */
-struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded,
+struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded, bool replaced,
                                     struct chunk_keys *keys)
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
@@ -236,6 +236,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->waits = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->recheck = xcalloc(job->nrois ? job->nrois : 1, 1);
     job->demanded = demanded;
+    job->replaced = replaced;
     job->lock = -1;
     job->fd = -1;
     *job_slot(e, id) = job;
@@ -256,6 +257,16 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
      * that they are not computed again (two system calls when nothing changed; the caller's
      * look, outside the engine's lock, did the scanning). */
     store_refresh(cache_store(e->c));
+    if (lock >= 0 && !replaced && cache_chunk_exists(e->c, id)) {
+        /* Absent at the caller's look, there now: another process made it and let the lock
+         * go meanwhile. Made again, its file would change under readers that know it by size
+         * and mtime (a second mount taking this one as input computes its ROIs again). The
+         * poller checks it as a lock taken over (lock_taken_over), outside this lock. */
+        job->locked_elsewhere = true;
+        e->n_locked_elsewhere++;
+        pthread_cond_signal(&e->poller_cv);
+        return job;
+    }
     job_schedule(e, job);
     return job;
 }
@@ -303,9 +314,9 @@ static void lock_taken_over(struct engine *e, struct chunk_job *job)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* The poller: tries every 50 ms the locks of chunks another process is making (jobs marked
- * locked_elsewhere); takes a job over when that process finishes or dies (the kernel releases
- * a dead process's lock). */
+/* The poller: tries at once, then every 50 ms, the locks of chunks another process is making
+ * (jobs marked locked_elsewhere); takes a job over when that process finishes or dies (the
+ * kernel releases a dead process's lock), or at once when the lock is ours already. */
 void *engine_poller_main(void *arg)
 {
     struct engine *e = arg;
@@ -315,20 +326,12 @@ void *engine_poller_main(void *arg)
             pthread_cond_wait(&e->poller_cv, &e->lock);
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
         struct chunk_job *got = NULL;
         for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->n_locked_elsewhere && !e->stopping; b++)
             for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
                 if (!job->locked_elsewhere)
                     continue;
-                int lock = cache_lock_chunk(e->c, job->id, false);
+                int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->c, job->id, false);
                 if (lock == -EWOULDBLOCK)
                     continue;
                 job->locked_elsewhere = false;
@@ -344,6 +347,16 @@ void *engine_poller_main(void *arg)
             got = next;
         }
         pthread_mutex_lock(&e->lock);
+        if (!e->n_locked_elsewhere || e->stopping)
+            continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
     }
     pthread_mutex_unlock(&e->lock);
     return NULL;

@@ -541,7 +541,7 @@ static void test_lock_taken_after_another_stored(void)
         struct waiter *w = xmalloc(sizeof *w);
         *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
         pthread_mutex_lock(&e->lock);
-        struct chunk_job *job = engine_job_create(e, 0, true, &keys);
+        struct chunk_job *job = engine_job_create(e, 0, true, false, &keys);
         w->next = job->waiters;
         job->waiters = w;
         pthread_mutex_unlock(&e->lock);
@@ -603,7 +603,7 @@ static void test_job_older_than_a_result_uses_it(void)
     struct waiter *w = xmalloc(sizeof *w);
     *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
     pthread_mutex_lock(&g.e->lock);
-    struct chunk_job *job = engine_job_create(g.e, 1, true, &look);
+    struct chunk_job *job = engine_job_create(g.e, 1, true, false, &look);
     w->next = job->waiters;
     job->waiters = w;
     pthread_mutex_unlock(&g.e->lock);
@@ -680,6 +680,56 @@ static void test_read_ahead_makes_a_chunk_once(void)
     harness_rig_close(&g);
 }
 
+/* Another process makes a chunk and lets its lock go between this one's look at the cache
+ * and its taking of the lock (engine_job_create is given the job of that earlier look): the
+ * file the other process made is served, not made again (which changed its inode and mtime,
+ * and a second mount knowing it by them computed its ROIs again after a remount). */
+static void test_chunk_made_elsewhere_before_the_lock(void)
+{
+    write_text("rois9.txt", "0:2, 0:2\n1:4, 1:3\n");
+    struct pair p;
+    if (pair_open(&p, "[input]\npath = in.zarr\n[rois]\nfile = rois9.txt\n[process]\n"
+                      "builtin = add\nparam.value = 5\nreadahead = 0\n[cache]\ndir = cache9\n")) {
+        struct engine *e = p.r[1].e;
+        struct chunk_keys keys;
+        engine_chunk_keys_now(p.r[1].t, 0, NULL, &keys); /* the look: nothing there yet */
+        int fd;
+        struct stat made, served;
+        CHECK_EQ_INT(harness_open_wait(p.r[0].e, 0, &fd), 0); /* the other process */
+        CHECK_EQ_INT(fstat(fd, &made), 0);
+        close(fd);
+        for (int k = 0; k < 200 && jobs_now(p.r[0].e); k++) /* its lock let go */
+            usleep(10000);
+        CHECK_EQ_INT((int)jobs_now(p.r[0].e), 0);
+        struct harness_open o = {
+            .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
+        struct waiter *w = xmalloc(sizeof *w);
+        *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
+        pthread_mutex_lock(&e->lock);
+        struct chunk_job *job = engine_job_create(e, 0, true, false, &keys);
+        w->next = job->waiters;
+        job->waiters = w;
+        pthread_mutex_unlock(&e->lock);
+        chunk_keys_free(&keys);
+        pthread_mutex_lock(&o.m);
+        while (!o.done)
+            pthread_cond_wait(&o.cv, &o.m);
+        pthread_mutex_unlock(&o.m);
+        CHECK_EQ_INT(o.err, 0);
+        if (o.fd >= 0) {
+            int32_t v[16];
+            CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
+            CHECK_EQ_INT(v[0], input_at(0, 0) + 5);
+            CHECK_EQ_INT(fstat(o.fd, &served), 0);
+            close(o.fd);
+            CHECK_EQ_INT((long long)served.st_ino, (long long)made.st_ino);
+            CHECK_EQ_INT((long long)served.st_mtim.tv_nsec, (long long)made.st_mtim.tv_nsec);
+        }
+        CHECK_EQ_INT(p.r[1].t->proc->calls, 0);
+    }
+    pair_close(&p);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "engine"))
@@ -698,6 +748,7 @@ int main(void)
     RUN(test_lock_taken_after_another_stored);
     RUN(test_job_older_than_a_result_uses_it);
     RUN(test_read_ahead_makes_a_chunk_once);
+    RUN(test_chunk_made_elsewhere_before_the_lock);
     check_rmtree(dir);
     return check_done();
 }
