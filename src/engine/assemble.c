@@ -11,21 +11,6 @@
 #include "labels.h"
 #include "store.h"
 
-size_t engine_roi_box_nbytes(const struct task *t, size_t r)
-{
-    int nd = t->rois.ndim;
-    size_t n = t->out.dtype.size;
-    for (int d = 0; d < nd; d++)
-        n *= t->rois.stop[r * nd + d] - t->rois.start[r * nd + d];
-    return n;
-}
-
-size_t engine_roi_result_nbytes(const struct task *t, size_t r)
-{
-    size_t n = engine_roi_box_nbytes(t, r);
-    return roi_label(&t->rois, r) ? n + n / t->out.dtype.size : n;
-}
-
 /* ---- chunk assembly ---- */
 
 /* A masked ROI writes only its object: what its paste wrote over the other pixels of the

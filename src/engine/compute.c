@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
-#include "labels.h"
+#include "label_rules.h"
+#include "strips.h"
 #include "store.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
@@ -209,17 +211,6 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     return conclude_roi(e, &w, rcp, err);
 }
 
-bool engine_roi_batchable(const struct engine *e, uint32_t r)
-{
-    const struct task *t = e->t;
-    if (!t->proc->ops->run_many || roi_index_roi_nchunks(t->index, r) > 1)
-        return false;
-    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
-    size_t n = nd_prod(rshape, t->rois.ndim);
-    return n * (t->in_meta->dtype.size + t->out.dtype.size) <= PROC_BATCH_BYTES;
-}
-
 /* A ROI stopped by an unmount or an interrupted warm: not a failure, just not done. */
 static void roi_cancelled(struct engine *e, uint32_t r)
 {
@@ -337,4 +328,90 @@ void engine_run_roi(struct engine *e, uint32_t r, struct key128 want)
 void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want)
 {
     run_roi(e, r, want, true);
+}
+
+/* ---- results other results depend on ([labels]: counts, strips) ---- */
+
+static void sleep_briefly(void)
+{
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Whether ROI s's input is now what made the result named made (looked at unlocked). */
+static bool made_from_input_now(struct engine *e, uint32_t s, struct key128 made)
+{
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct key128 now = engine_roi_key(e->t, s, engine_roi_sig_now(e->t, s, memo));
+    zarr_sigmemo_free(memo);
+    return key_eq(now, made);
+}
+
+int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
+                      struct errbuf *err)
+{
+    bool looked = false;
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        struct roi_slot *sl = &e->rois[s];
+        bool stopping = e->stopping;
+        if (!fresh && !looked && sl->state == RS_DONE && !key_eq(sl->key, *k)) {
+            /* Done from other input than *k names: input that changed since *k was taken,
+             * or that changed because it was read (a chunk of another roifs mount, whose size
+             * and mtime change when it is computed: docs/fractal.md). Kept when it is of the
+             * input as it is now. */
+            struct key128 made = sl->key;
+            pthread_mutex_unlock(&e->lock);
+            looked = true;
+            if (made_from_input_now(e, s, made))
+                *k = made;
+            continue;
+        }
+        if (sl->state == RS_DONE && sl->pins == 0 && (fresh || !key_eq(sl->key, *k)))
+            slot_forget(e, s); /* made from older input, or to be made again */
+        enum roi_state state = sl->state;
+        if (fresh && state == RS_DONE && sl->pins) { /* being pasted: not now */
+            pthread_mutex_unlock(&e->lock);
+            return err_set(err, -EAGAIN, "roi %u: its result is in use; try again", s);
+        }
+        bool have = state == RS_DONE && key_eq(sl->key, *k) && !fresh;
+        bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;
+        if (mine) {
+            if (state == RS_FAILED)
+                e->n_failed--;
+            sl->state = RS_RUNNING; /* ours: a queued entry is skipped by the pool */
+            sl->key = *k;
+            e->n_running++;
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (have)
+            return 0;
+        if (stopping)
+            return err_set(err, -ECANCELED, "stopping");
+        if (!mine) { /* someone else's: wait for it */
+            sleep_briefly();
+            continue;
+        }
+        /* under its result lock, and stored at once (engine_labels_locked) */
+        if (fresh)
+            engine_run_roi_fresh(e, s, *k);
+        else
+            engine_run_roi(e, s, *k);
+        fresh = false;
+        pthread_mutex_lock(&e->lock);
+        state = e->rois[s].state;
+        struct key128 made = e->rois[s].key;
+        pthread_mutex_unlock(&e->lock);
+        if (state == RS_FAILED)
+            return err_set(err, -EIO, "roi %u, which the ids of this chunk depend on, failed", s);
+        if (state == RS_IDLE)
+            return err_set(err, -ECANCELED, "stopping");
+        if (state == RS_DONE) {
+            /* Named by the input as this thread read it, which may be newer than *k (see
+             * above): asking for *k again would compute it again, without end when reading
+             * it is what changes its input. */
+            *k = made;
+            return 0;
+        }
+    }
 }

@@ -118,6 +118,9 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
 void engine_chunk_keys_now(const struct task *t, uint64_t id, struct zarr_sigmemo *memo,
                            struct chunk_keys *out);
 void chunk_keys_free(struct chunk_keys *k);
+/* The key of the stitching id mapping (stitch = iou) as the input is now: every ROI's result
+ * key and the threshold (memo may be NULL). */
+struct key128 engine_stitch_map_key(const struct task *t, struct zarr_sigmemo *memo);
 /* The box [c0, c1) of output chunk id (edge chunks clipped to the array) and its extent. */
 void engine_chunk_box(const struct task *t, uint64_t id, uint64_t *c0, uint64_t *c1, uint64_t *ext);
 

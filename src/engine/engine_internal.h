@@ -175,11 +175,6 @@ void engine_budget_check(struct engine *e, uint64_t keep);
 
 /* ---- assemble.c: assembly (no engine lock but to take a result's reference) ---- */
 
-/* Bytes of ROI r's result values (its box, without the halo). */
-size_t engine_roi_box_nbytes(const struct task *t, size_t r);
-/* Bytes of ROI r's result: its values, and for a masked ROI its selection after them (one
- * byte per element, 1 where the mask is its label: the pixels it writes). */
-size_t engine_roi_result_nbytes(const struct task *t, size_t r);
 /* Builds and encodes chunk job->id from the results named job->use (in memory or stored),
  * over the fill value or the input; *key gets the key of what it was made of. *out is
  * malloc'd, or (*hold not NULL) the bytes of a result, which roi_result_unref(*hold) lets go.
@@ -209,22 +204,55 @@ void slot_forget(struct engine *e, uint32_t r);
 void engine_store_job_results(struct engine *e, const struct chunk_job *job);
 /* Stores what slot_settle queued (takes the lock). */
 void engine_flush_unstored(struct engine *e);
+/* Bytes of ROI r's result values (its box, without the halo). */
+size_t engine_roi_box_nbytes(const struct task *t, size_t r);
+/* Bytes of ROI r's result: its values, and for a masked ROI its selection after them (one
+ * byte per element, 1 where the mask is its label: the pixels it writes). */
+size_t engine_roi_result_nbytes(const struct task *t, size_t r);
+/* True when ROI r may run in a batch (engine_run_rois): the processor takes batches, the ROI
+ * lies in one chunk (no result lock) and is small (PROC_BATCH_BYTES). */
+bool engine_roi_batchable(const struct engine *e, uint32_t r);
 
 /* ---- compute.c: ROIs on the pool (no engine lock) ---- */
 /* Computes ROI r (asked for as key want), stores its result and publishes it. */
 void engine_run_roi(struct engine *e, uint32_t r, struct key128 want);
 /* The same, computing it even when its result is stored (labels.c: a lost strip record). */
 void engine_run_roi_fresh(struct engine *e, uint32_t r, struct key128 want);
-/* True when ROI r may run in a batch (engine_run_rois): the processor takes batches, the ROI
- * lies in one chunk (no result lock) and is small (PROC_BATCH_BYTES). */
-bool engine_roi_batchable(const struct engine *e, uint32_t r);
 /* Computes n batchable ROIs in one processor call and publishes each. */
 void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
+/* Makes sure ROI s's result named *k is done (computing it on this thread, under its result
+ * lock, when nobody else is; fresh: even when it is stored), for results that others depend
+ * on ([labels]: id counts, strip records). On 0, *k names the result done, which is of newer
+ * input than *k named when the input changed since *k was taken (or by being read: a chunk
+ * of another roifs mount). 0, -EIO (it failed) or -ECANCELED (stopping), with err. */
+int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
+                      struct errbuf *err);
 
-/* ---- jobs.c: chunk jobs, ROI requests and outcomes, assembly ---- */
+/* ---- jobtable.c: the table of chunk jobs, ROI outcomes, answers ---- */
 
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
+/* Where the job of chunk id is, or goes (lock held). */
+struct chunk_job **engine_job_slot(struct engine *e, uint64_t id);
+/* Where ROI r is in job's list, or job->nrois. */
+size_t engine_job_index_of(const struct chunk_job *job, uint32_t r);
+/* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters
+ * (lock held). */
+struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job);
+/* Queues job for assembly (lock held). */
+void engine_asm_enqueue(struct engine *e, struct chunk_job *job);
+void engine_record_error(struct engine *e, size_t roi, const char *msg);
+/* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
+ * reference), or failed with errmsg, which fails every chunk job waiting for it. */
+void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
+                       bool reused, const char *errmsg);
+/* Calls back every waiter in the list (outside the lock): with err 0, each gets a descriptor
+ * of the chunk file fd (a dup, the last one fd itself; fd is closed when nobody waits), else
+ * err (fd unused, -1). */
+void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags);
+
+/* ---- jobs.c: chunk jobs, ROI requests, assembly ---- */
+
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
  * once the chunk's lock is ours (lock held). replaced: the caller found a version that is not
  * current; else it found none, and one that is there once the lock is ours was made by
@@ -233,9 +261,6 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
                                     struct chunk_keys *keys);
 /* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
 void engine_job_promote(struct engine *e, struct chunk_job *job);
-/* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters
- * (lock held). */
-struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job);
 /* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
  * retries it (lock held). */
 bool engine_has_failed_roi(struct engine *e, size_t row);
@@ -251,16 +276,6 @@ size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch);
 struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job);
 /* The thread that polls the chunk locks other processes hold. */
 void *engine_poller_main(void *arg);
-
-void engine_record_error(struct engine *e, size_t roi, const char *msg);
-/* Publishes ROI r's outcome (takes the lock): ok with its result (the slot takes the
- * reference), or failed with errmsg, which fails every chunk job waiting for it. */
-void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
-                       bool reused, const char *errmsg);
-/* Calls back every waiter in the list (outside the lock): with err 0, each gets a descriptor
- * of the chunk file fd (a dup, the last one fd itself; fd is closed when nobody waits), else
- * err (fd unused, -1). */
-void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags);
 
 /* progress.c: notes that a result made at made (seconds since the epoch) was there at the
  * start (lock held, or before the threads start). */

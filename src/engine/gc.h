@@ -12,15 +12,7 @@
 #include "../key.h"
 #include "../task.h"
 #include "cache.h"
-
-/* A set of keys (open addressing). */
-struct keyset;
-struct keyset *keyset_new(size_t hint);
-void keyset_free(struct keyset *ks);
-void keyset_add(struct keyset *ks, struct key128 k);
-bool keyset_has(const struct keyset *ks, struct key128 k);
-/* The store_live_fn of a keyset (ctx: the keyset). */
-bool keyset_live(void *ctx, struct key128 k);
+#include "keyset.h"
 
 /* Adds the key of every ROI result of t, with the input as it is now (memo may be NULL). */
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks);

@@ -1,8 +1,8 @@
-/* jobs.c: the chunk jobs of an engine (see engine.h): one per chunk being made, with its
- * waiters, in a table; the ROI each needs, asked for once (single-flight) on two queues;
- * the outcome of each ROI handed to the jobs waiting for it; assembly, the chunk file and the
- * answers to the waiters; the poller of chunk locks other processes hold. Everything here
- * but the assembly itself and the answers runs under the engine's lock. */
+/* jobs.c: the chunk jobs of an engine (see engine.h), one per chunk being made: their
+ * creation and scheduling, the ROIs each needs asked for once (single-flight) on two queues;
+ * assembly, the chunk file and the answers to the waiters; the poller of chunk locks other
+ * processes hold. The table of jobs and what a ROI's outcome does to them are jobtable.c's.
+ * Everything here but the assembly itself and the answers runs under the engine's lock. */
 #include "engine_internal.h"
 
 #include <errno.h>
@@ -41,106 +41,6 @@ static bool queue_pop(struct roi_queue *q, uint32_t *r)
     q->head = (q->head + 1) % q->cap;
     q->len--;
     return true;
-}
-
-static struct chunk_job **job_slot(struct engine *e, uint64_t id)
-{
-    struct chunk_job **p = &e->jobs[(id * 0x9E3779B97F4A7C15ULL) >> 52];
-    while (*p && (*p)->id != id)
-        p = &(*p)->hnext;
-    return p;
-}
-
-struct chunk_job *engine_job_find(struct engine *e, uint64_t id)
-{
-    return *job_slot(e, id);
-}
-
-/* Where ROI r is in job's list, or job->nrois. */
-static size_t job_index_of(const struct chunk_job *job, uint32_t r)
-{
-    size_t lo = 0, hi = job->nrois;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (job->rois[mid] < r)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < job->nrois && job->rois[lo] == r ? lo : job->nrois;
-}
-
-/* Unlinks job from the table, releases its lock and pins and returns its waiters. */
-struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
-{
-    struct chunk_job **p = job_slot(e, job->id);
-    *p = job->hnext;
-    e->njobs--;
-    e->jobs_ended++;
-    if (job->locked_elsewhere)
-        e->n_locked_elsewhere--;
-    cache_unlock(e->c, job->lock);
-    if (job->fd >= 0)
-        close(job->fd); /* its waiters failed before it was served */
-    if (job->scheduled)
-        for (size_t i = 0; i < job->nrois; i++) {
-            e->rois[job->rois[i]].pins--;
-            slot_settle(e, job->rois[i]);
-        }
-    struct waiter *w = job->waiters;
-    chunk_keys_free(&job->want);
-    free(job->use);
-    free(job->waits);
-    free(job->recheck);
-    free(job);
-    pthread_cond_broadcast(&e->done_cv);
-    return w;
-}
-
-static void asm_enqueue(struct engine *e, struct chunk_job *job)
-{
-    job->qnext = NULL;
-    if (e->asm_tail)
-        e->asm_tail->qnext = job;
-    else
-        e->asm_head = job;
-    e->asm_tail = job;
-    pthread_cond_signal(&e->work_cv);
-}
-
-void engine_record_error(struct engine *e, size_t roi, const char *msg)
-{
-    struct engine_error *slot;
-    if (e->nerrors < ENGINE_MAX_ERRORS) {
-        slot = &e->errors[(e->err_head + e->nerrors) % ENGINE_MAX_ERRORS];
-        e->nerrors++;
-    } else {
-        slot = &e->errors[e->err_head];
-        free(slot->message);
-        e->err_head = (e->err_head + 1) % ENGINE_MAX_ERRORS;
-    }
-    slot->roi = roi;
-    slot->message = xstrdup(msg);
-}
-
-/* Waiters get descriptors of the file this engine made or checked, never one opened again by
- * name: that one may have been evicted or replaced by another process meanwhile. */
-void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flags)
-{
-    (void)e;
-    if (!w && fd >= 0)
-        close(fd);
-    while (w) {
-        struct waiter *next = w->next;
-        int mine = -1, r = err;
-        if (r == 0 && (mine = next ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : fd) < 0) {
-            log_error("cannot hand a chunk file to a reader: %s", strerror(errno));
-            r = -EIO;
-        }
-        w->cb(w->ctx, r, mine, flags);
-        free(w);
-        w = next;
-    }
 }
 
 /* ---- scheduling (lock held) ---- */
@@ -218,7 +118,7 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
         }
     }
     if (job->pending == 0)
-        asm_enqueue(e, job);
+        engine_asm_enqueue(e, job);
 }
 
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
@@ -239,7 +139,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->replaced = replaced;
     job->lock = -1;
     job->fd = -1;
-    *job_slot(e, id) = job;
+    *engine_job_slot(e, id) = job;
     e->njobs++;
     int lock = cache_lock_chunk(e->c, id, false);
     if (lock == -EWOULDBLOCK) {
@@ -307,7 +207,7 @@ static void lock_taken_over(struct engine *e, struct chunk_job *job)
     if (st == CHUNK_CURRENT) {
         job->cached_already = true;
         job->fd = fd;
-        asm_enqueue(e, job);
+        engine_asm_enqueue(e, job);
     } else {
         job_schedule(e, job);
     }
@@ -362,71 +262,6 @@ void *engine_poller_main(void *arg)
     return NULL;
 }
 
-/* ---- ROI outcomes ---- */
-
-void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
-                       bool reused, const char *errmsg)
-{
-    const struct task *t = e->t;
-    int nd = t->rois.ndim;
-    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
-    roi_chunk_range(&t->rois, r, t->out.chunks, c0, c1);
-    struct waiter *failed = NULL;
-
-    pthread_mutex_lock(&e->lock);
-    struct roi_slot *s = &e->rois[r];
-    e->n_running--;
-    roi_result_unref(s->result); /* none, normally: it was forgotten or never made */
-    s->result = NULL;
-    s->flushing = false;
-    if (res) {
-        s->state = RS_DONE;
-        s->key = res->key;
-        s->stored = stored;
-        e->n_done++;
-        e->n_reused += reused;
-        e->n_computed += !reused;
-        if (stored) /* shared by chunks read apart: pasted from the store, memory stays bounded */
-            roi_result_unref(res);
-        else
-            s->result = res;
-    } else {
-        s->state = RS_FAILED;
-        e->n_failed++;
-        engine_record_error(e, r, errmsg);
-    }
-    memcpy(idx, c0, sizeof(uint64_t) * nd);
-    do {
-        struct chunk_job *job = engine_job_find(e, nd_linear(idx, t->grid, nd));
-        size_t i = job && job->scheduled ? job_index_of(job, r) : 0;
-        if (job && job->scheduled && i < job->nrois && job->waits[i]) {
-            job->waits[i] = 0;
-            if (res) {
-                job->use[i] = s->key; /* what it was made from, maybe newer than wanted */
-            } else if (!job->failed) {
-                /* Its readers fail now, but the job, and the chunk's lock, stay until the
-                 * other ROIs it asked for are done and stored (engine_run_assembly): released
-                 * now, another process would take the lock and compute them again. */
-                job->failed = true;
-                struct waiter *w = job->waiters;
-                job->waiters = NULL;
-                while (w) {
-                    struct waiter *next = w->next;
-                    w->next = failed;
-                    failed = w;
-                    w = next;
-                }
-            }
-            if (--job->pending == 0)
-                asm_enqueue(e, job);
-        }
-    } while (nd_next_index(idx, c0, c1, nd));
-    slot_settle(e, r);
-    pthread_mutex_unlock(&e->lock);
-    engine_flush_unstored(e);
-    engine_notify(e, failed, -1, -EIO, 0);
-}
-
 /* ---- chunk assembly ---- */
 
 /* A stored result the job needs turned out missing or damaged: compute it again, then
@@ -440,13 +275,13 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
         slot_forget(e, r);
     if (s->state == RS_DONE) {
         job->use[i] = s->key; /* made again meanwhile */
-        asm_enqueue(e, job);
+        engine_asm_enqueue(e, job);
     } else if (request_roi(e, r, job->want.rois[i], job->demanded ? PRIO_DEMAND : PRIO_AHEAD) ==
                ROI_MUST_WAIT) {
         job->waits[i] = 1;
         job->pending++;
     } else {
-        asm_enqueue(e, job);
+        engine_asm_enqueue(e, job);
     }
 }
 
@@ -553,7 +388,7 @@ static void job_refresh_rois(struct engine *e, struct chunk_job *job)
         }
     }
     if (job->pending == 0)
-        asm_enqueue(e, job);
+        engine_asm_enqueue(e, job);
 }
 
 struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)

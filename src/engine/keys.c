@@ -1,14 +1,15 @@
 /* keys.c: the keys that name ROI results and chunks by everything they depend on (CACHE.md):
  * a ROI result by the processor identity, its box and read region and the signature of the
  * input it read; a chunk by its encoding, its id, the keys of its ROIs' results in list order
- * and, with outside = input, the signature of the input under it. */
+ * and, with outside = input, the signature of the input under it; with [labels], what the ids
+ * depend on besides (ROI indices, earlier ROIs' results, the stitching mapping's key). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../mask.h"
 #include "../nd.h"
 #include "engine.h"
-#include "labels.h"
+#include "label_rules.h"
 
 struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
 {
@@ -52,6 +53,53 @@ void engine_chunk_box(const struct task *t, uint64_t id, uint64_t *c0, uint64_t 
         ext[d] = c1[d] - c0[d];
 }
 
+struct key128 engine_stitch_map_key(const struct task *t, struct zarr_sigmemo *memo)
+{
+    struct keyhash h;
+    key_init(&h, "roifs stitch map");
+    key_add_key(&h, t->result_id);
+    key_add(&h, &t->cfg.stitch_iou, sizeof t->cfg.stitch_iou);
+    key_add_u64(&h, t->cfg.label_block);
+    key_add_u64(&h, t->rois.n);
+    for (uint32_t s = 0; s < t->rois.n; s++)
+        key_add_key(&h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
+    return key_final(&h);
+}
+
+/* The ROIs touching chunk id (index order is ROI order). */
+static const uint32_t *chunk_rois(const struct task *t, uint64_t id, size_t *n)
+{
+    int64_t k = roi_index_find(t->index, id);
+    *n = 0;
+    return k >= 0 ? roi_index_rois(t->index, (size_t)k, n) : NULL;
+}
+
+/* Adds to chunk id's key what its ids depend on besides its ROIs' results ([labels]). */
+static void labels_chunk_key(const struct task *t, uint64_t id, struct keyhash *h)
+{
+    if (!engine_labels_mapping(t))
+        return;
+    size_t n;
+    const uint32_t *rois = chunk_rois(t, id, &n);
+    key_add_str(h, t->cfg.label_ids == LABEL_IDS_UNIQUE ? "labels unique" : "labels sequential");
+    key_add_u64(h, t->cfg.label_block);
+    for (size_t i = 0; i < n; i++) /* unique: the ids depend on each ROI's index */
+        key_add_u64(h, rois[i]);
+    if (engine_labels_stitching(t)) { /* on every ROI's result, through the mapping */
+        struct zarr_sigmemo *memo = zarr_sigmemo_new();
+        key_add_key(h, engine_stitch_map_key(t, memo));
+        zarr_sigmemo_free(memo);
+    }
+    if (!engine_labels_sequential(t) || n == 0)
+        return;
+    /* sequential: on every earlier ROI's result, as the input is now */
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    uint32_t last = engine_rois_last(rois, n);
+    for (uint32_t s = 0; s < last; s++)
+        key_add_key(h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
+    zarr_sigmemo_free(memo);
+}
+
 struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struct key128 *rois,
                                   size_t n, uint64_t outside_sig)
 {
@@ -65,7 +113,7 @@ struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struc
     key_add_u64(&h, n);
     for (size_t i = 0; i < n; i++)
         key_add_key(&h, rois[i]);
-    engine_labels_chunk_key(t, id, &h); /* [labels]: ids depend on ROI indices (and counts) */
+    labels_chunk_key(t, id, &h); /* [labels]: ids depend on ROI indices (and counts) */
     return key_final(&h);
 }
 

@@ -4,6 +4,9 @@
  * stored beside each result under a key derived from the result's, made from the stored
  * result when missing, so that a chunk reads earlier ROIs' counts, not their pixels. */
 #include "labels.h"
+#include "label_rules.h"
+#include "stitch.h"
+#include "strips.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,7 +17,7 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
-#include "gc.h"
+#include "keyset.h"
 #include "store.h"
 
 /* Counts known to this process, by ROI (valid for the result key noted). */
@@ -32,73 +35,6 @@ struct labels_paste {
     const uint64_t *map; /* stitch: (id, representative) pairs, sorted */
     size_t nmap;
 };
-
-static bool mapping(const struct task *t)
-{
-    return t->cfg.labels && t->cfg.label_ids != LABEL_IDS_KEEP;
-}
-
-static bool sequential(const struct task *t)
-{
-    return mapping(t) && t->cfg.label_ids == LABEL_IDS_SEQUENTIAL;
-}
-
-int engine_labels_check(const struct task *t, const void *out, size_t n, struct errbuf *err)
-{
-    /* a derived array (a pyramid level) has no [labels]: its cfg is zeroed */
-    return labels_check_values(&t->cfg, &t->out.dtype, out, n, err);
-}
-
-static bool stitching(const struct task *t)
-{
-    return mapping(t) && t->cfg.label_stitch == LABEL_STITCH_IOU;
-}
-
-bool engine_labels_locked(const struct task *t)
-{
-    return sequential(t) || stitching(t);
-}
-
-/* The ROIs touching chunk id and the largest of them (index order is ROI order). */
-static const uint32_t *chunk_rois(const struct task *t, uint64_t id, size_t *n)
-{
-    int64_t k = roi_index_find(t->index, id);
-    *n = 0;
-    return k >= 0 ? roi_index_rois(t->index, (size_t)k, n) : NULL;
-}
-
-static uint32_t last_roi(const uint32_t *rois, size_t n)
-{
-    uint32_t m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = rois[i] > m ? rois[i] : m;
-    return m;
-}
-
-void engine_labels_chunk_key(const struct task *t, uint64_t id, struct keyhash *h)
-{
-    if (!mapping(t))
-        return;
-    size_t n;
-    const uint32_t *rois = chunk_rois(t, id, &n);
-    key_add_str(h, t->cfg.label_ids == LABEL_IDS_UNIQUE ? "labels unique" : "labels sequential");
-    key_add_u64(h, t->cfg.label_block);
-    for (size_t i = 0; i < n; i++) /* unique: the ids depend on each ROI's index */
-        key_add_u64(h, rois[i]);
-    if (stitching(t)) { /* on every ROI's result, through the mapping */
-        struct zarr_sigmemo *memo = zarr_sigmemo_new();
-        key_add_key(h, engine_stitch_map_key(t, memo));
-        zarr_sigmemo_free(memo);
-    }
-    if (!sequential(t) || n == 0)
-        return;
-    /* sequential: on every earlier ROI's result, as the input is now */
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    uint32_t last = last_roi(rois, n);
-    for (uint32_t s = 0; s < last; s++)
-        key_add_key(h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
-    zarr_sigmemo_free(memo);
-}
 
 static struct key128 count_key(struct key128 result)
 {
@@ -155,96 +91,12 @@ static int count_from_result(struct engine *e, uint32_t s, struct key128 k, uint
     return 0;
 }
 
-static void sleep_briefly(void)
-{
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Whether ROI s's input is now what made the result named made (looked at unlocked). */
-static bool made_from_input_now(struct engine *e, uint32_t s, struct key128 made)
-{
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    struct key128 now = engine_roi_key(e->t, s, engine_roi_sig_now(e->t, s, memo));
-    zarr_sigmemo_free(memo);
-    return key_eq(now, made);
-}
-
-int engine_labels_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
-                         struct errbuf *err)
-{
-    bool looked = false;
-    for (;;) {
-        pthread_mutex_lock(&e->lock);
-        struct roi_slot *sl = &e->rois[s];
-        bool stopping = e->stopping;
-        if (!fresh && !looked && sl->state == RS_DONE && !key_eq(sl->key, *k)) {
-            /* Done from other input than *k names: input that changed since *k was taken,
-             * or that changed because it was read (a chunk of another roifs mount, whose size
-             * and mtime change when it is computed: docs/fractal.md). Kept when it is of the
-             * input as it is now. */
-            struct key128 made = sl->key;
-            pthread_mutex_unlock(&e->lock);
-            looked = true;
-            if (made_from_input_now(e, s, made))
-                *k = made;
-            continue;
-        }
-        if (sl->state == RS_DONE && sl->pins == 0 && (fresh || !key_eq(sl->key, *k)))
-            slot_forget(e, s); /* made from older input, or to be made again */
-        enum roi_state state = sl->state;
-        if (fresh && state == RS_DONE && sl->pins) { /* being pasted: not now */
-            pthread_mutex_unlock(&e->lock);
-            return err_set(err, -EAGAIN, "roi %u: its result is in use; try again", s);
-        }
-        bool have = state == RS_DONE && key_eq(sl->key, *k) && !fresh;
-        bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;
-        if (mine) {
-            if (state == RS_FAILED)
-                e->n_failed--;
-            sl->state = RS_RUNNING; /* ours: a queued entry is skipped by the pool */
-            sl->key = *k;
-            e->n_running++;
-        }
-        pthread_mutex_unlock(&e->lock);
-        if (have)
-            return 0;
-        if (stopping)
-            return err_set(err, -ECANCELED, "stopping");
-        if (!mine) { /* someone else's: wait for it */
-            sleep_briefly();
-            continue;
-        }
-        /* under its result lock, and stored at once (engine_labels_locked) */
-        if (fresh)
-            engine_run_roi_fresh(e, s, *k);
-        else
-            engine_run_roi(e, s, *k);
-        fresh = false;
-        pthread_mutex_lock(&e->lock);
-        state = e->rois[s].state;
-        struct key128 made = e->rois[s].key;
-        pthread_mutex_unlock(&e->lock);
-        if (state == RS_FAILED)
-            return err_set(err, -EIO, "roi %u, which the ids of this chunk depend on, failed", s);
-        if (state == RS_IDLE)
-            return err_set(err, -ECANCELED, "stopping");
-        if (state == RS_DONE) {
-            /* Named by the input as this thread read it, which may be newer than *k (see
-             * above): asking for *k again would compute it again, without end when reading
-             * it is what changes its input. */
-            *k = made;
-            return 0;
-        }
-    }
-}
-
 /* |D_s| of ROI s's result named k, computing it first when needed. */
 static int count_roi(struct engine *e, uint32_t s, struct key128 *k, uint64_t *count,
                      struct errbuf *err)
 {
     for (int attempt = 0;; attempt++) {
-        int rc = engine_labels_ensure(e, s, k, false, err);
+        int rc = engine_roi_ensure(e, s, k, false, err);
         if (rc < 0)
             return rc;
         if (count_from_result(e, s, *k, count) == 0)
@@ -296,17 +148,17 @@ int engine_labels_prepare(struct engine *e, const struct chunk_job *job, struct 
 {
     const struct task *t = e->t;
     *lp = NULL;
-    if (!mapping(t) || job->nrois == 0)
+    if (!engine_labels_mapping(t) || job->nrois == 0)
         return 0;
     struct labels_paste *p = xcalloc(1, sizeof *p);
     p->t = t;
     p->rois = job->rois;
     *lp = p;
-    if (stitching(t))
+    if (engine_labels_stitching(t))
         return engine_stitch_mapping(e, &p->map, &p->nmap, err);
-    if (!sequential(t))
+    if (!engine_labels_sequential(t))
         return 0;
-    uint32_t last = last_roi(job->rois, job->nrois);
+    uint32_t last = engine_rois_last(job->rois, job->nrois);
     uint64_t *before = xcalloc((size_t)last + 1, sizeof *before); /* ids before ROI s */
     struct labels_counts *c = counts_of(e);
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
@@ -396,15 +248,15 @@ void engine_labels_paste_free(struct labels_paste *lp)
 
 void engine_labels_live(const struct task *t, struct key128 k, struct keyset *ks)
 {
-    if (sequential(t))
+    if (engine_labels_sequential(t))
         keyset_add(ks, count_key(k));
-    if (stitching(t))
+    if (engine_labels_stitching(t))
         keyset_add(ks, engine_stitch_strips_key(k));
 }
 
 void engine_labels_live_mapping(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks)
 {
-    if (stitching(t))
+    if (engine_labels_stitching(t))
         keyset_add(ks, engine_stitch_map_key(t, memo));
 }
 

@@ -2,10 +2,12 @@
  * memory while chunk jobs that will paste it exist (pins); one that only one chunk uses is
  * stored together with the other results of its chunk when the chunk is assembled (one lock
  * and one write for all of them); one left unstored when its jobs went away (a failure) is
- * stored by the next flush, or forgotten when storing fails. */
+ * stored by the next flush, or forgotten when storing fails. Also the sizes of results, and
+ * whether a ROI's are small enough to compute in a batch. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nd.h"
 #include "engine_internal.h"
 #include "store.h"
 
@@ -145,4 +147,32 @@ void engine_flush_unstored(struct engine *e)
     store_and_settle(e, n, rois, res);
     free(rois);
     free(res);
+}
+
+/* ---- sizes ---- */
+
+size_t engine_roi_box_nbytes(const struct task *t, size_t r)
+{
+    int nd = t->rois.ndim;
+    size_t n = t->out.dtype.size;
+    for (int d = 0; d < nd; d++)
+        n *= t->rois.stop[r * nd + d] - t->rois.start[r * nd + d];
+    return n;
+}
+
+size_t engine_roi_result_nbytes(const struct task *t, size_t r)
+{
+    size_t n = engine_roi_box_nbytes(t, r);
+    return roi_label(&t->rois, r) ? n + n / t->out.dtype.size : n;
+}
+
+bool engine_roi_batchable(const struct engine *e, uint32_t r)
+{
+    const struct task *t = e->t;
+    if (!t->proc->ops->run_many || roi_index_roi_nchunks(t->index, r) > 1)
+        return false;
+    uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];
+    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, rstart, rshape);
+    size_t n = nd_prod(rshape, t->rois.ndim);
+    return n * (t->in_meta->dtype.size + t->out.dtype.size) <= PROC_BATCH_BYTES;
 }

@@ -12,7 +12,8 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
-#include "labels.h"
+#include "stitch.h"
+#include "strips.h"
 #include "store.h"
 
 struct stitch_state {
@@ -23,93 +24,6 @@ struct stitch_state {
     size_t n;
 };
 
-static bool stitching(const struct task *t)
-{
-    return t->cfg.labels && t->cfg.label_stitch == LABEL_STITCH_IOU;
-}
-
-static struct key128 derived(struct key128 k, const char *what)
-{
-    struct keyhash h;
-    key_init(&h, what);
-    key_add_key(&h, k);
-    return key_final(&h);
-}
-
-/* Zone of ROIs r and s: the intersection of their read regions; false when empty. */
-static bool zone(const struct task *t, uint32_t r, uint32_t s, uint64_t *z0, uint64_t *z1)
-{
-    int nd = t->rois.ndim;
-    uint64_t a0[ROIFS_MAX_DIM], as[ROIFS_MAX_DIM], b0[ROIFS_MAX_DIM], bs[ROIFS_MAX_DIM];
-    uint64_t a1[ROIFS_MAX_DIM], b1[ROIFS_MAX_DIM];
-    roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, a0, as);
-    roi_read_region(&t->rois, s, t->halo, t->in_meta->shape, b0, bs);
-    for (int d = 0; d < nd; d++) {
-        a1[d] = a0[d] + as[d];
-        b1[d] = b0[d] + bs[d];
-    }
-    return nd_intersect(a0, a1, b0, b1, z0, z1, nd) != 0;
-}
-
-static uint64_t zone_elems(int nd, const uint64_t *z0, const uint64_t *z1)
-{
-    uint64_t n = 1;
-    for (int d = 0; d < nd; d++)
-        n *= z1[d] - z0[d];
-    return n;
-}
-
-void engine_stitch_strips(struct engine *e, uint32_t r, const void *out, const uint64_t *rstart,
-                          const uint64_t *rshape, struct key128 key)
-{
-    const struct task *t = e->t;
-    if (!stitching(t))
-        return;
-    int nd = t->rois.ndim;
-    size_t isz = t->out.dtype.size;
-    uint64_t total = 0, z0[ROIFS_MAX_DIM], z1[ROIFS_MAX_DIM];
-    for (uint32_t q = 0; q < t->rois.n; q++)
-        if (q != r && zone(t, r, q, z0, z1))
-            total += zone_elems(nd, z0, z1);
-    if (total == 0)
-        return; /* no other read region overlaps this one */
-    unsigned char *rec = xmalloc(total * isz), *p = rec;
-    for (uint32_t q = 0; q < t->rois.n; q++) {
-        if (q == r || !zone(t, r, q, z0, z1))
-            continue;
-        uint64_t ext[ROIFS_MAX_DIM], off[ROIFS_MAX_DIM], zero[ROIFS_MAX_DIM] = {0};
-        for (int d = 0; d < nd; d++) {
-            ext[d] = z1[d] - z0[d];
-            off[d] = z0[d] - rstart[d];
-        }
-        nd_copy(p, ext, zero, out, rshape, off, ext, nd, isz);
-        p += zone_elems(nd, z0, z1) * isz;
-    }
-    struct errbuf err = {{0}};
-    if (store_put(cache_store(e->c), derived(key, "roifs stitch strips"), rec, total * isz, isz,
-                  &err) < 0)
-        log_error("roi %u: cannot store its stitching strips: %s", r, err.msg);
-    free(rec);
-}
-
-struct key128 engine_stitch_strips_key(struct key128 k)
-{
-    return derived(k, "roifs stitch strips");
-}
-
-struct key128 engine_stitch_map_key(const struct task *t, struct zarr_sigmemo *memo)
-{
-    struct keyhash h;
-    key_init(&h, "roifs stitch map");
-    key_add_key(&h, t->result_id);
-    key_add(&h, &t->cfg.stitch_iou, sizeof t->cfg.stitch_iou);
-    key_add_u64(&h, t->cfg.label_block);
-    key_add_u64(&h, t->rois.n);
-    for (uint32_t s = 0; s < t->rois.n; s++)
-        key_add_key(&h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
-    return key_final(&h);
-}
-
 /* ROI r's strip record (elements of the output dtype), computing r again when the record
  * went missing (a compaction dropped it). NULL with err on failure. */
 static void *load_strips(struct engine *e, uint32_t r, struct key128 k, uint64_t total,
@@ -119,9 +33,9 @@ static void *load_strips(struct engine *e, uint32_t r, struct key128 k, uint64_t
     size_t len = total * e->t->out.dtype.size;
     void *buf = xmalloc(len ? len : 1);
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (engine_labels_ensure(e, r, &k, attempt > 0, err) < 0)
+        if (engine_roi_ensure(e, r, &k, attempt > 0, err) < 0)
             break;
-        struct key128 sk = derived(k, "roifs stitch strips"); /* k: what r is made from */
+        struct key128 sk = engine_stitch_strips_key(k); /* k: what r is made from */
         store_refresh(st);
         if (store_get(st, sk, buf, len) == 0)
             return buf;
@@ -211,7 +125,7 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
     size_t isz = t->out.dtype.size;
     int rc = 0;
     for (uint32_t s = 0; s < t->rois.n && rc == 0; s++) /* every ROI first: each once */
-        rc = engine_labels_ensure(e, s, &keys[s], false, err);
+        rc = engine_roi_ensure(e, s, &keys[s], false, err);
     *rois_s = now_monotonic() - t0;
     if (rc < 0)
         return NULL;
@@ -223,7 +137,7 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
         for (size_t i = adj.first[r]; i < adj.first[r + 1] && rc == 0; i++) {
             uint32_t s = adj.nbr[i];
             uint64_t z0[ROIFS_MAX_DIM], z1[ROIFS_MAX_DIM];
-            if (s < r || !zone(t, r, s, z0, z1))
+            if (s < r || !engine_stitch_zone(t, r, s, z0, z1))
                 continue;
             if (!ra && !(ra = load_strips(e, r, keys[r], adj.total[r], err))) {
                 rc = -EIO;
@@ -235,8 +149,8 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
                 break;
             }
             stitch_zone(&t->out.dtype, ra + adj.off[i] * isz, sb + adjacency_off(&adj, s, r) * isz,
-                        zone_elems(nd, z0, z1), t->cfg.stitch_iou, (uint64_t)r * t->cfg.label_block,
-                        (uint64_t)s * t->cfg.label_block, uf);
+                        engine_stitch_zone_elems(nd, z0, z1), t->cfg.stitch_iou,
+                        (uint64_t)r * t->cfg.label_block, (uint64_t)s * t->cfg.label_block, uf);
             free(sb);
         }
         free(ra);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
-#include "input_internal.h"
+#include "input_state.h"
 
 /* ---- the cache of decoded chunks (callers hold in->lock) ---- */
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "input_internal.h"
+#include "input_state.h"
 
 struct input_dir {
     _Atomic int fd;

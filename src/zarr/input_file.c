@@ -1,5 +1,6 @@
 /* input_file.c: the input's chunk and shard files: opened without ever blocking in open(),
- * regular files only, read whole, in a range, or straight into place; their identities. */
+ * regular files only, read whole, in a range, or straight into place; their identities, and
+ * the identities a box read saw (input_seen_note). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -7,7 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "input_internal.h"
+#include "../nd.h"
+#include "input_state.h"
 
 void input_fid_of(const struct stat *st, struct file_id *fid)
 {
@@ -158,4 +160,19 @@ int input_read_range(struct zarr_input *in, int fd, const char *key, uint64_t of
     }
     *out = buf;
     return 0;
+}
+
+void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
+                     const struct file_id *fid)
+{
+    int nd = in->meta.ndim;
+    uint64_t idx[ROIFS_MAX_DIM];
+    nd_unlinear(sid, in->grid, nd, idx);
+    for (int d = 0; d < nd; d++)
+        idx[d] -= sn->s0[d];
+    size_t pos = (size_t)nd_linear(idx, sn->sn, nd);
+    if (sn->set[pos] && !input_same_file(&sn->fid[pos], fid))
+        sn->conflict = true;
+    sn->fid[pos] = *fid;
+    sn->set[pos] = true;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../nd.h"
-#include "input_internal.h"
+#include "input_state.h"
 
 /* ---- what a read saw ---- */
 
@@ -38,21 +38,6 @@ static void seen_free(struct seen *sn)
 }
 
 /* Notes that storage file sid was read as fid. */
-void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
-                     const struct file_id *fid)
-{
-    int nd = in->meta.ndim;
-    uint64_t idx[ROIFS_MAX_DIM];
-    nd_unlinear(sid, in->grid, nd, idx);
-    for (int d = 0; d < nd; d++)
-        idx[d] -= sn->s0[d];
-    size_t pos = (size_t)nd_linear(idx, sn->sn, nd);
-    if (sn->set[pos] && !input_same_file(&sn->fid[pos], fid))
-        sn->conflict = true;
-    sn->fid[pos] = *fid;
-    sn->set[pos] = true;
-}
-
 typedef void (*fid_fn)(void *ctx, uint64_t sid, size_t pos, struct file_id *fid);
 
 /* The signature of box [start, start + shape) from the identity of each storage file, in C

@@ -484,6 +484,27 @@ static bool pair_open_failing(struct pair *p, const char *cache)
     return pair_open(p, ini);
 }
 
+/* Opens chunk id through a job made of the keys of an earlier look (as engine_open_chunk
+ * makes one: look's keys go to the job), waiting for the answer: its error, *fd the file. */
+static int open_from_look(struct engine *e, uint64_t id, struct chunk_keys *look, int *fd)
+{
+    struct harness_open o = {
+        .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
+    struct waiter *w = xmalloc(sizeof *w);
+    *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
+    pthread_mutex_lock(&e->lock);
+    struct chunk_job *job = engine_job_create(e, id, true, false, look);
+    w->next = job->waiters;
+    job->waiters = w;
+    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&o.m);
+    while (!o.done)
+        pthread_cond_wait(&o.cv, &o.m);
+    pthread_mutex_unlock(&o.m);
+    *fd = o.fd;
+    return o.err;
+}
+
 /* The chunk's lock stays with the first engine until those ROIs are stored, so the second
  * one takes them from the store instead of computing them again (it used to get the lock at
  * once and run all four). */
@@ -536,25 +557,13 @@ static void test_lock_taken_after_another_stored(void)
         struct engine *e = p.r[1].e; /* its store index is from before */
         struct chunk_keys keys;
         engine_chunk_keys_now(p.r[1].t, 0, NULL, &keys);
-        struct harness_open o = {
-            .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
-        struct waiter *w = xmalloc(sizeof *w);
-        *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
-        pthread_mutex_lock(&e->lock);
-        struct chunk_job *job = engine_job_create(e, 0, true, false, &keys);
-        w->next = job->waiters;
-        job->waiters = w;
-        pthread_mutex_unlock(&e->lock);
+        int fd;
+        CHECK_EQ_INT(open_from_look(e, 0, &keys, &fd), 0);
         chunk_keys_free(&keys);
-        pthread_mutex_lock(&o.m);
-        while (!o.done)
-            pthread_cond_wait(&o.cv, &o.m);
-        pthread_mutex_unlock(&o.m);
-        CHECK_EQ_INT(o.err, 0);
-        if (o.fd >= 0) {
-            CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
+        if (fd >= 0) {
+            CHECK_EQ_INT(pread(fd, v, 64, 0), 64);
             CHECK_EQ_INT(v[0], input_at(0, 0) + 5);
-            close(o.fd);
+            close(fd);
         }
         CHECK_EQ_INT(p.r[1].t->proc->calls, 0);
     }
@@ -597,25 +606,10 @@ static void test_job_older_than_a_result_uses_it(void)
     CHECK_EQ_INT(g.t->proc->calls, 1);
 
     /* chunk 1's job made of the earlier look, as engine_open_chunk makes one */
-    struct harness_open o = {.fd = -1};
-    pthread_mutex_init(&o.m, NULL);
-    pthread_cond_init(&o.cv, NULL);
-    struct waiter *w = xmalloc(sizeof *w);
-    *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
-    pthread_mutex_lock(&g.e->lock);
-    struct chunk_job *job = engine_job_create(g.e, 1, true, false, &look);
-    w->next = job->waiters;
-    job->waiters = w;
-    pthread_mutex_unlock(&g.e->lock);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    pthread_mutex_destroy(&o.m);
-    pthread_cond_destroy(&o.cv);
-    CHECK_EQ_INT(o.err, 0);
-    CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
-    close(o.fd);
+    int fd;
+    CHECK_EQ_INT(open_from_look(g.e, 1, &look, &fd), 0);
+    CHECK_EQ_INT(pread(fd, v, 64, 0), 64);
+    close(fd);
     CHECK_EQ_INT(v[5], input_at(1, 5) + 1);
     CHECK_EQ_INT(g.t->proc->calls, 1);
 
@@ -701,27 +695,14 @@ static void test_chunk_made_elsewhere_before_the_lock(void)
         for (int k = 0; k < 200 && jobs_now(p.r[0].e); k++) /* its lock let go */
             usleep(10000);
         CHECK_EQ_INT((int)jobs_now(p.r[0].e), 0);
-        struct harness_open o = {
-            .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
-        struct waiter *w = xmalloc(sizeof *w);
-        *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
-        pthread_mutex_lock(&e->lock);
-        struct chunk_job *job = engine_job_create(e, 0, true, false, &keys);
-        w->next = job->waiters;
-        job->waiters = w;
-        pthread_mutex_unlock(&e->lock);
+        CHECK_EQ_INT(open_from_look(e, 0, &keys, &fd), 0);
         chunk_keys_free(&keys);
-        pthread_mutex_lock(&o.m);
-        while (!o.done)
-            pthread_cond_wait(&o.cv, &o.m);
-        pthread_mutex_unlock(&o.m);
-        CHECK_EQ_INT(o.err, 0);
-        if (o.fd >= 0) {
+        if (fd >= 0) {
             int32_t v[16];
-            CHECK_EQ_INT(pread(o.fd, v, 64, 0), 64);
+            CHECK_EQ_INT(pread(fd, v, 64, 0), 64);
             CHECK_EQ_INT(v[0], input_at(0, 0) + 5);
-            CHECK_EQ_INT(fstat(o.fd, &served), 0);
-            close(o.fd);
+            CHECK_EQ_INT(fstat(fd, &served), 0);
+            close(fd);
             CHECK_EQ_INT((long long)served.st_ino, (long long)made.st_ino);
             CHECK_EQ_INT((long long)served.st_mtim.tv_nsec, (long long)made.st_mtim.tv_nsec);
         }

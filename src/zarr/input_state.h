@@ -1,7 +1,8 @@
-/* input_internal.h: the input reader's state, shared by input.c (decoded-chunk cache, box
- * reads) and input_sig.c (signatures of what a box reads). */
-#ifndef ROIFS_ZARR_INPUT_INTERNAL_H
-#define ROIFS_ZARR_INPUT_INTERNAL_H
+/* input_state.h: the input reader's state, shared by input.c (decoded-chunk cache, box
+ * reads), input_file.c (the chunk files and their identities), input_dir.c (the input's
+ * directory) and input_sig.c (signatures of what a box reads). */
+#ifndef ROIFS_ZARR_INPUT_STATE_H
+#define ROIFS_ZARR_INPUT_STATE_H
 
 #include <pthread.h>
 #include <sys/stat.h>

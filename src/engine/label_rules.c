@@ -1,0 +1,39 @@
+/* label_rules.c: the rules of [labels] that every part of the engine asks about
+ * (label_rules.h). */
+#include "label_rules.h"
+
+#include "../labels/ids.h"
+
+bool engine_labels_mapping(const struct task *t)
+{
+    return t->cfg.labels && t->cfg.label_ids != LABEL_IDS_KEEP;
+}
+
+bool engine_labels_sequential(const struct task *t)
+{
+    return engine_labels_mapping(t) && t->cfg.label_ids == LABEL_IDS_SEQUENTIAL;
+}
+
+bool engine_labels_stitching(const struct task *t)
+{
+    return engine_labels_mapping(t) && t->cfg.label_stitch == LABEL_STITCH_IOU;
+}
+
+int engine_labels_check(const struct task *t, const void *out, size_t n, struct errbuf *err)
+{
+    /* a derived array (a pyramid level) has no [labels]: its cfg is zeroed */
+    return labels_check_values(&t->cfg, &t->out.dtype, out, n, err);
+}
+
+bool engine_labels_locked(const struct task *t)
+{
+    return engine_labels_sequential(t) || engine_labels_stitching(t);
+}
+
+uint32_t engine_rois_last(const uint32_t *rois, size_t n)
+{
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = rois[i] > m ? rois[i] : m;
+    return m;
+}
