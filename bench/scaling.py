@@ -8,7 +8,7 @@ shown with the reader's wall time / ROIs.  Alternative: the seed's dask pattern
 (from_delayed per ROI, setitem, to_zarr) at 1,000 and 10,000 ROIs (100,000 would take many
 minutes).  Targets: roifs cost per ROI flat within 1.5x across the range; at 100,000 ROIs
 a cold read of <= 12 us of wall per ROI with the default settings (issue 21), shown beside
-the same read with `[process] readahead = 8`."""
+the same read with `[process] readahead = auto`."""
 import os
 
 import numpy as np
@@ -26,8 +26,8 @@ DASK_MAX = int(os.environ.get("DASK_MAX", 10000))
 DASK_ONCE = {10000}
 # At RA_AT ROIs the read is also measured with `[process] readahead = RA` (the default is
 # `threads`): with 64 small ROIs per chunk, two chunks of read-ahead are under a millisecond of
-# work, and the compute threads wait for the reader's next open.
-RA_AT, RA = 100000, 8
+# work, and the compute threads wait for the reader's next open; auto reads further ahead.
+RA_AT, RA = 100000, "auto"
 
 
 def main():

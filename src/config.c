@@ -299,7 +299,7 @@ static void resolve_defaults(struct config *cfg)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
     }
-    if (cfg->readahead < 0)
+    if (cfg->readahead == -1)
         cfg->readahead = cfg->threads;
 }
 

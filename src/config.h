@@ -29,6 +29,10 @@ enum label_ids { LABEL_IDS_KEEP, LABEL_IDS_UNIQUE, LABEL_IDS_SEQUENTIAL };
 enum label_stitch { LABEL_STITCH_NONE, LABEL_STITCH_IOU };
 enum mask_input { MASK_INPUT_ZERO, MASK_INPUT_KEEP };
 
+/* [process] readahead = auto: as deep as keeps the compute threads busy (the engine's
+ * ENGINE_READAHEAD_AUTO). */
+#define READAHEAD_AUTO (-2)
+
 struct config_param {
     char *name; /* as written after "param." */
     char *value;
@@ -64,7 +68,7 @@ struct config {
     /* python: the interpreter, NULL for /usr/bin/python3 */
     char *interpreter;
     int threads;    /* resolved: 0 in the file becomes the number of online CPUs */
-    int readahead;  /* resolved: -1 in the file becomes threads */
+    int readahead;  /* resolved: -1 in the file becomes threads; READAHEAD_AUTO stays */
     double timeout; /* seconds, 0 = none */
     int retries;
     enum executor_kind executor;

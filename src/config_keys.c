@@ -125,6 +125,19 @@ static int set_int(struct loader *ld, const struct key_spec *k, const char *v)
     return 0;
 }
 
+/* A count of chunks, -1 (as many as threads) or auto. */
+static int set_readahead(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    if (strcmp(v, "auto") == 0) {
+        *(int *)field(ld, k->off) = READAHEAD_AUTO;
+        return 0;
+    }
+    int64_t x;
+    if (parse_i64(v, &x) == -EINVAL)
+        return config_bad_value(ld, k, "'%s' is not a number of chunks, -1 or auto", v);
+    return set_int(ld, k, v);
+}
+
 static int set_seconds(struct loader *ld, const struct key_spec *k, const char *v)
 {
     double x;
@@ -311,7 +324,7 @@ static const struct key_spec keys[] = {
      .kind = PROC_PYTHON},
     {"process", "interpreter", .set = set_str, .off = F(interpreter)},
     {"process", "threads", .set = set_int, .off = F(threads), .min = 0, .max = 1024},
-    {"process", "readahead", .set = set_int, .off = F(readahead), .min = -1, .max = INT_MAX},
+    {"process", "readahead", .set = set_readahead, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
     {"process", "retries", .set = set_int, .off = F(retries), .min = 0, .max = INT_MAX},
     {"process", "executor", .set = set_choice_int, .off = F(executor), .choices = "local|slurm"},

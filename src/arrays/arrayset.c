@@ -24,6 +24,8 @@ struct arrayset {
     bool overwrite;   /* arrayset_opts.overlay_overwrite */
 };
 
+_Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
+
 /* The engine options of the configuration, with the command line's thread count. */
 static void engine_opts_of(const struct config *cfg, int threads, struct engine_opts *o)
 {

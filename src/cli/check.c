@@ -103,10 +103,14 @@ int cmd_check(int argc, char **argv)
     printf("chunks:    %zu of %llu touched by ROIs (%zu ROI-chunk contacts)\n",
            roi_index_nchunks(t->index), (unsigned long long)t->nchunks,
            roi_index_ncontacts(t->index));
-    printf("processor: %s %s, %d threads%s, readahead %d\n", proc_kind_name(t->cfg.proc_kind),
+    char ahead[24];
+    if (t->cfg.readahead == READAHEAD_AUTO)
+        snprintf(ahead, sizeof ahead, "auto");
+    else
+        snprintf(ahead, sizeof ahead, "%d", t->cfg.readahead);
+    printf("processor: %s %s, %d threads%s, readahead %s\n", proc_kind_name(t->cfg.proc_kind),
            t->cfg.proc_value, t->cfg.threads,
-           config_line(&t->cfg, "process", "threads") ? "" : " (the default: one per CPU)",
-           t->cfg.readahead);
+           config_line(&t->cfg, "process", "threads") ? "" : " (the default: one per CPU)", ahead);
     r = print_cache_state(t);
     task_close(t);
     return r;

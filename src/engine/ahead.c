@@ -2,6 +2,7 @@
  * in C order (readahead), behind demanded work, and the check of the chunks already cached a
  * little further on, so that their checksums are verified while the reader still reads the
  * chunks before them. */
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -46,13 +47,34 @@ void engine_verify_ahead(struct engine *e, uint64_t id)
 
 void (*engine_read_ahead_hook)(struct engine *e, uint64_t id);
 
+/* readahead = auto (engine.h): the following chunks that hold ENGINE_AUTO_AHEAD_NS of the
+ * compute threads' work, each taken to have as many ROIs as chunk id, at the time ROIs have
+ * taken so far; one per thread until a ROI is done. */
+static int auto_depth(struct engine *e, uint64_t id)
+{
+    int threads = e->opts.threads > 0 ? e->opts.threads : 1;
+    uint64_t roi_ns = atomic_load_explicit(&e->roi_ns, memory_order_relaxed);
+    int64_t k = roi_index_find(e->t->index, id);
+    size_t nrois = 0;
+    if (k >= 0)
+        roi_index_rois(e->t->index, (size_t)k, &nrois);
+    if (roi_ns == 0 || nrois == 0)
+        return threads;
+    double chunk_ns = (double)roi_ns * (double)nrois / threads; /* one chunk on all threads */
+    double want = ceil((double)ENGINE_AUTO_AHEAD_NS / chunk_ns);
+    if (want <= threads)
+        return threads;
+    return want >= ENGINE_AUTO_AHEAD_MAX ? ENGINE_AUTO_AHEAD_MAX : (int)want;
+}
+
 /* Queues, behind demanded work, the ROIs of the `readahead` chunks that follow id in C
  * order, and the check of those already cached among the next 4 x readahead (at most
  * ENGINE_VERIFY_WINDOW): a reader reads faster than a checksum is verified, so the check
  * starts further ahead. Takes the lock (keys are computed outside it). */
 void engine_read_ahead(struct engine *e, uint64_t id)
 {
-    int ncompute = e->opts.readahead;
+    int ncompute =
+        e->opts.readahead == ENGINE_READAHEAD_AUTO ? auto_depth(e, id) : e->opts.readahead;
     if (ncompute <= 0)
         return;
     int nverify = 4 * ncompute < ENGINE_VERIFY_WINDOW ? 4 * ncompute : ENGINE_VERIFY_WINDOW;

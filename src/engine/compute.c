@@ -199,16 +199,33 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
     return res;
 }
 
+/* Notes that n ROIs took the time since t0 (now_monotonic()), for readahead = auto: a moving
+ * average over about 8 samples. */
+static void note_roi_time(struct engine *e, double t0, size_t n)
+{
+    double dt = now_monotonic() - t0;
+    if (n == 0 || dt <= 0)
+        return;
+    uint64_t sample = (uint64_t)(dt * 1e9 / (double)n);
+    uint64_t old = atomic_load_explicit(&e->roi_ns, memory_order_relaxed);
+    uint64_t avg = old ? old - old / 8 + sample / 8 : sample;
+    atomic_store_explicit(&e->roi_ns, avg ? avg : 1, memory_order_relaxed);
+}
+
 /* Runs the processor on ROI r; its result named by what was read, or NULL with *rcp and err
  * set. */
 static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
 {
+    double t0 = now_monotonic();
     struct roi_work w;
     int rc = prepare_roi(e, r, &w, true, err);
     if (rc == 0)
         rc = retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err);
     *rcp = rc;
-    return conclude_roi(e, &w, rcp, err);
+    struct roi_result *res = conclude_roi(e, &w, rcp, err);
+    if (res)
+        note_roi_time(e, t0, 1);
+    return res;
 }
 
 /* A ROI stopped by an unmount or an interrupted warm: not a failure, just not done. */
@@ -222,6 +239,7 @@ static void roi_cancelled(struct engine *e, uint32_t r)
 
 void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
 {
+    double t0 = now_monotonic();
     struct roi_work *w = xcalloc(n, sizeof *w);
     struct errbuf *errs = xcalloc(n, sizeof *errs);
     int *rcs = xcalloc(n, sizeof *rcs);
@@ -243,6 +261,7 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
         }
         free(mrc);
         free(merr);
+        note_roi_time(e, t0, m);
     }
     for (size_t i = 0; i < n; i++) {
         struct roi_result *res = conclude_roi(e, &w[i], &rcs[i], &errs[i]);

@@ -29,11 +29,21 @@ struct engine;
  * callee owns it), or a negative errno (-EIO when a ROI or the input failed). */
 typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 
+/* readahead = auto: following chunks enough to hold this much of the compute threads' work,
+ * as the time of the ROIs computed so far says, at least one per thread and at most
+ * ENGINE_AUTO_AHEAD_MAX (ahead.c). Cheap ROIs in many small chunks get a deep read-ahead, so
+ * that the threads do not run dry between two opens of a reader; expensive ones (a FOV each)
+ * get one chunk per thread, as with the default. */
+#define ENGINE_READAHEAD_AUTO (-2)
+#define ENGINE_AUTO_AHEAD_NS  4000000 /* 4 ms */
+#define ENGINE_AUTO_AHEAD_MAX 16
+
 /* How an engine works: given by its creator (the configuration's [process] and [cache] keys,
  * or the command line's -j), never read from the task by the engine. */
 struct engine_opts {
     int threads;       /* compute threads (at least 1) */
-    int readahead;     /* an open also queues the ROIs of this many following chunks; 0: off */
+    int readahead;     /* an open also queues the ROIs of this many following chunks; 0: off;
+                        * ENGINE_READAHEAD_AUTO: as many as hold ENGINE_AUTO_AHEAD_NS of work */
     int retries;       /* extra attempts of a failed ROI within one computation */
     uint64_t max_size; /* bytes the chunk files may take ([cache] max_size); 0: unlimited */
 };

@@ -231,6 +231,11 @@ static void test_defaults(void)
     r = load(BASE "threads = 6\n", &cfg, &err);
     CHECK_EQ_INT(cfg.readahead, 6);
     config_free(&cfg);
+    /* readahead = auto is resolved by the engine, as the work goes */
+    r = load(BASE "threads = 3\nreadahead = auto\n", &cfg, &err);
+    CHECK_EQ_INT(r, 0);
+    CHECK_EQ_INT(cfg.readahead, READAHEAD_AUTO);
+    config_free(&cfg);
 }
 
 static void test_params(void)
@@ -388,6 +393,8 @@ static void test_values(void)
     EXPECT_ERROR(BASE "threads = -1\n", "task.ini:7: [process] threads:", "-1");
     EXPECT_ERROR(BASE "threads = four\n", "task.ini:7:", "'four' is not an integer");
     EXPECT_ERROR(BASE "readahead = -2\n", "task.ini:7: [process] readahead:", "-2");
+    EXPECT_ERROR(BASE "readahead = deep\n", "task.ini:7: [process] readahead:",
+                 "'deep' is not a number of chunks, -1 or auto");
     EXPECT_ERROR(BASE "timeout = -1\n", "task.ini:7: [process] timeout:", "negative");
     EXPECT_ERROR(BASE "timeout = soon\n", "task.ini:7: [process] timeout:", "'soon'");
     EXPECT_ERROR(BASE "retries = -1\n", "task.ini:7: [process] retries:");

@@ -674,6 +674,44 @@ static void test_read_ahead_makes_a_chunk_once(void)
     harness_rig_close(&g);
 }
 
+/* Waits (up to 5 s) until no chunk job is left. */
+static void settle_jobs(struct engine *e)
+{
+    for (int k = 0; k < 500 && jobs_now(e); k++)
+        usleep(10000);
+}
+
+/* readahead = auto: cheap ROIs in small chunks are read ahead further than one chunk per
+ * thread (what the default, -1, queues), up to ENGINE_AUTO_AHEAD_MAX chunks; expensive ones
+ * one chunk per thread. 64 ROIs of 1x1 in 32 chunks of 1x2, 2 threads. The time of a ROI is
+ * measured (checked), then set, so that the depth does not depend on this machine's speed. */
+static void test_read_ahead_auto_follows_the_time_of_a_roi(void)
+{
+    struct harness_rig g;
+    if (!rig_open(&g, "[input]\npath = in.zarr\n[rois]\ngrid = 1,1\n[process]\n"
+                      "builtin = add\nthreads = 2\nreadahead = auto\n[output]\nchunks = 1,2\n"
+                      "[cache]\ndir = cache10\n"))
+        return;
+    int fd;
+    CHECK_EQ_INT(harness_open_wait(g.e, 0, &fd), 0);
+    close(fd);
+    settle_jobs(g.e);
+    CHECK(atomic_load(&g.e->roi_ns) > 0);
+    /* 10 us a ROI, 2 ROIs a chunk on 2 threads: 4 ms are 400 chunks, so the most, 16 */
+    atomic_store(&g.e->roi_ns, 10000);
+    CHECK_EQ_INT(harness_open_wait(g.e, 1, &fd), 0);
+    close(fd);
+    settle_jobs(g.e);
+    CHECK_EQ_INT(g.t->proc->calls, 2 * (2 + ENGINE_AUTO_AHEAD_MAX)); /* chunks 0 to 17 */
+    /* 100 ms a ROI: one chunk per thread, as the default */
+    atomic_store(&g.e->roi_ns, 100000000);
+    CHECK_EQ_INT(harness_open_wait(g.e, 20, &fd), 0);
+    close(fd);
+    settle_jobs(g.e);
+    CHECK_EQ_INT(g.t->proc->calls, 2 * (2 + ENGINE_AUTO_AHEAD_MAX) + 2 * 3); /* 20, 21, 22 */
+    harness_rig_close(&g);
+}
+
 /* Another process makes a chunk and lets its lock go between this one's look at the cache
  * and its taking of the lock (engine_job_create is given the job of that earlier look): the
  * file the other process made is served, not made again (which changed its inode and mtime,
@@ -730,6 +768,7 @@ int main(void)
     RUN(test_job_older_than_a_result_uses_it);
     RUN(test_read_ahead_makes_a_chunk_once);
     RUN(test_chunk_made_elsewhere_before_the_lock);
+    RUN(test_read_ahead_auto_follows_the_time_of_a_roi);
     check_rmtree(dir);
     return check_done();
 }
