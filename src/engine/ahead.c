@@ -52,7 +52,7 @@ void (*engine_read_ahead_hook)(struct engine *e, uint64_t id);
  * taken so far; one per thread until a ROI is done. */
 static int auto_depth(struct engine *e, uint64_t id)
 {
-    int threads = e->opts.threads > 0 ? e->opts.threads : 1;
+    int threads = e->opts.threads; /* at least 1 */
     uint64_t roi_ns = atomic_load_explicit(&e->roi_ns, memory_order_relaxed);
     int64_t k = roi_index_find(e->t->index, id);
     size_t nrois = 0;

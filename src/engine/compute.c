@@ -199,12 +199,21 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
     return res;
 }
 
-/* Notes that n ROIs took the time since t0 (now_monotonic()), for readahead = auto: a moving
- * average over about 8 samples. */
+/* The start of a computation whose time readahead = auto wants (now_monotonic()), or 0: no
+ * clock is read for the other settings. */
+static double roi_time_start(const struct engine *e)
+{
+    return e->opts.readahead == ENGINE_READAHEAD_AUTO ? now_monotonic() : 0;
+}
+
+/* Notes that n ROIs took the time since t0 (roi_time_start) in a moving average over about 8
+ * samples. */
 static void note_roi_time(struct engine *e, double t0, size_t n)
 {
+    if (t0 == 0 || n == 0)
+        return;
     double dt = now_monotonic() - t0;
-    if (n == 0 || dt <= 0)
+    if (dt <= 0)
         return;
     uint64_t sample = (uint64_t)(dt * 1e9 / (double)n);
     uint64_t old = atomic_load_explicit(&e->roi_ns, memory_order_relaxed);
@@ -216,7 +225,7 @@ static void note_roi_time(struct engine *e, double t0, size_t n)
  * set. */
 static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, struct errbuf *err)
 {
-    double t0 = now_monotonic();
+    double t0 = roi_time_start(e);
     struct roi_work w;
     int rc = prepare_roi(e, r, &w, true, err);
     if (rc == 0)
@@ -239,7 +248,7 @@ static void roi_cancelled(struct engine *e, uint32_t r)
 
 void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
 {
-    double t0 = now_monotonic();
+    double t0 = roi_time_start(e);
     struct roi_work *w = xcalloc(n, sizeof *w);
     struct errbuf *errs = xcalloc(n, sizeof *errs);
     int *rcs = xcalloc(n, sizeof *rcs);

@@ -129,9 +129,10 @@ struct engine {
     /* Jobs ended so far: a job that ends has made its chunk, so a look at the cache taken
      * before a change of this count may be out of date (ahead.c). */
     uint64_t jobs_ended;
-    /* The time a ROI takes to compute (ns, a moving average; 0 until one is done): how deep
-     * readahead = auto reads ahead. Written by the compute threads, read by ahead.c, without
-     * the lock: an estimate, a lost update is harmless. */
+    /* The time a ROI takes to compute (ns, a moving average; 0 until one is done, and always
+     * 0 unless readahead = auto): how deep readahead = auto reads ahead. Written by the
+     * compute threads, read by ahead.c, without the lock: an estimate, a lost update is
+     * harmless. */
     _Atomic uint64_t roi_ns;
     pthread_t *threads;
     int nthreads;
