@@ -1,6 +1,7 @@
-/* fuzz_meta_v3.c: libFuzzer harness for the zarr.json parser (zarr_meta_parse_v3). Any bytes
- * must either be rejected with a message or give metadata that emits, parses again to the
- * same array and emits the same text. */
+/* fuzz_meta_v3.c: libFuzzer harness for the zarr.json parsers (zarr_meta_parse_v3, and
+ * zarr_meta_parse_v3_vlen_utf8 for AnnData's string arrays). Any bytes must either be rejected
+ * with a message or give metadata that emits, parses again to the same array and emits the
+ * same text (a string array: one dimension, a chunk length, a sane chunk key). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +35,30 @@ static void check_meta(const struct zarr_meta *m)
     FUZZ_ASSERT(strstr(key, "..") == NULL && key[0] != '/', "key '%s'", key);
 }
 
+static void check_strings(const uint8_t *data, size_t size)
+{
+    struct zarr_meta m;
+    struct errbuf err;
+    err.msg[0] = '\0';
+    if (zarr_meta_parse_v3_vlen_utf8((const char *)data, size, &m, &err) < 0) {
+        FUZZ_ASSERT(err.msg[0] != '\0', "string array rejected without a message");
+        return;
+    }
+    FUZZ_ASSERT(m.format == 3 && m.ndim == 1 && m.chunks[0] > 0, "string array shape");
+    FUZZ_ASSERT(m.codecs.nbb <= ZARR_MAX_BB && !m.codecs.transpose, "string array codecs");
+    uint64_t last = m.shape[0] ? (m.shape[0] - 1) / m.chunks[0] : 0;
+    char key[48];
+    memset(key, 'x', sizeof key);
+    zarr_meta_chunk_key(&m, &last, key, sizeof key);
+    FUZZ_ASSERT(memchr(key, '\0', sizeof key) != NULL, "chunk key not terminated");
+    FUZZ_ASSERT(strstr(key, "..") == NULL && key[0] != '/', "key '%s'", key);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct zarr_meta m, m2;
     struct errbuf err;
+    check_strings(data, size);
     char *attrs = NULL, *dims = NULL, *attrs2 = NULL, *dims2 = NULL;
     err.msg[0] = '\0';
     if (zarr_meta_parse_v3((const char *)data, size, &m, &attrs, &dims, &err) < 0) {

@@ -99,6 +99,12 @@ def meta_v3():
     put("meta_v3", json.dumps(v3_array("bool", [3, 3, 3], [1, 2, 3], ["bytes"], fill_value=True)))
     put("meta_v3", json.dumps(v3_array("uint64", [7], [7], [le, "crc32c"],
                                        fill_value=18446744073709551615)))
+    # an AnnData string array as zarr-python 3 writes it (zarr_meta_parse_v3_vlen_utf8)
+    put("meta_v3", json.dumps(v3_array(
+        "string", [6], [4], [{"name": "vlen-utf8", "configuration": {}},
+                             {"name": "zstd", "configuration": {"level": 0, "checksum": False}},
+                             "crc32c"], fill_value="",
+        attributes={"encoding-type": "string-array", "encoding-version": "0.2.0"})))
 
 
 def config():

@@ -1,4 +1,5 @@
-/* roi_table.c: ROI tables in micrometers (Fractal's AnnData on Zarr v2, ngio's CSV backend)
+/* roi_table.c: ROI tables in micrometers (AnnData on Zarr v2 as Fractal writes it, or v3 as
+ * anndata with zarr-python 3 does; ngio's CSV backend)
  * read into rows and converted to element-index boxes by fractal's or ngio's rule. */
 #include "roi.h"
 
@@ -96,57 +97,99 @@ static int parse_vlen_chunk(const char *key, const unsigned char *p, size_t len,
     return 0;
 }
 
-/* Reads a 1-D Zarr v2 string array (dtype |O, vlen-utf8 filter) whole. */
-static int read_string_array(const char *dir, char ***out, size_t *count, struct errbuf *err)
+/* Where a string array's chunks are and how they are encoded. */
+struct string_array {
+    uint64_t n, chunk;
+    bool v3;
+    struct zarr_codec codec; /* v2 */
+    struct zarr_meta m;      /* v3: chunk keys and the bytes-to-bytes codecs */
+};
+
+/* The metadata of the 1-D string array at dir: a v2 .zarray (dtype |O, vlen-utf8 filter) or a
+ * v3 zarr.json (data_type "string", codecs vlen-utf8 and compressors). */
+static int string_array_meta(const char *dir, struct string_array *sa, struct errbuf *err)
 {
-    char *text, *p = path_join(dir, ".zarray");
+    memset(sa, 0, sizeof *sa);
+    sa->v3 = !exists(dir, ".zarray") && exists(dir, "zarr.json");
+    char *text, *p = path_join(dir, sa->v3 ? "zarr.json" : ".zarray");
     size_t len;
     int r = file_read_all(p, &text, &len);
     if (r < 0) {
-        if (r == -ENOENT && exists(dir, "zarr.json"))
-            err_set(err, -EINVAL, "%s: AnnData tables in Zarr v3 are not supported", dir);
-        else
-            err_set(err, r == -ENOENT ? -EINVAL : r, "%s: %s", p, file_strerror(r));
+        err_set(err, r == -ENOENT ? -EINVAL : r, "%s: %s", p, file_strerror(r));
         free(p);
         return r == -ENOENT ? -EINVAL : r;
     }
-    uint64_t n, chunk;
-    struct zarr_codec codec;
-    r = zarr_meta_parse_v2_vlen_utf8(text, len, &n, &chunk, &codec, err);
-    free(text);
-    if (r < 0) {
-        err_prefix(err, r, "%s", p);
-        free(p);
-        return r;
+    if (sa->v3) {
+        r = zarr_meta_parse_v3_vlen_utf8(text, len, &sa->m, err);
+        sa->n = sa->m.shape[0];
+        sa->chunk = sa->m.chunks[0];
+    } else {
+        r = zarr_meta_parse_v2_vlen_utf8(text, len, &sa->n, &sa->chunk, &sa->codec, err);
     }
+    free(text);
+    if (r < 0)
+        err_prefix(err, r, "%s", p);
     free(p);
+    return r;
+}
+
+/* Chunk k of a string array, decoded (u32 count, then per item u32 length and the bytes);
+ * *dec NULL when a v3 chunk file is absent (every item is the fill value, ""). */
+static int string_chunk(const char *dir, const struct string_array *sa, uint64_t k, void **dec,
+                        size_t *declen, struct errbuf *err)
+{
+    char key[48];
+    if (sa->v3)
+        zarr_meta_chunk_key(&sa->m, &k, key, sizeof key);
+    else
+        snprintf(key, sizeof key, "%llu", (unsigned long long)k);
+    char *kp = path_join(dir, key), *raw;
+    size_t rawlen;
+    *dec = NULL;
+    int r = file_read_all(kp, &raw, &rawlen);
+    if (r == -ENOENT && sa->v3) {
+        r = 0; /* zarr-python 3 writes no chunk that holds only the fill value */
+    } else if (r < 0) {
+        r = err_set(err, -EINVAL, "%s: %s", kp, file_strerror(r));
+    } else {
+        r = sa->v3 ? zarr_chain_decode_bytes(&sa->m.codecs, raw, rawlen, TABLE_MAX_BYTES, dec,
+                                             declen, err)
+                   : zarr_codec_decode_alloc(&sa->codec, raw, rawlen, TABLE_MAX_BYTES, dec, declen,
+                                             err);
+        if (r < 0)
+            r = err_prefix(err, -EINVAL, "%s", kp);
+        free(raw);
+    }
+    free(kp);
+    return r;
+}
+
+/* Reads a 1-D string array (Zarr v2 or v3, as AnnData writes its indexes) whole. */
+static int read_string_array(const char *dir, char ***out, size_t *count, struct errbuf *err)
+{
+    struct string_array sa;
+    int r = string_array_meta(dir, &sa, err);
+    if (r < 0)
+        return r;
+    uint64_t n = sa.n, chunk = sa.chunk;
     if (n > 1u << 20)
         return err_set(err, -EINVAL, "%s: too many strings (%llu)", dir, (unsigned long long)n);
     char **s = xcalloc(n ? n : 1, sizeof *s);
     for (uint64_t k = 0; r == 0 && k * chunk < n; k++) {
-        char key[32];
-        snprintf(key, sizeof key, "%llu", (unsigned long long)k);
-        char *kp = path_join(dir, key), *raw;
-        size_t rawlen;
-        r = file_read_all(kp, &raw, &rawlen);
-        if (r < 0) {
-            err_set(err, -EINVAL, "%s: %s", kp, file_strerror(r));
-            r = -EINVAL;
-        } else {
-            void *dec = NULL;
-            size_t declen;
-            uint64_t want = n - k * chunk < chunk ? n - k * chunk : chunk;
-            r = zarr_codec_decode_alloc(&codec, raw, rawlen, TABLE_MAX_BYTES, &dec, &declen, err);
-            if (r == 0)
-                r = parse_vlen_chunk(kp, dec, declen, want, s + k * chunk, err);
-            else
-                err_prefix(err, r, "%s", kp);
-            free(dec);
-            free(raw);
-            if (r < 0)
-                r = -EINVAL;
+        void *dec;
+        size_t declen;
+        uint64_t want = n - k * chunk < chunk ? n - k * chunk : chunk;
+        r = string_chunk(dir, &sa, k, &dec, &declen, err);
+        if (r == 0 && dec) {
+            char key[32];
+            snprintf(key, sizeof key, "chunk %llu", (unsigned long long)k);
+            char *where = path_join(dir, key);
+            r = parse_vlen_chunk(where, dec, declen, want, s + k * chunk, err) < 0 ? -EINVAL : 0;
+            free(where);
         }
-        free(kp);
+        for (uint64_t i = 0; r == 0 && !dec && i < want; i++)
+            s[k * chunk + i] = xstrdup("");
+        free(dec);
     }
     if (r < 0) {
         free_strings(s, n);
@@ -231,15 +274,25 @@ static int labels_from_strings(const char *dir, size_t n, uint64_t *label, struc
     return r;
 }
 
-/* True when the 1-D array at dir holds strings (AnnData's string columns and indexes). */
+/* True when the 1-D array at dir holds strings (AnnData's string columns and indexes): a v2
+ * dtype "|O" or a v3 data_type "string". */
 static bool is_string_array(const char *dir)
 {
     char *text;
     size_t len;
     struct errbuf e;
-    if (file_read_optional(dir, ".zarray", &text, &len, &e) < 0 || !text)
+    bool v3 = !exists(dir, ".zarray");
+    if (file_read_optional(dir, v3 ? "zarr.json" : ".zarray", &text, &len, &e) < 0 || !text)
         return false;
-    bool r = strstr(text, "\"|O\"") != NULL;
+    bool r = false;
+    if (v3) {
+        json_t *root = json_loadb(text, len, 0, NULL);
+        const char *dt = json_string_value(json_object_get(root, "data_type"));
+        r = dt && strcmp(dt, "string") == 0;
+        json_decref(root);
+    } else {
+        r = strstr(text, "\"|O\"") != NULL;
+    }
     free(text);
     return r;
 }

@@ -100,6 +100,45 @@ int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const
     return r;
 }
 
+int zarr_chain_decode_bytes(const struct zarr_chain *ch, const void *src, size_t len,
+                            size_t max_len, void **out, size_t *out_len, struct errbuf *err)
+{
+    unsigned char *cur = xmalloc(len ? len : 1);
+    memcpy(cur, src, len);
+    for (int k = ch->nbb - 1; k >= 0; k--) {
+        if (ch->bb[k].crc32c) {
+            if (len < 4) {
+                free(cur);
+                return err_set(err, -EIO, "crc32c: %zu bytes, too short for a checksum", len);
+            }
+            uint32_t stored = get_le32(cur + len - 4), computed = zarr_crc32c(0, cur, len - 4);
+            if (stored != computed) {
+                free(cur);
+                return err_set(err, -EIO,
+                               "crc32c: checksum mismatch (stored 0x%08x, computed 0x%08x)", stored,
+                               computed);
+            }
+            len -= 4;
+            continue;
+        }
+        void *dec;
+        size_t dec_len;
+        int r = zarr_codec_decode_alloc(&ch->bb[k].c, cur, len, max_len, &dec, &dec_len, err);
+        free(cur);
+        if (r < 0)
+            return r;
+        cur = dec;
+        len = dec_len;
+    }
+    if (len > max_len) {
+        free(cur);
+        return err_set(err, -EIO, "%zu bytes, more than %zu", len, max_len);
+    }
+    *out = cur;
+    *out_len = len;
+    return 0;
+}
+
 int64_t zarr_chain_fixed_size(const struct zarr_chain *ch, size_t raw_len)
 {
     int64_t size = (int64_t)raw_len;

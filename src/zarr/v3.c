@@ -516,6 +516,81 @@ int zarr_meta_parse_v3(const char *json, size_t len, struct zarr_meta *m, char *
 
 /* ---- emission ---- */
 
+/* The bytes-to-bytes codecs after the leading vlen-utf8 of a string array's codec list. */
+static int parse_vlen_chain(json_t *list, struct zarr_chain *ch, struct errbuf *err)
+{
+    memset(ch, 0, sizeof *ch);
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return bad_value(err, "codecs", list, "expected a non-empty list of codecs");
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        char at[64];
+        snprintf(at, sizeof at, "codecs[%zu]", i);
+        const char *name;
+        json_t *conf;
+        if (extension(v, at, &name, &conf, err) < 0)
+            return -EINVAL;
+        bool bb = strcmp(name, "blosc") == 0 || strcmp(name, "gzip") == 0 ||
+                  strcmp(name, "zstd") == 0 || strcmp(name, "crc32c") == 0;
+        if (i == 0 && strcmp(name, "vlen-utf8") != 0)
+            return err_set(err, -EINVAL,
+                           "\"%s\": a string array's first codec must be \"vlen-utf8\", not "
+                           "\"%s\"",
+                           at, name);
+        if (i > 0 && !bb)
+            return err_set(err, -EINVAL,
+                           "\"%s\": codec \"%s\" after vlen-utf8 is not supported (roifs reads "
+                           "blosc, gzip, zstd and crc32c there)",
+                           at, name);
+        if (i > 0 && parse_bb(name, conf, at, ch, err) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+int zarr_meta_parse_v3_vlen_utf8(const char *json, size_t len, struct zarr_meta *m,
+                                 struct errbuf *err)
+{
+    memset(m, 0, sizeof *m);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, 0, &jerr);
+    if (!root)
+        return err_set(err, -EINVAL, "invalid JSON at line %d, column %d: %s", jerr.line,
+                       jerr.column, jerr.text);
+    int r = 0;
+    json_t *v = json_object_get(root, "zarr_format");
+    const char *nt = json_string_value(json_object_get(root, "node_type"));
+    const char *dt = json_string_value(json_object_get(root, "data_type"));
+    if (!json_is_integer(v) || json_integer_value(v) != 3)
+        r = bad_value(err, "zarr_format", v, "expected 3 (a Zarr v3 array)");
+    else if (!nt || strcmp(nt, "array") != 0)
+        r = bad_value(err, "node_type", json_object_get(root, "node_type"), "expected \"array\"");
+    else if (!dt || strcmp(dt, "string") != 0)
+        r = bad_value(err, "data_type", json_object_get(root, "data_type"),
+                      "expected \"string\" (a column of text)");
+    else if (check_extensions(root, err) < 0)
+        r = -EINVAL;
+    json_t *st = json_object_get(root, "storage_transformers");
+    if (r == 0 && st && !(json_is_array(st) && json_array_size(st) == 0))
+        r = bad_value(err, "storage_transformers", st, "storage transformers are not supported");
+    v = json_object_get(root, "shape");
+    if (r == 0 && (!json_is_array(v) || json_array_size(v) != 1))
+        r = bad_value(err, "shape", v, "expected one dimension");
+    m->format = 3;
+    m->ndim = 1;
+    if (r == 0 &&
+        (parse_list(v, "shape", 1, true, m->shape, err) < 0 ||
+         (m->shape[0] && parse_grid(root, m, err) < 0) || parse_key_encoding(root, m, err) < 0 ||
+         parse_vlen_chain(json_object_get(root, "codecs"), &m->codecs, err) < 0))
+        r = -EINVAL;
+    if (r == 0 && m->shape[0] == 0)
+        m->chunks[0] = 1;
+    json_decref(root);
+    return r < 0 ? -EINVAL : 0;
+}
+
 static json_t *dims_json(const uint64_t *v, int n)
 {
     json_t *a = json_array();

@@ -117,6 +117,12 @@ int zarr_meta_parse_v3(const char *json, size_t len, struct zarr_meta *m, char *
  * {}) and dimension_names (JSON list text, NULL: omitted). malloc'd, pretty-printed. */
 char *zarr_meta_emit_v3(const struct zarr_meta *m, const char *attributes,
                         const char *dimension_names);
+/* Parses the zarr.json of a 1-D v3 string array (data_type "string", codecs vlen-utf8 then
+ * bytes-to-bytes codecs, as AnnData writes its indexes with zarr-python 3): m gets its shape,
+ * chunk length, chunk key encoding and, in m->codecs, the bytes-to-bytes codecs (its dtype
+ * stays unset). 0 or -EINVAL with a message naming the key. */
+int zarr_meta_parse_v3_vlen_utf8(const char *json, size_t len, struct zarr_meta *m,
+                                 struct errbuf *err);
 /* The chunk shape a reader decodes at once: the inner chunk shape when sharded. */
 const uint64_t *zarr_meta_read_chunks(const struct zarr_meta *m);
 
@@ -149,6 +155,10 @@ int zarr_chain_encode(const struct zarr_chain *ch, const struct dtype *dt, const
 /* Decodes src into dst (prod(shape) elements, C order, native byte order). 0 or -EIO. */
 int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const uint64_t *shape,
                       int ndim, const void *src, size_t len, void *dst, struct errbuf *err);
+/* Undoes only the bytes-to-bytes codecs of ch (no transpose, no byte order): *out (malloc'd,
+ * at most max_len bytes) gets what the array-to-bytes codec wrote. 0 or -EIO. */
+int zarr_chain_decode_bytes(const struct zarr_chain *ch, const void *src, size_t len,
+                            size_t max_len, void **out, size_t *out_len, struct errbuf *err);
 /* Exact encoded size of raw_len bytes, or -1 when it depends on the data. */
 int64_t zarr_chain_fixed_size(const struct zarr_chain *ch, size_t raw_len);
 /* An upper bound of the encoded size of raw_len bytes (UINT64_MAX when it does not fit). */

@@ -1,7 +1,9 @@
 """OME-Zarr inputs and ROI tables (SPEC §3 [input] path/level, [rois] table/rounding): a
 Fractal-style plate image (plate.zarr/B/03/0, axes c,z,y,x, 4 levels coarsened by 2 in y and
 x) written with zarr-python, ROI tables written with anndata (Fractal's AnnData layout, with a
-multi-chunk X and column-name array) and an ngio CSV table. Mounted results are checked
+multi-chunk X and column-name array), the same tables in anndata's Zarr v3 layout (OME-NGFF
+0.5 images' tables: "string" arrays with vlen-utf8 and zstd, written here with numcodecs, as
+Debian's zarr-python writes only v2) and an ngio CSV table. Mounted results are checked
 against boxes computed here from the formulas of reference §6.4, exact half-pixel ties
 included, for both rounding modes."""
 import json
@@ -108,12 +110,68 @@ def write_anndata_table(tables, name, X, ttype, multi_chunk=False):
         v.attrs.update(attrs)
 
 
+def v3_json(path, node):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "zarr.json").write_text(json.dumps({"zarr_format": 3, **node}))
+
+
+def v3_array(path, data, chunks, attrs):
+    """A Zarr v3 array as zarr-python 3 writes it: float32 with bytes and zstd, or strings
+    (data_type "string") with vlen-utf8 and zstd; edge chunks padded to the full chunk."""
+    strings = data.dtype == object
+    v3_json(path, {
+        "node_type": "array", "shape": list(data.shape),
+        "data_type": "string" if strings else "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunks)}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": "" if strings else 0.0,
+        "codecs": [{"name": "vlen-utf8", "configuration": {}} if strings else
+                   {"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "zstd", "configuration": {"level": 0, "checksum": False}}],
+        "attributes": attrs})
+    for idx in np.ndindex(*(-(-n // c) for n, c in zip(data.shape, chunks))):
+        sl = tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, chunks))
+        block = np.full(chunks, "" if strings else 0, dtype=object if strings else "<f4")
+        part = data[sl]
+        block[tuple(slice(0, n) for n in part.shape)] = part
+        raw = numcodecs.VLenUTF8().encode(block.ravel()) if strings else block.tobytes()
+        f = path.joinpath("c", *map(str, idx))
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(numcodecs.Zstd(3).encode(raw))
+
+
+def write_anndata_v3_table(tables, name, X, ttype):
+    """The table as anndata (0.11 and later) writes it with zarr-python 3 (the layout of
+    OME-NGFF 0.5 images' tables): X in chunks of 2 x 3, names in chunks of 4."""
+    g = tables / name
+    attrs = {"encoding-type": "anndata", "encoding-version": "0.1.0",
+             "fractal_table_version": "1", "type": ttype}
+    if ttype == "masking_roi_table":
+        attrs.update({"region": {"path": "../labels/nuclei"}, "instance_key": "label"})
+    v3_json(g, {"node_type": "group", "attributes": attrs})
+    frame = {"_index": "_index", "encoding-type": "dataframe", "encoding-version": "0.2.0"}
+    strings = {"encoding-type": "string-array", "encoding-version": "0.2.0"}
+    v3_json(g / "var", {"node_type": "group", "attributes": {**frame, "column-order": []}})
+    v3_array(g / "var" / "_index", np.array(COLS[:X.shape[1]], dtype=object), (4,), strings)
+    obs_cols = ["label"] if ttype == "masking_roi_table" else []
+    v3_json(g / "obs", {"node_type": "group", "attributes": {**frame, "column-order": obs_cols}})
+    v3_array(g / "obs" / "_index",
+             np.array([f"FOV_{i + 1}" for i in range(X.shape[0])], dtype=object), (4,), strings)
+    if obs_cols:
+        v3_array(g / "obs" / "label",
+                 np.array([str(i + 1) for i in range(X.shape[0])], dtype=object), (2,), strings)
+    v3_array(g / "X", X, (2, 3), {"encoding-type": "array", "encoding-version": "0.2.0"})
+
+
 def make_tables(image):
     tables = zarr.open_group(str(image), mode="a").create_group("tables")
     X = fov_rows()
     write_anndata_table(tables, "FOV_ROI_table", X, "roi_table")
     write_anndata_table(tables, "nuclei_ROI_table", X[:, :6].copy(), "masking_roi_table",
                         multi_chunk=True)
+    write_anndata_v3_table(image / "tables", "FOV_ROI_table_v3", X, "roi_table")
+    write_anndata_v3_table(image / "tables", "nuclei_ROI_table_v3", X[:, :6].copy(),
+                           "masking_roi_table")
     tables.attrs["tables"] = ["FOV_ROI_table", "nuclei_ROI_table", "well_ROI_table"]
     # ngio's CSV backend (float64 values)
     well = tables.create_group("well_ROI_table")
@@ -185,7 +243,8 @@ def task_ini(path, inp, level, table, rounding, cache, mask=None):
 
 CASES = [("FOV_ROI_table", "fractal"), ("FOV_ROI_table", "ngio"),
          ("nuclei_ROI_table", "fractal"), ("well_ROI_table", "fractal"),
-         ("well_ROI_table", "ngio")]
+         ("well_ROI_table", "ngio"), ("FOV_ROI_table_v3", "fractal"),
+         ("nuclei_ROI_table_v3", "fractal")]
 
 
 @pytest.mark.parametrize("table,rounding", CASES)
@@ -199,14 +258,14 @@ def test_table_rois_at_level_1(plate, tmp_path, roifs_bin, table, rounding):
         ftype = np.float64 if table == "well_ROI_table" else np.float32
         boxes = fractal_boxes(X, shape, PX0 * 2, ftype=ftype)
     assert len(boxes) == 4
-    if table == "FOV_ROI_table" and rounding == "fractal":  # the ties went to even
+    if table.startswith("FOV_ROI_table") and rounding == "fractal":  # ties went to even
         assert boxes[1][2:] == [(4, 8), (2, 12)]
     if rounding == "ngio":
         assert boxes[1][2:] == [(3, 9), (2, 13)]
     cfg = tmp_path / "task.ini"
     mask = None
     want = expected(data[1], boxes)
-    if table == "nuclei_ROI_table":  # a masking table: row i writes where the mask is i + 1
+    if table.startswith("nuclei"):  # a masking table: row i writes where the mask is i + 1
         labels = (np.arange(np.prod(shape)).reshape(shape) % 5).astype("<u2")
         mask = tmp_path / "nuclei.zarr"
         zarr.open(str(mask), mode="w", shape=shape, chunks=(1, 1, 16, 16), dtype="<u2")[...] = \

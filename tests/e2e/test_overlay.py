@@ -364,6 +364,34 @@ def test_table_rows(tmp_path, roifs_bin, backend, k):
         assert st["calls"] == nrois and st["table"]["scans"] == 1
 
 
+def test_v3_anndata_table_is_a_second_mounts_rois(tmp_path, roifs_bin):
+    """OME-NGFF 0.5 chained as ngio chains it: the masking table a mount writes as AnnData on
+    Zarr v3 (table_format = anndata) is the [rois] table of a second mount over the first;
+    one masked ROI per label id, its mask the first mount's labels (region.path), so the
+    second mount writes input + 1 on every labelled pixel and nothing elsewhere."""
+    img, levels = make_image(tmp_path, "0.5", translation=False)
+    config = overlay_config(tmp_path, img, table="seg_table", table_format="anndata")
+    want = expected_labels(levels[0])
+    ids = np.unique(want[want > 0])
+    with mounted(roifs_bin, config) as m:
+        table = m.path / "tables" / "seg_table"
+        assert json.loads((table / "var" / "_index" / "zarr.json").read_text())[
+            "data_type"] == "string"
+        step2 = write_config(tmp_path / "step2.ini", {
+            "input": {"path": m.path, "level": 0},
+            "rois": {"table": table},
+            "process": {"builtin": "add", "param.value": 1},
+            "output": {"format": 2},
+            "cache": {"dir": tmp_path / "cache2"}})
+        r = run_roifs(roifs_bin, "check", step2)
+        assert r.returncode == 0, r.stderr
+        assert f"rois:      {len(ids)}\n" in r.stdout, r.stdout
+        with mounted(roifs_bin, step2, tmp_path / "mnt2") as m2:
+            got = zarr.open_array(str(m2.path), mode="r")[...]
+            assert m2.status()["calls"] == len(ids)
+    np.testing.assert_array_equal(got, np.where(want > 0, levels[0] + 1, 0))
+
+
 def test_table_record_and_sizes(tmp_path, roifs_bin):
     """Before the table is computed its files show an upper bound of their size (no blocks),
     after it the exact one; a remount of the same result reads the rows from the cache's

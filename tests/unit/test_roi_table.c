@@ -1,7 +1,7 @@
 /* test_roi_table.c: unit tests of ROI tables: micrometers to indices by fractal's and ngio's
  * rules (half-pixel ties, float32 versus float64, clipping, 2-D images, leading axes), and
- * reading hand-written AnnData (multi-chunk X, multi-chunk compressed vlen-utf8 names) and
- * ngio CSV tables. */
+ * reading hand-written AnnData on Zarr v2 and v3 (multi-chunk X, multi-chunk compressed
+ * vlen-utf8 names, v3 string labels and missing chunks) and ngio CSV tables. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -270,6 +270,155 @@ static void test_read_anndata(void)
     CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* Zarr v3 array metadata: a string array (vlen-utf8 then codecs) or a 2-D float32 one. */
+static void put_v3_strings(const char *dir, const char *name, int n, int chunk, const char *codecs)
+{
+    char path[256], text[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/zarr.json", name);
+    snprintf(text, sizeof text,
+             "{\"zarr_format\": 3, \"node_type\": \"array\", \"shape\": [%d], \"data_type\": "
+             "\"string\", \"chunk_grid\": {\"name\": \"regular\", \"configuration\": "
+             "{\"chunk_shape\": [%d]}}, \"chunk_key_encoding\": {\"name\": \"default\"}, "
+             "\"fill_value\": \"\", \"codecs\": [{\"name\": \"vlen-utf8\", \"configuration\": "
+             "{}}%s], \"attributes\": {\"encoding-type\": \"string-array\"}}",
+             n, chunk, codecs);
+    put_str(dir, path, text);
+    snprintf(path, sizeof path, "%s/%s/c", dir, name);
+    mkdir(path, 0755);
+}
+
+/* Chunk k of a v3 string array: the strings, zstd-compressed then with a crc32c (zstd) or
+ * as they are. */
+static void put_v3_chunk(const char *dir, const char *name, int k, const char *const *s, size_t n,
+                         bool zstd)
+{
+    unsigned char buf[512];
+    size_t len = vlen_chunk(s, n, n, buf);
+    void *enc = NULL;
+    struct errbuf err;
+    if (zstd) {
+        struct zarr_codec z = {.id = ZC_ZSTD, .level = 3};
+        CHECK_EQ_INT(zarr_codec_encode(&z, buf, len, 1, &enc, &len, &err), 0);
+        enc = realloc(enc, len + 4);
+        uint32_t crc = zarr_crc32c(0, enc, len);
+        for (int i = 0; i < 4; i++)
+            ((unsigned char *)enc)[len + i] = (unsigned char)(crc >> (8 * i));
+        len += 4;
+    }
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s/c/%d", name, k);
+    put(dir, sub, zstd ? enc : buf, len);
+    free(enc);
+}
+
+/* AnnData on Zarr v3, as anndata writes it with zarr-python 3: groups with zarr.json, the
+ * names in "string" arrays (vlen-utf8 and compressors), X float32 with bytes and zstd; a
+ * masking table whose labels are an obs column of strings. */
+static void test_read_anndata_v3(void)
+{
+    char dir[] = "/tmp/roifs-table-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char sub[256];
+    const char *dirs[] = {"X", "X/c", "X/c/0", "X/c/1", "var", "obs"};
+    for (int i = 0; i < 6; i++) {
+        snprintf(sub, sizeof sub, "%s/%s", dir, dirs[i]);
+        mkdir(sub, 0755);
+    }
+    put_str(dir, "zarr.json",
+            "{\"zarr_format\": 3, \"node_type\": \"group\", \"attributes\": {\"encoding-type\": "
+            "\"anndata\", \"type\": \"masking_roi_table\", \"instance_key\": \"label\", "
+            "\"region\": {\"path\": \"../labels/nuclei\"}}}");
+    put_str(dir, "var/zarr.json",
+            "{\"zarr_format\": 3, \"node_type\": \"group\", \"attributes\": {\"_index\": "
+            "\"_index\", \"encoding-type\": \"dataframe\"}}");
+    put_str(dir, "obs/zarr.json",
+            "{\"zarr_format\": 3, \"node_type\": \"group\", \"attributes\": {\"_index\": "
+            "\"_index\", \"column-order\": [\"label\"], \"encoding-type\": \"dataframe\"}}");
+    /* 6 column names in chunks of 4, zstd and crc32c */
+    const char *names[] = {"x_micrometer",     "y_micrometer",     "z_micrometer",
+                           "len_x_micrometer", "len_y_micrometer", "len_z_micrometer"};
+    put_v3_strings(dir, "var/_index", 6, 4,
+                   ", {\"name\": \"zstd\", \"configuration\": {\"level\": 3, \"checksum\": "
+                   "false}}, {\"name\": \"crc32c\"}");
+    put_v3_chunk(dir, "var/_index", 0, names, 4, true);
+    put_v3_chunk(dir, "var/_index", 1, names + 4, 2, true);
+    /* the labels: strings, in chunks of 2, without compression */
+    const char *labels[] = {"7", "8", "9"};
+    put_v3_strings(dir, "obs/label", 3, 2, "");
+    put_v3_chunk(dir, "obs/label", 0, labels, 2, false);
+    put_v3_chunk(dir, "obs/label", 1, labels + 2, 1, false);
+    /* X: 3 rows x 6 float32 in chunks of 2 x 6, zstd */
+    put_str(dir, "X/zarr.json",
+            "{\"zarr_format\": 3, \"node_type\": \"array\", \"shape\": [3, 6], \"data_type\": "
+            "\"float32\", \"chunk_grid\": {\"name\": \"regular\", \"configuration\": "
+            "{\"chunk_shape\": [2, 6]}}, \"chunk_key_encoding\": {\"name\": \"default\"}, "
+            "\"fill_value\": 0.0, \"codecs\": [{\"name\": \"bytes\", \"configuration\": "
+            "{\"endian\": \"little\"}}, {\"name\": \"zstd\", \"configuration\": {\"level\": 0, "
+            "\"checksum\": false}}], \"attributes\": {\"encoding-type\": \"array\"}}");
+    struct zarr_codec z = {.id = ZC_ZSTD, .level = 1};
+    struct errbuf err;
+    for (int ci = 0; ci < 2; ci++) {
+        float c[2][6] = {{0}};
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 6; j++)
+                c[i][j] = (float)(10 * (2 * ci + i) + j) + 0.5f;
+        void *enc;
+        size_t elen;
+        CHECK_EQ_INT(zarr_codec_encode(&z, c, sizeof c, 4, &enc, &elen, &err), 0);
+        snprintf(sub, sizeof sub, "X/c/%d/0", ci);
+        put(dir, sub, enc, elen);
+        free(enc);
+    }
+    struct roi_table t;
+    CHECK_EQ_INT(roi_table_read(dir, &t, &err), 0);
+    CHECK_EQ_INT(t.n, 3);
+    CHECK(t.single);
+    if (t.n == 3 && t.label) {
+        CHECK(t.v[2 * ROI_TCOLS + ROI_TX] == 20.5);
+        CHECK(t.v[2 * ROI_TCOLS + ROI_TLZ] == 25.5);
+        CHECK(t.v[1 * ROI_TCOLS + ROI_TY] == 11.5);
+        CHECK_EQ_INT(t.label[0], 7);
+        CHECK_EQ_INT(t.label[2], 9);
+    }
+    CHECK(t.region && strstr(t.region, "/labels/nuclei") != NULL); /* resolved as a path */
+    roi_table_free(&t);
+    /* a chunk zarr-python 3 did not write holds the fill value, "" */
+    snprintf(sub, sizeof sub, "%s/obs/label/c/1", dir);
+    CHECK_EQ_INT(unlink(sub), 0);
+    CHECK_EQ_INT(roi_table_read(dir, &t, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "row 2: label '' is not a positive integer");
+    /* a damaged chunk: the checksum says so */
+    snprintf(sub, sizeof sub, "%s/var/_index/c/1", dir);
+    FILE *f = fopen(sub, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, 5, SEEK_SET);
+        fputc('!', f);
+        fclose(f);
+    }
+    CHECK_EQ_INT(roi_table_read(dir, &t, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "crc32c: checksum mismatch");
+    /* anything but vlen-utf8 first is named */
+    put_v3_strings(dir, "var/_index", 6, 4, "");
+    snprintf(sub, sizeof sub, "%s/var/_index/zarr.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(file_read_all(sub, &text, &len), 0);
+    char *at = text ? strstr(text, "vlen-utf8") : NULL;
+    CHECK(at != NULL);
+    if (at)
+        memcpy(at, "vlen-utf9", 9);
+    put_str(dir, "var/_index/zarr.json", text ? text : "");
+    free(text);
+    CHECK_EQ_INT(roi_table_read(dir, &t, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "first codec must be \"vlen-utf8\", not \"vlen-utf9\"");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void)
 {
     RUN(test_fractal_ties);
@@ -277,5 +426,6 @@ int main(void)
     RUN(test_ngio_snap);
     RUN(test_clip_drop_negative);
     RUN(test_read_anndata);
+    RUN(test_read_anndata_v3);
     return check_done();
 }
