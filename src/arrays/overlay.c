@@ -597,15 +597,19 @@ const struct overlay_file *overlay_files(const struct overlay *ov, size_t *n)
     return ov->files;
 }
 
-bool overlay_hides(const struct overlay *ov, const char *rel)
+/* True when rel is group/name or below it. */
+static bool at_or_below(const char *rel, const char *group, const char *name)
+{
+    size_t g = strlen(group), n = strlen(name);
+    return strncmp(rel, group, g) == 0 && rel[g] == '/' && strncmp(rel + g + 1, name, n) == 0 &&
+           (rel[g + 1 + n] == '\0' || rel[g + 1 + n] == '/');
+}
+
+bool overlay_owns(const struct overlay *ov, const char *rel)
 {
     const struct config *c = &ov->t0->cfg;
-    char *a = xasprintf("labels/%s", c->label_name);
-    char *b = c->table_name ? xasprintf("tables/%s", c->table_name) : NULL;
-    bool r = ov->overwrite && (strcmp(rel, a) == 0 || (b && strcmp(rel, b) == 0));
-    free(a);
-    free(b);
-    return r;
+    return at_or_below(rel, "labels", c->label_name) ||
+           (c->table_name && at_or_below(rel, "tables", c->table_name));
 }
 
 const char *overlay_table_dir(const struct overlay *ov)

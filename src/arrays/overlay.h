@@ -59,8 +59,10 @@ struct overlay_geometry {
     int axis[3]; /* z, y, x */
 };
 void overlay_geometry(const struct overlay *ov, struct overlay_geometry *g);
-/* True when the input's node rel ("labels/NAME") is one the overlay replaces as a whole. */
-bool overlay_hides(const struct overlay *ov, const char *rel);
+/* True when rel (relative to the image) is the overlay's own group, labels/NAME or
+ * tables/NAME, or lies below it: nothing of the input's is shown there, even when the input
+ * has (or later gets) a node of that name. */
+bool overlay_owns(const struct overlay *ov, const char *rel);
 /* The list file of group ("labels" or "tables") of the image at dir in format 2 or 3 with
  * name added (once), every other content kept: its text (malloc'd) and path (*rel,
  * malloc'd, relative to the image: "labels/.zattrs", "tables/zarr.json"). */

@@ -11,7 +11,7 @@
 
 /* Fills ns (new, with its root only): tab may be NULL (no table_name); status adds
  * .roifs/status. The label levels' chunks name the arrays as overlay.h numbers them.
- * 0 or -errno with err set (the input cannot be listed, too many chunks). */
+ * 0 or -errno with err set (too many chunks). */
 int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns,
                        bool status, struct errbuf *err);
 

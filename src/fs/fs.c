@@ -102,7 +102,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
             st->st_size = in.st_size;
             st->st_mtim = in.st_mtim;
         }
-        *timeout = 1.0;
+        *timeout = LIVE_TIMEOUT;
         break;
     }
     case NS_TABLE: { /* an upper bound until the table is computed (the size contract) */
@@ -144,8 +144,10 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     int r = ns_lookup(fs->ns, parent, name, &n);
     log_debug("lookup %llu/%s: %s", (unsigned long long)parent, name, r ? strerror(-r) : "ok");
     if (r == -ENOENT) {
-        e.ino = 0; /* negative entry: the tree never changes, so cache the miss */
-        e.entry_timeout = LONG_TIMEOUT;
+        /* negative entry: the tree never changes, so cache the miss; but a directory of the
+         * input read through (ome = labels) may get the name any time */
+        e.ino = 0;
+        e.entry_timeout = ns_follows(fs->ns, parent) ? LIVE_TIMEOUT : LONG_TIMEOUT;
         fuse_reply_entry(req, &e);
         return;
     }
@@ -156,7 +158,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     e.ino = n.kind == NS_CHUNK ? vt_current(fs->vt, n.ino) : n.ino;
     e.generation = 1;
     node_attr(fs, &n, e.ino, fuse_req_ctx(req)->pid, &e.attr, &e.attr_timeout);
-    e.entry_timeout = LONG_TIMEOUT;
+    e.entry_timeout = n.live ? LIVE_TIMEOUT : LONG_TIMEOUT; /* the input's: it may go away */
     fuse_reply_entry(req, &e);
 }
 

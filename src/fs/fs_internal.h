@@ -20,6 +20,9 @@
 #include "versions.h"
 
 #define LONG_TIMEOUT 86400.0
+/* what the kernel may keep of the input's files and directories that ome = labels reads
+ * through, which change under the mount */
+#define LIVE_TIMEOUT 1.0
 
 /* What an open file handle refers to. Handles are listed so that those the kernel never
  * released (files still open at unmount) are freed too. */

@@ -1,6 +1,7 @@
 /* namespace.c: inode numbers and names of the presented tree (see namespace.h). Entries of
  * the table have inodes 1, 2, ... in the order added; each attached chunk tree has a range
- * of its own from 2^32 on: its directories and files by depth, then C-order index. */
+ * of its own from 2^32 on: its directories and files by depth, then C-order index; what
+ * mirrored directories hold is numbered by live.c from 2^62 on. */
 #include "namespace.h"
 
 #include <errno.h>
@@ -8,15 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "live.h"
+
 #define NS_INO_CHUNKS (1ULL << 32) /* first inode of the chunk trees */
 
 struct ns_entry {
-    enum ns_kind kind; /* NS_DIR, NS_META, NS_STATUS, NS_INPUT or NS_TABLE */
+    enum ns_kind kind; /* NS_DIR, NS_META, NS_STATUS or NS_TABLE */
     char *name;
     int parent;
-    const char *text; /* NS_INPUT: the path, owned */
+    const char *text; /* NS_META: the content */
     size_t len;
-    uint64_t index;                            /* NS_TABLE */
+    char *mirror, *hide; /* a mirrored directory: its path, the name it never shows */
+    int depth;           /* a mirrored directory: mirrored directories above it */
+    uint64_t index;      /* NS_TABLE */
     int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
     int nchildren;
     int chunks; /* a directory: the chunk tree listed after its entries, or -1 */
@@ -40,6 +45,7 @@ struct ns {
     struct ns_chunks *c;
     int nc, capc;
     uint64_t next_ino; /* first inode of the next chunk tree */
+    struct live *live; /* what mirrored directories hold (NULL: none mirrored) */
 };
 
 /* ---- building ---- */
@@ -84,11 +90,12 @@ void ns_free(struct ns *ns)
         return;
     for (int i = 0; i < ns->n; i++) {
         free(ns->e[i].name);
-        if (ns->e[i].kind == NS_INPUT)
-            free((char *)ns->e[i].text);
+        free(ns->e[i].mirror);
+        free(ns->e[i].hide);
     }
     free(ns->e);
     free(ns->c);
+    live_free(ns->live);
     free(ns);
 }
 
@@ -105,12 +112,21 @@ int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
     return i;
 }
 
-int ns_add_input(struct ns *ns, int parent, const char *name, const char *path)
+void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
 {
-    int i = add_entry(ns, parent, NS_INPUT, name);
-    ns->e[i].text = xstrdup(path);
-    ns->e[i].len = strlen(path);
-    return i;
+    struct ns_entry *en = &ns->e[dir];
+    free(en->mirror);
+    free(en->hide);
+    en->mirror = xstrdup(path);
+    en->hide = hide ? xstrdup(hide) : NULL;
+    en->depth = dir != NS_ROOT && ns->e[en->parent].mirror ? ns->e[en->parent].depth + 1 : 0;
+    if (!ns->live)
+        ns->live = live_new(NS_INO_LIVE);
+}
+
+bool ns_is_mirror(const struct ns *ns, int dir)
+{
+    return ns->e[dir].mirror != NULL;
 }
 
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index)
@@ -164,7 +180,7 @@ int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struc
         }
     }
     ch.ino0 = ns->next_ino;
-    if (over || ch.nodes > NS_INO_LIMIT - ch.ino0)
+    if (over || ch.nodes > NS_INO_LIVE - ch.ino0)
         return err_set(err, -EINVAL, "too many chunks to number in one tree");
     ns->next_ino += ch.nodes;
     if (ns->nc == ns->capc) {
@@ -194,10 +210,30 @@ static void entry_node(const struct ns *ns, int i, struct ns_node *out)
     memset(out, 0, sizeof *out);
     out->kind = en->kind;
     out->ino = (uint64_t)i + 1;
-    out->text = en->text;
-    out->len = en->len;
+    out->text = en->mirror ? en->mirror : en->text;
+    out->len = out->text ? strlen(out->text) : 0;
     out->chunk = en->index;
     out->array = -1;
+    out->mirrored = en->mirror != NULL;
+}
+
+/* A name found in a mirrored directory: a file read through or a directory mirrored too. */
+static void live_to_node(const struct live_node *ln, struct ns_node *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = ln->dir ? NS_DIR : NS_INPUT;
+    out->ino = ln->ino;
+    out->text = ln->path;
+    out->len = strlen(ln->path);
+    out->array = -1;
+    out->depth = ln->depth;
+    out->live = true;
+    out->mirrored = ln->dir;
+}
+
+static bool is_entry(const struct ns *ns, uint64_t ino)
+{
+    return ino >= 1 && ino <= (uint64_t)ns->n;
 }
 
 static void chunk_node(const struct ns_chunks *ch, int depth, uint64_t p, struct ns_node *out)
@@ -229,8 +265,15 @@ static const struct ns_chunks *tree_of(const struct ns *ns, uint64_t ino)
 
 int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
 {
-    if (ino >= 1 && ino <= (uint64_t)ns->n) {
+    if (is_entry(ns, ino)) {
         entry_node(ns, (int)(ino - 1), out);
+        return 0;
+    }
+    struct live_node ln;
+    if (ns->live && live_in_range(ns->live, ino)) {
+        if (live_get(ns->live, ino, &ln) < 0)
+            return -ENOENT;
+        live_to_node(&ln, out);
         return 0;
     }
     const struct ns_chunks *ch = tree_of(ns, ino);
@@ -254,6 +297,8 @@ static const struct ns_chunks *chunks_below(const struct ns *ns, const struct ns
 {
     if (dir->array >= 0)
         return tree_of(ns, dir->ino);
+    if (!is_entry(ns, dir->ino))
+        return NULL;
     int chunks = ns->e[dir->ino - 1].chunks;
     return chunks >= 0 ? &ns->c[chunks] : NULL;
 }
@@ -340,6 +385,23 @@ static int lookup_chunk(const struct ns_chunks *ch, int d, uint64_t p, const cha
     return 0;
 }
 
+bool ns_follows(const struct ns *ns, uint64_t ino)
+{
+    struct ns_node n;
+    return ns_get(ns, ino, &n) == 0 && n.mirrored;
+}
+
+/* name in the mirrored directory dir (path, depth). */
+static int lookup_live(const struct ns *ns, uint64_t dir, const char *path, int depth,
+                       const char *name, struct ns_node *out)
+{
+    struct live_node ln;
+    int r = live_lookup(ns->live, dir, path, depth, name, &ln);
+    if (r == 0)
+        live_to_node(&ln, out);
+    return r;
+}
+
 int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
 {
     struct ns_node dir;
@@ -347,12 +409,20 @@ int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
-    if (dir.array < 0) /* the entries first: they never look like chunk keys */
-        for (int i = ns->e[parent - 1].first_child; i >= 0; i = ns->e[i].next_sibling)
+    if (dir.live)
+        return lookup_live(ns, parent, dir.text, dir.depth, name, out);
+    if (dir.array < 0) { /* the entries first: they never look like chunk keys */
+        const struct ns_entry *en = &ns->e[parent - 1];
+        for (int i = en->first_child; i >= 0; i = ns->e[i].next_sibling)
             if (strcmp(ns->e[i].name, name) == 0) {
                 entry_node(ns, i, out);
                 return 0;
             }
+        if (en->mirror)
+            return en->hide && strcmp(name, en->hide) == 0
+                       ? -ENOENT
+                       : lookup_live(ns, parent, en->mirror, en->depth, name, out);
+    }
     const struct ns_chunks *ch = chunks_below(ns, &dir);
     if (!ch)
         return -ENOENT;
@@ -414,6 +484,9 @@ static int list_chunks(const struct ns_chunks *ch, int d, uint64_t p, uint64_t o
 /* The inode of a directory's parent (the root's is itself). */
 static uint64_t parent_ino(const struct ns *ns, const struct ns_node *dir)
 {
+    struct live_node ln;
+    if (dir->live)
+        return live_get(ns->live, dir->ino, &ln) == 0 ? ln.parent : NS_INO_ROOT;
     if (dir->array < 0)
         return (uint64_t)ns->e[dir->ino - 1].parent + 1;
     const struct ns_chunks *ch = tree_of(ns, dir->ino);
@@ -423,7 +496,35 @@ static uint64_t parent_ino(const struct ns *ns, const struct ns_node *dir)
     return ch->ino0 + ch->base[dir->depth - 1] + p;
 }
 
-/* Offsets: 0 ".", 1 "..", 2 + i the directory's i-th entry, then its chunks. */
+/* A mirrored directory's own entries and hidden name, which its listing leaves out. */
+struct shadow {
+    const struct ns *ns;
+    const struct ns_entry *dir;
+};
+
+static bool shadowed(void *ctx, const char *name)
+{
+    const struct shadow *sh = ctx;
+    if (sh->dir->hide && strcmp(name, sh->dir->hide) == 0)
+        return true;
+    for (int i = sh->dir->first_child; i >= 0; i = sh->ns->e[i].next_sibling)
+        if (strcmp(sh->ns->e[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* What the mirrored directory ino (path, depth) holds, the k-th at offset base + k + 1; a
+ * directory the file system does not have (any more) holds nothing. */
+static int list_live(const struct ns *ns, uint64_t ino, const char *path, int depth, uint64_t off,
+                     uint64_t base, live_skip skip, void *skip_ctx, ns_emit emit, void *ctx)
+{
+    int r = live_list(ns->live, ino, path, depth, off > base ? off - base : 0, base, skip, skip_ctx,
+                      emit, ctx);
+    return r == -ENOENT || r == -ENOTDIR ? 0 : r;
+}
+
+/* Offsets: 0 ".", 1 "..", 2 + i the directory's i-th entry, then its chunks or what the
+ * directory it mirrors holds. */
 int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
 {
     struct ns_node dir;
@@ -435,6 +536,8 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
         return 0;
     if (off <= 1 && emit(ctx, "..", parent_ino(ns, &dir), true, 2))
         return 0;
+    if (dir.live)
+        return list_live(ns, ino, dir.text, dir.depth, off, 2, NULL, NULL, emit, ctx);
     uint64_t nentries = 0;
     if (dir.array < 0) {
         const struct ns_entry *en = &ns->e[ino - 1];
@@ -444,6 +547,11 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
             if (off <= 2 + k &&
                 emit(ctx, ns->e[i].name, (uint64_t)i + 1, ns->e[i].kind == NS_DIR, 3 + k))
                 return 0;
+        if (en->mirror) {
+            struct shadow sh = {ns, en};
+            return list_live(ns, ino, en->mirror, en->depth, off, 2 + nentries, shadowed, &sh, emit,
+                             ctx);
+        }
     }
     const struct ns_chunks *ch = chunks_below(ns, &dir);
     return ch ? list_chunks(ch, dir.depth, dir.path_index, off, 2 + nentries, emit, ctx) : 0;

@@ -13,22 +13,29 @@
 #include "../task.h"
 
 /* NS_INPUT: a file of the input image read through (ome = labels); NS_TABLE: a file of the
- * masking table, whose content exists once the table is computed. */
+ * masking table, whose content exists once the table is computed. A directory may mirror a
+ * directory of the file system (ns_mirror): its own entries first, then what that directory
+ * holds now, each name found there an entry of the tree's live range (live.h). */
 enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK, NS_INPUT, NS_TABLE };
 
 #define NS_ROOT      0            /* the entry of the root directory */
 #define NS_INO_ROOT  1            /* its inode */
+#define NS_INO_LIVE  (1ULL << 62) /* inodes from here on: entries found in mirrored directories */
 #define NS_INO_LIMIT (1ULL << 63) /* inodes from here on are the FUSE side's (fs/versions.h) */
 
 struct ns_node {
     enum ns_kind kind;
     uint64_t ino;
-    const char *text; /* NS_META: the file's content; NS_INPUT: the file's path */
+    const char *text; /* NS_META: the file's content; NS_INPUT and mirrored directories: the
+                         path in the file system */
+    bool live;        /* found in a mirrored directory: it may be gone at the next look */
+    bool mirrored;    /* a directory whose listing follows the file system */
     size_t len;
     int array;      /* NS_CHUNK and chunk directories: the array they belong to, else -1 */
     uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE: the file's index */
     /* chunk directories and files: how many chunk indices their path holds, and the C-order
-     * linear index of those indices (the chunk id at full depth) */
+     * linear index of those indices (the chunk id at full depth); a directory found in a
+     * mirrored one: its depth below the mirrored root (live.h) */
     int depth;
     uint64_t path_index;
 };
@@ -43,10 +50,14 @@ void ns_free(struct ns *ns);
 int ns_add_dir(struct ns *ns, int parent, const char *name);
 int ns_add_file(struct ns *ns, int parent, const char *name, const char *text);
 int ns_add_status(struct ns *ns, int parent, const char *name);
-/* A file of the input at path (copied), read through; a file of the masking table (its index
- * in the table's files). */
-int ns_add_input(struct ns *ns, int parent, const char *name, const char *path);
+/* A file of the masking table (its index in the table's files). */
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index);
+/* Makes directory entry dir mirror the directory at path (copied): after its own entries it
+ * lists, and resolves, the regular files (as NS_INPUT) and directories (mirrored too) that
+ * path holds at that moment, except hide (NULL: none) and the names of its own entries. */
+void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide);
+/* True when directory entry dir mirrors one. */
+bool ns_is_mirror(const struct ns *ns, int dir);
 /* The entry named name in directory entry dir (entries only, not chunks), or -1. */
 int ns_child(const struct ns *ns, int dir, const char *name);
 /* Adds the chunk files of array number `array` (task t, borrowed) under directory entry dir,
@@ -61,6 +72,9 @@ int ns_add_array(struct ns *ns, int dir, const struct task *t, int array, struct
 /* The inode of chunk id (a file at full depth) of array number `array`, or 0 when the tree
  * has no chunks of that array. */
 uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id);
+
+/* True when the names directory ino holds may change (a mirrored directory). */
+bool ns_follows(const struct ns *ns, uint64_t ino);
 
 /* Resolves name in directory parent: 0, -ENOENT or -ENOTDIR. A chunk name is accepted only
  * in canonical form: decimal indices without sign or leading zeros, inside the chunk grid,

@@ -392,6 +392,58 @@ def test_v3_anndata_table_is_a_second_mounts_rois(tmp_path, roifs_bin):
     np.testing.assert_array_equal(got, np.where(want > 0, levels[0] + 1, 0))
 
 
+def wait_for(cond, what, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_input_changes_while_mounted_are_seen(tmp_path, roifs_bin):
+    """The input image is read through as it is at each look, not as it was at mount: a file,
+    a table and a label group added to the input while mounted are listed and read through
+    within the kernel's second (LIVE_TIMEOUT, misses included), and a file removed is gone;
+    the overlay's own nodes stay its own (labels/.zattrs, labels/seg even when the input gets
+    a labels/seg, .roifs); no name is listed twice."""
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img, table="seg_table")
+    with mounted(roifs_bin, config) as m:
+        # looked up first, so that the kernel holds their absence
+        assert not (m.path / "notes.txt").exists()
+        assert not (m.path / "tables" / "new_table").exists()
+        labels_list = (m.path / "labels" / ".zattrs").read_bytes()
+        seg_files = sorted(os.listdir(m.path / "labels" / "seg"))
+        (img / "notes.txt").write_text("hello")
+        (img / "tables" / "new_table").mkdir()
+        (img / "tables" / "new_table" / ".zattrs").write_text('{"type": "roi_table"}')
+        (img / "labels" / "other").mkdir()
+        (img / "labels" / "other" / ".zgroup").write_text('{"zarr_format": 2}')
+        (img / "labels" / "seg").mkdir()  # the overlay's own group: not the input's
+        (img / "labels" / "seg" / "extra.txt").write_text("not shown")
+        (img / ".roifs").mkdir()  # as a chained mount's status would be: not shown
+        (img / ".roifs" / "stale").write_text("{}")
+        wait_for(lambda: (m.path / "notes.txt").exists(), "an added file never appeared")
+        assert (m.path / "notes.txt").read_text() == "hello"
+        wait_for(lambda: (m.path / "tables" / "new_table").exists(), "no new table")
+        assert json.loads((m.path / "tables" / "new_table" / ".zattrs").read_text()) == {
+            "type": "roi_table"}
+        assert "other" in os.listdir(m.path / "labels")
+        assert (m.path / "labels" / "other" / ".zgroup").read_text() == '{"zarr_format": 2}'
+        for d in ("", "labels", "tables", "labels/seg"):
+            names = os.listdir(m.path / d)
+            assert len(names) == len(set(names)), (d, names)
+        assert (m.path / "labels" / ".zattrs").read_bytes() == labels_list
+        assert sorted(os.listdir(m.path / "labels" / "seg")) == seg_files
+        assert not (m.path / "labels" / "seg" / "extra.txt").exists()
+        assert os.listdir(m.path / ".roifs") == ["status"]
+        assert "calls" in m.status()
+        (img / "notes.txt").unlink()
+        wait_for(lambda: not (m.path / "notes.txt").exists(), "a removed file stayed")
+        assert "notes.txt" not in os.listdir(m.path)
+        np.testing.assert_array_equal(read_level(m.path, "seg", 0, False),
+                                      expected_labels(levels[0]))
+
+
 def test_table_record_and_sizes(tmp_path, roifs_bin):
     """Before the table is computed its files show an upper bound of their size (no blocks),
     after it the exact one; a remount of the same result reads the rows from the cache's

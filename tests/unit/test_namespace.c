@@ -1,14 +1,19 @@
 /* test_namespace.c: the presented tree (src/tree/namespace.c) over a table of entries and the
  * chunk files of arrays: listing order and lookups of what is listed, canonical chunk names
  * only, nested keys and format 3's "c", ".." of every directory, resuming a listing at every
- * offset, several arrays in one tree, and directories with many entries. */
+ * offset, several arrays in one tree, directories with many entries, and directories that
+ * mirror the file system as it is now (ome = labels). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "nd.h"
+#include "tree/live.h"
 #include "tree/namespace.h"
 
 /* A task with only what the namespace reads: a grid of 3-element chunks over shape - 1 (a
@@ -210,10 +215,220 @@ static void test_several_arrays(void)
     free_task(t1);
 }
 
+static void put_text(const char *dir, const char *name, const char *text)
+{
+    char *p = path_join(dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    free(p);
+}
+
+static void make_dir(const char *dir, const char *name)
+{
+    char *p = path_join(dir, name);
+    CHECK_EQ_INT(mkdir(p, 0755), 0);
+    free(p);
+}
+
+#define CHECK_LISTED(got, want)                                                                    \
+    do {                                                                                           \
+        CHECK(strcmp(got, want) == 0);                                                             \
+        if (strcmp(got, want) != 0)                                                                \
+            fprintf(stderr, "listed \"%s\", expected \"%s\"\n", got, want);                        \
+    } while (0)
+
+/* A directory mirroring one of the file system (ome = labels over the input image): its own
+ * entries first, then what the directory holds at each look, in name order, its own names
+ * and the hidden one left out; a name keeps its inode while it is there, a file that became a
+ * directory gets a new one, and the old inode still resolves; a link to a parent stops at
+ * LIVE_MAX_DEPTH; a mirrored directory that the file system lacks lists nothing. */
+static void test_mirrored_directory(void)
+{
+    char root[] = "/tmp/roifs-ns-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    make_dir(root, "labels");
+    make_dir(root, "labels/old");
+    put_text(root, ".zattrs", "{}");
+    put_text(root, "a.txt", "a");
+    put_text(root, "labels/.zattrs", "input's list");
+    make_dir(root, ".roifs");
+    struct ns *ns = ns_new();
+    ns_mirror(ns, NS_ROOT, root, ".roifs");
+    int labels = ns_add_dir(ns, NS_ROOT, "labels");
+    char *lp = path_join(root, "labels");
+    ns_mirror(ns, labels, lp, NULL);
+    free(lp);
+    ns_add_file(ns, labels, ".zattrs", "the overlay's list");
+    int seg = ns_add_dir(ns, labels, "seg"); /* the overlay's own: not mirrored */
+    ns_add_file(ns, seg, ".zattrs", "{}");
+    ns_add_dir(ns, NS_ROOT, ".roifs");
+    char *got = list(ns, NS_INO_ROOT);
+    CHECK_LISTED(got, ". .. labels .roifs .zattrs a.txt");
+    free(got);
+    uint64_t li = (uint64_t)labels + 1;
+    got = list(ns, li);
+    CHECK_LISTED(got, ". .. .zattrs seg old");
+    free(got);
+    struct ns_node n;
+    CHECK(lookup(ns, li, ".zattrs", &n) && n.kind == NS_META && !n.live);
+    CHECK(n.len == strlen("the overlay's list"));
+    uint64_t a = lookup(ns, NS_INO_ROOT, "a.txt", &n);
+    CHECK(a >= NS_INO_LIVE && n.kind == NS_INPUT && n.live && strstr(n.text, "/a.txt"));
+    CHECK(ns_follows(ns, NS_INO_ROOT) && ns_follows(ns, li) && !ns_follows(ns, seg + 1));
+    /* added while mounted: seen at the next look; the same name, the same inode */
+    make_dir(root, "tables");
+    put_text(root, "tables/t.csv", "x");
+    got = list(ns, NS_INO_ROOT);
+    CHECK_LISTED(got, ". .. labels .roifs .zattrs a.txt tables");
+    free(got);
+    uint64_t tables = lookup(ns, NS_INO_ROOT, "tables", &n);
+    CHECK(tables && n.kind == NS_DIR && n.live && ns_follows(ns, tables));
+    got = list(ns, tables);
+    CHECK_LISTED(got, ". .. t.csv");
+    free(got);
+    CHECK_EQ_INT(dotdot(ns, tables), NS_INO_ROOT);
+    CHECK_EQ_INT(lookup(ns, NS_INO_ROOT, "a.txt", NULL), a);
+    /* removed: gone from lookups and listings; a file turned directory: a new inode */
+    char *ap = path_join(root, "a.txt");
+    CHECK_EQ_INT(unlink(ap), 0);
+    CHECK_EQ_INT(lookup(ns, NS_INO_ROOT, "a.txt", NULL), 0);
+    CHECK_EQ_INT(mkdir(ap, 0755), 0);
+    uint64_t a2 = lookup(ns, NS_INO_ROOT, "a.txt", &n);
+    CHECK(a2 && a2 != a && n.kind == NS_DIR);
+    CHECK(ns_get(ns, a, &n) == 0 && n.kind == NS_INPUT);
+    free(ap);
+    /* the hidden name and names the overlay has are never the input's */
+    CHECK_EQ_INT(lookup(ns, NS_INO_ROOT, ".roifs", &n),
+                 (uint64_t)ns_child(ns, NS_ROOT, ".roifs") + 1);
+    make_dir(root, "labels/seg");
+    put_text(root, "labels/seg/extra", "x");
+    got = list(ns, (uint64_t)seg + 1);
+    CHECK_LISTED(got, ". .. .zattrs");
+    free(got);
+    CHECK_EQ_INT(lookup(ns, (uint64_t)seg + 1, "extra", NULL), 0);
+    /* a link to a parent directory ends at the depth limit */
+    char *loop = path_join(root, "labels/old/up");
+    CHECK_EQ_INT(symlink("..", loop), 0);
+    free(loop);
+    uint64_t dir = lookup(ns, li, "old", NULL);
+    int depth = 1;
+    while (dir && depth < 3 * LIVE_MAX_DEPTH) {
+        uint64_t next = lookup(ns, dir, "up", NULL);
+        if (!next)
+            break;
+        dir = lookup(ns, next, "old", NULL);
+        depth += 2;
+    }
+    CHECK(depth > LIVE_MAX_DEPTH - 2 && depth <= LIVE_MAX_DEPTH + 1);
+    ns_free(ns);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+/* Readers listing (in pieces) and looking up a mirrored directory while its files come and go:
+ * every name listed resolves to the inode listed or is gone, every inode given resolves
+ * (run under ThreadSanitizer by scripts/tsan.sh). */
+struct churn {
+    struct ns *ns;
+    const char *root;
+    int stop;
+    int bad;
+};
+
+static int piece(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off)
+{
+    struct listing *l = ctx;
+    (void)is_dir;
+    if (l->n == 16)
+        return 1;
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
+    l->inos[l->n] = ino;
+    l->offs[l->n++] = next_off;
+    return 0;
+}
+
+static void *churn_reader(void *arg)
+{
+    struct churn *c = arg;
+    for (int round = 0; round < 40; round++) {
+        uint64_t off = 0;
+        for (;;) {
+            struct listing l = {0};
+            if (ns_readdir(c->ns, NS_INO_ROOT, off, piece, &l) < 0)
+                __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
+            for (int i = 0; i < l.n; i++) {
+                struct ns_node n;
+                if (ns_get(c->ns, l.inos[i], &n) < 0)
+                    __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
+                if (i > 1 && ns_lookup(c->ns, NS_INO_ROOT, l.names[i], &n) == 0 &&
+                    n.ino != l.inos[i] && n.kind == NS_INPUT)
+                    __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
+            }
+            if (l.n < 16)
+                break;
+            off = l.offs[l.n - 1];
+        }
+    }
+    return NULL;
+}
+
+static void *churn_writer(void *arg)
+{
+    struct churn *c = arg;
+    char name[32];
+    for (int k = 0; !__atomic_load_n(&c->stop, __ATOMIC_RELAXED); k++) {
+        snprintf(name, sizeof name, "f%03d", k % 200);
+        char *p = path_join(c->root, name);
+        if (k % 400 < 200) { /* not put_text: CHECK counts are the main thread's */
+            FILE *f = fopen(p, "w");
+            if (f)
+                fclose(f);
+        } else {
+            unlink(p);
+        }
+        free(p);
+    }
+    return NULL;
+}
+
+static void test_mirrored_directory_threads(void)
+{
+    char root[] = "/tmp/roifs-ns-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    for (int k = 0; k < 100; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%03d", k);
+        put_text(root, name, "x");
+    }
+    struct ns *ns = ns_new();
+    ns_mirror(ns, NS_ROOT, root, NULL);
+    struct churn c = {.ns = ns, .root = root};
+    pthread_t w, r[3];
+    CHECK_EQ_INT(pthread_create(&w, NULL, churn_writer, &c), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(pthread_create(&r[i], NULL, churn_reader, &c), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(r[i], NULL);
+    __atomic_store_n(&c.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(w, NULL);
+    CHECK_EQ_INT(c.bad, 0);
+    ns_free(ns);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void)
 {
     RUN(test_flat_array);
     RUN(test_nested_v3);
     RUN(test_several_arrays);
+    RUN(test_mirrored_directory);
+    RUN(test_mirrored_directory_threads);
     return check_done();
 }

@@ -1,0 +1,314 @@
+/* live.c: entries that follow directories of the file system as they are now (see live.h):
+ * two chained hash tables over the same entries, by (parent inode, name) and by inode. */
+#include "live.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../util.h"
+
+struct entry {
+    uint64_t ino, parent;
+    char *name, *path;
+    bool dir;
+    int depth;
+    struct entry *next_name; /* chain in by_name; the entry a name had before is out of it */
+    struct entry *next_ino;  /* chain in by_ino */
+};
+
+struct listed {
+    char *name;
+    bool dir;
+};
+
+/* A directory's names as one listing from offset 0 found them: what the following calls of
+ * the same listing go on from (a reader's listing comes in pieces of a page or so; listing
+ * and sorting the directory again for each would cost the square of its size). */
+struct snapshot {
+    uint64_t parent;
+    int refs; /* the cache's and each listing's that uses it */
+    size_t n;
+    struct listed *v;
+};
+
+#define SNAPSHOTS 8 /* directories listed at once */
+
+struct live {
+    pthread_mutex_t lock;
+    uint64_t ino0, next;
+    struct entry **by_name, **by_ino;
+    size_t nb, count; /* buckets of each table; entries (in by_ino) */
+    struct snapshot *snap[SNAPSHOTS];
+    int next_snap;
+};
+
+static size_t name_hash(uint64_t parent, const char *name, size_t nb)
+{
+    uint64_t h = 1469598103934665603ULL ^ parent;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return (size_t)(h ^ (h >> 29)) & (nb - 1);
+}
+
+static size_t ino_hash(uint64_t ino, size_t nb)
+{
+    return (size_t)((ino * 0x9E3779B97F4A7C15ULL) >> 20) & (nb - 1);
+}
+
+struct live *live_new(uint64_t ino0)
+{
+    struct live *l = xcalloc(1, sizeof *l);
+    pthread_mutex_init(&l->lock, NULL);
+    l->ino0 = l->next = ino0;
+    l->nb = 64;
+    l->by_name = xcalloc(l->nb, sizeof *l->by_name);
+    l->by_ino = xcalloc(l->nb, sizeof *l->by_ino);
+    return l;
+}
+
+/* Drops a reference (lock held, or the table being freed). */
+static void snapshot_unref(struct snapshot *sn)
+{
+    if (!sn || --sn->refs > 0)
+        return;
+    for (size_t k = 0; k < sn->n; k++)
+        free(sn->v[k].name);
+    free(sn->v);
+    free(sn);
+}
+
+void live_free(struct live *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < SNAPSHOTS; i++)
+        snapshot_unref(l->snap[i]);
+    for (size_t b = 0; b < l->nb; b++)
+        for (struct entry *e = l->by_ino[b], *next; e; e = next) {
+            next = e->next_ino;
+            free(e->name);
+            free(e->path);
+            free(e);
+        }
+    free(l->by_name);
+    free(l->by_ino);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+bool live_in_range(const struct live *l, uint64_t ino)
+{
+    return ino >= l->ino0;
+}
+
+/* Doubles both tables (lock held). Entries out of by_name (replaced names) stay out. */
+static void grow(struct live *l)
+{
+    size_t nb = 2 * l->nb;
+    struct entry **by_name = xcalloc(nb, sizeof *by_name), **by_ino = xcalloc(nb, sizeof *by_ino);
+    for (size_t b = 0; b < l->nb; b++) {
+        for (struct entry *e = l->by_name[b], *next; e; e = next) {
+            next = e->next_name;
+            size_t h = name_hash(e->parent, e->name, nb);
+            e->next_name = by_name[h];
+            by_name[h] = e;
+        }
+        for (struct entry *e = l->by_ino[b], *next; e; e = next) {
+            next = e->next_ino;
+            size_t h = ino_hash(e->ino, nb);
+            e->next_ino = by_ino[h];
+            by_ino[h] = e;
+        }
+    }
+    free(l->by_name);
+    free(l->by_ino);
+    l->by_name = by_name;
+    l->by_ino = by_ino;
+    l->nb = nb;
+}
+
+static void node_of(const struct entry *e, struct live_node *out)
+{
+    *out = (struct live_node){
+        .ino = e->ino, .parent = e->parent, .dir = e->dir, .path = e->path, .depth = e->depth};
+}
+
+/* The entry of name in parent as a file or a directory (dir), made when the name has none or
+ * had the other kind; its path is dir_path/name. */
+static void entry_for(struct live *l, uint64_t parent, const char *dir_path, int depth,
+                      const char *name, bool dir, struct live_node *out)
+{
+    pthread_mutex_lock(&l->lock);
+    struct entry **slot = &l->by_name[name_hash(parent, name, l->nb)];
+    for (; *slot; slot = &(*slot)->next_name)
+        if ((*slot)->parent == parent && strcmp((*slot)->name, name) == 0)
+            break;
+    if (*slot && (*slot)->dir == dir) {
+        node_of(*slot, out);
+        pthread_mutex_unlock(&l->lock);
+        return;
+    }
+    if (*slot) /* the name changed kind: it gets a new inode, the old one stays valid */
+        *slot = (*slot)->next_name;
+    struct entry *e = xcalloc(1, sizeof *e);
+    *e = (struct entry){.ino = l->next++,
+                        .parent = parent,
+                        .name = xstrdup(name),
+                        .path = path_join(dir_path, name),
+                        .dir = dir,
+                        .depth = depth + 1};
+    if (l->count >= l->nb)
+        grow(l);
+    size_t h = name_hash(parent, name, l->nb);
+    e->next_name = l->by_name[h];
+    l->by_name[h] = e;
+    h = ino_hash(e->ino, l->nb);
+    e->next_ino = l->by_ino[h];
+    l->by_ino[h] = e;
+    l->count++;
+    node_of(e, out);
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* Whether path (at depth, its own) is shown, and as what: 1 a directory, 0 a file, -1 not. */
+static int shown_kind(const char *path, int depth)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    if (S_ISREG(st.st_mode))
+        return 0;
+    return S_ISDIR(st.st_mode) && depth <= LIVE_MAX_DEPTH ? 1 : -1;
+}
+
+int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
+                struct live_node *out)
+{
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strchr(name, '/'))
+        return -ENOENT;
+    char *p = path_join(dir, name);
+    int kind = shown_kind(p, depth + 1);
+    free(p);
+    if (kind < 0)
+        return -ENOENT;
+    entry_for(l, parent, dir, depth, name, kind == 1, out);
+    return 0;
+}
+
+int live_get(struct live *l, uint64_t ino, struct live_node *out)
+{
+    int r = -ENOENT;
+    pthread_mutex_lock(&l->lock);
+    for (struct entry *e = l->by_ino[ino_hash(ino, l->nb)]; e; e = e->next_ino)
+        if (e->ino == ino) {
+            node_of(e, out);
+            r = 0;
+            break;
+        }
+    pthread_mutex_unlock(&l->lock);
+    return r;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct listed *)a)->name, ((const struct listed *)b)->name);
+}
+
+/* The names of directory dir as they are now (a snapshot with one reference). */
+static int read_dir(uint64_t parent, const char *dir, int depth, live_skip skip, void *skip_ctx,
+                    struct snapshot **out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    size_t n = 0, cap = 16;
+    struct listed *v = xmalloc(cap * sizeof *v);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || (skip && skip(skip_ctx, name)))
+            continue;
+        int kind = -1;
+        if (de->d_type == DT_REG) {
+            kind = 0;
+        } else if (de->d_type == DT_DIR) {
+            kind = depth + 1 <= LIVE_MAX_DEPTH ? 1 : -1;
+        } else if (de->d_type == DT_LNK || de->d_type == DT_UNKNOWN) {
+            char *p = path_join(dir, name);
+            kind = shown_kind(p, depth + 1);
+            free(p);
+        }
+        if (kind < 0)
+            continue;
+        if (n == cap)
+            v = xrealloc(v, (cap *= 2) * sizeof *v);
+        v[n++] = (struct listed){.name = xstrdup(name), .dir = kind == 1};
+    }
+    closedir(d);
+    qsort(v, n, sizeof *v, by_name);
+    struct snapshot *sn = xmalloc(sizeof *sn);
+    *sn = (struct snapshot){.parent = parent, .refs = 1, .n = n, .v = v};
+    *out = sn;
+    return 0;
+}
+
+/* The snapshot a listing of parent from a later offset goes on with (one more reference),
+ * or NULL. */
+static struct snapshot *snapshot_find(struct live *l, uint64_t parent)
+{
+    struct snapshot *sn = NULL;
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < SNAPSHOTS && !sn; i++)
+        if (l->snap[i] && l->snap[i]->parent == parent)
+            sn = l->snap[i];
+    if (sn)
+        sn->refs++;
+    pthread_mutex_unlock(&l->lock);
+    return sn;
+}
+
+/* Keeps sn for the listing's following calls, in the place of an older one of parent or of
+ * the oldest. */
+static void snapshot_keep(struct live *l, struct snapshot *sn)
+{
+    pthread_mutex_lock(&l->lock);
+    int at = -1;
+    for (int i = 0; i < SNAPSHOTS && at < 0; i++)
+        if (l->snap[i] && l->snap[i]->parent == sn->parent)
+            at = i;
+    if (at < 0) {
+        at = l->next_snap;
+        l->next_snap = (l->next_snap + 1) % SNAPSHOTS;
+    }
+    struct snapshot *old = l->snap[at];
+    l->snap[at] = sn;
+    sn->refs++;
+    snapshot_unref(old);
+    pthread_mutex_unlock(&l->lock);
+}
+
+int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint64_t first,
+              uint64_t base, live_skip skip, void *skip_ctx, live_emit emit, void *ctx)
+{
+    struct snapshot *sn = first ? snapshot_find(l, parent) : NULL;
+    if (!sn) {
+        int r = read_dir(parent, dir, depth, skip, skip_ctx, &sn);
+        if (r < 0)
+            return r;
+        snapshot_keep(l, sn);
+    }
+    for (size_t k = first; k < sn->n; k++) {
+        struct live_node node;
+        entry_for(l, parent, dir, depth, sn->v[k].name, sn->v[k].dir, &node);
+        if (emit(ctx, sn->v[k].name, node.ino, node.dir, base + k + 1))
+            break;
+    }
+    pthread_mutex_lock(&l->lock);
+    snapshot_unref(sn);
+    pthread_mutex_unlock(&l->lock);
+    return 0;
+}

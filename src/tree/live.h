@@ -1,0 +1,49 @@
+/* live.h: the entries of a presented tree that follow directories of the file system as they
+ * are now (the input image that ome = labels presents, read through). Every name seen gets an
+ * inode number of the table's own range and keeps it for the life of the table (a name that
+ * turns from a file into a directory, or back, gets a new one); nothing is listed ahead of
+ * time, so files added to or removed from those directories while mounted are seen at once.
+ * Thread-safe: one lock, held while the table is consulted, never across a call out. */
+#ifndef ROIFS_LIVE_H
+#define ROIFS_LIVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Directories deeper than this below the mirrored root are not shown: a link to a parent
+ * directory would otherwise make an endless tree for `cp -r` or `find`. */
+#define LIVE_MAX_DEPTH 32
+
+struct live_node {
+    uint64_t ino, parent;
+    bool dir;         /* a directory, else a regular file */
+    const char *path; /* in the file system; lives as long as the table */
+    int depth;        /* directories between it and the mirrored root, plus one */
+};
+
+struct live;
+
+/* Inodes from ino0 on. */
+struct live *live_new(uint64_t ino0);
+void live_free(struct live *l);
+/* True when ino is in the table's range (it may still be unknown to it). */
+bool live_in_range(const struct live *l, uint64_t ino);
+
+/* name in the directory whose inode is parent, at path dir and depth depth (its own depth:
+ * the mirrored root's is 0): 0 with *out when the file system holds a regular file or a
+ * directory there now (stat, following links), -ENOENT otherwise. */
+int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
+                struct live_node *out);
+/* The entry of inode ino: 0, or -ENOENT when the table never gave it. */
+int live_get(struct live *l, uint64_t ino, struct live_node *out);
+
+/* Lists directory dir (inode parent, depth depth) as it is now, in name order: its regular
+ * files and directories except those skip refuses, from the first-th on. emit gets each with
+ * the offset that resumes after it, base + k + 1 for the k-th, and returns non-zero to stop.
+ * 0, or -errno when dir cannot be listed (-ENOENT when it does not exist). */
+typedef bool (*live_skip)(void *ctx, const char *name);
+typedef int (*live_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off);
+int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint64_t first,
+              uint64_t base, live_skip skip, void *skip_ctx, live_emit emit, void *ctx);
+
+#endif
