@@ -208,6 +208,13 @@ struct otable *arrayset_table(const struct arrayset *s)
     return s->table;
 }
 
+char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len)
+{
+    char *text = s->overlay ? overlay_file_now(s->overlay, (size_t)index) : xstrdup("");
+    *len = strlen(text);
+    return text;
+}
+
 /* One level's counters in the status document's "levels". */
 static json_t *level_status(const struct array *a)
 {

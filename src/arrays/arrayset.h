@@ -58,6 +58,8 @@ const struct ns *arrayset_tree(const struct arrayset *s);
 bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */
 struct otable *arrayset_table(const struct arrayset *s);
+/* The content of NS_GEN node index as it is now (malloc'd; its length in *len). */
+char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);
 /* The status document of SPEC §6 for a started set: array 0's engine_status, and with a
  * pyramid "levels", each level's counters. A new reference. */
 json_t *arrayset_status(struct arrayset *s);

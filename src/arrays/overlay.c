@@ -436,7 +436,7 @@ char *overlay_list_text(const char *image, int format, const char *group, const 
 
 static void add_text(struct overlay *ov, char *path, char *text)
 {
-    ov->files[ov->nfiles++] = (struct overlay_file){path, text};
+    ov->files[ov->nfiles++] = (struct overlay_file){path, text, NULL, NULL};
 }
 
 static void add_file(struct overlay *ov, char *path, json_t *doc)
@@ -453,6 +453,8 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
     char *rel;
     char *text = overlay_list_text(ov->dir, ov->t0->out.format, group, name, &rel);
     add_text(ov, rel, text);
+    ov->files[ov->nfiles - 1].group = group;
+    ov->files[ov->nfiles - 1].name = name;
     char *zg = xasprintf("%s/.zgroup", group);
     json_t *g = v3 ? NULL : json_file(ov->dir, zg);
     if (!v3 && !g)
@@ -603,6 +605,16 @@ static bool at_or_below(const char *rel, const char *group, const char *name)
     size_t g = strlen(group), n = strlen(name);
     return strncmp(rel, group, g) == 0 && rel[g] == '/' && strncmp(rel + g + 1, name, n) == 0 &&
            (rel[g + 1 + n] == '\0' || rel[g + 1 + n] == '/');
+}
+
+char *overlay_file_now(const struct overlay *ov, size_t i)
+{
+    const struct overlay_file *f = &ov->files[i];
+    if (!f->group)
+        return xstrdup(f->text);
+    char *rel, *text = overlay_list_text(ov->dir, ov->t0->out.format, f->group, f->name, &rel);
+    free(rel);
+    return text;
 }
 
 bool overlay_owns(const struct overlay *ov, const char *rel)

@@ -20,10 +20,13 @@
 struct overlay;
 
 /* A metadata file of the overlay, relative to the image group ("labels/.zattrs"). It takes
- * the place of the input's file of that path, if any. */
+ * the place of the input's file of that path, if any. A list file (group "labels" or
+ * "tables") follows the input's list: overlay_file_now makes it again at each look. */
 struct overlay_file {
     char *path;
-    char *text;
+    char *text;        /* as at mount */
+    const char *group; /* a list file: its group, else NULL */
+    const char *name;  /* a list file: the name it adds */
 };
 
 /* Checks t0 (a configured task with ome = labels; borrowed, it must outlive the overlay) and
@@ -63,6 +66,9 @@ void overlay_geometry(const struct overlay *ov, struct overlay_geometry *g);
  * tables/NAME, or lies below it: nothing of the input's is shown there, even when the input
  * has (or later gets) a node of that name. */
 bool overlay_owns(const struct overlay *ov, const char *rel);
+/* The text of file i of overlay_files as it is now (malloc'd): a list file made from the
+ * input's list as it is now (with the overlay's name added), any other as at mount. */
+char *overlay_file_now(const struct overlay *ov, size_t i);
 /* The list file of group ("labels" or "tables") of the image at dir in format 2 or 3 with
  * name added (once), every other content kept: its text (malloc'd) and path (*rel,
  * malloc'd, relative to the image: "labels/.zattrs", "tables/zarr.json"). */

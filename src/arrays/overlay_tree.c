@@ -61,7 +61,10 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
     for (size_t i = 0; i < nf; i++) {
         const char *base;
         int dir = dir_of(ov, ns, f[i].path, false, &base);
-        ns_add_file(ns, dir, base, f[i].text);
+        if (f[i].group) /* the input's list as it is now, with the overlay's name */
+            ns_add_generated(ns, dir, base, i);
+        else
+            ns_add_file(ns, dir, base, f[i].text);
     }
     if (status && ns_child(ns, NS_ROOT, ".roifs") < 0)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");

@@ -14,14 +14,14 @@
 #define NS_INO_CHUNKS (1ULL << 32) /* first inode of the chunk trees */
 
 struct ns_entry {
-    enum ns_kind kind; /* NS_DIR, NS_META, NS_STATUS or NS_TABLE */
+    enum ns_kind kind; /* NS_DIR, NS_META, NS_STATUS, NS_TABLE or NS_GEN */
     char *name;
     int parent;
     const char *text; /* NS_META: the content */
     size_t len;
     char *mirror, *hide; /* a mirrored directory: its path, the name it never shows */
     int depth;           /* a mirrored directory: mirrored directories above it */
-    uint64_t index;      /* NS_TABLE */
+    uint64_t index;      /* NS_TABLE, NS_GEN */
     int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
     int nchildren;
     int chunks; /* a directory: the chunk tree listed after its entries, or -1 */
@@ -127,6 +127,13 @@ void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
 bool ns_is_mirror(const struct ns *ns, int dir)
 {
     return ns->e[dir].mirror != NULL;
+}
+
+int ns_add_generated(struct ns *ns, int parent, const char *name, uint64_t index)
+{
+    int i = add_entry(ns, parent, NS_GEN, name);
+    ns->e[i].index = index;
+    return i;
 }
 
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index)

@@ -13,10 +13,11 @@
 #include "../task.h"
 
 /* NS_INPUT: a file of the input image read through (ome = labels); NS_TABLE: a file of the
- * masking table, whose content exists once the table is computed. A directory may mirror a
- * directory of the file system (ns_mirror): its own entries first, then what that directory
- * holds now, each name found there an entry of the tree's live range (live.h). */
-enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK, NS_INPUT, NS_TABLE };
+ * masking table, whose content exists once the table is computed; NS_GEN: a file whose
+ * content its owner makes at each look (the overlay's labels and tables lists). A directory may
+ * mirror a directory of the file system (ns_mirror): its own entries first, then what that
+ * directory holds now, each name found there an entry of the tree's live range (live.h). */
+enum ns_kind { NS_DIR, NS_META, NS_STATUS, NS_CHUNK, NS_INPUT, NS_TABLE, NS_GEN };
 
 #define NS_ROOT      0            /* the entry of the root directory */
 #define NS_INO_ROOT  1            /* its inode */
@@ -32,7 +33,7 @@ struct ns_node {
     bool mirrored;    /* a directory whose listing follows the file system */
     size_t len;
     int array;      /* NS_CHUNK and chunk directories: the array they belong to, else -1 */
-    uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE: the file's index */
+    uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE, NS_GEN: the file's index */
     /* chunk directories and files: how many chunk indices their path holds, and the C-order
      * linear index of those indices (the chunk id at full depth); a directory found in a
      * mirrored one: its depth below the mirrored root (live.h) */
@@ -50,8 +51,10 @@ void ns_free(struct ns *ns);
 int ns_add_dir(struct ns *ns, int parent, const char *name);
 int ns_add_file(struct ns *ns, int parent, const char *name, const char *text);
 int ns_add_status(struct ns *ns, int parent, const char *name);
-/* A file of the masking table (its index in the table's files). */
+/* A file of the masking table (its index in the table's files); a file made at each look
+ * (its index in its owner's files). */
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index);
+int ns_add_generated(struct ns *ns, int parent, const char *name, uint64_t index);
 /* Makes directory entry dir mirror the directory at path (copied): after its own entries it
  * lists, and resolves, the regular files (as NS_INPUT) and directories (mirrored too) that
  * path holds at that moment, except hide (NULL: none) and the names of its own entries. */

@@ -403,8 +403,9 @@ def test_input_changes_while_mounted_are_seen(tmp_path, roifs_bin):
     """The input image is read through as it is at each look, not as it was at mount: a file,
     a table and a label group added to the input while mounted are listed and read through
     within the kernel's second (LIVE_TIMEOUT, misses included), and a file removed is gone;
-    the overlay's own nodes stay its own (labels/.zattrs, labels/seg even when the input gets
-    a labels/seg, .roifs); no name is listed twice."""
+    the overlay's labels list follows the input's (with its own name added); the overlay's own
+    nodes stay its own (labels/seg even when the input gets a labels/seg, .roifs); no name is
+    listed twice."""
     img, levels = make_image(tmp_path, "0.4")
     config = overlay_config(tmp_path, img, table="seg_table")
     with mounted(roifs_bin, config) as m:
@@ -433,6 +434,15 @@ def test_input_changes_while_mounted_are_seen(tmp_path, roifs_bin):
             names = os.listdir(m.path / d)
             assert len(names) == len(set(names)), (d, names)
         assert (m.path / "labels" / ".zattrs").read_bytes() == labels_list
+        # the overlay's list follows the input's: its labels, then the overlay's own
+        assert json.loads(labels_list)["labels"] == ["old", "seg"]
+        (img / "labels" / ".zattrs").write_text(json.dumps({"labels": ["old", "other"],
+                                                            "note": "kept"}))
+        wait_for(lambda: json.loads((m.path / "labels" / ".zattrs").read_text())["labels"] ==
+                 ["old", "other", "seg"], "the labels list did not follow the input's")
+        assert json.loads((m.path / "labels" / ".zattrs").read_text())["note"] == "kept"
+        assert os.stat(m.path / "labels" / ".zattrs").st_size == \
+            len((m.path / "labels" / ".zattrs").read_bytes())
         assert sorted(os.listdir(m.path / "labels" / "seg")) == seg_files
         assert not (m.path / "labels" / "seg" / "extra.txt").exists()
         assert os.listdir(m.path / ".roifs") == ["status"]
