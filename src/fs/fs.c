@@ -55,6 +55,16 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
     return fs->bound[n->array];
 }
 
+/* The input's owner and permissions, without write: the kernel (default_permissions) then
+ * lets another user of a shared mount (allow_other) at an input file or directory only as
+ * the input itself would. */
+static void input_owner(struct stat *st, const struct stat *in)
+{
+    st->st_mode = (st->st_mode & S_IFMT) | (in->st_mode & 0555);
+    st->st_uid = in->st_uid;
+    st->st_gid = in->st_gid;
+}
+
 /* Attributes of node n shown as inode ino to process pid; *timeout is how long the kernel
  * may keep them. */
 static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t pid,
@@ -70,10 +80,16 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
     st->st_mode = S_IFREG | 0444;
     *timeout = LONG_TIMEOUT;
     switch (n->kind) {
-    case NS_DIR:
+    case NS_DIR: {
         st->st_mode = S_IFDIR | 0555;
         st->st_nlink = 2;
+        struct stat in;
+        if (n->live && stat(n->text, &in) == 0) { /* a directory of the input */
+            input_owner(st, &in);
+            *timeout = LIVE_TIMEOUT;
+        }
         break;
+    }
     case NS_META:
         st->st_size = (off_t)n->len;
         break;
@@ -101,6 +117,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         if (stat(n->text, &in) == 0) {
             st->st_size = in.st_size;
             st->st_mtim = in.st_mtim;
+            input_owner(st, &in);
         }
         *timeout = LIVE_TIMEOUT;
         break;

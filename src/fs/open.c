@@ -12,7 +12,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct pending_open {
@@ -216,20 +218,51 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
 
+/* Opens path for reading with the credentials of the process that asked: its uid and gid
+ * as the file system ids and its groups, for this thread only (the system calls, not glibc's
+ * process-wide wrappers), put back after. So a mount that root shares with allow_other lets
+ * another user read from the input only what that user may read there: a link in the input
+ * to a private file, or a file swapped in between a look and the open, included. A daemon
+ * that is not root opens as itself (its user asked for allow_other). -1 with errno set. */
+static int open_as_caller(fuse_req_t req, const char *path)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (geteuid() != 0 || ctx->uid == 0)
+        return open(path, O_RDONLY | O_CLOEXEC);
+    enum { MAXG = 256 };
+    gid_t groups[MAXG], own[MAXG];
+    int ng = fuse_req_getgroups(req, MAXG, groups), nown = getgroups(MAXG, own);
+    if (ng < 0 || ng > MAXG)
+        ng = 0; /* its groups unknown: none */
+    if (nown < 0 || syscall(SYS_setgroups, (size_t)ng, groups) < 0) {
+        errno = EACCES;
+        return -1;
+    }
+    gid_t gid = (gid_t)setfsgid(ctx->gid);
+    uid_t uid = (uid_t)setfsuid(ctx->uid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC), e = errno;
+    setfsuid(uid);
+    setfsgid(gid);
+    if (syscall(SYS_setgroups, (size_t)nown, own) < 0)
+        log_error("cannot restore this thread's groups: %s", strerror(errno));
+    errno = e;
+    return fd;
+}
+
 /* A file of the input image, read through: with passthrough when the kernel allows (the
  * inode then serves that file's pages, as a chunk's), else READs from its fd. */
 static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
                        struct fuse_file_info *fi)
 {
     struct fs *fs = fuse_req_userdata(req);
-    int fd = open(n->text, O_RDONLY | O_CLOEXEC);
+    int fd = open_as_caller(req, n->text);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
         int e = errno;
         log_warn("open %s: %s", n->text, strerror(e));
         if (fd >= 0)
             close(fd);
-        fuse_reply_err(req, e == ENOENT ? ENOENT : EIO);
+        fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM ? e : EIO);
         return;
     }
     int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;

@@ -163,6 +163,48 @@ def test_allow_other_only_when_asked(tmp_path, mount, allow_other):
         assert read_bytes(m / "1.1")  # root, the owner, always can
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_overlay_shared_lets_users_read_only_what_the_input_lets_them(mount):
+    """ome = labels mounted by root with allow_other: user nobody reads through the overlay
+    only what it may read in the input itself (the input's owners and modes are shown, without
+    write): a world-readable file yes; a root-only file of the image, a link in the image to
+    a root-only file elsewhere, and such a link swapped in for nobody's own file right after
+    nobody looked at it (the kernel still holding the old attributes) no; the label image
+    stays readable by all."""
+    from test_overlay import make_image, overlay_config
+    with world_dir("roifs-sec-") as d:
+        img, levels = make_image(d, "0.4")
+        secret = d / "secret"
+        secret.write_text("root only")
+        os.chmod(secret, 0o600)
+        (img / "open.txt").write_text("anyone")
+        os.chmod(img / "open.txt", 0o644)
+        (img / "private.txt").write_text("root only")
+        os.chmod(img / "private.txt", 0o600)
+        os.symlink(secret, img / "link")
+        (img / "drop").mkdir()
+        os.chmod(img / "drop", 0o777)
+        config = overlay_config(d, img)
+        with mount(config, mnt=d / "mnt", args=("-o", "allow_other")) as m:
+            st = os.stat(m / "private.txt")
+            assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o400, 0)
+            assert stat.S_IMODE(os.stat(m / "open.txt").st_mode) == 0o444
+            assert as_nobody(lambda: read_bytes(m / "open.txt")) == 0
+            assert as_nobody(lambda: read_bytes(m / "labels" / "seg" / "0" / ".zarray")) == 0
+            for name in ("private.txt", "link"):
+                assert as_nobody(lambda: read_bytes(m / name)) == errno.EACCES, name
+
+            def swap():
+                own = img / "drop" / "mine"
+                own.write_text("mine")
+                assert (m / "drop" / "mine").stat().st_size == 4  # attributes now cached
+                own.unlink()
+                os.symlink(secret, own)
+                read_bytes(m / "drop" / "mine")
+            assert as_nobody(swap) == errno.EACCES
+            assert read_bytes(m / "link") == b"root only"  # root, the owner, can
+
+
 # ---------------------------------------------------------------- cache directory
 
 
