@@ -183,7 +183,24 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     e.generation = 1;
     node_attr(fs, &n, e.ino, fuse_req_ctx(req)->pid, &e.attr, &e.attr_timeout);
     e.entry_timeout = n.live ? LIVE_TIMEOUT : LONG_TIMEOUT; /* the input's: it may go away */
-    fuse_reply_entry(req, &e);
+    if (fuse_reply_entry(req, &e) != 0 && n.live)           /* the kernel never got it: not held */
+        ns_forget(fs->ns, n.ino, 1);
+}
+
+/* The kernel dropped an inode: a name of the input read through goes with its last lookup
+ * (the static tree keeps its nodes, which lookups never count). */
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    ns_forget(fs_of(req)->ns, ino, nlookup);
+    fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+    struct fs *fs = fs_of(req);
+    for (size_t i = 0; i < count; i++)
+        ns_forget(fs->ns, forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
 }
 
 static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -355,6 +372,8 @@ static void ro_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 static const struct fuse_lowlevel_ops fs_ops = {
     .init = fs_init,
     .lookup = fs_lookup,
+    .forget = fs_forget,
+    .forget_multi = fs_forget_multi,
     .getattr = fs_getattr,
     .readdir = fs_readdir,
     .open = fs_open,

@@ -331,9 +331,12 @@ static char *status_snapshot(struct fs *fs)
     bool pt = pt_active(fs->pt);
     json_t *f = json_pack("{s:b, s:I}", "passthrough", pt, "chunk_reads",
                           (json_int_t)atomic_load(&fs->chunk_reads));
-    if (arrayset_is_overlay(fs->set)) /* ome = labels: READs of the input's files served here */
+    if (arrayset_is_overlay(fs->set)) { /* ome = labels: READs of the input's files served
+                                           here, and the input's names the kernel holds */
         json_object_set_new(f, "input_reads",
                             json_integer((json_int_t)atomic_load(&fs->input_reads)));
+        json_object_set_new(f, "input_names", json_integer((json_int_t)ns_live_count(fs->ns)));
+    }
     if (!pt && pt_reason(fs->pt))
         json_object_set_new(f, "passthrough_off", json_string(pt_reason(fs->pt)));
     json_object_set_new(f, "requests", devio_requests(fs->dio));

@@ -1,5 +1,8 @@
-/* live.c: entries that follow directories of the file system as they are now (see live.h):
- * two chained hash tables over the same entries, by (parent inode, name) and by inode. */
+/* live.c: entries that follow directories of the file system as they are now (see live.h).
+ * A name has an inode made from a hash of (parent, name, kind), so that a listing and a later
+ * lookup agree without an entry kept for every name listed; only names the kernel holds
+ * (looked up and not forgotten yet) have an entry, in two chained hash tables: by inode, and
+ * by (parent, name) for the entry a name has now. */
 #include "live.h"
 
 #include <dirent.h>
@@ -11,13 +14,15 @@
 
 #include "../util.h"
 
+#define LIVE_RANGE (1ULL << 62) /* inodes [ino0, ino0 + LIVE_RANGE) */
+
 struct entry {
-    uint64_t ino, parent;
+    uint64_t ino, parent, nlookup;
     char *name, *path;
     bool dir;
+    bool current; /* in by_name: the name's entry now (not one of the other kind before) */
     int depth;
-    struct entry *next_name; /* chain in by_name; the entry a name had before is out of it */
-    struct entry *next_ino;  /* chain in by_ino */
+    struct entry *next_name, *next_ino; /* chains */
 };
 
 struct listed {
@@ -39,19 +44,26 @@ struct snapshot {
 
 struct live {
     pthread_mutex_t lock;
-    uint64_t ino0, next;
+    uint64_t ino0;
     struct entry **by_name, **by_ino;
     size_t nb, count; /* buckets of each table; entries (in by_ino) */
     struct snapshot *snap[SNAPSHOTS];
     int next_snap;
 };
 
-static size_t name_hash(uint64_t parent, const char *name, size_t nb)
+static uint64_t mix(uint64_t parent, const char *name, bool dir)
 {
-    uint64_t h = 1469598103934665603ULL ^ parent;
+    uint64_t h = 1469598103934665603ULL ^ (parent * 0x9E3779B97F4A7C15ULL) ^ (dir ? 0x5bd1e995 : 0);
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         h = (h ^ *p) * 1099511628211ULL;
-    return (size_t)(h ^ (h >> 29)) & (nb - 1);
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBULL;
+    return h ^ (h >> 29);
+}
+
+static size_t name_hash(uint64_t parent, const char *name, size_t nb)
+{
+    return (size_t)mix(parent, name, false) & (nb - 1);
 }
 
 static size_t ino_hash(uint64_t ino, size_t nb)
@@ -63,7 +75,7 @@ struct live *live_new(uint64_t ino0)
 {
     struct live *l = xcalloc(1, sizeof *l);
     pthread_mutex_init(&l->lock, NULL);
-    l->ino0 = l->next = ino0;
+    l->ino0 = ino0;
     l->nb = 64;
     l->by_name = xcalloc(l->nb, sizeof *l->by_name);
     l->by_ino = xcalloc(l->nb, sizeof *l->by_ino);
@@ -102,10 +114,49 @@ void live_free(struct live *l)
 
 bool live_in_range(const struct live *l, uint64_t ino)
 {
-    return ino >= l->ino0;
+    return ino >= l->ino0 && ino - l->ino0 < LIVE_RANGE;
 }
 
-/* Doubles both tables (lock held). Entries out of by_name (replaced names) stay out. */
+size_t live_count(struct live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    size_t n = l->count;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+/* ---- the tables (lock held) ---- */
+
+static struct entry *find_ino(const struct live *l, uint64_t ino)
+{
+    for (struct entry *e = l->by_ino[ino_hash(ino, l->nb)]; e; e = e->next_ino)
+        if (e->ino == ino)
+            return e;
+    return NULL;
+}
+
+static struct entry *find_name(const struct live *l, uint64_t parent, const char *name)
+{
+    for (struct entry *e = l->by_name[name_hash(parent, name, l->nb)]; e; e = e->next_name)
+        if (e->parent == parent && strcmp(e->name, name) == 0)
+            return e;
+    return NULL;
+}
+
+/* The inode of (parent, name) as a file or a directory: the entry's when the name has one of
+ * that kind, else its hash, moved past inodes other names hold (a collision, in 2^62). */
+static uint64_t ino_for(const struct live *l, uint64_t parent, const char *name, bool dir)
+{
+    const struct entry *cur = find_name(l, parent, name);
+    if (cur && cur->dir == dir)
+        return cur->ino;
+    uint64_t ino = l->ino0 + (mix(parent, name, dir) & (LIVE_RANGE - 1));
+    while (find_ino(l, ino))
+        ino = l->ino0 + ((ino - l->ino0 + 1) & (LIVE_RANGE - 1));
+    return ino;
+}
+
+/* Doubles both tables. */
 static void grow(struct live *l)
 {
     size_t nb = 2 * l->nb;
@@ -131,38 +182,63 @@ static void grow(struct live *l)
     l->nb = nb;
 }
 
+static void unlink_name(struct live *l, struct entry *e)
+{
+    struct entry **p = &l->by_name[name_hash(e->parent, e->name, l->nb)];
+    while (*p && *p != e)
+        p = &(*p)->next_name;
+    if (*p)
+        *p = e->next_name;
+    e->current = false;
+}
+
+static void drop(struct live *l, struct entry *e)
+{
+    if (e->current)
+        unlink_name(l, e);
+    struct entry **p = &l->by_ino[ino_hash(e->ino, l->nb)];
+    while (*p && *p != e)
+        p = &(*p)->next_ino;
+    if (*p)
+        *p = e->next_ino;
+    l->count--;
+    free(e->name);
+    free(e->path);
+    free(e);
+}
+
 static void node_of(const struct entry *e, struct live_node *out)
 {
     *out = (struct live_node){
         .ino = e->ino, .parent = e->parent, .dir = e->dir, .path = e->path, .depth = e->depth};
 }
 
-/* The entry of name in parent as a file or a directory (dir), made when the name has none or
- * had the other kind; its path is dir_path/name. */
-static void entry_for(struct live *l, uint64_t parent, const char *dir_path, int depth,
+/* One more lookup of name in parent as a file or a directory (dir): the name's entry, made
+ * when it has none of that kind (an entry of the other kind stays for its inode's holders). */
+static void looked_up(struct live *l, uint64_t parent, const char *dir_path, int depth,
                       const char *name, bool dir, struct live_node *out)
 {
     pthread_mutex_lock(&l->lock);
-    struct entry **slot = &l->by_name[name_hash(parent, name, l->nb)];
-    for (; *slot; slot = &(*slot)->next_name)
-        if ((*slot)->parent == parent && strcmp((*slot)->name, name) == 0)
-            break;
-    if (*slot && (*slot)->dir == dir) {
-        node_of(*slot, out);
+    struct entry *cur = find_name(l, parent, name);
+    if (cur && cur->dir == dir) {
+        cur->nlookup++;
+        node_of(cur, out);
         pthread_mutex_unlock(&l->lock);
         return;
     }
-    if (*slot) /* the name changed kind: it gets a new inode, the old one stays valid */
-        *slot = (*slot)->next_name;
-    struct entry *e = xcalloc(1, sizeof *e);
-    *e = (struct entry){.ino = l->next++,
+    if (cur)
+        unlink_name(l, cur);
+    if (l->count >= l->nb)
+        grow(l);
+    struct entry *e = xmalloc(sizeof *e);
+    *e = (struct entry){.ino = ino_for(l, parent, name, dir),
                         .parent = parent,
+                        .nlookup = 1,
                         .name = xstrdup(name),
                         .path = path_join(dir_path, name),
                         .dir = dir,
+                        .current = true,
                         .depth = depth + 1};
-    if (l->count >= l->nb)
-        grow(l);
     size_t h = name_hash(parent, name, l->nb);
     e->next_name = l->by_name[h];
     l->by_name[h] = e;
@@ -171,6 +247,18 @@ static void entry_for(struct live *l, uint64_t parent, const char *dir_path, int
     l->by_ino[h] = e;
     l->count++;
     node_of(e, out);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void live_forget(struct live *l, uint64_t ino, uint64_t n)
+{
+    pthread_mutex_lock(&l->lock);
+    struct entry *e = find_ino(l, ino);
+    if (e) {
+        e->nlookup = n < e->nlookup ? e->nlookup - n : 0;
+        if (!e->nlookup)
+            drop(l, e);
+    }
     pthread_mutex_unlock(&l->lock);
 }
 
@@ -195,22 +283,18 @@ int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, con
     free(p);
     if (kind < 0)
         return -ENOENT;
-    entry_for(l, parent, dir, depth, name, kind == 1, out);
+    looked_up(l, parent, dir, depth, name, kind == 1, out);
     return 0;
 }
 
 int live_get(struct live *l, uint64_t ino, struct live_node *out)
 {
-    int r = -ENOENT;
     pthread_mutex_lock(&l->lock);
-    for (struct entry *e = l->by_ino[ino_hash(ino, l->nb)]; e; e = e->next_ino)
-        if (e->ino == ino) {
-            node_of(e, out);
-            r = 0;
-            break;
-        }
+    const struct entry *e = find_ino(l, ino);
+    if (e)
+        node_of(e, out);
     pthread_mutex_unlock(&l->lock);
-    return r;
+    return e ? 0 : -ENOENT;
 }
 
 static int by_name(const void *a, const void *b)
@@ -302,9 +386,10 @@ int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint6
         snapshot_keep(l, sn);
     }
     for (size_t k = first; k < sn->n; k++) {
-        struct live_node node;
-        entry_for(l, parent, dir, depth, sn->v[k].name, sn->v[k].dir, &node);
-        if (emit(ctx, sn->v[k].name, node.ino, node.dir, base + k + 1))
+        pthread_mutex_lock(&l->lock);
+        uint64_t ino = ino_for(l, parent, sn->v[k].name, sn->v[k].dir);
+        pthread_mutex_unlock(&l->lock);
+        if (emit(ctx, sn->v[k].name, ino, sn->v[k].dir, base + k + 1))
             break;
     }
     pthread_mutex_lock(&l->lock);

@@ -1,13 +1,16 @@
 /* live.h: the entries of a presented tree that follow directories of the file system as they
- * are now (the input image that ome = labels presents, read through). Every name seen gets an
- * inode number of the table's own range and keeps it for the life of the table (a name that
- * turns from a file into a directory, or back, gets a new one); nothing is listed ahead of
- * time, so files added to or removed from those directories while mounted are seen at once.
+ * are now (the input image that ome = labels presents, read through). Nothing is listed ahead
+ * of time, so files added to or removed from those directories while mounted are seen at
+ * once. A name's inode is a hash of its directory's inode, the name and its kind (file or
+ * directory: a name that changes kind gets another), in the table's range; only the names
+ * the kernel holds have an entry (from a lookup until the kernel forgets as many lookups),
+ * so memory follows the kernel's inode cache, not every name ever listed.
  * Thread-safe: one lock, held while the table is consulted, never across a call out. */
 #ifndef ROIFS_LIVE_H
 #define ROIFS_LIVE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Directories deeper than this below the mirrored root are not shown: a link to a parent
@@ -17,7 +20,7 @@
 struct live_node {
     uint64_t ino, parent;
     bool dir;         /* a directory, else a regular file */
-    const char *path; /* in the file system; lives as long as the table */
+    const char *path; /* in the file system; lives as long as the entry */
     int depth;        /* directories between it and the mirrored root, plus one */
 };
 
@@ -31,11 +34,16 @@ bool live_in_range(const struct live *l, uint64_t ino);
 
 /* name in the directory whose inode is parent, at path dir and depth depth (its own depth:
  * the mirrored root's is 0): 0 with *out when the file system holds a regular file or a
- * directory there now (stat, following links), -ENOENT otherwise. */
+ * directory there now (stat, following links), counted as one lookup of its inode; -ENOENT
+ * otherwise. out->path lives as long as the inode is held (until live_forget). */
 int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
                 struct live_node *out);
-/* The entry of inode ino: 0, or -ENOENT when the table never gave it. */
+/* The entry of inode ino: 0, or -ENOENT when no lookup holds it. */
 int live_get(struct live *l, uint64_t ino, struct live_node *out);
+/* n lookups of ino are over (the kernel forgot them); its entry goes with the last. */
+void live_forget(struct live *l, uint64_t ino, uint64_t n);
+/* Entries held. */
+size_t live_count(struct live *l);
 
 /* Lists directory dir (inode parent, depth depth) as it is now, in name order: its regular
  * files and directories except those skip refuses, from the first-th on. emit gets each with

@@ -392,6 +392,17 @@ static int lookup_chunk(const struct ns_chunks *ch, int d, uint64_t p, const cha
     return 0;
 }
 
+void ns_forget(const struct ns *ns, uint64_t ino, uint64_t n)
+{
+    if (ns->live && live_in_range(ns->live, ino))
+        live_forget(ns->live, ino, n);
+}
+
+size_t ns_live_count(const struct ns *ns)
+{
+    return ns->live ? live_count(ns->live) : 0;
+}
+
 bool ns_follows(const struct ns *ns, uint64_t ino)
 {
     struct ns_node n;

@@ -78,6 +78,11 @@ uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id);
 
 /* True when the names directory ino holds may change (a mirrored directory). */
 bool ns_follows(const struct ns *ns, uint64_t ino);
+/* A name found in a mirrored directory keeps its node while lookups of it are held: each
+ * ns_lookup that gives one (node.live) holds one, until ns_forget of as many (the FUSE side:
+ * a failed reply, the kernel's FORGET). ns_live_count: the names held. */
+void ns_forget(const struct ns *ns, uint64_t ino, uint64_t n);
+size_t ns_live_count(const struct ns *ns);
 
 /* Resolves name in directory parent: 0, -ENOENT or -ENOTDIR. A chunk name is accepted only
  * in canonical form: decimal indices without sign or leading zeros, inside the chunk grid,

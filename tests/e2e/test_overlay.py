@@ -454,6 +454,35 @@ def test_input_changes_while_mounted_are_seen(tmp_path, roifs_bin):
                                       expected_labels(levels[0]))
 
 
+def test_input_names_are_kept_only_while_the_kernel_holds_them(tmp_path, roifs_bin):
+    """The names of the input read through are kept while the kernel holds their inodes, not
+    for the life of the mount: 3,000 files of the input looked at through the overlay are
+    held (status fuse.input_names), and once they are deleted and the kernel drops its
+    dentries and inodes (drop_caches 2: its FORGETs) they are let go; the mount serves on."""
+    img, levels = make_image(tmp_path, "0.4")
+    many = img / "many"
+    many.mkdir()
+    for i in range(3000):
+        (many / f"f{i:04d}").write_bytes(b"x")
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        names = os.listdir(m.path / "many")
+        assert len(names) == 3000
+        for name in names:
+            os.stat(m.path / "many" / name)
+        assert m.status()["fuse"]["input_names"] >= 3000
+        shutil.rmtree(many)
+        time.sleep(1.2)  # the kernel's second on the input's names
+        assert "many" not in os.listdir(m.path)
+
+        def let_go():
+            Path("/proc/sys/vm/drop_caches").write_text("2")
+            return m.status()["fuse"]["input_names"] < 100
+        wait_for(let_go, "the names of deleted files are still held", timeout=10)
+        np.testing.assert_array_equal(read_level(m.path, "seg", 0, False),
+                                      expected_labels(levels[0]))
+
+
 def test_table_record_and_sizes(tmp_path, roifs_bin):
     """Before the table is computed its files show an upper bound of their size (no blocks),
     after it the exact one; a remount of the same result reads the rows from the cache's

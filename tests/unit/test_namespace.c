@@ -244,8 +244,8 @@ static void make_dir(const char *dir, const char *name)
 /* A directory mirroring one of the file system (ome = labels over the input image): its own
  * entries first, then what the directory holds at each look, in name order, its own names
  * and the hidden one left out; a name keeps its inode while it is there, a file that became a
- * directory gets a new one, and the old inode still resolves; a link to a parent stops at
- * LIVE_MAX_DEPTH; a mirrored directory that the file system lacks lists nothing. */
+ * directory gets a new one, and the old inode still resolves while held; a link to a parent
+ * stops at LIVE_MAX_DEPTH; a name's node goes with its last lookup forgotten. */
 static void test_mirrored_directory(void)
 {
     char root[] = "/tmp/roifs-ns-XXXXXX";
@@ -325,14 +325,29 @@ static void test_mirrored_directory(void)
     }
     CHECK(depth > LIVE_MAX_DEPTH - 2 && depth <= LIVE_MAX_DEPTH + 1);
     ns_free(ns);
+    /* a name is kept while lookups of it are held, and its inode is the same after */
+    ns = ns_new();
+    ns_mirror(ns, NS_ROOT, root, NULL);
+    uint64_t x = lookup(ns, NS_INO_ROOT, ".zattrs", NULL);
+    CHECK(x && lookup(ns, NS_INO_ROOT, ".zattrs", NULL) == x);
+    CHECK_EQ_INT(ns_live_count(ns), 1);
+    ns_forget(ns, x, 1);
+    CHECK(ns_get(ns, x, &n) == 0 && n.kind == NS_INPUT);
+    ns_forget(ns, x, 1);
+    CHECK(ns_get(ns, x, &n) == -ENOENT);
+    CHECK_EQ_INT(ns_live_count(ns), 0);
+    ns_forget(ns, x, 1); /* more forgets than lookups: nothing happens */
+    CHECK_EQ_INT(lookup(ns, NS_INO_ROOT, ".zattrs", NULL), x);
+    ns_free(ns);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK_EQ_INT(system(cmd), 0);
 }
 
 /* Readers listing (in pieces) and looking up a mirrored directory while its files come and go:
- * every name listed resolves to the inode listed or is gone, every inode given resolves
- * (run under ThreadSanitizer by scripts/tsan.sh). */
+ * every name listed resolves to the inode listed or is gone, an inode looked up resolves
+ * while held, and nothing is kept once every lookup is forgotten (run under
+ * ThreadSanitizer by scripts/tsan.sh). */
 struct churn {
     struct ns *ns;
     const char *root;
@@ -361,13 +376,14 @@ static void *churn_reader(void *arg)
             struct listing l = {0};
             if (ns_readdir(c->ns, NS_INO_ROOT, off, piece, &l) < 0)
                 __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
-            for (int i = 0; i < l.n; i++) {
-                struct ns_node n;
-                if (ns_get(c->ns, l.inos[i], &n) < 0)
+            for (int i = 2; i < l.n; i++) { /* a name still there: the inode listed */
+                struct ns_node n, again;
+                if (ns_lookup(c->ns, NS_INO_ROOT, l.names[i], &n) < 0)
+                    continue;
+                if (n.ino != l.inos[i] || ns_get(c->ns, n.ino, &again) < 0 ||
+                    strcmp(again.text, n.text) != 0)
                     __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
-                if (i > 1 && ns_lookup(c->ns, NS_INO_ROOT, l.names[i], &n) == 0 &&
-                    n.ino != l.inos[i] && n.kind == NS_INPUT)
-                    __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
+                ns_forget(c->ns, n.ino, 1);
             }
             if (l.n < 16)
                 break;
@@ -417,6 +433,7 @@ static void test_mirrored_directory_threads(void)
     __atomic_store_n(&c.stop, 1, __ATOMIC_RELAXED);
     pthread_join(w, NULL);
     CHECK_EQ_INT(c.bad, 0);
+    CHECK_EQ_INT(ns_live_count(ns), 0); /* every lookup forgotten: nothing kept */
     ns_free(ns);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
