@@ -32,7 +32,8 @@ struct listed {
 
 /* A directory's names as one listing from offset 0 found them: what the following calls of
  * the same listing go on from (a reader's listing comes in pieces of a page or so; listing
- * and sorting the directory again for each would cost the square of its size). */
+ * and sorting the directory again for each would cost the square of its size). Kept until
+ * the listing's last call (the one past its end) or until SNAPSHOTS later listings. */
 struct snapshot {
     uint64_t parent;
     int refs; /* the cache's and each listing's that uses it */
@@ -393,6 +394,11 @@ int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint6
             break;
     }
     pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < SNAPSHOTS && first >= sn->n; i++) /* the listing's last call: let go */
+        if (l->snap[i] == sn) {
+            l->snap[i] = NULL;
+            snapshot_unref(sn);
+        }
     snapshot_unref(sn);
     pthread_mutex_unlock(&l->lock);
     return 0;
