@@ -393,11 +393,13 @@ int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint6
         if (emit(ctx, sn->v[k].name, ino, sn->v[k].dir, base + k + 1))
             break;
     }
+    bool last = first >= sn->n; /* the listing's last call: the cache lets it go */
     pthread_mutex_lock(&l->lock);
-    for (int i = 0; i < SNAPSHOTS && first >= sn->n; i++) /* the listing's last call: let go */
+    for (int i = 0; i < SNAPSHOTS && last; i++)
         if (l->snap[i] == sn) {
             l->snap[i] = NULL;
-            snapshot_unref(sn);
+            sn->refs--; /* the cache's reference; ours keeps it until the unref below */
+            break;
         }
     snapshot_unref(sn);
     pthread_mutex_unlock(&l->lock);
