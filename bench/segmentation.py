@@ -45,9 +45,9 @@ import sys, time, zlib
 t_start = time.perf_counter()
 import numpy as np, zarr
 IN, OUT = sys.argv[1], sys.argv[2]
-def report(a, compute=None, phase=0):
+def report(a, compute=None, phase=0, daemon_sys=0):
     print("crc", zlib.crc32(np.ascontiguousarray(a).tobytes()), "compute", compute or 0,
-          "phase", phase)
+          "phase", phase, "daemon_sys", daemon_sys)
 """
 
 SCRIPTS = {
@@ -102,9 +102,10 @@ while not mounted():
 t_phase = time.perf_counter()
 a = zarr.open(MNT, mode="r")[:]
 phase = time.perf_counter() - t_phase
+st = open(f"/proc/{mount.pid}/stat").read().rpartition(")")[2].split()
 subprocess.run(["fusermount3", "-u", MNT], check=True)
 mount.wait()
-report(a, None, phase)
+report(a, None, phase, int(st[12]) / os.sysconf("SC_CLK_TCK"))
 """,
 }
 
@@ -176,36 +177,44 @@ def make_input(path):
         z[i] = np.clip(img, 0, 65535).astype("<u2")
 
 
+def prepare(d):
+    """The input, seg.py, each contender's script and roifs's task in directory d; returns
+    (task.ini, the environment to run the scripts in)."""
+    make_input(d / "in.zarr")
+    (d / "seg.py").write_text(SEG)
+    for name, text in SCRIPTS.items():
+        (d / f"run_{name}.py").write_text(text)
+    cfg = C.write_config(d / "task.ini", {
+        "input": {"path": d / "in.zarr"},
+        "rois": {"grid": f"1,{H},{W}"},
+        "process": {"python": "seg.py:segment", "threads": 2},
+        "output": {"dtype": "<u4", "compressor": "none"},
+        "cache": {"dir": d / "cache"}})
+    return cfg, {**os.environ, "ROIFS_PYTHONPATH": str(C.REPO / "python"), "PYTHONPATH": str(d)}
+
+
+def run_case(d, cfg, env, name):
+    """One run of contender name (a fresh output and cache) in prepare's directory d."""
+    C.rmtree(d / "out.zarr")
+    C.rmtree(d / "cache")
+    (d / "mnt").mkdir(exist_ok=True)
+    cmd = [C.PY, str(d / f"run_{name}.py"), str(d / "in.zarr"), str(d / "out.zarr")]
+    if name == "roifs":
+        cmd += [C.ROIFS, str(cfg), str(d / "mnt")]
+    wall, cpu, pss, out = run_measured(cmd, d, env)
+    words = out.split()
+    return {"wall_s": wall, "cpu_s": cpu, "peak_pss_mib": pss, "crc": int(words[1]),
+            "compute_s": float(words[3]), "phase_s": float(words[5]),
+            "daemon_sys_s": float(words[7])}
+
+
 def main():
     info = C.machine()
     with C.scratch("segmentation") as d:
-        make_input(d / "in.zarr")
-        (d / "seg.py").write_text(SEG)
-        for name, text in SCRIPTS.items():
-            (d / f"run_{name}.py").write_text(text)
-        cfg = C.write_config(d / "task.ini", {
-            "input": {"path": d / "in.zarr"},
-            "rois": {"grid": f"1,{H},{W}"},
-            "process": {"python": "seg.py:segment", "threads": 2},
-            "output": {"dtype": "<u4", "compressor": "none"},
-            "cache": {"dir": d / "cache"}})
-        env = {**os.environ, "ROIFS_PYTHONPATH": str(C.REPO / "python"),
-               "PYTHONPATH": str(d)}
+        cfg, env = prepare(d)
 
         def case(name):
-            def run():
-                C.rmtree(d / "out.zarr")
-                C.rmtree(d / "cache")
-                (d / "mnt").mkdir(exist_ok=True)
-                cmd = [C.PY, str(d / f"run_{name}.py"), str(d / "in.zarr"), str(d / "out.zarr")]
-                if name == "roifs":
-                    cmd += [C.ROIFS, str(cfg), str(d / "mnt")]
-                wall, cpu, pss, out = run_measured(cmd, d, env)
-                words = out.split()
-                return {"wall_s": wall, "cpu_s": cpu, "peak_pss_mib": pss,
-                        "crc": int(words[1]), "compute_s": float(words[3]),
-                        "phase_s": float(words[5])}
-            return run
+            return lambda: run_case(d, cfg, env, name)
 
         names = ["roifs", "dask", "serial", "pool2"]
         load0 = C.loadavg()

@@ -26,10 +26,7 @@ usage: fresh_memory.py [N [QUIET [REPS [PRETOUCH]]]]   (default 256 4 6 1500)
 """
 import ctypes
 import mmap
-import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,42 +62,10 @@ def part1(mib, quiet):
     print(f"  touched again at once:      {touch(mib):8.0f}")
 
 
-RUN = """\
-import subprocess, sys, time, os
-ROIFS, CFG, MNT = sys.argv[1:4]
-mount = subprocess.Popen([ROIFS, "mount", "-f", CFG, MNT], stdin=subprocess.DEVNULL)
-import numpy as np, zarr
-def mounted():
-    with open("/proc/self/mountinfo") as f:
-        return any(l.split()[4] == MNT for l in f)
-while not mounted():
-    if mount.poll() is not None:
-        sys.exit("mount failed")
-    time.sleep(0.005)
-t = time.perf_counter()
-a = zarr.open(MNT, mode="r")[:]
-phase = time.perf_counter() - t
-st = open(f"/proc/{mount.pid}/stat").read().rpartition(")")[2].split()
-subprocess.run(["fusermount3", "-u", MNT], check=True)
-mount.wait()
-print("phase", phase, "daemon_sys", int(st[12]) / os.sysconf("SC_CLK_TCK"))
-"""
-
-
 def part2(reps, pretouch):
     print(f"part 2: bench/segmentation.py's roifs contender, {reps} interleaved runs each way")
     with C.scratch("fresh-memory") as d:
-        S.make_input(d / "in.zarr")
-        (d / "seg.py").write_text(S.SEG)
-        (d / "run.py").write_text(RUN)
-        cfg = C.write_config(d / "task.ini", {
-            "input": {"path": d / "in.zarr"},
-            "rois": {"grid": f"1,{S.H},{S.W}"},
-            "process": {"python": "seg.py:segment", "threads": 2},
-            "output": {"dtype": "<u4", "compressor": "none"},
-            "cache": {"dir": d / "cache"}})
-        env = {**os.environ, "ROIFS_PYTHONPATH": str(C.REPO / "python"), "PYTHONPATH": str(d)}
-        (d / "mnt").mkdir()
+        cfg, env = S.prepare(d)
         res = {"plain": [], "pretouched": []}
         for _ in range(reps):
             for mode in res:
@@ -108,54 +73,35 @@ def part2(reps, pretouch):
                 time.sleep(3)  # the last run's memory goes back to the host
                 if mode == "pretouched":
                     touch(pretouch)
-                out = subprocess.run([C.PY, str(d / "run.py"), str(C.ROIFS), str(cfg),
-                                      str(d / "mnt")], cwd=d, env=env, check=True,
-                                     capture_output=True, text=True).stdout
-                m = re.search(r"phase ([\d.]+) daemon_sys ([\d.]+)", out)
-                res[mode].append((float(m.group(1)), float(m.group(2))))
-                print(f"  {mode:10s} phase {m.group(1)[:5]} s, daemon system time "
-                      f"{m.group(2)} s", flush=True)
+                r = S.run_case(d, cfg, env, "roifs")
+                res[mode].append(r)
+                print(f"  {mode:10s} phase {r['phase_s']:.3f} s, daemon system time "
+                      f"{r['daemon_sys_s']:.2f} s", flush=True)
         for mode, v in res.items():
-            print(f"  {mode:10s} median phase {statistics.median(p for p, _ in v):.3f} s, "
-                  f"daemon system {statistics.median(s for _, s in v):.2f} s")
+            print(f"  {mode:10s} median phase "
+                  f"{statistics.median(r['phase_s'] for r in v):.3f} s, daemon system "
+                  f"{statistics.median(r['daemon_sys_s'] for r in v):.2f} s")
 
 
 def part3(reps, pretouch):
     print(f"part 3: bench/segmentation.py's contenders, {reps} interleaved runs, each after "
           f"{pretouch} MiB touched and freed")
     with C.scratch("fresh-memory") as d:
-        S.make_input(d / "in.zarr")
-        (d / "seg.py").write_text(S.SEG)
-        for name, text in S.SCRIPTS.items():
-            (d / f"run_{name}.py").write_text(text)
-        cfg = C.write_config(d / "task.ini", {
-            "input": {"path": d / "in.zarr"},
-            "rois": {"grid": f"1,{S.H},{S.W}"},
-            "process": {"python": "seg.py:segment", "threads": 2},
-            "output": {"dtype": "<u4", "compressor": "none"},
-            "cache": {"dir": d / "cache"}})
-        env = {**os.environ, "ROIFS_PYTHONPATH": str(C.REPO / "python"), "PYTHONPATH": str(d)}
-        (d / "mnt").mkdir()
+        cfg, env = S.prepare(d)
         res = {n: [] for n in S.SCRIPTS}
         for i in range(reps):
             names = list(res)
             for name in names[i % 4:] + names[:i % 4]:
-                C.rmtree(d / "out.zarr")
-                C.rmtree(d / "cache")
                 touch(pretouch)
-                cmd = [C.PY, str(d / f"run_{name}.py"), str(d / "in.zarr"), str(d / "out.zarr")]
-                if name == "roifs":
-                    cmd += [C.ROIFS, str(cfg), str(d / "mnt")]
-                wall, cpu, _, out = S.run_measured(cmd, d, env)
-                w = out.split()
-                res[name].append((wall, cpu, float(w[3]), float(w[5])))
-                print(f"  {name:7s} wall {wall:.2f} s, CPU {cpu:.2f} s, phase {float(w[5]):.2f} s",
-                      flush=True)
-        ideal = statistics.median(r[2] for r in res["serial"]) / 2
-        pool = statistics.median(r[0] for r in res["pool2"])
+                r = S.run_case(d, cfg, env, name)
+                res[name].append(r)
+                print(f"  {name:7s} wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s, "
+                      f"phase {r['phase_s']:.2f} s", flush=True)
+        ideal = statistics.median(r["compute_s"] for r in res["serial"]) / 2
+        pool = statistics.median(r["wall_s"] for r in res["pool2"])
         for name, v in res.items():
-            wall = statistics.median(r[0] for r in v)
-            phase = statistics.median(r[3] for r in v)
+            wall = statistics.median(r["wall_s"] for r in v)
+            phase = statistics.median(r["phase_s"] for r in v)
             print(f"  {name:7s} median wall {wall:.2f} s ({wall / pool:.2f}x pool(2)), "
                   f"phase {phase:.2f} s ({phase / ideal:.2f}x the ideal {ideal:.2f} s)")
 

@@ -452,9 +452,7 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
     bool v3 = ov->t0->out.format == 3;
     char *rel;
     char *text = overlay_list_text(ov->dir, ov->t0->out.format, group, name, &rel);
-    add_text(ov, rel, text);
-    ov->files[ov->nfiles - 1].group = group;
-    ov->files[ov->nfiles - 1].name = name;
+    ov->files[ov->nfiles++] = (struct overlay_file){rel, text, group, name};
     char *zg = xasprintf("%s/.zgroup", group);
     json_t *g = v3 ? NULL : json_file(ov->dir, zg);
     if (!v3 && !g)

@@ -52,6 +52,19 @@ int zarr_chain_encode(const struct zarr_chain *ch, const struct dtype *dt, const
     return 0;
 }
 
+/* Checks and strips the crc32c that ends cur[0, *len). 0 or -EIO. */
+static int strip_crc32c(const unsigned char *cur, size_t *len, struct errbuf *err)
+{
+    if (*len < 4)
+        return err_set(err, -EIO, "crc32c: %zu bytes, too short for a checksum", *len);
+    uint32_t stored = get_le32(cur + *len - 4), computed = zarr_crc32c(0, cur, *len - 4);
+    if (stored != computed)
+        return err_set(err, -EIO, "crc32c: checksum mismatch (stored 0x%08x, computed 0x%08x)",
+                       stored, computed);
+    *len -= 4;
+    return 0;
+}
+
 int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const uint64_t *shape,
                       int ndim, const void *src, size_t len, void *dst, struct errbuf *err)
 {
@@ -66,15 +79,7 @@ int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const
     int r = 0;
     for (int k = ch->nbb - 1; k >= 0 && r == 0; k--) {
         if (ch->bb[k].crc32c) {
-            if (len < 4) {
-                r = err_set(err, -EIO, "crc32c: %zu bytes, too short for a checksum", len);
-                break;
-            }
-            uint32_t stored = get_le32(cur + len - 4), computed = zarr_crc32c(0, cur, len - 4);
-            if (stored != computed)
-                r = err_set(err, -EIO, "crc32c: checksum mismatch (stored 0x%08x, computed 0x%08x)",
-                            stored, computed);
-            len -= 4;
+            r = strip_crc32c(cur, &len, err);
             continue;
         }
         /* Decode straight into dst when nothing is left to undo but the byte order. */
@@ -103,38 +108,32 @@ int zarr_chain_decode(const struct zarr_chain *ch, const struct dtype *dt, const
 int zarr_chain_decode_bytes(const struct zarr_chain *ch, const void *src, size_t len,
                             size_t max_len, void **out, size_t *out_len, struct errbuf *err)
 {
-    unsigned char *cur = xmalloc(len ? len : 1);
-    memcpy(cur, src, len);
-    for (int k = ch->nbb - 1; k >= 0; k--) {
+    const unsigned char *cur = src;
+    unsigned char *owned = NULL; /* cur once a codec decoded into a buffer of ours */
+    int r = 0;
+    for (int k = ch->nbb - 1; k >= 0 && r == 0; k--) {
         if (ch->bb[k].crc32c) {
-            if (len < 4) {
-                free(cur);
-                return err_set(err, -EIO, "crc32c: %zu bytes, too short for a checksum", len);
-            }
-            uint32_t stored = get_le32(cur + len - 4), computed = zarr_crc32c(0, cur, len - 4);
-            if (stored != computed) {
-                free(cur);
-                return err_set(err, -EIO,
-                               "crc32c: checksum mismatch (stored 0x%08x, computed 0x%08x)", stored,
-                               computed);
-            }
-            len -= 4;
+            r = strip_crc32c(cur, &len, err);
             continue;
         }
         void *dec;
-        size_t dec_len;
-        int r = zarr_codec_decode_alloc(&ch->bb[k].c, cur, len, max_len, &dec, &dec_len, err);
-        free(cur);
-        if (r < 0)
-            return r;
-        cur = dec;
-        len = dec_len;
+        r = zarr_codec_decode_alloc(&ch->bb[k].c, cur, len, max_len, &dec, &len, err);
+        if (r == 0) {
+            free(owned);
+            cur = owned = dec;
+        }
     }
-    if (len > max_len) {
-        free(cur);
-        return err_set(err, -EIO, "%zu bytes, more than %zu", len, max_len);
+    if (r == 0 && len > max_len)
+        r = err_set(err, -EIO, "%zu bytes, more than %zu", len, max_len);
+    if (r == 0 && !owned) { /* nothing but checksums: a copy of the bytes */
+        owned = xmalloc(len ? len : 1);
+        memcpy(owned, cur, len);
     }
-    *out = cur;
+    if (r < 0) {
+        free(owned);
+        return r;
+    }
+    *out = owned;
     *out_len = len;
     return 0;
 }

@@ -514,8 +514,6 @@ int zarr_meta_parse_v3(const char *json, size_t len, struct zarr_meta *m, char *
     return r < 0 ? -EINVAL : 0;
 }
 
-/* ---- emission ---- */
-
 /* The bytes-to-bytes codecs after the leading vlen-utf8 of a string array's codec list. */
 static int parse_vlen_chain(json_t *list, struct zarr_chain *ch, struct errbuf *err)
 {
@@ -572,9 +570,6 @@ int zarr_meta_parse_v3_vlen_utf8(const char *json, size_t len, struct zarr_meta 
                       "expected \"string\" (a column of text)");
     else if (check_extensions(root, err) < 0)
         r = -EINVAL;
-    json_t *st = json_object_get(root, "storage_transformers");
-    if (r == 0 && st && !(json_is_array(st) && json_array_size(st) == 0))
-        r = bad_value(err, "storage_transformers", st, "storage transformers are not supported");
     v = json_object_get(root, "shape");
     if (r == 0 && (!json_is_array(v) || json_array_size(v) != 1))
         r = bad_value(err, "shape", v, "expected one dimension");
@@ -583,13 +578,16 @@ int zarr_meta_parse_v3_vlen_utf8(const char *json, size_t len, struct zarr_meta 
     if (r == 0 &&
         (parse_list(v, "shape", 1, true, m->shape, err) < 0 ||
          (m->shape[0] && parse_grid(root, m, err) < 0) || parse_key_encoding(root, m, err) < 0 ||
-         parse_vlen_chain(json_object_get(root, "codecs"), &m->codecs, err) < 0))
+         parse_vlen_chain(json_object_get(root, "codecs"), &m->codecs, err) < 0 ||
+         parse_extras(root, m, NULL, NULL, err) < 0))
         r = -EINVAL;
     if (r == 0 && m->shape[0] == 0)
         m->chunks[0] = 1;
     json_decref(root);
     return r < 0 ? -EINVAL : 0;
 }
+
+/* ---- emission ---- */
 
 static json_t *dims_json(const uint64_t *v, int n)
 {
