@@ -36,8 +36,8 @@ static void engine_opts_of(const struct config *cfg, int threads, struct engine_
     if (threads <= 0)
         return;
     o->threads = threads;
-    /* readahead left to its default follows the number of threads, as in the file */
-    if (config_line(cfg, "process", "readahead") == 0)
+    /* readahead = -1 (as many as threads) follows the command line's thread count */
+    if (cfg->readahead_is_threads)
         o->readahead = threads;
 }
 
