@@ -39,7 +39,7 @@ static int print_cache_state(const struct task *t)
     struct errbuf err = {{0}};
     const char *layout = cli_cache_layout(t->cache_dir);
     int r = cache_check_trusted(t->cache_dir, &err);
-    if (r == 0 && layout && strcmp(layout, "cache 1") == 0) {
+    if (r == 0 && layout && strcmp(layout, "older cache") == 0) {
         printf(" (made by an older roifs; it will be emptied at the next mount)\n");
         return 0;
     }

@@ -29,7 +29,7 @@ int cli_open_arrays(struct task *t, int threads, bool status_file, struct arrays
  * printed). */
 int cli_parse_jobs(int argc, char **argv, int *threads, int *next);
 
-/* What directory dir holds: "cache 2", "cache 1" (an older roifs's layout), or NULL. */
+/* What directory dir holds: "cache", "older cache" (an older roifs's layout), or NULL. */
 const char *cli_cache_layout(const char *dir);
 
 /* ---- the cache (gc.c) ---- */

@@ -75,15 +75,17 @@ static char *read_marker(const char *dir, const char *name)
     return text;
 }
 
-/* "cache 2", "cache 1" (an older roifs's layout) or NULL: what dir holds. */
+/* "cache", "older cache" (an older roifs's layout) or NULL: what dir holds. */
 const char *cli_cache_layout(const char *dir)
 {
     char *format = read_marker(dir, "format"), *manifest = NULL;
     const char *what = NULL;
-    if (format && strcmp(format, "roifs-cache 2\n") == 0)
-        what = "cache 2";
+    if (format && strcmp(format, CACHE_FORMAT_TEXT) == 0)
+        what = "cache";
+    else if (format && strcmp(format, "roifs-cache 2\n") == 0)
+        what = "older cache";
     else if ((manifest = read_marker(dir, "manifest")) && strncmp(manifest, "roifs-", 6) == 0)
-        what = "cache 1";
+        what = "older cache";
     free(format);
     free(manifest);
     return what;

@@ -42,7 +42,7 @@ def chunk_of(m, key):
 
 
 def stored_result_files(cache):
-    """Files holding stored ROI results: rois/<i> (layout 1) or results/pack-* (layout 2)."""
+    """Files holding stored ROI results: rois/<i> (layout 1) or results/pack-* (layouts 2 and 3)."""
     return sorted([*(cache / "rois").glob("*"), *(cache / "results").glob("pack-*")])
 
 
@@ -329,8 +329,23 @@ def test_older_cache_layout_is_emptied(tmp_path, mount):
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert "made by an older roifs (cache layout 1); emptying it" in m.log_text()
-    assert (task.cache / "format").read_text() == "roifs-cache 2\n"
+    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
     assert not (task.cache / "manifest").exists() and not (task.cache / "rois").exists()
+
+
+def test_cache_layout_2_is_made_again(tmp_path, roifs_bin, mount):
+    """Layout 2 named results by another hash: its results and chunk files are never taken
+    (never a wrong hit, never an error); the cache is emptied, logged, and made again."""
+    task, ref = spanning_task(tmp_path)
+    assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
+    (task.cache / "format").write_text("roifs-cache 2\n")  # as the older roifs left it
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert "(made by an older roifs; it will be emptied at the next mount)" in r.stdout, r
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert "made by an older roifs (cache layout 2); emptying it" in m.log_text()
+        assert m.status()["calls"] == len(ROIS)  # every ROI computed again
+    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
 
 
 def test_foreign_directory_is_refused(tmp_path, roifs_bin):
