@@ -453,6 +453,27 @@ void apply_note_stale_levels(const struct task *t)
                     t->ome.array_path, t->ome.level, t->ome.group_path);
 }
 
+/* A kill between the journal's end and the removal of the input's marker left the marker;
+ * clean is about to delete the journal that says it is stale, so it goes first (under the
+ * input's lock: an apply running keeps it). */
+static void drop_finished_marker(const struct task *t, uint64_t gen)
+{
+    int fd = open(t->ome.array_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct apply_marker m;
+    struct errbuf err = {{0}};
+    memset(&m, 0, sizeof m);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && apply_marker_read(fd, &m, &err) == 0 && m.present) {
+        char *mine = path_absolute(t->cache_dir);
+        if (strcmp(mine, m.cache) == 0 && m.gen == gen && apply_marker_remove(fd, &err) < 0)
+            fprintf(stderr, "roifs: %s/%s\n", t->ome.array_path, err.msg);
+        free(mine);
+    }
+    apply_marker_free(&m);
+    close(fd); /* drops the lock */
+}
+
 /* Used by clean and clean --unused: the journal is read, never changed. */
 int cli_refuse_unfinished_apply(const struct task *t)
 {
@@ -465,12 +486,16 @@ int cli_refuse_unfinished_apply(const struct task *t)
                 t->cache_dir, r == -EBADMSG ? "damaged" : strerror(-r), t->cache_dir);
         return EXIT_USAGE;
     }
+    if (s.begun && s.finished)
+        drop_finished_marker(t, s.gen);
     if (!s.begun || s.finished)
         return 0;
     fprintf(stderr,
             "roifs: %s: an unfinished `roifs apply` (%" PRIu64 " of %" PRIu64
             " input files replaced) needs this cache to finish without applying a ROI twice; "
-            "finish it with `roifs apply %s` first (or remove %s/apply to give it up)\n",
-            t->cache_dir, s.replaced, s.total, t->cfg.path, t->cache_dir);
+            "finish it with `roifs apply %s` first (or remove %s/apply and %s/%s to give it "
+            "up)\n",
+            t->cache_dir, s.replaced, s.total, t->cfg.path, t->cache_dir, t->ome.array_path,
+            APPLY_MARKER);
     return EXIT_USAGE;
 }

@@ -654,3 +654,18 @@ def test_apply_marker_without_its_journal_refused(tmp_path, roifs_bin):
     assert r.returncode == 2, r.stderr
     assert ".roifs-apply: not a record that roifs wrote" in r.stderr, r.stderr
     assert file_ids(t.input) == before
+
+
+def test_clean_after_a_kill_at_the_end_drops_the_marker(tmp_path, roifs_bin):
+    """Killed after the journal's end, before the input's marker went: `roifs clean`, about
+    to delete the journal that says the application finished, removes the marker first, so
+    that no later apply takes the array for a mix whose journal is gone."""
+    t = apply_task(tmp_path)
+    orig = t.inp.copy()
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "finished:1"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (t.input / ".roifs-apply").exists()
+    r = run_roifs(roifs_bin, "clean", t.config)
+    assert r.returncode == 0 and not t.cache.exists(), r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+    assert_plain_zarr(t.input)
