@@ -45,9 +45,13 @@ int journal_begin(struct journal *j, uint64_t fingerprint, const struct zarr_fil
 int journal_intent(struct journal *j, uint64_t sid, uint64_t len, uint32_t crc, struct errbuf *err);
 int journal_replaced(struct journal *j, uint64_t sid, struct errbuf *err);
 int journal_finish(struct journal *j, struct errbuf *err);
+/* What journal_peek reads. */
+struct journal_summary {
+    bool begun, finished;          /* an application began; it finished */
+    uint64_t gen, replaced, total; /* its number; of its storage files, those replaced */
+};
 /* Reads the journal of the cache at cache_dir without changing anything (apply may be running):
- * *unfinished when an application began and did not finish, with how many of its storage
- * files are replaced. 0 (also when there is no journal) or -errno (-EBADMSG: damaged). */
-int journal_peek(const char *cache_dir, bool *unfinished, uint64_t *replaced, uint64_t *total);
+ * 0 (s->begun false when there is no journal) or -errno (-EBADMSG: damaged). */
+int journal_peek(const char *cache_dir, struct journal_summary *s);
 
 #endif

@@ -26,8 +26,8 @@
 #define TMP_PREFIX ".roifs-apply."
 
 /* ---- testing only: ROIFS_TEST_APPLY_KILL=POINT:N kills the process (SIGKILL) the N-th time
- * it reaches POINT (tmp, intent, rename, replaced, compact), so that tests can stop it at
- * every step of a replacement. ---- */
+ * it reaches POINT (begun, marker, tmp, intent, rename, replaced, compact, finished), so that
+ * tests can stop it at every step of an application and of a replacement. ---- */
 
 void apply_fault_point(const char *point)
 {
@@ -277,6 +277,9 @@ static int finish(struct apply *a)
         fprintf(stderr, "roifs: %s/apply/%s\n", cache_path(a->c), err.msg);
         return EXIT_RUNTIME;
     }
+    apply_fault_point("finished"); /* the marker stays: the next run removes it */
+    if (apply_unmark(a))
+        return EXIT_RUNTIME;
     char pk[32], arr[32];
     cli_format_bytes(a->peak, pk, sizeof pk);
     cli_format_bytes(a->array_bytes, arr, sizeof arr);
@@ -362,6 +365,7 @@ int cmd_apply(int argc, char **argv)
     free(a.stored);
     free(a.results_dir);
     journal_close(&a.j);
+    apply_marker_free(&a.marker);
     if (a.set)
         arrayset_close(a.set); /* and its cache */
     if (a.infd >= 0)

@@ -102,6 +102,84 @@ static int check_layout(const struct apply *a)
     return 0;
 }
 
+/* ---- the input's record of an unfinished application (marker.h) ---- */
+
+static void format_time(uint64_t secs, char *buf, size_t len)
+{
+    time_t tt = (time_t)secs;
+    struct tm tm;
+    snprintf(buf, len, "?");
+    if (localtime_r(&tt, &tm))
+        strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+int apply_unmark(struct apply *a)
+{
+    struct errbuf err = {{0}};
+    if (apply_marker_remove(a->infd, &err) < 0) {
+        fprintf(stderr, "roifs: %s/%s; the application finished: remove the file\n", a->input_path,
+                err.msg);
+        return EXIT_RUNTIME;
+    }
+    apply_marker_free(&a->marker);
+    return 0;
+}
+
+/* Read under the lock, before the cache is opened. Another job's marker refuses (unless its
+ * journal says it finished: a kill before the marker went); this job's names the cache that
+ * holds its journal and its results, which this run then uses, whatever the configuration's
+ * cache directory is (another copy of the configuration, another default cache). */
+static int check_marker(struct apply *a)
+{
+    struct apply_marker *m = &a->marker;
+    struct errbuf err = {{0}};
+    apply_job_id(a->t, a->job);
+    if (apply_marker_read(a->infd, m, &err) < 0)
+        return refuse(a, "input", "path",
+                      "%s/%s; it would record an unfinished `roifs apply`: not touching the "
+                      "array (remove the file once you know that none is unfinished)",
+                      a->input_path, err.msg);
+    if (!m->present)
+        return 0;
+    struct journal_summary s;
+    int r = journal_peek(m->cache, &s);
+    bool journaled = r == 0 && s.begun && s.gen == m->gen;
+    bool same = strcmp(m->job, a->job) == 0;
+    if (!same && journaled && s.finished)
+        return apply_unmark(a); /* a kill after its journal's end, before the marker went */
+    char when[64];
+    format_time(m->started, when, sizeof when);
+    if (!same)
+        return refuse(a, "input", "path",
+                      "%s: an application of another job is unfinished (%s/%s: begun %s from "
+                      "%s, its journal in %s/apply); finish it with `roifs apply %s`, or give it "
+                      "up by removing %s/%s and %s/apply (the array keeps its mix of old and "
+                      "new chunks)",
+                      a->input_path, a->input_path, APPLY_MARKER, when, m->config, m->cache,
+                      m->config, a->input_path, APPLY_MARKER, m->cache);
+    if (!journaled)
+        return refuse(a, "input", "path",
+                      "%s/%s records an unfinished application of this job (begun %s from %s) "
+                      "whose journal %s/apply/journal is %s: it cannot be finished without "
+                      "applying some ROI twice; restore the array, then remove %s/%s",
+                      a->input_path, APPLY_MARKER, when, m->config, m->cache,
+                      r == -EBADMSG ? "damaged"
+                      : r < 0       ? "unreadable"
+                                    : "gone",
+                      a->input_path, APPLY_MARKER);
+    char *mine = path_absolute(a->t->cache_dir);
+    if (strcmp(mine, m->cache) != 0) {
+        fprintf(stderr,
+                "roifs: apply: %s/%s: this job's application begun %s from %s; its journal "
+                "and results are in %s, which this run uses\n",
+                a->input_path, APPLY_MARKER, when, m->config, m->cache);
+        free(a->t->cache_dir);
+        a->t->cache_dir = xstrdup(m->cache);
+    }
+    free(mine);
+    return 0;
+}
+
 int apply_check(struct apply *a)
 {
     struct task *t = a->t;
@@ -138,7 +216,7 @@ int apply_check(struct apply *a)
     /* What waits for its readers is the scratch: nothing read ahead, nothing evicted. */
     t->cfg.readahead = 0;
     t->cfg.max_size = 0;
-    return 0;
+    return check_marker(a);
 }
 
 /* ---- the journal at the start ---- */
@@ -219,10 +297,32 @@ static int begin(struct apply *a)
         fprintf(stderr, "roifs: %s/apply/%s\n", cache_path(a->c), err.msg);
         return EXIT_RUNTIME;
     }
+    apply_fault_point("begun"); /* nothing replaced, no marker: a retry from anywhere begins */
     return APPLY_GO;
 }
 
-int apply_start_journal(struct apply *a, bool again)
+/* Before the first replacement: the input names this application and its cache. */
+static int mark_input(struct apply *a)
+{
+    struct apply_marker *m = &a->marker;
+    if (m->present)
+        return APPLY_GO; /* check_marker: this job's, and the journal's application */
+    memcpy(m->job, a->job, sizeof m->job);
+    m->gen = a->j.gen;
+    m->started = a->j.started;
+    m->cache = path_absolute(cache_path(a->c));
+    m->config = path_absolute(a->config);
+    struct errbuf err = {{0}};
+    if (apply_marker_write(a->infd, m, &err) < 0) {
+        fprintf(stderr, "roifs: %s/%s\n", a->input_path, err.msg);
+        return EXIT_RUNTIME;
+    }
+    m->present = true;
+    apply_fault_point("marker");
+    return APPLY_GO;
+}
+
+static int start_journal(struct apply *a, bool again)
 {
     struct errbuf err = {{0}};
     struct journal *j = &a->j;
@@ -230,6 +330,13 @@ int apply_start_journal(struct apply *a, bool again)
         fprintf(stderr, "roifs: %s/apply/%s\n", cache_path(a->c), err.msg);
         return EXIT_RUNTIME;
     }
+    if (a->marker.present && (!j->begun || j->gen != a->marker.gen)) {
+        fprintf(stderr, "roifs: %s/apply/journal: no longer the application %s/%s records\n",
+                cache_path(a->c), a->input_path, APPLY_MARKER);
+        return EXIT_RUNTIME;
+    }
+    if (a->marker.present && j->finished && apply_unmark(a))
+        return EXIT_RUNTIME; /* a kill came after the journal's end, before the marker went */
     bool same = j->begun && j->fingerprint == a->t->fingerprint;
     if (!j->begun || (j->finished && again))
         return begin(a);
@@ -272,6 +379,12 @@ int apply_start_journal(struct apply *a, bool again)
     fprintf(stderr, "roifs: apply: resuming: %llu chunk files of %s were replaced already\n",
             (unsigned long long)j->nreplaced, a->input_path);
     return APPLY_GO;
+}
+
+int apply_start_journal(struct apply *a, bool again)
+{
+    int r = start_journal(a, again);
+    return r == APPLY_GO ? mark_input(a) : r;
 }
 
 /* ---- the plan ---- */
@@ -340,12 +453,32 @@ void apply_note_stale_levels(const struct task *t)
                     t->ome.array_path, t->ome.level, t->ome.group_path);
 }
 
+/* A kill between the journal's end and the removal of the input's marker left the marker;
+ * clean is about to delete the journal that says it is stale, so it goes first (under the
+ * input's lock: an apply running keeps it). */
+static void drop_finished_marker(const struct task *t, uint64_t gen)
+{
+    int fd = open(t->ome.array_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct apply_marker m;
+    struct errbuf err = {{0}};
+    memset(&m, 0, sizeof m);
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && apply_marker_read(fd, &m, &err) == 0 && m.present) {
+        char *mine = path_absolute(t->cache_dir);
+        if (strcmp(mine, m.cache) == 0 && m.gen == gen && apply_marker_remove(fd, &err) < 0)
+            fprintf(stderr, "roifs: %s/%s\n", t->ome.array_path, err.msg);
+        free(mine);
+    }
+    apply_marker_free(&m);
+    close(fd); /* drops the lock */
+}
+
 /* Used by clean and clean --unused: the journal is read, never changed. */
 int cli_refuse_unfinished_apply(const struct task *t)
 {
-    bool unfinished = false;
-    uint64_t replaced = 0, total = 0;
-    int r = journal_peek(t->cache_dir, &unfinished, &replaced, &total);
+    struct journal_summary s;
+    int r = journal_peek(t->cache_dir, &s);
     if (r < 0) {
         fprintf(stderr,
                 "roifs: %s/apply/journal: %s; not cleaning (remove %s/apply to give up "
@@ -353,12 +486,16 @@ int cli_refuse_unfinished_apply(const struct task *t)
                 t->cache_dir, r == -EBADMSG ? "damaged" : strerror(-r), t->cache_dir);
         return EXIT_USAGE;
     }
-    if (!unfinished)
+    if (s.begun && s.finished)
+        drop_finished_marker(t, s.gen);
+    if (!s.begun || s.finished)
         return 0;
     fprintf(stderr,
             "roifs: %s: an unfinished `roifs apply` (%" PRIu64 " of %" PRIu64
             " input files replaced) needs this cache to finish without applying a ROI twice; "
-            "finish it with `roifs apply %s` first (or remove %s/apply to give it up)\n",
-            t->cache_dir, replaced, total, t->cfg.path, t->cache_dir);
+            "finish it with `roifs apply %s` first (or remove %s/apply and %s/%s to give it "
+            "up)\n",
+            t->cache_dir, s.replaced, s.total, t->cfg.path, t->cache_dir, t->ome.array_path,
+            APPLY_MARKER);
     return EXIT_USAGE;
 }

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "../apply/journal.h"
+#include "../apply/marker.h"
 #include "../apply/plan.h"
 #include "cli.h"
 
@@ -18,6 +19,8 @@ struct apply {
     int infd;               /* its descriptor */
     int lockfd;             /* holds the lock that keeps a second apply of the input out */
     struct journal j;
+    char job[33];               /* apply_job_id */
+    struct apply_marker marker; /* the input's record of an unfinished application */
     struct apply_plan plan;
     bool *stored;    /* per ROI: its result was stored at the start */
     uint64_t *ready; /* room for every chunk: those plan_assembled made ready */
@@ -36,17 +39,22 @@ struct apply {
 #define APPLY_GO   (-1) /* go on: the plan and the run */
 #define APPLY_DONE (-2) /* nothing to do (already applied): exit 0 */
 
-/* The refusals of SPEC §13 and the lock on the input: 0 or EXIT_USAGE (message printed). */
+/* The refusals of SPEC §13, the lock on the input and its record of an unfinished
+ * application (another job's refuses; this job's names the cache to use): 0 or EXIT_USAGE
+ * (message printed). */
 int apply_check(struct apply *a);
 /* Reads the journal and decides: resume, begin (again: a new application), or nothing to do
- * (printed). Reconciles what a kill left between a journal record and a rename. APPLY_GO,
- * APPLY_DONE or an exit status. */
+ * (printed). Reconciles what a kill left between a journal record and a rename. Before
+ * APPLY_GO the input's marker names the application. APPLY_GO, APPLY_DONE or an exit status. */
 int apply_start_journal(struct apply *a, bool again);
 /* Pins the input to its original identities, finds the stored results, builds the plan and
  * checks that it can finish. 0 or an exit status. */
 int apply_prepare(struct apply *a);
 /* With the input an OME-Zarr image's level: says that the other levels are stale now. */
 void apply_note_stale_levels(const struct task *t);
+/* Removes the input's marker once the journal says the application finished: 0 or
+ * EXIT_RUNTIME (printed). */
+int apply_unmark(struct apply *a);
 /* Testing only (ROIFS_TEST_APPLY_KILL): kills the process at a chosen step. */
 void apply_fault_point(const char *point);
 
