@@ -241,13 +241,37 @@ static int dir_emit(void *ctx, const char *name, uint64_t ino, bool is_dir, uint
     return 0;
 }
 
+/* An open directory: its handle keeps what its listing goes on from (ns_readdir), so that
+ * listings of one directory at once never share offsets. */
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct fs *fs = fs_of(req);
+    struct handle *h = handle_new(NS_DIR);
+    handle_add(fs, h);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (fuse_reply_open(req, fi) == -ENOENT)
+        handle_free(fs, h);
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+    if (h)
+        handle_free(fs_of(req), h);
+    fuse_reply_err(req, 0);
+}
+
+/* The kernel sends one READDIR of an open directory at a time (its readdir lock), so the
+ * handle's listing needs no lock of its own. */
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
-    (void)fi;
     struct fs *fs = fs_of(req);
+    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
     struct dirbuf db = {.req = req, .vt = fs->vt, .buf = xmalloc(size), .size = size};
-    int r = ns_readdir(fs->ns, ino, (uint64_t)off, dir_emit, &db);
+    int r = ns_readdir(fs->ns, ino, (uint64_t)off, h ? &h->listing : NULL, dir_emit, &db);
     if (r < 0)
         fuse_reply_err(req, -r);
     else
@@ -375,7 +399,9 @@ static const struct fuse_lowlevel_ops fs_ops = {
     .forget = fs_forget,
     .forget_multi = fs_forget_multi,
     .getattr = fs_getattr,
+    .opendir = fs_opendir,
     .readdir = fs_readdir,
+    .releasedir = fs_releasedir,
     .open = fs_open,
     .read = fs_read,
     .release = fs_release,

@@ -34,7 +34,8 @@ struct handle {
     pid_t pid;    /* NS_STATUS: the process that opened it */
     char *buf;    /* NS_STATUS, NS_GEN: a snapshot taken at open */
     size_t len;
-    const char *text; /* NS_META */
+    const char *text;             /* NS_META */
+    struct live_listing *listing; /* NS_DIR: what its listing goes on from (ns_readdir) */
 };
 
 /* An open waiting for its answer (open.c). */

@@ -483,6 +483,36 @@ def test_input_names_are_kept_only_while_the_kernel_holds_them(tmp_path, roifs_b
                                       expected_labels(levels[0]))
 
 
+def test_interleaved_listings_skip_no_name(tmp_path, roifs_bin):
+    """Two listings of one directory of the input at once, files deleted between: the first
+    listing (paused after its first getdents), resumed after a second whole listing, lists
+    every name that was there throughout (each open directory goes on from its own names,
+    not from a snapshot another listing replaced), and none twice; the same steps on ext4
+    skip none either."""
+    img, levels = make_image(tmp_path, "0.4")
+    many = img / "many"
+    many.mkdir()
+    names = [f"f{i:04d}" for i in range(1700)]
+    for name in names:
+        (many / name).write_bytes(b"x")
+    gone = set(names[0:600:2])  # 300 names, before and after where the first listing is
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        first = os.scandir(m.path / "many")
+        try:
+            seen = [next(first).name]  # one getdents: a page of names read
+            for name in gone:
+                (many / name).unlink()
+            assert len(os.listdir(m.path / "many")) == 1400  # the second listing, whole
+            seen += [e.name for e in first]
+        finally:
+            first.close()
+        assert len(seen) == len(set(seen)), "a name listed twice"
+        missed = sorted(set(names) - gone - set(seen))
+        assert not missed, f"{len(missed)} names there throughout were skipped: {missed[:5]}"
+        assert sorted(os.listdir(m.path / "many")) == sorted(set(names) - gone)
+
+
 def test_table_record_and_sizes(tmp_path, roifs_bin):
     """Before the table is computed its files show an upper bound of their size (no blocks),
     after it the exact one; a remount of the same result reads the rows from the cache's
