@@ -90,6 +90,20 @@ void handle_free(struct fs *fs, struct handle *h);
  * n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
 
+/* caller.c: the calling thread takes the file system ids and groups of the process that made
+ * req (a root daemon serving another user; else nothing changes) until caller_leave, which
+ * keeps errno. 0, or -EACCES when its groups cannot be taken. */
+#define CALLER_MAXG 256
+struct caller_ids {
+    bool switched;
+    uid_t uid;
+    gid_t gid;
+    int nown;
+    gid_t own[CALLER_MAXG];
+};
+int caller_enter(fuse_req_t req, struct caller_ids *saved);
+void caller_leave(struct caller_ids *saved);
+
 /* follow.c: [input] watch. Start once the session is mounted; stop before it goes. */
 int fs_follow_start(struct fs *fs, struct errbuf *err);
 void fs_follow_stop(struct fs *fs);

@@ -12,9 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/fsuid.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 struct pending_open {
@@ -218,34 +216,16 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
 
-/* Opens path for reading with the credentials of the process that asked: its uid and gid
- * as the file system ids and its groups, for this thread only (the system calls, not glibc's
- * process-wide wrappers), put back after. So a mount that root shares with allow_other lets
- * another user read from the input only what that user may read there: a link in the input
- * to a private file, or a file swapped in between a look and the open, included. A daemon
- * that is not root opens as itself (its user asked for allow_other). -1 with errno set. */
+/* Opens path for reading as the process that asked (caller.c). -1 with errno set. */
 static int open_as_caller(fuse_req_t req, const char *path)
 {
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    if (geteuid() != 0 || ctx->uid == 0)
-        return open(path, O_RDONLY | O_CLOEXEC);
-    enum { MAXG = 256 };
-    gid_t groups[MAXG], own[MAXG];
-    int ng = fuse_req_getgroups(req, MAXG, groups), nown = getgroups(MAXG, own);
-    if (ng < 0 || ng > MAXG)
-        ng = 0; /* its groups unknown: none */
-    if (nown < 0 || syscall(SYS_setgroups, (size_t)ng, groups) < 0) {
+    struct caller_ids ids;
+    if (caller_enter(req, &ids) < 0) {
         errno = EACCES;
         return -1;
     }
-    gid_t gid = (gid_t)setfsgid(ctx->gid);
-    uid_t uid = (uid_t)setfsuid(ctx->uid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC), e = errno;
-    setfsuid(uid);
-    setfsgid(gid);
-    if (syscall(SYS_setgroups, (size_t)nown, own) < 0)
-        log_error("cannot restore this thread's groups: %s", strerror(errno));
-    errno = e;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    caller_leave(&ids);
     return fd;
 }
 
@@ -456,9 +436,16 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     if (n.kind == NS_STATUS) {
         h->pid = fuse_req_ctx(req)->pid;
         h->buf = status_for_open(fs, h->pid, &h->len);
-        fi->direct_io = 1; /* its content is this snapshot, whatever the kernel cached */
-    } else if (n.kind == NS_GEN) {
+        fi->direct_io = 1;         /* its content is this snapshot, whatever the kernel cached */
+    } else if (n.kind == NS_GEN) { /* made from the input's files, read as the caller */
+        struct caller_ids ids;
+        if (caller_enter(req, &ids) < 0) {
+            free(h);
+            fuse_reply_err(req, EACCES);
+            return;
+        }
         h->buf = arrayset_generated(fs->set, n.chunk, &h->len);
+        caller_leave(&ids);
         fi->direct_io = 1; /* made now: the size the kernel holds may be older */
     } else {
         h->text = n.text;

@@ -257,15 +257,17 @@ void live_forget(struct live *l, uint64_t ino, uint64_t n)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* Whether path (at depth, its own) is shown, and as what: 1 a directory, 0 a file, -1 not. */
+/* Whether path (at depth, its own) is shown, and as what: 1 a directory, 0 a file; -ENOENT
+ * when it is neither (a FIFO, a socket, a device, a dangling link, too deep) or missing, or
+ * the error of its stat (-EACCES: the caller may not search a directory on its way). */
 static int shown_kind(const char *path, int depth)
 {
     struct stat st;
     if (stat(path, &st) < 0)
-        return -1;
+        return errno == EACCES || errno == EPERM ? -errno : -ENOENT;
     if (S_ISREG(st.st_mode))
         return 0;
-    return S_ISDIR(st.st_mode) && depth <= LIVE_MAX_DEPTH ? 1 : -1;
+    return S_ISDIR(st.st_mode) && depth <= LIVE_MAX_DEPTH ? 1 : -ENOENT;
 }
 
 int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
@@ -277,7 +279,7 @@ int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, con
     int kind = shown_kind(p, depth + 1);
     free(p);
     if (kind < 0)
-        return -ENOENT;
+        return kind;
     looked_up(l, parent, dir, depth, name, kind == 1, out);
     return 0;
 }
