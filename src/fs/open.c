@@ -216,17 +216,32 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
 
-/* Opens path for reading as the process that asked (caller.c). -1 with errno set. */
-static int open_as_caller(fuse_req_t req, const char *path)
+/* Opens the input file path for reading as the process that asked (caller.c): a descriptor of
+ * a regular file (*st its attributes), or -errno. The open never blocks (O_NONBLOCK, put back
+ * after) and anything but a regular file is refused: the inode was shown as a regular file, and a
+ * FIFO swapped in since (a writer of the image may do that) would otherwise hold this thread in
+ * open() until someone writes to it, its reader unkillable and the mount beyond unmounting; a
+ * device would never end. -ESTALE then: what the kernel shows is not what is there, and the kernel
+ * looks the name up again once, which finds no such name (live.c shows only regular files and
+ * directories), so the reader gets ENOENT, as for a file removed. */
+static int open_input_file(fuse_req_t req, const char *path, struct stat *st)
 {
     struct caller_ids ids;
-    if (caller_enter(req, &ids) < 0) {
-        errno = EACCES;
-        return -1;
-    }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int r = caller_enter(req, &ids);
+    if (r < 0)
+        return r;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    r = fd < 0 ? -errno : 0;
     caller_leave(&ids);
-    return fd;
+    if (r == 0 && fstat(fd, st) < 0)
+        r = -errno;
+    else if (r == 0 && !S_ISREG(st->st_mode))
+        r = -ESTALE;
+    else if (r == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        r = -errno;
+    if (r < 0 && fd >= 0)
+        close(fd);
+    return r < 0 ? r : fd;
 }
 
 /* A file of the input image, read through: with passthrough when the kernel allows (the
@@ -235,14 +250,12 @@ static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
                        struct fuse_file_info *fi)
 {
     struct fs *fs = fuse_req_userdata(req);
-    int fd = open_as_caller(req, n->text);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int e = errno;
+    int fd = open_input_file(req, n->text, &st);
+    if (fd < 0) {
+        int e = -fd;
         log_warn("open %s: %s", n->text, strerror(e));
-        if (fd >= 0)
-            close(fd);
-        fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM ? e : EIO);
+        fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM || e == ESTALE ? e : EIO);
         return;
     }
     int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
