@@ -267,7 +267,7 @@ static int walk(struct export *x, const struct ns *ns, uint64_t ino, const char 
                 struct errbuf *err)
 {
     struct listing l = {0};
-    int r = ns_readdir(ns, ino, 0, list_entry, &l);
+    int r = ns_readdir(ns, ino, 0, NULL, list_entry, &l);
     if (r < 0)
         err_set(err, r, "cannot list the tree: %s", strerror(-r));
     remove_stale_temps(x, rel);

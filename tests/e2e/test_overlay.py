@@ -5,6 +5,8 @@ labels list with NAME added; with table_name, tables/NAME, a masking ROI table o
 (AnnData or csv) whose first read computes the whole output once and whose rows are then
 kept in the cache. Refusals: an input that is not an image group, a float output, a label or
 table name the image already has."""
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -481,6 +483,81 @@ def test_input_names_are_kept_only_while_the_kernel_holds_them(tmp_path, roifs_b
         wait_for(let_go, "the names of deleted files are still held", timeout=10)
         np.testing.assert_array_equal(read_level(m.path, "seg", 0, False),
                                       expected_labels(levels[0]))
+
+
+def test_fifo_swapped_into_the_input_fails_fast(tmp_path, roifs_bin):
+    """A file of the input looked up through the overlay and then replaced by a FIFO (anyone
+    who can write into the image can): its open through the mount, while the kernel still
+    holds the file's entry, fails at once (ENOENT: the name is looked up again and a FIFO is
+    never shown; ESTALE if the kernel does not retry) instead of waiting in the daemon for a
+    writer; the reader stays killable, other reads go on, the FIFO is not listed, and the
+    mount unmounts."""
+    img, levels = make_image(tmp_path, "0.4")
+    (img / "data.txt").write_text("data")
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        fifo = img / "data.txt"
+        reader = None
+        try:
+            assert (m.path / "data.txt").stat().st_size == 4  # the kernel holds it for 1 s
+            fifo.unlink()
+            os.mkfifo(fifo)
+            reader = subprocess.Popen(
+                ["/usr/bin/python3", "-c",
+                 "import sys\ntry:\n open(sys.argv[1], 'rb').read()\n"
+                 "except OSError as e:\n sys.exit(e.errno)\nsys.exit(0)",
+                 str(m.path / "data.txt")])
+            try:
+                code = reader.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                reader.kill()
+                try:
+                    reader.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pytest.fail("the open of a FIFO swapped into the input hung, unkillable")
+                pytest.fail("the open of a FIFO swapped into the input hung")
+            assert code in (errno.ENOENT, errno.ESTALE), code
+            np.testing.assert_array_equal(read_level(m.path, "seg", 0, False),
+                                          expected_labels(levels[0]))
+            assert "data.txt" not in os.listdir(m.path)
+        finally:
+            # on failure: a writer lets a daemon thread stuck in open() go, so the mount can
+            # be unmounted
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            if reader and reader.poll() is None:
+                reader.kill()
+                reader.wait(timeout=10)
+
+
+def test_interleaved_listings_skip_no_name(tmp_path, roifs_bin):
+    """Two listings of one directory of the input at once, files deleted between: the first
+    listing (paused after its first getdents), resumed after a second whole listing, lists
+    every name that was there throughout (each open directory goes on from its own names,
+    not from a snapshot another listing replaced), and none twice; the same steps on ext4
+    skip none either."""
+    img, levels = make_image(tmp_path, "0.4")
+    many = img / "many"
+    many.mkdir()
+    names = [f"f{i:04d}" for i in range(1700)]
+    for name in names:
+        (many / name).write_bytes(b"x")
+    gone = set(names[0:600:2])  # 300 names, before and after where the first listing is
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        first = os.scandir(m.path / "many")
+        try:
+            seen = [next(first).name]  # one getdents: a page of names read
+            for name in gone:
+                (many / name).unlink()
+            assert len(os.listdir(m.path / "many")) == 1400  # the second listing, whole
+            seen += [e.name for e in first]
+        finally:
+            first.close()
+        assert len(seen) == len(set(seen)), "a name listed twice"
+        missed = sorted(set(names) - gone - set(seen))
+        assert not missed, f"{len(missed)} names there throughout were skipped: {missed[:5]}"
+        assert sorted(os.listdir(m.path / "many")) == sorted(set(names) - gone)
 
 
 def test_table_record_and_sizes(tmp_path, roifs_bin):
