@@ -17,11 +17,6 @@
 /* Adds the key of every ROI result of t, with the input as it is now (memo may be NULL). */
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks);
 
-/* How many ROIs of t have their current result stored, and when those were made (seconds
- * since the epoch; 0 when none). */
-void gc_results_made(const struct task *t, struct cache *c, size_t *cached, uint32_t *made_min,
-                     uint32_t *made_max);
-
 /* What the cache holds for t. */
 struct gc_census {
     size_t rois_cached, rois_to_compute; /* ROIs whose current result is stored, or not */

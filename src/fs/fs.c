@@ -597,12 +597,6 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
         state_free(&fs);
         return r;
     }
-    /* the attributes say what the cache held now; fixed from here on (the tree is made
-     * again with them) */
-    struct engine_progress p;
-    engine_progress(arrayset_array(set, 0)->engine, &p);
-    arrayset_set_provenance(set, &(struct provenance_results){p.results_at_start, p.rois_total,
-                                                              p.made_min, p.made_max, time(NULL)});
     fs.ns = arrayset_tree(set);
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);
