@@ -129,12 +129,13 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         *timeout = 0;
         break;
     }
-    case NS_TABLE: { /* an upper bound until the table is computed (the size contract) */
+    case NS_TABLE: { /* an upper bound until the table is computed (the size contract); the
+                      * table is made again when the label image changed: a size for a
+                      * second, the file opened dropping it (open.c) */
         bool exact;
         uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
-        if (!exact)
-            *timeout = 0;
+        *timeout = exact ? LIVE_TIMEOUT : 0;
         break;
     }
     }

@@ -515,8 +515,8 @@ def test_table_record_and_sizes(tmp_path, roifs_bin):
 def test_table_follows_input_changes_while_mounted(tmp_path, roifs_bin, backend):
     """The masking table follows the label image as it is now, not as it was when first read:
     after the input image changed while mounted (objects removed and added), reading
-    tables/NAME again without a remount gives the rows of the new label image (its files'
-    sizes at stat exact from the open on), and a second mount chained on it ([rois] table)
+    tables/NAME again without a remount gives the rows of the new label image (once one of
+    its files is opened, every file's size at stat is the new one within a second), and a second mount chained on it ([rois] table)
     gets the ROIs of the objects that exist now; the old rows come back when the old input
     does."""
     img, levels = make_image(tmp_path, "0.4", translation=False)
@@ -537,9 +537,17 @@ def test_table_follows_input_changes_while_mounted(tmp_path, roifs_bin, backend)
         np.testing.assert_array_equal(ids, old_ids)
         np.testing.assert_allclose(x, old_x, rtol=1e-6)
         assert m.status()["table"]["scans"] == 1
+        sizes = {rel: os.stat(path / rel).st_size for rel in files_of(path)}
         z = zarr.open_array(str(img / "0"), mode="r+")
         z[...] = new_data
         np.testing.assert_array_equal(read_level(m.path, "seg", 0, False), new)
+        # one file opened makes the table again; within the kernel's second every file's
+        # size is the new table's, whether opened yet or not
+        (path / sorted(sizes)[0]).read_bytes()
+        time.sleep(1.2)
+        now = {rel: os.stat(path / rel).st_size for rel in files_of(path)}
+        assert now != sizes
+        assert now == {rel: len((path / rel).read_bytes()) for rel in now}
         ids, x = read_table(path, backend)
         np.testing.assert_array_equal(ids, new_ids)
         np.testing.assert_allclose(x, new_x, rtol=1e-6)
