@@ -3,6 +3,7 @@
  * record of the rows in the cache. */
 #include "otable.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -199,14 +200,14 @@ static char *record_path(const struct otable *t)
 
 /* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
  * with the input and with whatever else the label chunks follow; the geometry). */
-static struct key128 record_key_now(const struct otable *t)
+static struct key128 key_now(const struct overlay_geometry *g)
 {
-    const struct task *k = t->g.t;
+    const struct task *k = g->t;
     struct keyhash h;
     key_init(&h, "roifs-table-rows 1");
-    key_add(&h, t->g.scale, sizeof t->g.scale);
-    key_add(&h, t->g.translation, sizeof t->g.translation);
-    key_add(&h, t->g.axis, sizeof t->g.axis);
+    key_add(&h, g->scale, sizeof g->scale);
+    key_add(&h, g->translation, sizeof g->translation);
+    key_add(&h, g->axis, sizeof g->axis);
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -219,6 +220,11 @@ static struct key128 record_key_now(const struct otable *t)
     }
     zarr_sigmemo_free(memo);
     return key_final(&h);
+}
+
+static struct key128 record_key_now(const struct otable *t)
+{
+    return key_now(&t->g);
 }
 
 static void record_write(const struct otable *t, const struct table_row *rows, size_t n)
@@ -495,4 +501,37 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
     *scans = t->scans;
     *records = t->records;
     pthread_mutex_unlock(&t->m);
+}
+
+int otable_clean_records(const struct overlay *ov, size_t *removed)
+{
+    struct overlay_geometry g;
+    overlay_geometry(ov, &g);
+    char hex[33];
+    key_hex(key_now(&g), hex);
+    char *keep = xasprintf("table-%s.rows", hex);
+    *removed = 0;
+    int r = 0;
+    DIR *d = opendir(g.t->cache_dir);
+    if (!d) {
+        free(keep);
+        return errno == ENOENT ? 0 : -errno;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        size_t n = strlen(name);
+        if (n != strlen(keep) || strncmp(name, "table-", 6) != 0 ||
+            strcmp(name + n - 5, ".rows") != 0 || strcmp(name, keep) == 0)
+            continue;
+        if (unlinkat(dirfd(d), name, 0) == 0)
+            ++*removed;
+        else if (errno != ENOENT) {
+            r = -errno;
+            break;
+        }
+    }
+    closedir(d);
+    free(keep);
+    return r;
 }

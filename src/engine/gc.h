@@ -35,6 +35,7 @@ struct gc_report {
     size_t chunks_removed, chunks_busy; /* busy: being made by another process, left */
     uint64_t chunk_bytes_removed;
     size_t leftovers_removed; /* temporary files of writers that died, orphaned sidecars */
+    size_t tables_removed;    /* ome = labels: masking table records not current */
 };
 /* Removes the results live does not name (store_compact) and, with chunks, the chunk files
  * not current for t (each under its chunk's lock, so that none being written is touched).

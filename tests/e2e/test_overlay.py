@@ -649,12 +649,15 @@ def test_export_into_killed(tmp_path, roifs_bin):
 def test_clean_unused_visits_the_label_levels(tmp_path, roifs_bin):
     """`roifs clean --unused` collects the cache of every level of the label image, not only
     the computed one's: after the input changed, the results of the old input's levels are
-    removed, and what is current stays (a remount reads every level computing nothing)."""
+    removed, and what is current stays (a remount reads every level computing nothing); so
+    are the masking table's records of the old label image, the current one kept."""
     img, levels = make_image(tmp_path, "0.4")
-    config = overlay_config(tmp_path, img)
+    config = overlay_config(tmp_path, img, table="seg_table", table_format="csv")
+    table = Path("tables/seg_table/table.csv")
     with mounted(roifs_bin, config) as m:
         for j in range(len(levels)):
             read_level(m.path, "seg", j, False)
+        (m.path / table).read_bytes()
         nrois = m.status()["calls"]
     z = zarr.open_array(str(img / "0"), mode="r+")
     new = (z[...] + 500).astype("<u2")  # every pixel changed: every label differs
@@ -662,18 +665,25 @@ def test_clean_unused_visits_the_label_levels(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         for j in range(len(levels)):
             read_level(m.path, "seg", j, False)
+        text = (m.path / table).read_bytes()
         assert m.status()["calls"] == nrois
+    assert len(list((tmp_path / "cache").glob("table-*.rows"))) == 2
     level_rois = sum(-(-d.shape[0] // 20) * -(-d.shape[1] // 16) for d in levels[1:])  # chunks
     r = run_roifs(roifs_bin, "clean", "--unused", config)
     assert r.returncode == 0, r.stderr
     removed = int(r.stdout.split("results: ")[1].split()[0])
     # level 0's old results, and those of levels 1 and 2 (one ROI per chunk of each level)
     assert removed >= nrois + level_rois, r.stdout
+    assert "tables:  1 records of earlier label images removed" in r.stdout, r.stdout
+    assert len(list((tmp_path / "cache").glob("table-*.rows"))) == 1
     with mounted(roifs_bin, config) as m:
         want = expected_labels(new)
         for j, data in enumerate(levels):
             np.testing.assert_array_equal(read_level(m.path, "seg", j, False),
                                           nearest(want, data.shape[-2:]), f"level {j}")
+        assert (m.path / table).read_bytes() == text
         assert m.status()["calls"] == 0
+        assert m.status()["table"] == {"scans": 0, "from_record": 1}
     r = run_roifs(roifs_bin, "clean", "--unused", config)
     assert r.returncode == 0 and "results: 0 removed" in r.stdout, r.stdout
+    assert "tables:  0 records" in r.stdout, r.stdout
