@@ -15,13 +15,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../arrays/otable.h"
 #include "../arrays/overlay.h"
-#include "../engine/gc.h"
-#include "../provenance.h"
 #include "../tree/namespace.h"
 #include "../zarr/zarr.h"
 #include "cli.h"
@@ -693,11 +690,6 @@ static int cmd_export_into(int argc, char **argv, int threads)
 static int export_run(struct export *x, struct arrayset *s)
 {
     struct errbuf err = {{0}};
-    /* the attributes say what the cache held when the export started, as a mount's do */
-    const struct array *a0 = arrayset_array(s, 0);
-    struct provenance_results pr = {.total = a0->task->rois.n, .started = time(NULL)};
-    gc_results_made(a0->task, a0->cache, &pr.cached, &pr.made_min, &pr.made_max);
-    arrayset_set_provenance(s, &pr);
     if (walk(x, arrayset_tree(s), NS_INO_ROOT, "", &err) < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_RUNTIME;

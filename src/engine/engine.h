@@ -87,6 +87,7 @@ struct engine_progress {
     size_t results_evicted;                         /* unused results compacted away for max_size */
     uint64_t results_stored, results_damaged;       /* records in the result store */
     double uptime;                                  /* seconds since the engine started */
+    int64_t started_at;                             /* when it started, seconds since the epoch */
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
 

@@ -141,12 +141,13 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
         *timeout = 0;
         break;
     }
-    case NS_TABLE: { /* an upper bound until the table is computed (the size contract) */
+    case NS_TABLE: { /* an upper bound until the table is computed (the size contract); the
+                      * table is made again when the label image changed: a size for a
+                      * second, the file opened dropping it (open.c) */
         bool exact;
         uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
-        if (!exact)
-            *timeout = 0;
+        *timeout = exact ? LIVE_TIMEOUT : 0;
         break;
     }
     }
@@ -676,12 +677,6 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
         state_free(&fs);
         return r;
     }
-    /* the attributes say what the cache held now; fixed from here on (the tree is made
-     * again with them) */
-    struct engine_progress p;
-    engine_progress(arrayset_array(set, 0)->engine, &p);
-    arrayset_set_provenance(set, &(struct provenance_results){p.results_at_start, p.rois_total,
-                                                              p.made_min, p.made_max, time(NULL)});
     fs.ns = arrayset_tree(set);
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);

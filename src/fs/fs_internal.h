@@ -32,7 +32,7 @@ struct handle {
     int fd;       /* NS_CHUNK: the cached chunk */
     uint64_t ino; /* NS_CHUNK: the inode it was opened as (vt_release when freed) */
     pid_t pid;    /* NS_STATUS: the process that opened it */
-    char *buf;    /* NS_STATUS, NS_GEN: a snapshot taken at open */
+    char *buf;    /* NS_STATUS, NS_GEN, NS_TABLE: a snapshot taken at open */
     size_t len;
     const char *text;             /* NS_META */
     struct live_listing *listing; /* NS_DIR: what its listing goes on from (ns_readdir) */

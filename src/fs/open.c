@@ -287,15 +287,19 @@ static void table_ready(void *ctx, int err)
         free(po);
         return;
     }
-    const struct table_file *f = err ? NULL : otable_file(arrayset_table(fs->set), po->id);
-    if (!f) {
+    size_t len = 0;
+    char *data = err ? NULL : otable_copy(arrayset_table(fs->set), po->id, &len);
+    if (!data) {
         fuse_reply_err(po->req, err ? -err : ENOENT);
         free(po);
         return;
     }
+    /* The table follows the label image (made again when the input changed): the size the
+     * kernel holds may be an older table's or the upper bound; attributes only. */
+    fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
     struct handle *h = handle_new(NS_TABLE);
-    h->text = (const char *)f->data;
-    h->len = f->len;
+    h->buf = data; /* this table's bytes, whatever the next request makes */
+    h->len = len;
     handle_add(fs, h);
     po->fi.fh = (uint64_t)(uintptr_t)h;
     po->fi.direct_io = 1; /* stat showed an upper bound before: reads give the exact bytes */
