@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "channel.h"
+#include "codeid.h"
 #include "labels/ids.h"
 #include "mask.h"
 #include "nd.h"
@@ -410,106 +411,6 @@ static int load_rois(struct task *t, struct errbuf *err)
     return 0;
 }
 
-/* Files larger than this count by their size and modification time, not their contents. */
-#define IDENTITY_MAX_CONTENT (256ULL << 20)
-
-/* True when path, a regular file, is code a processor runs: executable, or a script or
- * library by its name. Data and output files named on a command line (a log the command
- * appends to, a counter) are not: a change of them must not look like new code. */
-static bool is_code(const char *path, const struct stat *st)
-{
-    static const char *const ext[] = {".py",     ".sh",  ".bash", ".R",     ".r",   ".jl", ".pl",
-                                      ".pm",     ".rb",  ".js",   ".mjs",   ".lua", ".m",  ".ijm",
-                                      ".groovy", ".jar", ".so",   ".ipynb", ".awk", ".tcl"};
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    const char *dot = strrchr(base, '.');
-    if ((st->st_mode & 0111) || strstr(base, ".so.")) /* libfoo.so.1 */
-        return true;
-    for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
-        if (strcmp(dot, ext[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Adds "file PATH SIZE HASH" for path when it is code (is_code): its contents' key, or for a
- * huge file its size and modification time. always: the plugin, whatever its name. */
-static void add_file_identity(struct strbuf *sb, const char *path, bool always)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (!always && !is_code(path, &st))) {
-        close(fd);
-        return;
-    }
-    struct keyhash h;
-    key_init(&h, "roifs file");
-    if ((uint64_t)st.st_size > IDENTITY_MAX_CONTENT) {
-        key_add_u64(&h, (uint64_t)st.st_mtim.tv_sec);
-        key_add_u64(&h, (uint64_t)st.st_mtim.tv_nsec);
-    } else {
-        char *buf = xmalloc(1 << 20);
-        ssize_t n;
-        while ((n = read(fd, buf, 1 << 20)) > 0)
-            key_add(&h, buf, (size_t)n);
-        free(buf);
-    }
-    close(fd);
-    char hex[33];
-    key_hex(key_final(&h), hex);
-    sb_printf(sb, "file %s %lld %s\n", path, (long long)st.st_size, hex);
-}
-
-/* The files a processor runs: the plugin, a python processor's file and interpreter, and
- * every word of a command or worker line that names code (is_code; relative to the
- * configuration's directory, or absolute), except the targets of output redirections (> FILE,
- * >> FILE), which the command writes. Quotes are dropped; ; & | ( ) ` < separate words as
- * spaces do. */
-static void add_processor_files(struct strbuf *sb, const struct config *cfg)
-{
-    if (cfg->proc_kind == PROC_PLUGIN) {
-        add_file_identity(sb, cfg->proc_value, true);
-        return;
-    }
-    if (cfg->proc_kind == PROC_PYTHON) { /* FILE.py:FUNCTION (a MODULE names no file) */
-        add_file_identity(sb, cfg->interpreter ? cfg->interpreter : "/usr/bin/python3", false);
-        const char *colon = strrchr(cfg->proc_value, ':');
-        char *file = xasprintf("%.*s", colon ? (int)(colon - cfg->proc_value) : 0, cfg->proc_value);
-        char *path = path_join(cfg->dir, file);
-        add_file_identity(sb, path, true);
-        free(path);
-        free(file);
-        return;
-    }
-    if (cfg->proc_kind != PROC_COMMAND && cfg->proc_kind != PROC_WORKER)
-        return;
-    const char *p = cfg->proc_value;
-    char *word = xmalloc(strlen(p) + 1);
-    bool output = false; /* the next word is written, not run */
-    while (*p) {
-        size_t n = 0;
-        while (*p && !strchr(" \t\n;&|()`<>", *p)) {
-            if (*p != '\'' && *p != '"')
-                word[n++] = *p;
-            p++;
-        }
-        word[n] = '\0';
-        if (n && !output) {
-            char *path = path_join(cfg->dir, word);
-            add_file_identity(sb, path, false);
-            free(path);
-        }
-        if (n)
-            output = false;
-        if (*p == '>')
-            output = true;
-        if (*p)
-            p++;
-    }
-    free(word);
-}
-
 static void task_identity_keys(struct task *t)
 {
     struct keyhash h;
@@ -530,7 +431,7 @@ static void build_result_identity(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-result 2\nroifs %s\ninput %s\n", ROIFS_VERSION, t->ome.array_path);
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
-    add_processor_files(&sb, cfg);
+    sb_printf(&sb, "%s", code_files_lines(t->code));
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
     sb_printf(&sb, "halo");
@@ -661,8 +562,13 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         (r = load_rois(t, err)) < 0 ||
         (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)
         goto fail;
+    /* Hashed before the processor starts, which may load the code (a plugin, the python fork
+     * server): a change until it has started shows at its end (codeid.h). */
+    t->code = code_files_new(&t->cfg);
     if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
+    struct errbuf cerr; /* a change: every run fails, saying so (a plugin, python) */
+    (void)code_files_end(t->code, 0, &cerr);
     /* the manifest names the metadata without attributes: they hold its fingerprint */
     if (t->out.format == 3)
         t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, t->dimension_names);
@@ -714,6 +620,7 @@ void task_close(struct task *t)
     free(t->dimension_names);
     free(t->manifest);
     free(t->result_identity);
+    code_files_free(t->code);
     free(t->cache_dir);
     config_free(&t->cfg);
     free(t);

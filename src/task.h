@@ -32,6 +32,7 @@ struct input_source {
 };
 
 struct channel_view;
+struct code_files;
 
 struct task {
     /* The configuration file a configured task was resolved from. A derived task
@@ -62,6 +63,9 @@ struct task {
      * (the served array metadata without attributes, outside). */
     char *result_identity;
     struct key128 result_id, encoding_id;
+    /* configured task: the files the processor runs, checked around each run (codeid.h);
+     * derived: NULL */
+    struct code_files *code;
     char *cache_dir;              /* absolute */
     struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
     struct mask *mask;            /* masked ROIs' label image (mask.c), or NULL */
