@@ -4,6 +4,8 @@
  * outlive runs (worker, python, plugin) every later run too; an edit undone while another run
  * was in flight is not let through. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -137,6 +139,49 @@ static void test_gone(void)
     code_files_free(cf);
 }
 
+/* Runs on 4 threads while the file is written again (the same contents) and touched: each
+ * run succeeds or fails with EIO naming the file; once writes stop, every run succeeds. */
+struct race {
+    struct code_files *cf;
+    atomic_bool stop;
+    atomic_int ok, eio, other;
+};
+
+static void *racer(void *arg)
+{
+    struct race *r = arg;
+    while (!atomic_load(&r->stop)) {
+        struct errbuf err;
+        int rc = one_run(r->cf, &err);
+        if (rc == 0)
+            r->ok++;
+        else if (rc == -EIO && strstr(err.msg, "/s.sh changed while"))
+            r->eio++;
+        else
+            r->other++;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    struct race r = {.cf = files_of(PROC_COMMAND)};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, racer, &r);
+    for (int i = 0; i < 5; i++)
+        write_script("echo v1\n");
+    pause_tick();
+    atomic_store(&r.stop, true);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK(r.ok > 0);
+    CHECK_EQ_INT(r.other, 0);
+    struct errbuf err;
+    CHECK_EQ_INT(one_run(r.cf, &err), 0);
+    code_files_free(r.cf);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "codeid"))
@@ -146,6 +191,7 @@ int main(void)
     RUN(test_undone_while_another_runs);
     RUN(test_change_while_starting);
     RUN(test_gone);
+    RUN(test_threads);
     check_rmtree(dir);
     return check_done();
 }
