@@ -150,9 +150,6 @@ static void add_file(struct code_files *cf, const char *path, bool always)
     struct code_file f = {0};
     if (hash_path(path, &st, &f.hash, &f.seen) < 0 || (!always && !is_code(path, &st)))
         return;
-    for (size_t i = 0; i < cf->n; i++)
-        if (strcmp(cf->f[i].path, path) == 0)
-            return; /* named twice on a line */
     char hex[33];
     key_hex(f.hash, hex);
     sb_printf(&cf->lines, "file %s %lld %s\n", path, (long long)st.st_size, hex);
