@@ -1,5 +1,5 @@
 /* codeid.c: the files a processor runs, for the processor identity and for the check around
- * each run (codeid.h; docs/design.md "What the processor identity covers").
+ * each run (codeid.h; docs/design.md "Code edited while mounted").
  *
  * Code is read when a process starts (a command for each ROI, a worker or a python fork
  * server when it starts or restarts) or when the processor is made (the plugin's dlopen, the
@@ -8,9 +8,11 @@
  * (device, inode, size, modification and change times); every look at it (a begin or an end)
  * compares that status. A run that a change overlapped fails; a begin that finds a changed
  * file hashes it again and lets runs go on when its contents are still the identity's (a
- * touch, the same file written again), unless, for processes that outlive runs, some run was
- * in flight during the change: one of them may have started a process on other code, which
- * would serve later runs. */
+ * touch, the same file written again), unless, for processes that outlive runs (worker,
+ * python), some run was in flight during the change: one of them may have started a process
+ * on other code, which would serve later runs. A loaded plugin is the exception: what runs is
+ * what the file it loaded (kept open) holds, so each run looks at that file once, at its end,
+ * and a change of the path (a new build renamed over it) changes nothing. */
 #include "codeid.h"
 
 #include <errno.h>
@@ -49,6 +51,12 @@ struct code_files {
     size_t moved;     /* the file of the last one */
     unsigned running; /* runs between begin and end (the processor's start is one) */
     char *stale;      /* lasting: why every run fails from now on, or NULL */
+    /* plugin: the file dlopen loaded, open; once it is loaded (the first code_files_end) a run
+     * looks at that file alone, at its end: replacing the path changes nothing that runs,
+     * writing the file in place changes the library's pages */
+    int fd;
+    bool loaded;
+    struct code_stat bad; /* fd's status last found with other contents (not hashed again) */
 };
 
 static void stat_of(const struct stat *st, struct code_stat *cs)
@@ -214,7 +222,10 @@ struct code_files *code_files_new(const struct config *cfg)
     cf->lasting = cfg->proc_kind == PROC_WORKER || cfg->proc_kind == PROC_PYTHON ||
                   cfg->proc_kind == PROC_PLUGIN;
     cf->running = 1; /* the processor's start */
+    cf->fd = -1;
     add_processor_files(cf, cfg);
+    if (cfg->proc_kind == PROC_PLUGIN && cf->n == 1)
+        cf->fd = open(cf->f[0].path, O_RDONLY | O_CLOEXEC);
     return cf;
 }
 
@@ -232,6 +243,8 @@ void code_files_free(struct code_files *cf)
     free(cf->f);
     sb_free(&cf->lines);
     free(cf->stale);
+    if (cf->fd >= 0)
+        close(cf->fd);
     pthread_mutex_destroy(&cf->lock);
     free(cf);
 }
@@ -258,7 +271,7 @@ int code_files_begin(struct code_files *cf, uint64_t *gen, struct errbuf *err)
         return 0;
     int rc = 0;
     pthread_mutex_lock(&cf->lock);
-    for (size_t i = 0; i < cf->n && !rc && !cf->stale; i++) {
+    for (size_t i = 0; i < cf->n && !rc && !cf->stale && !cf->loaded; i++) {
         struct code_file *f = &cf->f[i];
         struct stat st;
         struct code_stat now;
@@ -288,6 +301,42 @@ int code_files_begin(struct code_files *cf, uint64_t *gen, struct errbuf *err)
     return rc;
 }
 
+/* The status of the loaded plugin's file but its change time (seen's): a new build renamed
+ * over the path unlinks the file, which changes that; a write changes the modification time.
+ * 0, or -errno. */
+static int plugin_stat(const struct code_files *cf, struct stat *st, struct code_stat *now)
+{
+    if (fstat(cf->fd, st) < 0)
+        return -errno;
+    stat_of(st, now);
+    now->ctime_ns = cf->f[0].seen.ctime_ns;
+    return 0;
+}
+
+/* Called with cf->lock held, for a loaded plugin: whether its file has changed since it was
+ * seen with the identity's contents (hashed again when its status is new). */
+static bool plugin_changed(struct code_files *cf)
+{
+    struct code_file *f = &cf->f[0];
+    struct stat st;
+    struct code_stat now = {0}, after = {0};
+    if (plugin_stat(cf, &st, &now) < 0)
+        return true;
+    if (same_stat(&now, &f->seen))
+        return false;
+    if (same_stat(&now, &cf->bad))
+        return true;
+    struct key128 key = hash_fd(cf->fd, &st);
+    if (plugin_stat(cf, &st, &after) == 0 && same_stat(&now, &after) && key_eq(key, f->hash)) {
+        f->seen = now; /* written again, the same: later runs go on */
+        cf->gen++;
+        cf->moved = 0;
+    } else {
+        cf->bad = now;
+    }
+    return true;
+}
+
 int code_files_end(struct code_files *cf, uint64_t gen, struct errbuf *err)
 {
     if (!cf || cf->n == 0)
@@ -295,7 +344,17 @@ int code_files_end(struct code_files *cf, uint64_t gen, struct errbuf *err)
     pthread_mutex_lock(&cf->lock);
     cf->running--;
     const char *path = NULL;
-    for (size_t i = 0; i < cf->n && !path; i++) {
+    if (cf->loaded && plugin_changed(cf))
+        path = cf->f[0].path;
+    if (cf->fd >= 0 && !cf->loaded) { /* the start: dlopen loaded the file hashed */
+        struct stat st;
+        struct code_stat now = {0};
+        if (fstat(cf->fd, &st) == 0)
+            stat_of(&st, &now);
+        if (!same_stat(&now, &cf->f[0].seen))
+            path = cf->f[0].path;
+    }
+    for (size_t i = 0; i < cf->n && !path && !cf->loaded; i++) {
         struct stat st;
         struct code_stat now = {0};
         bool there = stat(cf->f[i].path, &st) == 0;
@@ -308,13 +367,16 @@ int code_files_end(struct code_files *cf, uint64_t gen, struct errbuf *err)
         path = cf->f[cf->moved].path;
     int rc = 0;
     if (path) {
-        go_stale(cf, path);
+        if (!cf->loaded) /* a loaded plugin runs what its file holds now: no process to fear */
+            go_stale(cf, path);
         rc = err_set(err, -EIO,
                      "the processor's code %s changed while this ROI ran; its result is not kept",
                      path);
     } else if (cf->stale) {
         rc = err_set(err, -EIO, "%s", cf->stale);
     }
+    if (cf->fd >= 0)
+        cf->loaded = true;
     pthread_mutex_unlock(&cf->lock);
     return rc;
 }

@@ -27,8 +27,9 @@ void code_files_free(struct code_files *cf);
 int code_files_begin(struct code_files *cf, uint64_t *gen, struct errbuf *err);
 /* After a run that code_files_begin allowed (gen its answer): 0 when no file changed since,
  * else -EIO: the run may have read other code, and its result must not be kept. With a
- * processor whose processes or library outlive a run (worker, python, plugin), such a change
- * fails every later run too, until remount. */
+ * processor whose processes outlive a run (worker, python), such a change fails every later
+ * run too, until remount; so does one while a plugin was loaded. A loaded plugin's runs look
+ * at the file it loaded only (no system call at the begin, one at the end). */
 int code_files_end(struct code_files *cf, uint64_t gen, struct errbuf *err);
 
 #endif

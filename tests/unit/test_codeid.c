@@ -139,6 +139,58 @@ static void test_gone(void)
     code_files_free(cf);
 }
 
+/* A plugin: runs look at the file it loaded; rewriting that file in place fails the runs that
+ * end after (the library's pages are the file's), a new build renamed over it changes
+ * nothing that runs. */
+static void replace_script(const char *text)
+{
+    char path[512], tmp[520];
+    snprintf(path, sizeof path, "%s/s.sh", dir);
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    pause_tick();
+    FILE *f = fopen(tmp, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        perror(tmp);
+        exit(1);
+    }
+}
+
+static void test_plugin(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/s.sh", dir);
+    struct config cfg = {.proc_kind = PROC_PLUGIN, .proc_value = path, .dir = dir};
+    write_script("echo v1\n");
+    struct code_files *cf = code_files_new(&cfg);
+    struct errbuf err;
+    uint64_t gen;
+    CHECK_EQ_INT(code_files_end(cf, 0, &err), 0); /* loaded */
+    CHECK_EQ_INT(one_run(cf, &err), 0);
+    write_script("echo v2 (longer)\n"); /* in place */
+    CHECK_EQ_INT(one_run(cf, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "/s.sh changed while this ROI ran");
+    CHECK_EQ_INT(one_run(cf, &err), -EIO);
+    write_script("echo v1\n"); /* back: the run that finds it fails, the next goes on */
+    CHECK_EQ_INT(one_run(cf, &err), -EIO);
+    CHECK_EQ_INT(one_run(cf, &err), 0);
+    CHECK_EQ_INT(code_files_begin(cf, &gen, &err), 0);
+    write_script("echo v2 (longer)\n");
+    write_script("echo v1\n");
+    CHECK_EQ_INT(code_files_end(cf, gen, &err), -EIO);
+    CHECK_EQ_INT(one_run(cf, &err), 0);
+    replace_script("echo v2 (longer)\n"); /* the loaded file is still v1 */
+    CHECK_EQ_INT(one_run(cf, &err), 0);
+    code_files_free(cf);
+    /* replaced while it was being loaded: dlopen may have loaded the new one */
+    write_script("echo v1\n");
+    cf = code_files_new(&cfg);
+    replace_script("echo v2 (longer)\n");
+    CHECK_EQ_INT(code_files_end(cf, 0, &err), -EIO);
+    CHECK_EQ_INT(one_run(cf, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "remount to use it");
+    code_files_free(cf);
+}
+
 /* Runs on 4 threads while the file is written again (the same contents) and touched: each
  * run succeeds or fails with EIO naming the file; once writes stop, every run succeeds. */
 struct race {
@@ -191,6 +243,7 @@ int main(void)
     RUN(test_undone_while_another_runs);
     RUN(test_change_while_starting);
     RUN(test_gone);
+    RUN(test_plugin);
     RUN(test_threads);
     check_rmtree(dir);
     return check_done();
