@@ -76,25 +76,30 @@ static bool same_stat(const struct code_stat *a, const struct code_stat *b)
            a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
-/* The key of fd's contents (st its status), or of a huge file's size and modification time. */
+/* The key of fd's contents (st its status): XXH3-128 of the bytes alone, so that the hash the
+ * provenance attributes show is what `xxh128sum FILE` prints; of a huge file, a key of its
+ * size and modification time. */
 static struct key128 hash_fd(int fd, const struct stat *st)
 {
-    struct keyhash h;
-    key_init(&h, "roifs file");
     if ((uint64_t)st->st_size > IDENTITY_MAX_CONTENT) {
+        struct keyhash h;
+        key_init(&h, "roifs file");
         key_add_u64(&h, (uint64_t)st->st_mtim.tv_sec);
         key_add_u64(&h, (uint64_t)st->st_mtim.tv_nsec);
         return key_final(&h);
     }
+    XXH3_state_t xs;
+    XXH3_128bits_reset(&xs);
     char *buf = xmalloc(1 << 20);
     ssize_t n;
     off_t off = 0;
     while ((n = pread(fd, buf, 1 << 20, off)) > 0) {
-        key_add(&h, buf, (size_t)n);
+        XXH3_128bits_update(&xs, buf, (size_t)n);
         off += n;
     }
     free(buf);
-    return key_final(&h);
+    XXH128_hash_t d = XXH3_128bits_digest(&xs);
+    return (struct key128){.lo = d.low64, .hi = d.high64};
 }
 
 /* Hashes the regular file at path: 0 with its key and its status before it was read (taken

@@ -7,6 +7,7 @@ configuration file and the input), not by its ROI list, so an edit keeps the cac
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -241,6 +242,10 @@ def test_provenance_attributes(tmp_path, mount, roifs_bin):
         files = attrs["processor"]["files"]
         assert sorted(files) == sorted([PY, str(tmp_path / "f.py")]), files
         assert files[str(tmp_path / "f.py")]["size"] == (tmp_path / "f.py").stat().st_size
+        # the hash of a file is XXH3-128 of its bytes: what xxh128sum prints
+        for path, f in files.items():
+            xxh = subprocess.run(["xxh128sum", path], capture_output=True, text=True, check=True)
+            assert f["hash"] == xxh.stdout.split()[0], (path, f, xxh.stdout)
         assert "results" not in attrs, attrs
         st = m.status()
         res = st["results"]
