@@ -1,4 +1,4 @@
-"""Masked ROIs (docs/masks.md, SPEC §10): nuclei segmented within each organoid, as Fractal's
+"""Masked ROIs (docs/masks.md): nuclei segmented within each organoid, as Fractal's
 masked tasks do, against Fractal's own pattern, a serial Python loop over the organoids.
 
 Input: a 4096x4096 uint16 image (chunks 1024x1024, blosc lz4) of ORGANOIDS organoids, discs of
@@ -57,7 +57,7 @@ def make_data(d):
 
 
 def reference(img, lab, rois):
-    """SPEC §10 in numpy: outside every object the fill (0); later ROIs win."""
+    """docs/masks.md in numpy: outside every object the fill (0); later ROIs win."""
     out = np.zeros(img.shape, "<u4")
     for ((y0, y1), (x0, x1)), k in rois:
         m = lab[y0:y1, x0:x1] == k
@@ -118,7 +118,7 @@ def main():
     md = (f"{REPS} repeats, interleaved; medians. {len(rois)} masked ROIs (organoids of radius "
           f"120–260 covering {covered * 100:.0f}% of a {N}×{N} uint16 image, chunks {CH}×{CH}, "
           f"blosc lz4), builtin label (in > {VALUE}) within each organoid, mask_input = zero, "
-          f"uint32 output. Both outputs equal the numpy reference of SPEC §10. roifs daemon "
+          f"uint32 output. Both outputs equal the numpy reference of docs/masks.md. roifs daemon "
           f"CPU during the read: median {C.median(cpu):.2f} s.\n\n" +
           C.md_table(["what", "median (s)", "range (s)", "/ loop"], rows))
     summary = [{"scenario": f"masked ROIs: {len(rois)} organoids, nuclei labelled within each",

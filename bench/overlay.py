@@ -1,4 +1,4 @@
-"""The OME label overlay (`[output] ome = labels`, SPEC §11, docs/mounted-tree.md): a label
+"""The OME label overlay (`[output] ome = labels`, docs/mounted-tree.md): a label
 image of an OME-Zarr image, every level, as a lazy mount over the image, against writing it
 into the image as Fractal's tasks do.
 

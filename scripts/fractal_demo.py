@@ -98,7 +98,7 @@ def make_image(root):
 
 
 def label_boxes(boxes, img, threshold, mask=None):
-    """What builtin label with ids = sequential makes of these ROIs (SPEC §7, §9, §10): in
+    """What builtin label with ids = sequential makes of these ROIs (docs/configuration.md#builtin-processors, docs/labels.md, docs/masks.md): in
     each box, connected components of img > threshold, numbered on from the ROIs before.
     mask: None, or (label image at img's shape, the label of each box): a masked ROI sees 0
     outside its object (mask_input = zero) and writes only its object's pixels."""

@@ -1,5 +1,5 @@
-/* channel.h: [input] channel (SPEC §9): a view of one channel of an input with a c axis,
- * so that the ROIs, the processor and the output see the other axes only. */
+/* channel.h: [input] channel (docs/labels.md, One channel of an image): a view of one channel of an
+ * input with a c axis, so that the ROIs, the processor and the output see the other axes only. */
 #ifndef ROIFS_CHANNEL_H
 #define ROIFS_CHANNEL_H
 

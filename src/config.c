@@ -1,6 +1,6 @@
-/* config.c: loads the task configuration file (SPEC §3) with inih: its lines and sections, the
- * keys handed to config_keys.c, the whole-file checks, and the line of each key so that later
- * checks can name it. */
+/* config.c: loads the task configuration file (docs/configuration.md) with inih: its lines and
+ * sections, the keys handed to config_keys.c, the whole-file checks, and the line of each key so
+ * that later checks can name it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

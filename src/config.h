@@ -1,4 +1,4 @@
-/* config.h: the task configuration file (SPEC §3), parsed with inih.
+/* config.h: the task configuration file (docs/configuration.md), parsed with inih.
  * config_load() checks syntax, known sections/keys and value forms; checks that need the
  * input array (dimensions, dtype compatibility) happen in task.c, which uses config_line()
  * to name the offending line. */
@@ -47,7 +47,7 @@ struct config {
     char *input_path; /* absolute */
     int level;
     bool watch;  /* follow the input's changes while mounted (inotify) */
-    int channel; /* index along the input's c axis, -1: none (SPEC §9) */
+    int channel; /* index along the input's c axis, -1: none (docs/labels.md) */
 
     /* [rois] */
     enum rois_kind rois_kind;
@@ -90,15 +90,15 @@ struct config {
     char dimension_separator; /* '.' or '/' */
     uint64_t shard[ROIFS_MAX_DIM];
     int shard_ndim;
-    bool ome;         /* ome = true | image: the pyramid image group (SPEC §5) */
-    bool ome_labels;  /* ome = labels: the overlay of the input image (SPEC §11) */
+    bool ome;         /* ome = true | image: the pyramid image group (docs/ome-fractal.md) */
+    bool ome_labels;  /* ome = labels: the overlay of the input image (docs/mounted-tree.md) */
     char *label_name; /* ome = labels: the name under labels/ (default: the file's name) */
     char *table_name; /* ome = labels: tables/NAME, or NULL */
     int table_format; /* 0 anndata, 1 csv */
     int levels;
     enum downsample_mode downsample;
 
-    /* [labels] (SPEC §9): labels is true when the section is present */
+    /* [labels] (docs/labels.md): labels is true when the section is present */
     bool labels;
     enum label_ids label_ids;
     uint64_t label_block;

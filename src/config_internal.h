@@ -1,6 +1,6 @@
 /* config_internal.h: what config.c (the file, its sections and whole-file checks) and
- * config_keys.c (every key of SPEC §3 and the parsing of its value) share: the loader's state
- * and the key table's entries. Internal to the two. */
+ * config_keys.c (every key of docs/configuration.md and the parsing of its value) share: the
+ * loader's state and the key table's entries. Internal to the two. */
 #ifndef ROIFS_CONFIG_INTERNAL_H
 #define ROIFS_CONFIG_INTERNAL_H
 
@@ -63,7 +63,7 @@ int config_bad_value(struct loader *ld, const struct key_spec *k, const char *fm
     __attribute__((format(printf, 3, 4)));
 /* The index of a known section named name[0..len), or -1. */
 int config_section_index(const char *name, size_t len);
-/* The key [section] key of SPEC §3, or NULL. */
+/* The key [section] key of docs/configuration.md, or NULL. */
 const struct key_spec *config_find_key(const char *section, const char *key);
 /* Errors for an unknown key or section, with a "did you mean" hint; -EINVAL. */
 int config_unknown_key(struct loader *ld, const char *section, const char *key);

@@ -1,5 +1,5 @@
-/* config_keys.c: every key of the configuration file (SPEC §3), the parsing and checking of
- * its value into struct config, and the messages for bad values, keys and sections. */
+/* config_keys.c: every key of the configuration file (docs/configuration.md), the parsing and
+ * checking of its value into struct config, and the messages for bad values, keys and sections. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -297,7 +297,8 @@ static int set_name(struct loader *ld, const struct key_spec *k, const char *v)
 
 #define F(name) offsetof(struct config, name)
 
-/* Every key of SPEC §3: adding a key is one line here plus its field in struct config. */
+/* Every key of docs/configuration.md: adding a key is one line here plus its field in struct
+ * config. */
 static const struct key_spec keys[] = {
     {"input", "path", .set = set_path, .off = F(input_path)},
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},

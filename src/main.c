@@ -1,6 +1,7 @@
-/* main.c: the roifs command line (SPEC §2): dispatches to the commands in cli/. Also accepts
- * `roifs CONFIG MOUNTPOINT -o OPTIONS`, the form mount(8) and fstab use through mount.fuse3.
- * Exit status: 0 success, 1 failure at run time, 2 bad usage, configuration or input. */
+/* main.c: the roifs command line (docs/operations.md, docs/roifs.1): dispatches to the commands in
+ * cli/. Also accepts `roifs CONFIG MOUNTPOINT -o OPTIONS`, the form mount(8) and fstab use through
+ * mount.fuse3. Exit status: 0 success, 1 failure at run time, 2 bad usage, configuration or input.
+ */
 #include <pwd.h>
 #include <malloc.h>
 #include <signal.h>

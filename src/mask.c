@@ -1,4 +1,4 @@
-/* mask.c: the label image of masked ROIs (SPEC §10): which array it is (an OME label image's
+/* mask.c: the label image of masked ROIs (docs/masks.md): which array it is (an OME label image's
  * level by scale), the checks masked ROIs need, and selections read by nearest neighbour. */
 #include "mask.h"
 

@@ -1,4 +1,4 @@
-/* mask.h: the label image of masked ROIs (SPEC §10): [rois] mask or a masking table's region,
+/* mask.h: the label image of masked ROIs (docs/masks.md): [rois] mask or a masking table's region,
  * an integer Zarr array or an OME-Zarr label image (its level by scale), read at the output's
  * shape by nearest neighbour; and the selections (mask == L) the engine reads and pastes by. */
 #ifndef ROIFS_MASK_H

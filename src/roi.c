@@ -1,5 +1,6 @@
-/* roi.c: the ROI list (SPEC §4 text or a regular grid) and the index from output chunks to the
- * ROIs touching them: (chunk, ROI) contacts sorted by a radix sort and compacted into CSR. */
+/* roi.c: the ROI list (docs/configuration.md, ROI list file: text, or a regular grid) and the index
+ * from output chunks to the ROIs touching them: (chunk, ROI) contacts sorted by a radix sort and
+ * compacted into CSR. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -84,8 +85,9 @@ static int parse_index(struct roi_parser *p, int k, const char *s, const char *e
 }
 
 /* Parses range k, the text [s, e) between commas, into box[0..1]. An empty start means 0 and
- * an empty stop the extent of the dimension: besides SPEC §4's ':' this accepts the
- * compatible 'start:' and ':stop'. Dimensions beyond the array's are checked for syntax only. */
+ * an empty stop the extent of the dimension: besides the ':' of docs/configuration.md this accepts
+ * the compatible 'start:' and ':stop'. Dimensions beyond the array's are checked for syntax only.
+ */
 static int parse_range(struct roi_parser *p, int k, const char *s, const char *e, uint64_t box[2],
                        bool open[2])
 {

@@ -1,6 +1,7 @@
-/* roi.h: the ROI list (SPEC §4 file or a grid) and the index from output chunks to the ROIs
- * that touch them, in list order. The index is a sorted array of (chunk, roi) pairs, so its
- * memory grows with the number of ROI-chunk contacts, never with the size of the array. */
+/* roi.h: the ROI list (docs/configuration.md, ROI list file, or a grid) and the index from output
+ * chunks to the ROIs that touch them, in list order. The index is a sorted array of (chunk, roi)
+ * pairs, so its memory grows with the number of ROI-chunk contacts, never with the size of the
+ * array. */
 #ifndef ROIFS_ROI_H
 #define ROIFS_ROI_H
 
@@ -15,7 +16,7 @@ struct roi_set {
     size_t n;
     uint64_t *start; /* n * ndim, ROI i at start[i * ndim] */
     uint64_t *stop;  /* exclusive */
-    /* masked ROIs (SPEC §10): n labels, 0 for a ROI without one; NULL when no ROI has one */
+    /* masked ROIs (docs/masks.md): n labels, 0 for a ROI without one; NULL when no ROI has one */
     uint64_t *label;
 };
 
@@ -25,17 +26,18 @@ static inline uint64_t roi_label(const struct roi_set *rs, size_t i)
     return rs->label ? rs->label[i] : 0;
 }
 
-/* Parses a ROI list file (SPEC §4) for an array of the given shape. Errors: -EINVAL with
- * err->msg = "PATH:LINE: ..." (wrong number of dimensions, start >= stop, outside the array,
- * not an integer); -errno with "PATH: ..." when the file cannot be read. An empty list is
- * an error ("no ROIs"). */
+/* Parses a ROI list file (docs/configuration.md, ROI list file) for an array of the given shape.
+ * Errors: -EINVAL with err->msg = "PATH:LINE: ..." (wrong number of dimensions, start >= stop,
+ * outside the array, not an integer); -errno with "PATH: ..." when the file cannot be read. An
+ * empty list is an error ("no ROIs"). */
 int roi_parse_file(const char *path, int ndim, const uint64_t *shape, struct roi_set *out,
                    struct errbuf *err);
 /* Parses ROI list text held in memory; `name` is used in messages. */
 int roi_parse_text(const char *name, const char *text, int ndim, const uint64_t *shape,
                    struct roi_set *out, struct errbuf *err);
 /* The same with flags: ROI_PARSE_LABELS accepts `@ LABEL` at the end of a line (a positive
- * integer: a masked ROI, SPEC §10); without it such a line is an error ("needs [rois] mask"). */
+ * integer: a masked ROI, docs/masks.md); without it such a line is an error ("needs [rois] mask").
+ */
 #define ROI_PARSE_LABELS 1u
 int roi_parse_file_flags(const char *path, int ndim, const uint64_t *shape, unsigned flags,
                          struct roi_set *out, struct errbuf *err);

@@ -1,5 +1,6 @@
-/* table_write.h: encodes a masking ROI table (SPEC section 11) as the files of its Zarr group
- * tables/NAME/, in memory: AnnData's Zarr encoding or ngio's CSV back end, Zarr v2 or v3. */
+/* table_write.h: encodes a masking ROI table (docs/ome-fractal.md, Masking ROI tables written by
+ * roifs) as the files of its Zarr group tables/NAME/, in memory: AnnData's Zarr encoding or ngio's
+ * CSV back end, Zarr v2 or v3. */
 #ifndef ROIFS_TABLE_WRITE_H
 #define ROIFS_TABLE_WRITE_H
 
@@ -12,7 +13,8 @@
 enum table_backend { TABLE_ANNDATA, TABLE_CSV };
 
 /* One object: its id in the label image and its bounding box in micrometres, per axis in the
- * order z, y, x. An image without a z axis has start[0] = 0 and length[0] = 1 (SPEC 11). */
+ * order z, y, x. An image without a z axis has start[0] = 0 and length[0] = 1
+ * (docs/ome-fractal.md). */
 struct table_row {
     uint64_t label;
     double start[3];

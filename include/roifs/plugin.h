@@ -1,5 +1,6 @@
-/* roifs/plugin.h: the C plugin interface of roifs (`[process] plugin = libf.so`, SPEC §8.3).
- * A plugin is a shared library that exports one function, roifs_plugin(), describing it.
+/* roifs/plugin.h: the C plugin interface of roifs (`[process] plugin = libf.so`,
+ * docs/processors.md, A C plugin). A plugin is a shared library that exports one function,
+ * roifs_plugin(), describing it.
  *
  *   #include <roifs/plugin.h>
  *   static int my_process(void *state, const struct roifs_roi *roi, const void *in, void *out,
@@ -51,7 +52,7 @@ struct roifs_roi {
     size_t nelems;     /* elements of the read region: product of in_shape */
     size_t in_nbytes;  /* nelems * in_itemsize */
     size_t out_nbytes; /* nelems * out_itemsize */
-    /* A masked ROI's label (SPEC §10), 0 for any other ROI. Added at the end in ABI 1: roifs
+    /* A masked ROI's label (docs/masks.md), 0 for any other ROI. Added at the end in ABI 1: roifs
      * allocates this struct, so plugins built before it never read past out_nbytes. */
     uint64_t label;
 };

@@ -1,5 +1,6 @@
-"""roifs._server: the fork server behind `[process] python = FILE.py:FUNCTION` (roifs SPEC
-§8.4), started by roifs as `INTERPRETER -c "...; roifs._server.main()" SPEC` (src/proc/pyserver.c).
+"""roifs._server: the fork server behind `[process] python = FILE.py:FUNCTION` (roifs
+docs/processors.md, Python functions), started by roifs as
+`INTERPRETER -c "...; roifs._server.main()" FILE.py:FUNCTION` (src/proc/pyserver.c).
 
 It limits the BLAS/OpenMP thread pools, imports numpy and the user's file once, checks the
 function, and then forks one worker per request of roifs, so that every worker starts with

@@ -1,4 +1,4 @@
-"""roifs.worker: run a Python function as a roifs `worker` processor (roifs SPEC §8.2).
+"""roifs.worker: run a Python function as a roifs `worker` processor (docs/processors.md, The worker protocol).
 
 In your script:
 

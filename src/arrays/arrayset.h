@@ -59,8 +59,8 @@ bool arrayset_is_overlay(const struct arrayset *s);
 struct otable *arrayset_table(const struct arrayset *s);
 /* The content of NS_GEN node index as it is now (malloc'd; its length in *len). */
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);
-/* The status document of SPEC §6 for a started set: array 0's engine_status, and with a
- * pyramid "levels", each level's counters. A new reference. */
+/* The status document (docs/mounted-tree.md, Status file) for a started set: array 0's
+ * engine_status, and with a pyramid "levels", each level's counters. A new reference. */
 json_t *arrayset_status(struct arrayset *s);
 
 /* [input] watch, for a started set: the input's storage files sids[0..n) changed (with all:

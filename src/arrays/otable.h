@@ -1,12 +1,12 @@
-/* otable.h: the masking ROI table of ome = labels (SPEC §11, tables/NAME): one row per label id
- * present in the computed level, its bounding box in micrometres. Its content depends on the
- * whole output, so a request asks the computed level's engine for every chunk (each computed
- * once), scans them as they come and encodes the table (table_write.h); the rows are then kept
- * in a checksummed record in the cache, named by the keys of every chunk, which a later mount
- * of the same result reads instead of scanning. The table follows the label image as it is
- * now: every request computes the chunks' keys again, and a table made from other chunks (the
- * input changed while mounted) is made again, from the record of those keys or by a scan.
- * FUSE-free. */
+/* otable.h: the masking ROI table of ome = labels (docs/mounted-tree.md, OME-Zarr label overlay:
+ * tables/NAME): one row per label id present in the computed level, its bounding box in
+ * micrometres. Its content depends on the whole output, so a request asks the computed level's
+ * engine for every chunk (each computed once), scans them as they come and encodes the table
+ * (table_write.h); the rows are then kept in a checksummed record in the cache, named by the keys
+ * of every chunk, which a later mount of the same result reads instead of scanning. The table
+ * follows the label image as it is now: every request computes the chunks' keys again, and a table
+ * made from other chunks (the input changed while mounted) is made again, from the record of those
+ * keys or by a scan. FUSE-free. */
 #ifndef ROIFS_OTABLE_H
 #define ROIFS_OTABLE_H
 

@@ -1,10 +1,10 @@
-/* overlay.h: [output] ome = labels (SPEC §11): the input OME-Zarr image presented as it is, plus
- * the label image labels/NAME whose level k ([input] level) is the configured task and whose
- * other levels j are nearest-neighbour resamplings of level k, each a derived task reading
- * level k through its engine (upread.h), computed lazily, each chunk once. This module owns
- * the levels, the checks of the configuration and the metadata files the overlay adds or
- * replaces (the labels and tables lists, the label image's group); overlay_tree.c puts them
- * in the tree, otable.h computes the masking table. */
+/* overlay.h: [output] ome = labels (docs/mounted-tree.md, OME-Zarr label overlay): the input
+ * OME-Zarr image presented as it is, plus the label image labels/NAME whose level k ([input] level)
+ * is the configured task and whose other levels j are nearest-neighbour resamplings of level k,
+ * each a derived task reading level k through its engine (upread.h), computed lazily, each chunk
+ * once. This module owns the levels, the checks of the configuration and the metadata files the
+ * overlay adds or replaces (the labels and tables lists, the label image's group); overlay_tree.c
+ * puts them in the tree, otable.h computes the masking table. */
 #ifndef ROIFS_OVERLAY_H
 #define ROIFS_OVERLAY_H
 

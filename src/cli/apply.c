@@ -1,7 +1,8 @@
-/* apply.c: `roifs apply [-j N] [--again] CONFIG` (SPEC §13): writes the result into the input
- * array itself, each ROI from the original input exactly once, each input file replaced by
- * rename, resumable after a kill at any moment, with bounded scratch. The plan (plan.c) says
- * when a chunk may replace its input file, the journal (journal.c) what was replaced. */
+/* apply.c: `roifs apply [-j N] [--again] CONFIG` (docs/operations.md, Writing the result in place):
+ * writes the result into the input array itself, each ROI from the original input exactly once,
+ * each input file replaced by rename, resumable after a kill at any moment, with bounded scratch.
+ * The plan (plan.c) says when a chunk may replace its input file, the journal (journal.c) what was
+ * replaced. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

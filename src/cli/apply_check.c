@@ -1,7 +1,7 @@
-/* apply_check.c: what `roifs apply` settles before computing anything: the refusals of SPEC
- * §13 (exit 2), the lock that keeps a second apply of the same input out, the journal (begin,
- * resume, or already done) and the plan, with the check that what is left can be finished
- * from the original input. */
+/* apply_check.c: what `roifs apply` settles before computing anything: the refusals of
+ * docs/operations.md (Writing the result in place; exit 2), the lock that keeps a second apply of
+ * the same input out, the journal (begin, resume, or already done) and the plan, with the check
+ * that what is left can be finished from the original input. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -39,9 +39,9 @@ struct apply {
 #define APPLY_GO   (-1) /* go on: the plan and the run */
 #define APPLY_DONE (-2) /* nothing to do (already applied): exit 0 */
 
-/* The refusals of SPEC §13, the lock on the input and its record of an unfinished
- * application (another job's refuses; this job's names the cache to use): 0 or EXIT_USAGE
- * (message printed). */
+/* The refusals of docs/operations.md (Writing the result in place), the lock on the input and its
+ * record of an unfinished application (another job's refuses; this job's names the cache to use): 0
+ * or EXIT_USAGE (message printed). */
 int apply_check(struct apply *a);
 /* Reads the journal and decides: resume, begin (again: a new application), or nothing to do
  * (printed). Reconciles what a kill left between a journal record and a rename. Before

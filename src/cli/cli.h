@@ -1,6 +1,6 @@
-/* cli.h: the roifs commands (SPEC §2), one file per command (mount.c holds mount and
- * unmount), dispatched by main.c, and what they share (common.c): exit statuses, messages,
- * and the chunk runner used by warm and export (runner.c). */
+/* cli.h: the roifs commands (docs/operations.md, docs/roifs.1), one file per command (mount.c holds
+ * mount and unmount), dispatched by main.c, and what they share (common.c): exit statuses,
+ * messages, and the chunk runner used by warm and export (runner.c). */
 #ifndef ROIFS_CLI_H
 #define ROIFS_CLI_H
 

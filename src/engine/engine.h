@@ -91,9 +91,9 @@ struct engine_progress {
 };
 void engine_progress(struct engine *e, struct engine_progress *p);
 
-/* The engine's part of the status document of SPEC §6 ("rois", "chunks", "calls", "errors",
- * "queue", "uptime", "results", and "cache" with max_size), from one engine_progress
- * snapshot and the recent errors. A new reference. */
+/* The engine's part of the status document of docs/mounted-tree.md, Status file ("rois", "chunks",
+ * "calls", "errors", "queue", "uptime", "results", and "cache" with max_size), from one
+ * engine_progress snapshot and the recent errors. A new reference. */
 json_t *engine_status(struct engine *e);
 
 /* Calls fn, outside the engine's lock, for each ROI whose last attempt failed, in index

@@ -1,6 +1,6 @@
-/* label_rules.h: what [labels] (SPEC §9) asks of every part of the engine, from the task alone:
- * whether ids are mapped, counted (ids = sequential) or stitched (stitch = iou), whether ROIs
- * are computed under their result's lock, and the check of a processor's output. */
+/* label_rules.h: what [labels] (docs/labels.md) asks of every part of the engine, from the task
+ * alone: whether ids are mapped, counted (ids = sequential) or stitched (stitch = iou), whether
+ * ROIs are computed under their result's lock, and the check of a processor's output. */
 #ifndef ROIFS_ENGINE_LABEL_RULES_H
 #define ROIFS_ENGINE_LABEL_RULES_H
 

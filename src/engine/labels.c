@@ -1,7 +1,7 @@
-/* labels.c: the engine's side of [labels] (SPEC §9): validation of results, the part of a
- * chunk's key that its ids depend on, and the id mapping applied when a ROI's result is
- * pasted. ids = sequential needs |D_s| for every earlier ROI s: a count record (8 bytes)
- * stored beside each result under a key derived from the result's, made from the stored
+/* labels.c: the engine's side of [labels] (docs/labels.md, How ids are numbered): validation of
+ * results, the part of a chunk's key that its ids depend on, and the id mapping applied when a
+ * ROI's result is pasted. ids = sequential needs |D_s| for every earlier ROI s: a count record (8
+ * bytes) stored beside each result under a key derived from the result's, made from the stored
  * result when missing, so that a chunk reads earlier ROIs' counts, not their pixels. */
 #include "labels.h"
 #include "label_rules.h"

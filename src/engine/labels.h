@@ -1,7 +1,7 @@
-/* labels.h: the engine's side of [labels] (SPEC §9): ids are mapped when a ROI's result is
- * pasted into a chunk (the result store keeps the processor's values); ids = sequential
- * needs, per chunk, the number of distinct ids of every earlier ROI, kept as a small record
- * beside each result in the store. Used by assemble.c, gc.c and engine.c. */
+/* labels.h: the engine's side of [labels] (docs/labels.md, How ids are numbered): ids are mapped
+ * when a ROI's result is pasted into a chunk (the result store keeps the processor's values); ids =
+ * sequential needs, per chunk, the number of distinct ids of every earlier ROI, kept as a small
+ * record beside each result in the store. Used by assemble.c, gc.c and engine.c. */
 #ifndef ROIFS_ENGINE_LABELS_H
 #define ROIFS_ENGINE_LABELS_H
 

@@ -1,6 +1,6 @@
-/* status.c: the engine's part of the live status document of SPEC §6 (MNT/.roifs/status),
- * as JSON, from one engine_progress() snapshot and the recent errors. The set of arrays adds
- * "levels" and the FUSE side "fuse" (arrays/arrayset.c, fs/open.c). */
+/* status.c: the engine's part of the live status document of docs/mounted-tree.md, Status file
+ * (MNT/.roifs/status), as JSON, from one engine_progress() snapshot and the recent errors. The set
+ * of arrays adds "levels" and the FUSE side "fuse" (arrays/arrayset.c, fs/open.c). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>

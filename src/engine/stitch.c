@@ -1,7 +1,7 @@
-/* stitch.c: the engine's side of stitch = iou (SPEC §9). Each ROI's result comes with a strip
- * record: its values in the zones where its read region overlaps other ROIs' (halo included),
- * stored beside the result. The global pass is exactly once across processes: under the lock
- * of the mapping's key (every ROI's result key and the threshold), after a fresh look in the
+/* stitch.c: the engine's side of stitch = iou (docs/labels.md, Stitching). Each ROI's result comes
+ * with a strip record: its values in the zones where its read region overlaps other ROIs' (halo
+ * included), stored beside the result. The global pass is exactly once across processes: under the
+ * lock of the mapping's key (every ROI's result key and the threshold), after a fresh look in the
  * store, it makes sure every ROI is done, then walks the pairs of overlapping ROIs holding two
  * strip records at a time, and stores the id mapping as one more verified record. Each
  * process keeps the mapping in memory: later chunks only look ids up. */

@@ -1,5 +1,5 @@
-/* strips.c: the strip record of stitch = iou (SPEC §9, strips.h): after a ROI's processor
- * returns, its values in the zones where its read region overlaps other ROIs' (halo
+/* strips.c: the strip record of stitch = iou (docs/labels.md, Stitching; strips.h): after a ROI's
+ * processor returns, its values in the zones where its read region overlaps other ROIs' (halo
  * included), stored beside its result for the global pass (stitch.c). */
 #include "strips.h"
 

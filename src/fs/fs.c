@@ -35,7 +35,8 @@ static struct fs *fs_of(fuse_req_t req)
 /* Size of chunk n as inode ino shows it; *timeout is how long the kernel may keep it, and
  * *made_ns (0: not computed) when the bytes it serves were made. That is its mtime: a reader
  * that knows a file by size and mtime, such as a second mount taking this one as its input
- * (input signatures, SPEC section 12) or rsync, then sees it unchanged across remounts. */
+ * (input signatures: docs/operations.md, Editing a job) or rsync, then sees it unchanged across
+ * remounts. */
 static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino, double *timeout,
                            int64_t *made_ns)
 {

@@ -1,5 +1,6 @@
-/* ids.c: label ids (SPEC §9): configuration checks, validation of a processor's values and
- * the mappings of ids = unique and ids = sequential, over every integer dtype. */
+/* ids.c: label ids (docs/labels.md, How ids are numbered): configuration checks, validation of a
+ * processor's values and the mappings of ids = unique and ids = sequential, over every integer
+ * dtype. */
 #include "ids.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* ids.h: label outputs (SPEC §9, [labels]): the checks of a configuration's ids against its
+/* ids.h: label outputs (docs/labels.md, [labels]): the checks of a configuration's ids against its
  * output dtype, the validation of a processor's values, and the id mappings of ids = unique
  * (r * block + v) and ids = sequential (offset + rank of v among the ROI's distinct values).
  * Pure functions of buffers: no engine, no FUSE. */

@@ -1,6 +1,6 @@
-/* stitch.c: IoU stitching (SPEC §9): per overlap zone, the pairs of objects whose IoU in the
- * zone reaches the threshold; a union-find (open addressing over the ids merged) keeping the
- * smallest id as each object's representative; and the resulting id mapping. */
+/* stitch.c: IoU stitching (docs/labels.md, Stitching): per overlap zone, the pairs of objects whose
+ * IoU in the zone reaches the threshold; a union-find (open addressing over the ids merged) keeping
+ * the smallest id as each object's representative; and the resulting id mapping. */
 #include "stitch.h"
 
 #include <stdbool.h>

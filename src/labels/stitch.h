@@ -1,4 +1,4 @@
-/* stitch.h: stitching by IoU (SPEC §9, stitch = iou) as pure functions: the merges found in
+/* stitch.h: stitching by IoU (docs/labels.md, Stitching) as pure functions: the merges found in
  * one overlap zone, a union-find over global ids that keeps the smallest id of each merged
  * object, and the id mapping it yields, applied when pasting. No engine, no FUSE. */
 #ifndef ROIFS_LABELS_STITCH_H

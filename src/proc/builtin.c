@@ -1,7 +1,7 @@
-/* builtin.c: the builtin processors of SPEC §7 (copy, add, multiply, threshold, gaussian,
- * label), for demos, tests and benchmarks. Elementwise ops stream through small blocks; gaussian
- * works on the whole read region in double precision, matching scipy.ndimage.gaussian_filter;
- * label is label.c. */
+/* builtin.c: the builtin processors of docs/configuration.md, Builtin processors (copy, add,
+ * multiply, threshold, gaussian, label), for demos, tests and benchmarks. Elementwise ops stream
+ * through small blocks; gaussian works on the whole read region in double precision, matching
+ * scipy.ndimage.gaussian_filter; label is label.c. */
 #include "builtin_int.h"
 #include "label.h"
 #include "proc.h"

@@ -1,9 +1,9 @@
-/* command.c: the `command` processor (SPEC §8.1): one `/bin/sh -c COMMAND` per ROI, in its own
- * process group, fed the read region on stdin and expected to write the output on stdout. A
- * COMMAND that is a plain list of words is executed as the shell would, without the shell (one
- * process fewer per ROI; spawn_split_words).
- * With `executor = slurm` the process is `srun ... /bin/sh -c COMMAND`, one job step per ROI,
- * which srun runs on the cluster with stdin, stdout and the environment forwarded. */
+/* command.c: the `command` processor (docs/processors.md, A command): one `/bin/sh -c COMMAND` per
+ * ROI, in its own process group, fed the read region on stdin and expected to write the output on
+ * stdout. A COMMAND that is a plain list of words is executed as the shell would, without the shell
+ * (one process fewer per ROI; spawn_split_words). With `executor = slurm` the process is `srun ...
+ * /bin/sh -c COMMAND`, one job step per ROI, which srun runs on the cluster with stdin, stdout and
+ * the environment forwarded. */
 #include "proc.h"
 #include "slurm.h"
 #include "spawn.h"
@@ -103,7 +103,7 @@ static char **build_env(const struct command *cmd, const struct proc_request *rq
     ours[n++] = list_var("ROIFS_IN_SHAPE", rq->in_shape, rq->ndim);
     ours[n++] = xasprintf("ROIFS_IN_DTYPE=%s", dtype_typestr_le(&rq->in_dtype, buf));
     ours[n++] = xasprintf("ROIFS_OUT_DTYPE=%s", dtype_typestr_le(&rq->out_dtype, buf));
-    if (rq->label) /* a masked ROI (SPEC §10) */
+    if (rq->label) /* a masked ROI (docs/masks.md) */
         ours[n++] = xasprintf("ROIFS_LABEL=%llu", (unsigned long long)rq->label);
     while (environ && environ[nenv])
         nenv++;

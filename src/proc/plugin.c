@@ -1,4 +1,4 @@
-/* plugin.c: the `plugin` processor (SPEC §8.3): a shared library implementing
+/* plugin.c: the `plugin` processor (docs/processors.md, A C plugin): a shared library implementing
  * include/roifs/plugin.h, loaded and initialised when the configuration is checked, so that a
  * bad plugin refuses the mount. */
 #include "proc.h"

@@ -12,7 +12,7 @@
 #include "../dtype.h"
 #include "../util.h"
 
-/* One ROI handed to a processor (SPEC §8): the ROI box and its read region. */
+/* One ROI handed to a processor (docs/processors.md): the ROI box and its read region. */
 struct proc_request {
     size_t roi;
     int ndim;
@@ -24,7 +24,7 @@ struct proc_request {
     size_t in_nbytes; /* prod(in_shape) * in_dtype.size */
     void *out;
     size_t out_nbytes; /* prod(in_shape) * out_dtype.size */
-    uint64_t label;    /* a masked ROI's label (SPEC §10), 0 for any other ROI */
+    uint64_t label;    /* a masked ROI's label (docs/masks.md), 0 for any other ROI */
 };
 
 struct proc;

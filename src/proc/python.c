@@ -1,9 +1,9 @@
-/* python.c: the `python` processor (SPEC §8.4): FUNCTION(block, roi) in interpreters forked
- * by one fork server (pyserver.c) that imported the user's file once, when the processor was
- * created, so that no read waits for an interpreter. This file is the pool: which worker
- * (pyworker.c) serves a ROI or a batch of small ROIs, retries of a ROI that was not sent,
+/* python.c: the `python` processor (docs/processors.md, Python functions): FUNCTION(block, roi) in
+ * interpreters forked by one fork server (pyserver.c) that imported the user's file once, when the
+ * processor was created, so that no read waits for an interpreter. This file is the pool: which
+ * worker (pyworker.c) serves a ROI or a batch of small ROIs, retries of a ROI that was not sent,
  * replacement of dead workers, shutdown and creation. With executor = slurm, a `worker`
- * processor running `python3 -m roifs.worker --python SPEC` on the nodes instead. */
+ * processor running `python3 -m roifs.worker --python FILE:FUNCTION` on the nodes instead. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>

@@ -1,9 +1,9 @@
-/* worker.c: the `worker` processor (SPEC §8.2): persistent `/bin/sh -c WORKER` processes, each
- * in its own process group, started on first use and reused. One ROI at a time per worker: a
- * JSON request line and the input bytes on its stdin, a JSON reply line and the output bytes
- * on its stdout. A worker that dies, hangs or breaks the protocol is killed and replaced.
- * With `executor = slurm` each worker is `srun ... /bin/sh -c WORKER`, a job step that serves
- * many ROIs; the protocol travels through srun. */
+/* worker.c: the `worker` processor (docs/processors.md, The worker protocol): persistent `/bin/sh
+ * -c WORKER` processes, each in its own process group, started on first use and reused. One ROI at
+ * a time per worker: a JSON request line and the input bytes on its stdin, a JSON reply line and
+ * the output bytes on its stdout. A worker that dies, hangs or breaks the protocol is killed and
+ * replaced. With `executor = slurm` each worker is `srun ... /bin/sh -c WORKER`, a job step that
+ * serves many ROIs; the protocol travels through srun. */
 #include "proc.h"
 #include "pypath.h"
 #include "slurm.h"

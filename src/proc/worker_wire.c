@@ -1,7 +1,7 @@
-/* worker_wire.c: the worker protocol's wire format (SPEC §8.2): the params object sent to
- * worker and python processors, the JSON request line, the writes of request and input, and
- * the parsing of the reply line and output, with the protocol errors they can find. The
- * scheduling of a request (poll, deadlines, deaths) is in worker.c. */
+/* worker_wire.c: the worker protocol's wire format (docs/processors.md, The worker protocol): the
+ * params object sent to worker and python processors, the JSON request line, the writes of request
+ * and input, and the parsing of the reply line and output, with the protocol errors they can find.
+ * The scheduling of a request (poll, deadlines, deaths) is in worker.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -54,7 +54,7 @@ void wire_build_request(const struct worker_pool *wp, const struct proc_request 
               dtype_typestr_le(&rq->in_dtype, in_dt), dtype_typestr_le(&rq->out_dtype, out_dt),
               rq->in_nbytes);
     sb_append(sb, wp->params_json, strlen(wp->params_json));
-    if (rq->label) /* a masked ROI (SPEC §10) */
+    if (rq->label) /* a masked ROI (docs/masks.md) */
         sb_printf(sb, ", \"label\": %llu", (unsigned long long)rq->label);
     sb_append(sb, "}\n", 2);
 }

@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the mounted end-to-end suite (SPEC.md is the contract).
+"""Fixtures and helpers for the mounted end-to-end suite (docs/ is the contract).
 
 Run with Debian's interpreter:  /usr/bin/python3 -m pytest tests/e2e -q
 Every test runs under a watchdog (default 120 s, @pytest.mark.timeout(S) to change): when

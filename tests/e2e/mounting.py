@@ -107,6 +107,6 @@ def write_config(path, sections, extra=""):
 
 
 def read_status(mnt):
-    """MNT/.roifs/status as a dict (SPEC §6)."""
+    """MNT/.roifs/status as a dict (docs/mounted-tree.md#status-file)."""
     with open(os.path.join(mnt, ".roifs", "status"), "rb") as f:
         return json.loads(f.read())

@@ -1,4 +1,4 @@
-"""roifs apply (SPEC §13): the result written into the input array itself. Every ROI from the
+"""roifs apply (docs/operations.md#writing-the-result-in-place-roifs-apply--j-n---again-config): the result written into the input array itself. Every ROI from the
 ORIGINAL input, exactly once, against a numpy reference (overlapping ROIs with a halo and a
 Gaussian, so that a ROI reading an already replaced chunk would show); kills with SIGKILL at
 every step of a replacement (the testing-only hook ROIFS_TEST_APPLY_KILL=POINT:N) and at

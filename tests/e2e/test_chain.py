@@ -1,4 +1,4 @@
-"""Chained mounts (SPEC §11, last paragraph; issue 17 item 4): a second mount whose input is
+"""Chained mounts (docs/fractal.md#two-mounts-chained; issue 17 item 4): a second mount whose input is
 the first one's presented image. Each mount computes its ROIs once, also across remounts of
 either; nothing deadlocks with readers on both and every compute thread busy; and unmounting
 either one first, with a read in flight, leaves no hung process: readers get EIO, the mount

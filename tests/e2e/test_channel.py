@@ -1,4 +1,4 @@
-"""[input] channel (SPEC §3, §9): one channel of an input with a c axis, named by its OME
+"""[input] channel (docs/configuration.md, docs/labels.md#one-channel-of-an-image): one channel of an input with a c axis, named by its OME
 axes (a Fractal-style plate image, with a ROI table in micrometres), by Zarr v3
 dimension_names or by the _ARRAY_DIMENSIONS attribute: the ROIs, the processor's block and the
 output have the other axes only. Errors (exit 2): no c axis, an index out of range, watch."""

@@ -2,9 +2,12 @@
 table, every command of src/main.c's command table and every builtin of src/proc/builtin.c is
 documented in the man page (docs/roifs.1) and in docs/ (configuration.md, operations.md) and
 the README; docs/configuration.md lists no key the code does not accept; every relative link
-between the pages leads to a file and heading that exist. Nothing here needs a build or a
+between the pages leads to a file and heading that exist; docs/ is the whole contract (no file
+cites one outside the repository, and every citation of a docs page and heading resolves);
+tests/README.md names every test, and only tests that exist. Nothing here needs a build or a
 mount: the lists are read from the C sources, so adding a key, command or builtin without
 documenting it fails this test."""
+import functools
 import re
 from pathlib import Path
 
@@ -174,6 +177,7 @@ def slug(heading):
     return s.replace(" ", "-")
 
 
+@functools.lru_cache(maxsize=None)
 def anchors(path):
     text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
     return {slug(m) for m in re.findall(r"^#{1,6} +(.+?) *$", text, re.M)}
@@ -196,3 +200,145 @@ def test_links_resolve(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             bad.append(f"{target}: no such heading")
     assert not bad, f"{page.relative_to(REPO)}: broken links: {bad}"
+
+
+# ------------------------------------------------------------ citations and the contract
+
+# Where the repository's own text lives; build trees, caches and fuzz corpora are not text.
+TEXT_DIRS = ("src", "include", "tests", "python", "scripts", "bench", "docs", "fuzz", "examples",
+             "config", ".ci")
+SKIP_PARTS = {"node_modules", "fuzz-corpus", "__pycache__", ".pytest_cache"}
+TEXT_SUFFIXES = {".c", ".h", ".py", ".md", ".sh", ".txt", ".ini", ".json", ".mjs", ".build",
+                 ".1", ".supp", ""}
+
+
+def repo_text_files():
+    """(path, text) of every text file of the repository's own directories and top level."""
+    paths = [p for p in REPO.iterdir() if p.is_file()]
+    for d in TEXT_DIRS:
+        if (REPO / d).is_dir():
+            paths += [p for p in (REPO / d).rglob("*") if p.is_file()]
+    for p in sorted(paths):
+        rel = p.relative_to(REPO)
+        if SKIP_PARTS & set(rel.parts) or p.suffix not in TEXT_SUFFIXES or \
+                p.stat().st_size > 4 << 20:
+            continue
+        try:
+            yield rel, p.read_text()
+        except UnicodeDecodeError:
+            continue
+
+
+# Written in two pieces so that this file does not match itself.
+OUTSIDE_CONTRACT = re.compile("SP" r"EC(\.md|\s*§|\s+sections?\s+\d|\s+\d)|" "DES" r"IGN\.md")
+
+
+def test_no_outside_contract_cited():
+    """docs/ is the whole contract: no file cites the specification the project started from
+    (it is not in the repository, so a reader cannot follow such a citation)."""
+    bad = [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+           for rel, text in repo_text_files() for m in OUTSIDE_CONTRACT.finditer(text)]
+    assert not bad, "cite the page and heading of docs/ that states it instead: " + \
+        ", ".join(bad[:20])
+
+
+@functools.lru_cache(maxsize=None)
+def headings(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return [re.sub(r"[`*]", "", h) for h in re.findall(r"^#{1,6} +(.+?) *$", text, re.M)]
+
+
+def unwrapped(text):
+    """text with comment continuation lines joined, so a citation cut by a line break reads
+    as one (C ` * `, Python and shell `# `)."""
+    return re.sub(r"\n[ \t]*(\*(?!/)|#|//)?[ \t]*", " ", text)
+
+
+CITATION = re.compile(r"docs/([a-z0-9-]+\.md)(#[a-z0-9_-]+)?(, ([A-Z][^;:()\"\n]*))?")
+
+
+def test_citations_resolve():
+    """Every `docs/PAGE.md#anchor` and every `docs/PAGE.md, Heading` in the repository names
+    a page and a heading of it that exist (the heading may be cited by its first words)."""
+    bad = []
+    for rel, text in repo_text_files():
+        for m in CITATION.finditer(unwrapped(text)):
+            page = REPO / "docs" / m.group(1)
+            if not page.exists():
+                bad.append(f"{rel}: {m.group(0)}: no such page")
+                continue
+            if m.group(2) and m.group(2)[1:] not in anchors(page):
+                bad.append(f"{rel}: {m.group(0)}: no such heading")
+            cited = (m.group(4) or "").strip().rstrip(".,")
+            if cited and not m.group(2):
+                hs = headings(page)
+                if not any(h.startswith(cited) or cited.startswith(h) for h in hs):
+                    bad.append(f"{rel}: docs/{m.group(1)}, {cited}: no such heading")
+    assert not bad, bad
+
+
+# ------------------------------------------------------------------ tests/README.md
+
+
+TESTS_README = REPO / "tests" / "README.md"
+
+
+@functools.lru_cache(maxsize=None)
+def defined_tests():
+    """{file name: test names}: the test functions of tests/e2e/test_*.py and the RUN(...)
+    of tests/unit/test_*.c."""
+    tests = {}
+    for p in sorted((REPO / "tests" / "e2e").glob("test_*.py")):
+        tests[p.name] = re.findall(r"^(?:    )?def (test_\w+)\(", p.read_text(), re.M)
+    for p in sorted((REPO / "tests" / "unit").glob("test_*.c")):
+        tests[p.name] = re.findall(r"\bRUN\(\s*(\w+)\s*\)", p.read_text())
+    return tests
+
+
+@functools.lru_cache(maxsize=None)
+def readme_items():
+    """tests/README.md as items: each table row, each bullet with its continuation lines,
+    each paragraph."""
+    items, cur = [], []
+    for line in TESTS_README.read_text().splitlines():
+        if line.startswith("|") or line.startswith("- ") or not line.strip() or \
+                line.startswith("#"):
+            if cur:
+                items.append(" ".join(cur))
+            cur = [line] if line.strip() else []
+            if line.startswith("|"):
+                items.append(line)
+                cur = []
+        else:
+            cur.append(line)
+    if cur:
+        items.append(" ".join(cur))
+    return items
+
+
+def word(name):
+    return re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w])")
+
+
+@pytest.mark.parametrize("file", sorted(defined_tests()))
+def test_every_test_is_listed(file):
+    """Each test is named in tests/README.md: as `file::test`, or by its name in a row or
+    bullet that names its file."""
+    text = TESTS_README.read_text()
+    items = [i for i in readme_items() if word(file).search(i)]
+    missing = [t for t in defined_tests()[file]
+               if f"{file}::{t}" not in text and not any(word(t).search(i) for i in items)]
+    assert defined_tests()[file], f"tests/{file}: no test found (did the RUN macro change?)"
+    assert not missing, f"tests/README.md does not name these tests of {file}: {missing}"
+
+
+def test_listed_tests_exist():
+    """Every `file::test` of tests/README.md names a test that exists, and every test file it
+    names exists."""
+    tests = defined_tests()
+    text = TESTS_README.read_text()
+    bad = [f"{f}::{t}" for f, t in re.findall(r"(test_\w+\.(?:py|c))::(\w+)", text)
+           if t not in tests.get(f, ())]
+    bad += [f for f in set(re.findall(r"`(test_\w+\.(?:py|c))`", text))
+            if f not in tests and not (REPO / "tests" / "unit" / f).exists()]
+    assert not bad, f"tests/README.md names tests that do not exist: {bad}"

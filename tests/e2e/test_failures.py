@@ -1,4 +1,4 @@
-"""Failures (SPEC §5, §6, §8.1): a failing ROI gives EIO for the chunks that need it, shows
+"""Failures (docs/mounted-tree.md, docs/mounted-tree.md#status-file, docs/processors.md#a-command): a failing ROI gives EIO for the chunks that need it, shows
 up in the status file, leaves the mount serving, and is retried by a later open."""
 import errno
 import random

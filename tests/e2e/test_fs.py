@@ -1,4 +1,4 @@
-"""Mounted-tree semantics (SPEC §5, §6): read-only, stat never computes, exact sizes from
+"""Mounted-tree semantics (docs/mounted-tree.md): read-only, stat never computes, exact sizes from
 open on, and ordinary tools (cp -r, cat, ls) see an ordinary Zarr array."""
 import errno
 import hashlib
@@ -174,7 +174,7 @@ def read_every_file(root):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", ["array2", "array3", "ome2", "ome3", "labels2", "labels3"])
 def test_metadata_depends_only_on_the_job(tmp_path, roifs_bin, kind):
-    """SPEC §5: every metadata file (.zarray, .zattrs, .zgroup, zarr.json: the array's, an
+    """docs/mounted-tree.md#provenance: every metadata file (.zarray, .zattrs, .zgroup, zarr.json: the array's, an
     OME group's and its levels', the overlay's labels and tables lists, label image and
     masking table) is byte for byte the same on a cold mount, after everything was computed,
     after `roifs warm`, on a remount and on a mount at another mountpoint: what a mount found

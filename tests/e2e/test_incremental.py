@@ -1,4 +1,4 @@
-"""Recompute only what changed (issue 19 items 1, 4 and 5; SPEC §12): ROI results are kept
+"""Recompute only what changed (issue 19 items 1, 4 and 5; docs/operations.md#editing-a-job-what-is-computed-again): ROI results are kept
 under keys made of what they depend on, so after an edit of the ROI list (ROIs appended,
 removed, moved, swapped), of a param or of one input chunk, a remount or `warm` runs the
 processor exactly for the ROIs whose key is new, and the output, against a numpy reference

@@ -1,4 +1,4 @@
-"""Faulty input chunks (SPEC §5): a truncated, corrupt, wrongly sized or unreadable input
+"""Faulty input chunks (docs/reliability.md#the-guarantees, "Loud failures"): a truncated, corrupt, wrongly sized or unreadable input
 chunk fails with EIO exactly the output chunks whose ROIs read it (their read region, halo
 included, overlaps it), is named in the log and the status file, never crashes or hangs the
 daemon (it keeps serving the other chunks and exits 0 at unmount), and is read again once

@@ -1,4 +1,4 @@
-"""The `label` builtin (SPEC §7): connected components of `in > value` in each ROI's read
+"""The `label` builtin (docs/configuration.md#builtin-processors): connected components of `in > value` in each ROI's read
 region, exactly scipy.ndimage.label (faces connect, objects numbered in C order of their first
 element), through a mount: random blobs in 2-D and 3-D, several input dtypes and thresholds,
 with a halo so that the read region differs from the ROI box; and a ROI whose object count does

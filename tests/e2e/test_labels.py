@@ -1,5 +1,5 @@
-"""Label outputs (SPEC §9, [labels]): ids = keep | unique | sequential against a numpy
-reference written from the SPEC's formulas, over overlapping ROIs with a halo; laziness
+"""Label outputs (docs/labels.md, [labels]): ids = keep | unique | sequential against a numpy
+reference written from the formulas of docs/labels.md#how-ids-are-numbered, over overlapping ROIs with a halo; laziness
 (unique: a chunk alone computes only its ROIs; sequential: reading only the last chunk first
 on a fresh mount computes every ROI once); exactly once across a remount, two processes on
 one cache and a kill -9 in the middle; the validation of the processor's values (a negative
@@ -27,7 +27,7 @@ def blobs(seed, shape=SHAPE):
 
 
 def reference(inp, rois, halo, value, dtype, ids, block=65536):
-    """SPEC §9: each ROI's label image of its read region, cropped to its box; unique maps v
+    """docs/labels.md#how-ids-are-numbered: each ROI's label image of its read region, cropped to its box; unique maps v
     of ROI r to r * block + v; sequential to sum(|D_s|, s < r) + rank of v in D_r, D_r the
     sorted distinct nonzero values inside the box; the last ROI wins."""
     out = np.zeros(inp.shape, dtype)

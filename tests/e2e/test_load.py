@@ -1,4 +1,4 @@
-"""Load (SPEC §1): 16 reader processes read a mount of 10,000 overlapping ROIs at the same
+"""Load (docs/mounted-tree.md#what-each-element-holds): 16 reader processes read a mount of 10,000 overlapping ROIs at the same
 time, each the whole array with zarr-python in its own chunk order. Every reader gets the
 numpy reference, nobody deadlocks (every reader has a deadline), the processor runs exactly
 once per ROI, and the daemon's peak memory stays bounded.

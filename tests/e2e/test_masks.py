@@ -1,6 +1,6 @@
-"""Masked ROIs (SPEC §10): `@ L` lines with [rois] mask, and masking ROI tables (legacy Fractal
+"""Masked ROIs (docs/masks.md): `@ L` lines with [rois] mask, and masking ROI tables (legacy Fractal
 AnnData, ngio v1 AnnData and csv) with the label image their region names. Against a numpy
-reference of the SPEC's rules: only pixels with mask == L inside a ROI's box take its result,
+reference of the rules of docs/masks.md: only pixels with mask == L inside a ROI's box take its result,
 the mask scaled by nearest neighbour, mask_input zero | keep, outside fill | input, later ROIs
 winning; each ROI computed once; the label handed to python, worker and command processors;
 an edit of the mask recomputes exactly the ROIs whose mask region changed; every refusal."""
@@ -40,7 +40,7 @@ def label_image(shape, seed=5):
 
 
 def scaled(mask, shape):
-    """SPEC §10: element p of the output is mask[floor(p_d * M_d / O_d)]."""
+    """docs/masks.md: element p of the output is mask[floor(p_d * M_d / O_d)]."""
     idx = [np.arange(o) * m // o for o, m in zip(shape, mask.shape)]
     return mask[np.ix_(*idx)]
 
@@ -154,7 +154,7 @@ def test_unmasked_and_masked_rois_mix(tmp_path, roifs_bin):
 
 
 def test_label_reaches_worker_and_command(tmp_path, roifs_bin):
-    """The worker request's "label" and a command's ROIFS_LABEL carry L (SPEC §8, §10)."""
+    """The worker request's "label" and a command's ROIFS_LABEL carry L (docs/masks.md#what-the-processor-sees)."""
     mask = label_image(SHAPE)
     (tmp_path / "w.py").write_text(
         "import numpy as np\nfrom roifs.worker import run\n\n" + PROC_PY.split("\n", 1)[1] +
@@ -205,7 +205,7 @@ def test_sequential_ids_count_only_the_object(tmp_path, roifs_bin):
 
 
 def test_mask_edit_recomputes_only_the_rois_it_reaches(tmp_path, roifs_bin):
-    """SPEC §12: a masked ROI's key covers its label and the mask chunks it reads. Mask chunks
+    """docs/masks.md#changes-and-caching: a masked ROI's key covers its label and the mask chunks it reads. Mask chunks
     of 16 x 20: ROI 0 (read region rows 0:12, cols 0:15) is the only one reading mask chunk
     (0, 0); rewriting that chunk recomputes ROI 0 alone, changing one line's label that line
     alone, and mask_input every ROI."""

@@ -1,4 +1,4 @@
-"""OME-NGFF and Zarr metadata conformance of `[output] ome = true` (SPEC §5): the image
+"""OME-NGFF and Zarr metadata conformance of `[output] ome = true` (docs/ome-fractal.md#ome-zarr-output): the image
 group a mount presents keeps every MUST of OME-NGFF 0.4 (format 2) and 0.5 (format 3), and
 the SHOULDs the strict schemas require, as checked by ngff_check.py, for 2-D to 5-D images
 with and without OME input metadata; every level's dimension names (zarr.json

@@ -1,4 +1,4 @@
-"""OME-Zarr output (SPEC §3 [output] ome/levels/downsample, §5): with ome = true the mount
+"""OME-Zarr output (docs/ome-fractal.md#ome-zarr-output: [output] ome/levels/downsample): with ome = true the mount
 is an OME-Zarr image group whose levels 1.. are computed lazily from the level above (the
 mean of each 2x2 block, or its top-left element), read only where needed, at both formats,
 with axes and pixel sizes from an OME input; warm and export cover every level and a changed

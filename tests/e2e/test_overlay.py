@@ -1,4 +1,4 @@
-"""`[output] ome = labels` (SPEC §11): the mount presents the input OME-Zarr image itself, every
+"""`[output] ome = labels` (docs/mounted-tree.md#ome-zarr-label-overlay): the mount presents the input OME-Zarr image itself, every
 file byte for byte, plus labels/NAME (an OME-NGFF label image, 0.4 for Zarr v2, 0.5 for v3,
 as many levels as the parent, level k computed, the others nearest neighbour of it) and the
 labels list with NAME added; with table_name, tables/NAME, a masking ROI table of the result
@@ -111,7 +111,7 @@ def overlay_config(tmp_path, img, level=0, channel=None, output=None, name="seg.
 
 
 def expected_labels(data):
-    """The builtin label over each grid ROI, as SPEC §7 defines it."""
+    """The builtin label over each grid ROI, as docs/configuration.md#builtin-processors defines it."""
     out = np.zeros(data.shape, "<u4")
     for i in range(0, data.shape[0], GRID[0]):
         for j in range(0, data.shape[1], GRID[1]):
@@ -121,7 +121,7 @@ def expected_labels(data):
 
 
 def nearest(src, shape):
-    """Element i of the result is element floor(i * E_src / E_dst) of src (SPEC §11)."""
+    """Element i of the result is element floor(i * E_src / E_dst) of src (docs/mounted-tree.md#ome-zarr-label-overlay)."""
     idx = [np.arange(n) * e // n for n, e in zip(shape, src.shape)]
     return src[np.ix_(*idx)]
 
@@ -301,7 +301,7 @@ COLUMNS = ["x_micrometer", "y_micrometer", "z_micrometer",
 
 
 def table_reference(labels, scale, translation):
-    """The rows of SPEC §11 from a label array (y, x): sorted labels and, per label, its
+    """The rows of the masking table (docs/mounted-tree.md#ome-zarr-label-overlay) from a label array (y, x): sorted labels and, per label, its
     bounding box (x, y, z, len_x, len_y, len_z) in micrometres, no z axis: z 0, length 1."""
     ids, boxes = [], []
     for i, sl in enumerate(ndimage.find_objects(labels), start=1):

@@ -1,4 +1,4 @@
-"""Processors end to end (SPEC §8): the same function as builtin, command, worker (with
+"""Processors end to end (docs/processors.md): the same function as builtin, command, worker (with
 python/roifs_worker.py) and plugin gives the same chunks, halo included; broken workers fail
 their ROI only and are replaced; bad plugins refuse the mount."""
 import errno

@@ -1,4 +1,4 @@
-"""[process] python = FILE.py:FUNCTION (SPEC §8.4): the function runs in workers forked by a
+"""[process] python = FILE.py:FUNCTION (docs/processors.md#python-functions): the function runs in workers forked by a
 fork server that imported the file when the mount (or check, warm, export) started. The seed
 scenario, start-up errors (exit 2 with the Python error), per-ROI exceptions and wrong shapes
 (that ROI fails, the mount serves on), the roi argument, the cast of results, workers killed

@@ -1,4 +1,4 @@
-"""The size of a chunk before its first open (SPEC §5, README "Size before the first open"):
+"""The size of a chunk before its first open (docs/mounted-tree.md#size-contract):
 with a compressor, a chunk not computed yet shows an upper bound of its encoded size (attribute
 timeout 0, no blocks) and its exact size from the open on, so no reader that trusts the size
 it saw before opening can copy a short or empty chunk as if it were whole. Each reader of the

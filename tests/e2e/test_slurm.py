@@ -1,4 +1,4 @@
-"""executor = slurm (SPEC §3, docs/operations.md): command and worker
+"""executor = slurm (docs/configuration.md, docs/operations.md#computing-on-a-slurm-cluster): command and worker
 processors run as job steps of a real single-node Slurm cluster (tests/slurm/start.sh starts
 it: Debian's slurm-wlm and munge, as root). The results are read with zarr-python and compared
 with numpy; the processes record $SLURM_JOB_ID / $SLURM_STEP_ID to show where they ran; a failed

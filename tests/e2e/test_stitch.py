@@ -1,6 +1,6 @@
-"""stitch = iou (SPEC §9): objects cut by ROI borders merged by their IoU in the zones where
+"""stitch = iou (docs/labels.md#stitching): objects cut by ROI borders merged by their IoU in the zones where
 read regions overlap, transitively, taking the smallest id, against a numpy reference written
-from the SPEC: blobs crossing grid borders (a halo), blobs crossing overlapping ROIs (no
+from docs/labels.md: blobs crossing grid borders (a halo), blobs crossing overlapping ROIs (no
 halo), two thresholds; the global pass is made once (calls == ROIs, a remount computes nothing
 and reuses the stored mapping), shared by two processes on one cache, and survives a kill -9
 in its middle."""
@@ -25,7 +25,7 @@ def read_region(box, halo, shape):
 
 
 def stitch_reference(inp, rois, halo, value, dtype, block, threshold):
-    """SPEC §9: unique ids, then for each pair of ROIs r < s whose read regions overlap, in
+    """docs/labels.md#stitching: unique ids, then for each pair of ROIs r < s whose read regions overlap, in
     their overlap zone Z, objects x of r and y of s merged when |x & y| / |x | y| >= t (in Z,
     from the whole results), transitively, each object taking its smallest id."""
     labs = []

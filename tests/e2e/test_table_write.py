@@ -1,4 +1,4 @@
-"""The masking ROI table encoder (src/table_write.c, SPEC section 11) read back by independent
+"""The masking ROI table encoder (src/table_write.c, docs/ome-fractal.md#masking-roi-tables-written-by-roifs) read back by independent
 readers: anndata.read_zarr and zarr-python for AnnData on Zarr v2, pandas for the csv back end,
 and zarrita.js for AnnData on Zarr v3 (nothing on this machine reads v3 AnnData as AnnData:
 zarr-python is version 2, anndata 0.8), whose tree must equal the v2 one node for node.
@@ -39,7 +39,7 @@ def tool():
 
 def make_rows(n, seed=17):
     """n objects with distinct labels in random order: label, (z, y, x) starts and lengths.
-    Every third one is 2-D (z 0, length 1, as SPEC 11 has it)."""
+    Every third one is 2-D (z 0, length 1, as docs/ome-fractal.md has it)."""
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.unique(rng.integers(1, 2**40, 2 * n + 8))[:n])
     rows = []

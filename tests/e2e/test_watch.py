@@ -1,4 +1,4 @@
-"""[input] watch = true (issue 19 item 3, SPEC §12): the mount follows its input with inotify
+"""[input] watch = true (issue 19 item 3, docs/operations.md#following-the-input-input-watch): the mount follows its input with inotify
 (Zarr v2 flat and nested keys, v3 keys and shards). An input chunk rewritten (closed after
 writing, or renamed into place) invalidates, within a second and without any open, the output
 chunks that depend on it: the status counts their ROIs as not done and their files as not

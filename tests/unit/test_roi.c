@@ -69,8 +69,9 @@ static void test_parse_basic(void)
     roi_set_free(&rs);
 }
 
-/* `@ LABEL` lines (SPEC §4, §10): labels kept per ROI, 0 for lines without one, across the
- * growth of the arrays (the first label after 300 plain lines); refused without the flag. */
+/* `@ LABEL` lines (docs/configuration.md, ROI list file; docs/masks.md): labels kept per ROI, 0 for
+ * lines without one, across the growth of the arrays (the first label after 300 plain lines);
+ * refused without the flag. */
 static void test_parse_labels(void)
 {
     struct strbuf sb = {0};
