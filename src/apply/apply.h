@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "../arrays/arrayset.h"
 #include "../engine/cache.h"
 #include "../task.h"
 #include "journal.h"

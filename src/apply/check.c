@@ -12,9 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
-#include "../engine/store.h"
-#include "../nd.h"
 #include "internal.h"
 
 int apply_refuse(const struct apply *a, struct errbuf *err, const char *section, const char *key,

@@ -15,8 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../apply/journal.h"
-#include "../apply/plan.h"
 #include "../engine/engine.h"
 #include "../engine/store.h"
 #include "../nd.h"

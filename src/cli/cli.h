@@ -1,6 +1,7 @@
-/* cli.h: the roifs commands (SPEC §2), one file per command (mount.c holds mount and
- * unmount), dispatched by main.c, and what they share (common.c): exit statuses, messages,
- * and the chunk runner used by warm and export (runner.c). */
+/* cli.h: the roifs commands, one file per command (mount.c holds mount and unmount),
+ * dispatched by main.c: each parses its options (common.c: one getopt_long table), calls the
+ * modules, prints and maps to exit statuses; and the chunk runner of warm, export and apply
+ * (runner.c). */
 #ifndef ROIFS_CLI_H
 #define ROIFS_CLI_H
 
