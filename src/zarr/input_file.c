@@ -27,9 +27,7 @@ void input_fid_of(const struct stat *st, struct file_id *fid)
  * is there to try again with. */
 static bool reconnected(const struct zarr_input *in, int fd, int r)
 {
-    return r == -ENOTCONN &&
-           input_dir_reconnect(in->dir, in->path, fd,
-                               in->meta.format == 2 ? ".zarray" : "zarr.json", in->zarray);
+    return r == -ENOTCONN && input_dir_reconnect(in, fd);
 }
 
 /* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */

@@ -32,15 +32,18 @@ struct chunk {
     bool stale;   /* replaced by a newer version of the file; freed by its last reader */
 };
 
-/* The input's directory (input_dir.c): opened again by its path when its file system went
- * away (ENOTCONN) and holds the same array again. */
+/* The input's directory (input_dir.c). The input is its path: the directory held is
+ * replaced by the one at the path when that holds an array of the same layout. */
 struct input_dir;
 int input_dir_open(const char *path, struct input_dir **out);
 int input_dir_fd(const struct input_dir *d);
 /* failed (a descriptor input_dir_fd gave) failed with ENOTCONN: true when there is a newer
- * one, of path opened again and holding the metadata file meta with exactly text. */
-bool input_dir_reconnect(struct input_dir *d, const char *path, int failed, const char *meta,
-                         const char *text);
+ * one, of in's path opened again and holding the same array. */
+bool input_dir_reconnect(const struct zarr_input *in, int failed);
+/* A look at in's path, one stat: 0 when it is the directory held, or another one holding an
+ * array of the same layout, held from now on; -EIO with the reason (logged once) when the
+ * path holds no directory, no array or another array. */
+int input_dir_look(const struct zarr_input *in, struct errbuf *err);
 void input_dir_close(struct input_dir *d);
 
 struct zarr_input {
