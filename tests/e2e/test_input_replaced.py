@@ -169,3 +169,21 @@ def test_removed_directory_fails_until_the_array_is_back(tmp_path, mount, watch)
         watched_replacement_noticed(m, watch)
         np.testing.assert_array_equal(read_all(m), reference(new))
         assert "there again" in whole_log(m)
+
+
+@pytest.mark.timeout(120)
+def test_mask_directory_made_again_is_followed(tmp_path, mount):
+    """The mask ([rois] mask) is an input too: zarr-python's open(mode="w") writing another
+    label image while mounted, the next read applies the new one."""
+    from test_masks import ROIS as MASKED, label_image, masked_task
+    from test_masks import reference as masked_reference
+    from test_masks import write_mask
+    mask = label_image((64, 80))
+    t = masked_task(tmp_path, mask, mask_input="zero")
+    with mount(t.config) as m:
+        np.testing.assert_array_equal(read_all(m), masked_reference(t.inp, mask, MASKED))
+        edited = label_image((64, 80), seed=8)
+        want = masked_reference(t.inp, edited, MASKED)
+        assert not np.array_equal(want, masked_reference(t.inp, mask, MASKED))
+        write_mask(tmp_path / "mask.zarr", edited)
+        np.testing.assert_array_equal(read_all(m), want)
