@@ -22,10 +22,12 @@ struct input_dir {
     _Atomic bool gone;         /* the path does not hold the array now (why: reason) */
     pthread_mutex_t lock;
     char reason[sizeof(struct errbuf)];
-    /* descriptors replaced: other threads may still use them, closed at the end (one per
-     * replacement of the directory) */
+    /* Descriptors replaced, closed once no thread uses a descriptor (users == 0: a thread
+     * counted in users before it read fd may hold an old one; one that reads fd later gets
+     * the new one), at a look, or at the end. */
+    _Atomic unsigned users;
+    _Atomic size_t nold;
     int *old;
-    size_t nold;
 };
 
 int input_dir_open(const char *path, struct input_dir **out)
@@ -51,6 +53,27 @@ int input_dir_open(const char *path, struct input_dir **out)
 int input_dir_fd(const struct input_dir *d)
 {
     return d->fd;
+}
+
+int input_dir_enter(struct input_dir *d)
+{
+    atomic_fetch_add(&d->users, 1);
+    return d->fd;
+}
+
+void input_dir_leave(struct input_dir *d)
+{
+    atomic_fetch_sub(&d->users, 1);
+}
+
+/* Closes the descriptors replaced when no thread can be using one (lock held). */
+static void close_old(struct input_dir *d)
+{
+    if (d->nold == 0 || d->users != 0)
+        return;
+    for (size_t i = 0; i < d->nold; i++)
+        close(d->old[i]);
+    d->nold = 0;
 }
 
 static bool held(const struct input_dir *d, const struct stat *st)
@@ -105,7 +128,8 @@ static int open_same(const struct zarr_input *in, int *fd, struct stat *st, stru
 static void hold(struct input_dir *d, int fd, const struct stat *st)
 {
     d->old = xrealloc(d->old, (d->nold + 1) * sizeof *d->old);
-    d->old[d->nold++] = d->fd;
+    d->old[d->nold] = d->fd;
+    d->nold++;
     d->dev = (uint64_t)st->st_dev;
     d->ino = (uint64_t)st->st_ino;
     d->fd = fd;
@@ -155,9 +179,10 @@ int input_dir_look(const struct zarr_input *in, struct errbuf *err)
     struct input_dir *d = in->dir;
     struct stat st;
     int r = stat(in->path, &st) < 0 ? -errno : 0;
-    if (r == 0 && held(d, &st) && !d->gone)
+    if (r == 0 && held(d, &st) && !d->gone && (d->nold == 0 || d->users != 0))
         return 0; /* the usual case: one stat */
     pthread_mutex_lock(&d->lock);
+    close_old(d);
     struct errbuf why = {{0}};
     if (r < 0) {
         err_set(&why, -EIO, "%s: the input's directory %s", in->path,

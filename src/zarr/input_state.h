@@ -36,7 +36,12 @@ struct chunk {
  * replaced by the one at the path when that holds an array of the same layout. */
 struct input_dir;
 int input_dir_open(const char *path, struct input_dir **out);
+/* The descriptor held: only while no other thread uses the reader (at its opening). */
 int input_dir_fd(const struct input_dir *d);
+/* The descriptor held, for one use by this thread that ends with input_dir_leave: it stays
+ * open until then, even if another directory is held meanwhile. */
+int input_dir_enter(struct input_dir *d);
+void input_dir_leave(struct input_dir *d);
 /* failed (a descriptor input_dir_fd gave) failed with ENOTCONN: true when there is a newer
  * one, of in's path opened again and holding the same array. */
 bool input_dir_reconnect(const struct zarr_input *in, int failed);

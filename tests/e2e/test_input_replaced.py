@@ -75,6 +75,19 @@ def watched_replacement_noticed(m, watch):
         wait_for(lambda: m.status()["rois"]["done"] == 0, 1.0, "the replacement noticed")
 
 
+def removed_dirs_open(m, name):
+    """The removed directories called name the daemon still has open."""
+    out = []
+    for fd in os.listdir(f"/proc/{m.proc.pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{m.proc.pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)") and name in target:
+            out.append(target)
+    return out
+
+
 def whole_log(m):
     return m.log.read_text(errors="replace")  # log_text() is its tail only
 
@@ -103,6 +116,8 @@ def test_zarr_open_w_makes_the_directory_again(tmp_path, mount, watch):
         newer = write_array(task.input, new_data(6))
         watched_replacement_noticed(m, watch)
         np.testing.assert_array_equal(read_all(m), reference(newer))
+        read_bytes(m.path / "0.0")  # a look while no other thread reads: the old ones closed
+        assert not removed_dirs_open(m, task.input.name)
     with mount(task.config) as m:  # a remount: the same, from the cache
         np.testing.assert_array_equal(read_all(m), reference(newer))
         assert m.status()["calls"] == 0
