@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../watch/watch.h"
@@ -19,7 +20,8 @@
 
 /* The input's metadata as it is now against the mount's: 0 when it is the same layout, else
  * -errno with the reason. A missing file is looked for again for a second (a writer may be
- * replacing it). */
+ * replacing it); one missing with its directory is no metadata change but the directory's
+ * removal, which dir_changed reports (zarr/input_dir.c refuses to read meanwhile). */
 static int check_metadata(struct fs *fs, struct errbuf *err)
 {
     const struct task *t = arrayset_array(fs->set, 0)->task;
@@ -32,6 +34,11 @@ static int check_metadata(struct fs *fs, struct errbuf *err)
         if (i)
             usleep(100 * 1000);
         r = file_read_all(path, &text, &len);
+        struct stat st;
+        if (r == -ENOENT && stat(t->ome.array_path, &st) < 0 && errno == ENOENT) {
+            free(path);
+            return 0;
+        }
     }
     if (r < 0) {
         r = err_set(err, r, "%s: %s", path, r == -ENOENT ? "removed" : strerror(-r));

@@ -21,6 +21,7 @@
 #define DIR_MASK                                                                                   \
     (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_DELETE_SELF |       \
      IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+#define LOOK_AGAIN_MS 500
 /* the parent's: the array's directory (by name) removed, moved away or made again */
 #define PARENT_MASK                                                                                \
     (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |         \
@@ -355,13 +356,17 @@ static void *watch_main(void *arg)
     char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
         struct pollfd p[2] = {{w->fd, POLLIN, 0}, {w->stop[0], POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) {
+        /* No directory at the path, or its parent not watched (gone too, say): no event
+         * tells when one is there again, so look twice a second. */
+        int n = poll(p, 2, w->there && w->parent_wd >= 0 ? -1 : LOOK_AGAIN_MS);
+        if (n < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
         if (p[1].revents)
             break;
+        w->moved = w->moved || n == 0;
         /* everything there is now, then one report */
         for (;;) {
             ssize_t n = read(w->fd, buf, sizeof buf);

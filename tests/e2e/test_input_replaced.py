@@ -202,3 +202,56 @@ def test_mask_directory_made_again_is_followed(tmp_path, mount):
         assert not np.array_equal(want, masked_reference(t.inp, mask, MASKED))
         write_mask(tmp_path / "mask.zarr", edited)
         np.testing.assert_array_equal(read_all(m), want)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("watch", [False, True])
+def test_ome_image_group_removed_then_made_again(tmp_path, mount, watch):
+    """[input] path an OME-Zarr image group (level 0): the whole group removed (EIO), then made
+    again by zarr-python with other pixels, its level array read. With watch, the array's
+    parent (the group) went too: the watch looks for it until it is there again, then watches
+    the new level array."""
+    from test_masks import write_image
+    task, data = task_for(tmp_path, watch)
+    img = tmp_path / "img.zarr"
+    write_image(img, data)
+    task.config.write_text(task.config.read_text().replace("path = in.zarr",
+                                                           "path = img.zarr\nlevel = 0"))
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(read_all(m), reference(data))
+        shutil.rmtree(img)
+        watched_replacement_noticed(m, watch)
+        eio_with(m, "1.1", "was removed")
+        if watch:
+            assert m.status()["watch"]["dirs"] == 0
+        new = new_data(11)
+        write_image(img, new)
+        if watch:
+            wait_for(lambda: m.status()["watch"]["dirs"] > 0, 1.0, "the new group watched")
+        np.testing.assert_array_equal(read_all(m), reference(new))
+        if watch:  # the new level array is watched
+            assert m.status()["rois"]["done"] == len(ROIS)
+            new[0:16, 0:16] = 77
+            zarr.open(str(img / "0"), mode="r+")[0:16, 0:16] = 77
+            wait_for(lambda: m.status()["rois"]["done"] < len(ROIS), 1.0,
+                     "a chunk of the new level array rewritten, noticed")
+            np.testing.assert_array_equal(read_all(m), reference(new))
+
+
+@pytest.mark.timeout(120)
+def test_directory_emptied_then_removed_under_watch_is_no_metadata_change(tmp_path, mount):
+    """`rm -r` seen in two batches of events: the metadata file removed (the watch looks for it
+    again for a second), then its directory. That is the directory's removal, which ends when
+    an array of the same layout is there again, not a metadata change that stops the mount."""
+    task, data = task_for(tmp_path, True)
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(read_all(m), reference(data))
+        for f in task.input.iterdir():
+            f.unlink()
+        time.sleep(0.3)
+        task.input.rmdir()
+        time.sleep(1.2)
+        assert "input_error" not in m.status()
+        new = write_array(task.input, new_data(12))
+        wait_for(lambda: m.status()["watch"]["dirs"] > 0, 1.0, "the new directory watched")
+        np.testing.assert_array_equal(read_all(m), reference(new))
