@@ -26,6 +26,7 @@ struct input_dir {
      * counted in users before it read fd may hold an old one; one that reads fd later gets
      * the new one), at a look, or at the end. */
     _Atomic unsigned users;
+    _Atomic unsigned generation; /* of the directory held: one more at each replacement */
     _Atomic size_t nold;
     int *old;
 };
@@ -64,6 +65,11 @@ int input_dir_enter(struct input_dir *d)
 void input_dir_leave(struct input_dir *d)
 {
     atomic_fetch_sub(&d->users, 1);
+}
+
+unsigned input_dir_generation(const struct input_dir *d)
+{
+    return d->generation;
 }
 
 /* Closes the descriptors replaced when no thread can be using one (lock held). */
@@ -124,7 +130,7 @@ static int open_same(const struct zarr_input *in, int *fd, struct stat *st, stru
 }
 
 /* Holds fd (of st) from now on (lock held); the one it replaces stays open for the threads
- * that may be using it. */
+ * that may be using it (close_old). */
 static void hold(struct input_dir *d, int fd, const struct stat *st)
 {
     d->old = xrealloc(d->old, (d->nold + 1) * sizeof *d->old);
@@ -133,6 +139,7 @@ static void hold(struct input_dir *d, int fd, const struct stat *st)
     d->dev = (uint64_t)st->st_dev;
     d->ino = (uint64_t)st->st_ino;
     d->fd = fd;
+    d->generation++;
 }
 
 /* The path holds the array again (lock held). */
@@ -185,8 +192,9 @@ int input_dir_look(const struct zarr_input *in, struct errbuf *err)
     close_old(d);
     struct errbuf why = {{0}};
     if (r < 0) {
-        err_set(&why, -EIO, "%s: the input's directory %s", in->path,
-                r == -ENOENT ? "was removed" : strerror(-r));
+        err_set(
+            &why, -EIO, "%s: the input's directory %s%s", in->path,
+            r == -ENOENT ? "was removed" : "cannot be found: ", r == -ENOENT ? "" : strerror(-r));
     } else if (!held(d, &st)) {
         int fd;
         struct stat now;

@@ -42,6 +42,8 @@ int input_dir_fd(const struct input_dir *d);
  * open until then, even if another directory is held meanwhile. */
 int input_dir_enter(struct input_dir *d);
 void input_dir_leave(struct input_dir *d);
+/* Changes each time another directory is held: a read that saw it change may mix two. */
+unsigned input_dir_generation(const struct input_dir *d);
 /* failed (a descriptor input_dir_fd gave) failed with ENOTCONN: true when there is a newer
  * one, of in's path opened again and holding the same array. */
 bool input_dir_reconnect(const struct zarr_input *in, int failed);
@@ -118,7 +120,8 @@ struct seen {
 void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
                      const struct file_id *fid);
 /* Reads a non-empty box inside the array into dst, noting in sn (when not NULL) what it saw.
- * -EAGAIN when a shard changed between its index and its data: read again. */
+ * -EAGAIN when a shard changed between its index and its data, or another directory was
+ * held meanwhile (input_dir_look): read again. */
 int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
                    struct seen *sn, struct errbuf *err);
 
