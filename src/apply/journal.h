@@ -1,9 +1,8 @@
-/* journal.h: the journal of `roifs apply` (docs/operations.md, Writing the result in place),
- * DIR/apply/journal in the cache: what the input was when the application began (the identity of
- * every storage file), and, chunk by chunk, that a replacement is about to be renamed into place
- * (its length and crc32c) and that it was. Only the journal says which input files hold results;
- * everything else (ROI results, assembled chunks) is in the cache and named by the original input.
- */
+/* journal.h: the journal of `roifs apply` (docs/operations.md), DIR/apply/journal in the cache:
+ * what the input was when the application began (the identity of every storage file), and, chunk by
+ * chunk, that a replacement is about to be renamed into place (its length and crc32c) and that it
+ * was. Only the journal says which input files hold results; everything else (ROI results,
+ * assembled chunks) is in the cache and named by the original input. */
 #ifndef ROIFS_APPLY_JOURNAL_H
 #define ROIFS_APPLY_JOURNAL_H
 

@@ -115,6 +115,7 @@ struct zarr_sigmemo {
     uint64_t *ids;
     struct file_id *fids;
     bool *used;
+    bool looked, gone; /* the input's path looked at once per memo (input_dir_look) */
 };
 
 struct zarr_sigmemo *zarr_sigmemo_new(void)
@@ -201,9 +202,26 @@ static void fid_from_memo(void *ctx, uint64_t sid, size_t pos, struct file_id *f
     m->n++;
 }
 
+/* Whether the input's path holds no array or another one now: looked at once per memo. */
+static bool input_gone(const struct zarr_input *in, struct zarr_sigmemo *memo)
+{
+    if (memo && memo->looked)
+        return memo->gone;
+    bool gone = input_dir_look(in, NULL) < 0;
+    if (memo) {
+        memo->looked = true;
+        memo->gone = gone;
+    }
+    return gone;
+}
+
 int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
                               struct zarr_sigmemo *memo, uint64_t *sig)
 {
+    if (input_gone(in, memo)) { /* a signature no read gives: nothing stored is current */
+        *sig = fnv64(in->meta_hash, "gone", 4);
+        return -EIO;
+    }
     int r = input_check_box(in, start, shape, NULL);
     if (r != 0) {
         *sig = in->meta_hash;
