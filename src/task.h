@@ -57,10 +57,10 @@ struct task {
     char *zarr_json;      /* format 3: served as zarr.json (NULL for format 2) */
     char *manifest;       /* configured task: canonical description of what defines the result */
     uint64_t fingerprint; /* of the manifest (provenance; the cache is named by the job) */
-    /* What every ROI result depends on besides its box and input (docs/design.md "processor
-     * identity"): the processor, its params and the contents of the files it runs, the
-     * output dtype, the halo, the input's path; and what every chunk's encoding depends on
-     * (the served array metadata without attributes, outside). */
+    /* What every ROI result depends on besides its box and input (docs/design.md "What
+     * the processor identity covers"): the processor, its params and the contents of the files it
+     * runs, the output dtype, the halo, the input's path; and what every chunk's encoding depends
+     * on (the served array metadata without attributes, outside). */
     char *result_identity;
     struct key128 result_id, encoding_id;
     /* configured task: the files the processor runs, checked around each run (codeid.h);

@@ -254,12 +254,13 @@ def unwrapped(text):
     return re.sub(r"\n[ \t]*(\*(?!/)|#|//)?[ \t]*", " ", text)
 
 
-CITATION = re.compile(r"docs/([a-z0-9-]+\.md)(#[a-z0-9_-]+)?(, ([A-Z][^;:()\"\n]*))?")
+CITATION = re.compile(r"docs/([a-z0-9-]+\.md)(#[a-z0-9_-]+)?(, ([A-Z](?:(?!docs/)[^;:()\"\n])*)| \"([^\"]+)\")?")
 
 
 def test_citations_resolve():
-    """Every `docs/PAGE.md#anchor` and every `docs/PAGE.md, Heading` in the repository names
-    a page and a heading of it that exist (the heading may be cited by its first words)."""
+    """Every `docs/PAGE.md#anchor`, `docs/PAGE.md, Heading` and `docs/PAGE.md "Heading"` in
+    the repository names a page and a heading of it that exist (the heading may be cited by its
+    first words)."""
     bad = []
     for rel, text in repo_text_files():
         for m in CITATION.finditer(unwrapped(text)):
@@ -269,7 +270,7 @@ def test_citations_resolve():
                 continue
             if m.group(2) and m.group(2)[1:] not in anchors(page):
                 bad.append(f"{rel}: {m.group(0)}: no such heading")
-            cited = (m.group(4) or "").strip().rstrip(".,")
+            cited = (m.group(4) or m.group(5) or "").strip().rstrip(".,")
             if cited and not m.group(2):
                 hs = headings(page)
                 if not any(h.startswith(cited) or cited.startswith(h) for h in hs):
