@@ -125,6 +125,9 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 
 /* ---- the format ---- */
 
+/* Empty but for temporary files of the format marker (file_write_atomic's "format.tmp.PID.N"):
+ * a process that made the directory and was killed before the marker's rename, or another
+ * making it at this moment, leaves a cache that is still new, not a foreign directory. */
 static bool dir_is_empty(int fd)
 {
     DIR *d = opendir_at(fd, ".");
@@ -133,7 +136,8 @@ static bool dir_is_empty(int fd)
     bool empty = true;
     struct dirent *de;
     while (empty && (de = readdir(d)))
-        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+                !strncmp(de->d_name, "format.tmp.", 11);
     closedir(d);
     return empty;
 }

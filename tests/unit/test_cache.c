@@ -92,6 +92,16 @@ static void test_format(void)
     CHECK_STR_CONTAINS(msg.msg, "not a roifs cache directory");
     CHECK(exists("foreign/notes.txt"));
     free(p);
+    /* a marker's temporary file alone (a creator killed before its rename, or one writing it
+     * now) is still a new cache, not a foreign directory */
+    p = path_of("killed");
+    mkdir_p(p, 0700);
+    scratch_write_file(dir, "killed/format.tmp.4242.1", "roifs-cache 3\n", 14);
+    c = NULL;
+    CHECK_EQ_INT(open_cache("killed", NULL, &c, &msg), 0);
+    cache_close(c);
+    CHECK(exists("killed/format"));
+    free(p);
     /* the older layout is emptied and converted */
     p = path_of("old");
     mkdir_p(p, 0700);
