@@ -98,10 +98,11 @@ def make_image(root):
 
 
 def label_boxes(boxes, img, threshold, mask=None):
-    """What builtin label with ids = sequential makes of these ROIs (docs/configuration.md#builtin-processors, docs/labels.md, docs/masks.md): in
-    each box, connected components of img > threshold, numbered on from the ROIs before.
-    mask: None, or (label image at img's shape, the label of each box): a masked ROI sees 0
-    outside its object (mask_input = zero) and writes only its object's pixels."""
+    """What builtin label with ids = sequential makes of these ROIs
+    (docs/configuration.md#builtin-processors, docs/labels.md, docs/masks.md): in each box,
+    connected components of img > threshold, numbered on from the ROIs before. mask: None, or
+    (label image at img's shape, the label of each box): a masked ROI sees 0 outside its object
+    (mask_input = zero) and writes only its object's pixels."""
     out = np.zeros(img.shape, "<u4")
     offset = 0
     for i, box in enumerate(boxes):

@@ -1,5 +1,6 @@
-"""roifs from Python: `roifs.mounted(CONFIG)` mounts a task for the length of a `with` block,
-and `roifs.worker` runs a function as a `worker` processor (docs/processors.md: The worker protocol, Python functions).
+"""roifs from Python: `roifs.mounted(CONFIG)` mounts a task for the length of a `with` block, and
+`roifs.worker` runs a function as a `worker` processor (docs/processors.md: The worker protocol,
+Python functions).
 
     import roifs, zarr
 

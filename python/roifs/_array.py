@@ -1,5 +1,5 @@
-"""What a `python =` function sees and returns (docs/processors.md, Python functions): the `roi` argument, the
-cast of its result to the output dtype (as roifs's builtins cast), and the one-line
+"""What a `python =` function sees and returns (docs/processors.md, Python functions): the `roi`
+argument, the cast of its result to the output dtype (as roifs's builtins cast), and the one-line
 description of an exception that goes into the status file."""
 
 import os

@@ -1,4 +1,5 @@
-"""roifs.worker: run a Python function as a roifs `worker` processor (docs/processors.md, The worker protocol).
+"""roifs.worker: run a Python function as a roifs `worker` processor (docs/processors.md, The
+worker protocol).
 
 In your script:
 

@@ -1,10 +1,11 @@
-"""roifs apply (docs/operations.md#writing-the-result-in-place-roifs-apply--j-n---again-config): the result written into the input array itself. Every ROI from the
-ORIGINAL input, exactly once, against a numpy reference (overlapping ROIs with a halo and a
-Gaussian, so that a ROI reading an already replaced chunk would show); kills with SIGKILL at
-every step of a replacement (the testing-only hook ROIFS_TEST_APPLY_KILL=POINT:N) and at
-random moments, then completion equal to one application; a reader decoding input chunks
-while apply replaces them (each old or new, never torn); v2, v3 and sharded v3; the rerun
-that changes nothing, --again, a concurrent apply refused, and the refusals (exit 2)."""
+"""roifs apply (docs/operations.md#writing-the-result-in-place-roifs-apply--j-n---again-config):
+the result written into the input array itself. Every ROI from the ORIGINAL input, exactly once,
+against a numpy reference (overlapping ROIs with a halo and a Gaussian, so that a ROI reading an
+already replaced chunk would show); kills with SIGKILL at every step of a replacement (the
+testing-only hook ROIFS_TEST_APPLY_KILL=POINT:N) and at random moments, then completion equal to
+one application; a reader decoding input chunks while apply replaces them (each old or new, never
+torn); v2, v3 and sharded v3; the rerun that changes nothing, --again, a concurrent apply refused,
+and the refusals (exit 2)."""
 import json
 import os
 import random

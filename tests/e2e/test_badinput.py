@@ -1,6 +1,7 @@
-"""Bad configurations, inputs and ROI lists (docs/operations.md#mounting-checking-unmounting-exit-status, docs/configuration.md): exit status 2, a message that
-starts with "roifs: " and names FILE:LINE (and the key or value), from both `check` and
-`mount`, and nothing gets mounted. Plus the basic command line."""
+"""Bad configurations, inputs and ROI lists
+(docs/operations.md#mounting-checking-unmounting-exit-status, docs/configuration.md): exit status
+2, a message that starts with "roifs: " and names FILE:LINE (and the key or value), from both
+`check` and `mount`, and nothing gets mounted. Plus the basic command line."""
 import json
 import os
 import re

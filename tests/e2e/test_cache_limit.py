@@ -1,8 +1,8 @@
-"""[cache] max_size (docs/configuration.md): the cache (chunk files and stored ROI results) stays within the
-limit: ROI results no current key names go first, then the least recently used chunks; an
-evicted chunk is made again when it is read, with the same bytes, from the stored ROI results
-(current results are kept); a cache over a lowered limit is trimmed at mount, unused results
-first, then the oldest chunk files."""
+"""[cache] max_size (docs/configuration.md): the cache (chunk files and stored ROI results) stays
+within the limit: ROI results no current key names go first, then the least recently used chunks;
+an evicted chunk is made again when it is read, with the same bytes, from the stored ROI results
+(current results are kept); a cache over a lowered limit is trimmed at mount, unused results first,
+then the oldest chunk files."""
 import os
 import time
 

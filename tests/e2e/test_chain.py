@@ -1,9 +1,9 @@
-"""Chained mounts (docs/fractal.md#two-mounts-chained; issue 17 item 4): a second mount whose input is
-the first one's presented image. Each mount computes its ROIs once, also across remounts of
-either; nothing deadlocks with readers on both and every compute thread busy; and unmounting
-either one first, with a read in flight, leaves no hung process: readers get EIO, the mount
-left keeps serving what it has and reports the input's failure, and unmounts cleanly. Last,
-the Fractal example of config/ (organoids, then nuclei within them) end to end."""
+"""Chained mounts (docs/fractal.md#two-mounts-chained; issue 17 item 4): a second mount whose input
+is the first one's presented image. Each mount computes its ROIs once, also across remounts of
+either; nothing deadlocks with readers on both and every compute thread busy; and unmounting either
+one first, with a read in flight, leaves no hung process: readers get EIO, the mount left keeps
+serving what it has and reports the input's failure, and unmounts cleanly. Last, the Fractal
+example of config/ (organoids, then nuclei within them) end to end."""
 import contextlib
 import errno
 import json

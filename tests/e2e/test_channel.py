@@ -1,7 +1,8 @@
-"""[input] channel (docs/configuration.md, docs/labels.md#one-channel-of-an-image): one channel of an input with a c axis, named by its OME
-axes (a Fractal-style plate image, with a ROI table in micrometres), by Zarr v3
-dimension_names or by the _ARRAY_DIMENSIONS attribute: the ROIs, the processor's block and the
-output have the other axes only. Errors (exit 2): no c axis, an index out of range, watch."""
+"""[input] channel (docs/configuration.md, docs/labels.md#one-channel-of-an-image): one channel of
+an input with a c axis, named by its OME axes (a Fractal-style plate image, with a ROI table in
+micrometres), by Zarr v3 dimension_names or by the _ARRAY_DIMENSIONS attribute: the ROIs, the
+processor's block and the output have the other axes only. Errors (exit 2): no c axis, an index out
+of range, watch."""
 import json
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""Failures (docs/mounted-tree.md, docs/mounted-tree.md#status-file, docs/processors.md#a-command): a failing ROI gives EIO for the chunks that need it, shows
-up in the status file, leaves the mount serving, and is retried by a later open."""
+"""Failures (docs/mounted-tree.md, docs/mounted-tree.md#status-file, docs/processors.md#a-command):
+a failing ROI gives EIO for the chunks that need it, shows up in the status file, leaves the mount
+serving, and is retried by a later open."""
 import errno
 import random
 

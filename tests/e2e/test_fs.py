@@ -174,11 +174,11 @@ def read_every_file(root):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", ["array2", "array3", "ome2", "ome3", "labels2", "labels3"])
 def test_metadata_depends_only_on_the_job(tmp_path, roifs_bin, kind):
-    """docs/mounted-tree.md#provenance: every metadata file (.zarray, .zattrs, .zgroup, zarr.json: the array's, an
-    OME group's and its levels', the overlay's labels and tables lists, label image and
-    masking table) is byte for byte the same on a cold mount, after everything was computed,
-    after `roifs warm`, on a remount and on a mount at another mountpoint: what a mount found
-    in the cache and when it started are in the status file, not in the attributes."""
+    """docs/mounted-tree.md#provenance: every metadata file (.zarray, .zattrs, .zgroup, zarr.json:
+    the array's, an OME group's and its levels', the overlay's labels and tables lists, label image
+    and masking table) is byte for byte the same on a cold mount, after everything was computed,
+    after `roifs warm`, on a remount and on a mount at another mountpoint: what a mount found in
+    the cache and when it started are in the status file, not in the attributes."""
     from conftest import mounted, run_roifs
     table_dir = None
     if kind.startswith("array"):

@@ -1,8 +1,8 @@
-"""Halo (docs/configuration.md, docs/processors.md): each ROI is computed on its read region (the box grown by the halo,
-clipped to the array) and roifs keeps the part inside the box. With a halo of 4 * sigma, a
-Gaussian blur per ROI equals the blur of the whole array inside every ROI: against
-scipy.ndimage.gaussian_filter(whole, sigma, mode="reflect", truncate=4), for the builtin and
-for the example Python worker (config/gaussian_worker.py)."""
+"""Halo (docs/configuration.md, docs/processors.md): each ROI is computed on its read region (the
+box grown by the halo, clipped to the array) and roifs keeps the part inside the box. With a halo
+of 4 * sigma, a Gaussian blur per ROI equals the blur of the whole array inside every ROI: against
+scipy.ndimage.gaussian_filter(whole, sigma, mode="reflect", truncate=4), for the builtin and for
+the example Python worker (config/gaussian_worker.py)."""
 import shutil
 
 import numpy as np

@@ -1,9 +1,10 @@
-"""Recompute only what changed (issue 19 items 1, 4 and 5; docs/operations.md#editing-a-job-what-is-computed-again): ROI results are kept
-under keys made of what they depend on, so after an edit of the ROI list (ROIs appended,
-removed, moved, swapped), of a param or of one input chunk, a remount or `warm` runs the
-processor exactly for the ROIs whose key is new, and the output, against a numpy reference
-every time, follows the new list; the default cache directory is named by the job (the
-configuration file and the input), not by its ROI list, so an edit keeps the cache."""
+"""Recompute only what changed (issue 19 items 1, 4 and 5;
+docs/operations.md#editing-a-job-what-is-computed-again): ROI results are kept under keys made of
+what they depend on, so after an edit of the ROI list (ROIs appended, removed, moved, swapped), of
+a param or of one input chunk, a remount or `warm` runs the processor exactly for the ROIs whose
+key is new, and the output, against a numpy reference every time, follows the new list; the default
+cache directory is named by the job (the configuration file and the input), not by its ROI list, so
+an edit keeps the cache."""
 import json
 import os
 import re

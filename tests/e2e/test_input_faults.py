@@ -1,8 +1,8 @@
-"""Faulty input chunks (docs/reliability.md#the-guarantees, "Loud failures"): a truncated, corrupt, wrongly sized or unreadable input
-chunk fails with EIO exactly the output chunks whose ROIs read it (their read region, halo
-included, overlaps it), is named in the log and the status file, never crashes or hangs the
-daemon (it keeps serving the other chunks and exits 0 at unmount), and is read again once
-repaired.
+"""Faulty input chunks (docs/reliability.md#the-guarantees, "Loud failures"): a truncated, corrupt,
+wrongly sized or unreadable input chunk fails with EIO exactly the output chunks whose ROIs read it
+(their read region, halo included, overlaps it), is named in the log and the status file, never
+crashes or hangs the daemon (it keeps serving the other chunks and exits 0 at unmount), and is read
+again once repaired.
 
 "Unreadable" as root: permission bits do not stop root, so the unreadable cases are a
 symbolic-link loop (open fails with ELOOP), a socket (ENXIO), a FIFO (open would block until

@@ -1,8 +1,8 @@
-"""The `label` builtin (docs/configuration.md#builtin-processors): connected components of `in > value` in each ROI's read
-region, exactly scipy.ndimage.label (faces connect, objects numbered in C order of their first
-element), through a mount: random blobs in 2-D and 3-D, several input dtypes and thresholds,
-with a halo so that the read region differs from the ROI box; and a ROI whose object count does
-not fit the output dtype fails with a message naming both."""
+"""The `label` builtin (docs/configuration.md#builtin-processors): connected components of `in >
+value` in each ROI's read region, exactly scipy.ndimage.label (faces connect, objects numbered in C
+order of their first element), through a mount: random blobs in 2-D and 3-D, several input dtypes
+and thresholds, with a halo so that the read region differs from the ROI box; and a ROI whose
+object count does not fit the output dtype fails with a message naming both."""
 import errno
 import zlib
 

@@ -1,9 +1,10 @@
 """Label outputs (docs/labels.md, [labels]): ids = keep | unique | sequential against a numpy
-reference written from the formulas of docs/labels.md#how-ids-are-numbered, over overlapping ROIs with a halo; laziness
-(unique: a chunk alone computes only its ROIs; sequential: reading only the last chunk first
-on a fresh mount computes every ROI once); exactly once across a remount, two processes on
-one cache and a kill -9 in the middle; the validation of the processor's values (a negative
-id, an id >= block) and the refusals of check and mount (exit 2, "roifs: FILE:LINE: ...")."""
+reference written from the formulas of docs/labels.md#how-ids-are-numbered, over overlapping ROIs
+with a halo; laziness (unique: a chunk alone computes only its ROIs; sequential: reading only the
+last chunk first on a fresh mount computes every ROI once); exactly once across a remount, two
+processes on one cache and a kill -9 in the middle; the validation of the processor's values (a
+negative id, an id >= block) and the refusals of check and mount (exit 2, "roifs: FILE:LINE:
+...")."""
 import os
 
 import numpy as np

@@ -1,7 +1,7 @@
-"""Load (docs/mounted-tree.md#what-each-element-holds): 16 reader processes read a mount of 10,000 overlapping ROIs at the same
-time, each the whole array with zarr-python in its own chunk order. Every reader gets the
-numpy reference, nobody deadlocks (every reader has a deadline), the processor runs exactly
-once per ROI, and the daemon's peak memory stays bounded.
+"""Load (docs/mounted-tree.md#what-each-element-holds): 16 reader processes read a mount of 10,000
+overlapping ROIs at the same time, each the whole array with zarr-python in its own chunk order.
+Every reader gets the numpy reference, nobody deadlocks (every reader has a deadline), the
+processor runs exactly once per ROI, and the daemon's peak memory stays bounded.
 
 The memory bound: the output is 4096 x 4096 uint32 (64 MiB), the input 4096 x 4096 uint8
 (16 MiB, which the input reader may keep whole in its LRU). What roifs must hold at once is

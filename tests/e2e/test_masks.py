@@ -1,9 +1,9 @@
-"""Masked ROIs (docs/masks.md): `@ L` lines with [rois] mask, and masking ROI tables (legacy Fractal
-AnnData, ngio v1 AnnData and csv) with the label image their region names. Against a numpy
-reference of the rules of docs/masks.md: only pixels with mask == L inside a ROI's box take its result,
-the mask scaled by nearest neighbour, mask_input zero | keep, outside fill | input, later ROIs
-winning; each ROI computed once; the label handed to python, worker and command processors;
-an edit of the mask recomputes exactly the ROIs whose mask region changed; every refusal."""
+"""Masked ROIs (docs/masks.md): `@ L` lines with [rois] mask, and masking ROI tables (legacy
+Fractal AnnData, ngio v1 AnnData and csv) with the label image their region names. Against a numpy
+reference of the rules of docs/masks.md: only pixels with mask == L inside a ROI's box take its
+result, the mask scaled by nearest neighbour, mask_input zero | keep, outside fill | input, later
+ROIs winning; each ROI computed once; the label handed to python, worker and command processors; an
+edit of the mask recomputes exactly the ROIs whose mask region changed; every refusal."""
 import json
 import os
 import sys
@@ -154,7 +154,8 @@ def test_unmasked_and_masked_rois_mix(tmp_path, roifs_bin):
 
 
 def test_label_reaches_worker_and_command(tmp_path, roifs_bin):
-    """The worker request's "label" and a command's ROIFS_LABEL carry L (docs/masks.md#what-the-processor-sees)."""
+    """The worker request's "label" and a command's ROIFS_LABEL carry L
+    (docs/masks.md#what-the-processor-sees)."""
     mask = label_image(SHAPE)
     (tmp_path / "w.py").write_text(
         "import numpy as np\nfrom roifs.worker import run\n\n" + PROC_PY.split("\n", 1)[1] +

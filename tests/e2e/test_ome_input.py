@@ -1,11 +1,11 @@
-"""OME-Zarr inputs and ROI tables (docs/ome-fractal.md#ome-zarr-inputs-and-roi-tables: [input] path/level, [rois] table/rounding): a
-Fractal-style plate image (plate.zarr/B/03/0, axes c,z,y,x, 4 levels coarsened by 2 in y and
-x) written with zarr-python, ROI tables written with anndata (Fractal's AnnData layout, with a
-multi-chunk X and column-name array), the same tables in anndata's Zarr v3 layout (OME-NGFF
-0.5 images' tables: "string" arrays with vlen-utf8 and zstd, written here with numcodecs, as
-Debian's zarr-python writes only v2) and an ngio CSV table. Mounted results are checked
-against boxes computed here from the rounding rules of docs/configuration.md ([rois] rounding), exact half-pixel ties
-included, for both rounding modes."""
+"""OME-Zarr inputs and ROI tables (docs/ome-fractal.md#ome-zarr-inputs-and-roi-tables: [input]
+path/level, [rois] table/rounding): a Fractal-style plate image (plate.zarr/B/03/0, axes c,z,y,x, 4
+levels coarsened by 2 in y and x) written with zarr-python, ROI tables written with anndata
+(Fractal's AnnData layout, with a multi-chunk X and column-name array), the same tables in
+anndata's Zarr v3 layout (OME-NGFF 0.5 images' tables: "string" arrays with vlen-utf8 and zstd,
+written here with numcodecs, as Debian's zarr-python writes only v2) and an ngio CSV table. Mounted
+results are checked against boxes computed here from the rounding rules of docs/configuration.md
+([rois] rounding), exact half-pixel ties included, for both rounding modes."""
 import json
 import math
 import shutil

@@ -1,11 +1,11 @@
-"""OME-NGFF and Zarr metadata conformance of `[output] ome = true` (docs/ome-fractal.md#ome-zarr-output): the image
-group a mount presents keeps every MUST of OME-NGFF 0.4 (format 2) and 0.5 (format 3), and
-the SHOULDs the strict schemas require, as checked by ngff_check.py, for 2-D to 5-D images
-with and without OME input metadata; every level's dimension names (zarr.json
-dimension_names, or _ARRAY_DIMENSIONS for format 2) are the axes names; inputs that cannot
-make valid OME axes are refused with exit status 2. Without `ome`, dimension names survive a
-change of format: a v3 input's dimension_names become _ARRAY_DIMENSIONS in a format 2
-output (so xarray opens it) and the other way round."""
+"""OME-NGFF and Zarr metadata conformance of `[output] ome = true`
+(docs/ome-fractal.md#ome-zarr-output): the image group a mount presents keeps every MUST of
+OME-NGFF 0.4 (format 2) and 0.5 (format 3), and the SHOULDs the strict schemas require, as checked
+by ngff_check.py, for 2-D to 5-D images with and without OME input metadata; every level's
+dimension names (zarr.json dimension_names, or _ARRAY_DIMENSIONS for format 2) are the axes names;
+inputs that cannot make valid OME axes are refused with exit status 2. Without `ome`, dimension
+names survive a change of format: a v3 input's dimension_names become _ARRAY_DIMENSIONS in a format
+2 output (so xarray opens it) and the other way round."""
 import json
 
 import numpy as np

@@ -1,8 +1,8 @@
-"""OME-Zarr output (docs/ome-fractal.md#ome-zarr-output: [output] ome/levels/downsample): with ome = true the mount
-is an OME-Zarr image group whose levels 1.. are computed lazily from the level above (the
-mean of each 2x2 block, or its top-left element), read only where needed, at both formats,
-with axes and pixel sizes from an OME input; warm and export cover every level and a changed
-input reaches the lowest one. Metadata conformance is in test_ome_ngff.py."""
+"""OME-Zarr output (docs/ome-fractal.md#ome-zarr-output: [output] ome/levels/downsample): with ome
+= true the mount is an OME-Zarr image group whose levels 1.. are computed lazily from the level
+above (the mean of each 2x2 block, or its top-left element), read only where needed, at both
+formats, with axes and pixel sizes from an OME input; warm and export cover every level and a
+changed input reaches the lowest one. Metadata conformance is in test_ome_ngff.py."""
 import json
 import os
 

@@ -1,6 +1,6 @@
-"""Operating roifs (docs/operations.md): warm (progress, failures, interrupt and resume, next to a mount),
-export (a plain Zarr array, resumable), status, clean, unmount of a dead mount, logging, the
-mount(8)/fstab form through mount.fuse3, and the man page."""
+"""Operating roifs (docs/operations.md): warm (progress, failures, interrupt and resume, next to a
+mount), export (a plain Zarr array, resumable), status, clean, unmount of a dead mount, logging,
+the mount(8)/fstab form through mount.fuse3, and the man page."""
 import contextlib
 import json
 import os

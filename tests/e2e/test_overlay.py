@@ -1,10 +1,10 @@
-"""`[output] ome = labels` (docs/mounted-tree.md#ome-zarr-label-overlay): the mount presents the input OME-Zarr image itself, every
-file byte for byte, plus labels/NAME (an OME-NGFF label image, 0.4 for Zarr v2, 0.5 for v3,
-as many levels as the parent, level k computed, the others nearest neighbour of it) and the
-labels list with NAME added; with table_name, tables/NAME, a masking ROI table of the result
-(AnnData or csv) whose first read computes the whole output once and whose rows are then
-kept in the cache. Refusals: an input that is not an image group, a float output, a label or
-table name the image already has."""
+"""`[output] ome = labels` (docs/mounted-tree.md#ome-zarr-label-overlay): the mount presents the
+input OME-Zarr image itself, every file byte for byte, plus labels/NAME (an OME-NGFF label image,
+0.4 for Zarr v2, 0.5 for v3, as many levels as the parent, level k computed, the others nearest
+neighbour of it) and the labels list with NAME added; with table_name, tables/NAME, a masking ROI
+table of the result (AnnData or csv) whose first read computes the whole output once and whose rows
+are then kept in the cache. Refusals: an input that is not an image group, a float output, a label
+or table name the image already has."""
 import contextlib
 import errno
 import json
@@ -111,7 +111,8 @@ def overlay_config(tmp_path, img, level=0, channel=None, output=None, name="seg.
 
 
 def expected_labels(data):
-    """The builtin label over each grid ROI, as docs/configuration.md#builtin-processors defines it."""
+    """The builtin label over each grid ROI, as docs/configuration.md#builtin-processors defines
+    it."""
     out = np.zeros(data.shape, "<u4")
     for i in range(0, data.shape[0], GRID[0]):
         for j in range(0, data.shape[1], GRID[1]):

@@ -1,5 +1,6 @@
-"""[process] python = FILE.py:FUNCTION (docs/processors.md#python-functions): the function runs in workers forked by a
-fork server that imported the file when the mount (or check, warm, export) started. The seed
+"""[process] python = FILE.py:FUNCTION (docs/processors.md#python-functions): the function
+runs in workers forked by a fork server that imported the file when the mount (or check, warm,
+export, apply) started. The seed
 scenario, start-up errors (exit 2 with the Python error), per-ROI exceptions and wrong shapes
 (that ROI fails, the mount serves on), the roi argument, the cast of results, workers killed
 mid-ROI and replaced, timeouts, and no interpreter left after unmount or after kill -9."""
@@ -171,7 +172,7 @@ def test_start_errors(tmp_path, roifs_bin, case):
     assert not wait_no_interpreters(task.dir), "an interpreter outlived the failed check"
 
 
-@pytest.mark.parametrize("command", ["mount", "mount -f", "warm", "export"])
+@pytest.mark.parametrize("command", ["mount", "mount -f", "warm", "export", "apply"])
 def test_start_error_fails_every_command(tmp_path, roifs_bin, command):
     task = error_task(tmp_path, START_ERRORS["syntax"][0], "f.py:f")
     args = command.split()

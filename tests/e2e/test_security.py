@@ -1,8 +1,9 @@
-"""Security properties of a mount (docs/reliability.md#the-guarantees, "Read-only and private"; docs/mounted-tree.md): read-only for every tool and syscall, even
-when `-o rw` is asked for; allow_other only when asked (and then really letting other users
-in); a private (0700) cache directory whatever the umask; chunk names accepted only in
-canonical form (everything else ENOENT); and nothing from the input's metadata ever used as
-a path (a .zarray whose dimension_separator is a path fragment is refused with exit 2)."""
+"""Security properties of a mount (docs/reliability.md#the-guarantees, "Read-only and private";
+docs/mounted-tree.md): read-only for every tool and syscall, even when `-o rw` is asked for;
+allow_other only when asked (and then really letting other users in); a private (0700) cache
+directory whatever the umask; chunk names accepted only in canonical form (everything else ENOENT);
+and nothing from the input's metadata ever used as a path (a .zarray whose dimension_separator is a
+path fragment is refused with exit 2)."""
 import errno
 import itertools
 import json

@@ -1,8 +1,9 @@
-"""executor = slurm (docs/configuration.md, docs/operations.md#computing-on-a-slurm-cluster): command and worker
-processors run as job steps of a real single-node Slurm cluster (tests/slurm/start.sh starts
-it: Debian's slurm-wlm and munge, as root). The results are read with zarr-python and compared
-with numpy; the processes record $SLURM_JOB_ID / $SLURM_STEP_ID to show where they ran; a failed
-step's reason reaches the status file; an unmount cancels the steps that still run."""
+"""executor = slurm (docs/configuration.md, docs/operations.md#computing-on-a-slurm-cluster):
+command and worker processors run as job steps of a real single-node Slurm cluster
+(tests/slurm/start.sh starts it: Debian's slurm-wlm and munge, as root). The results are read with
+zarr-python and compared with numpy; the processes record $SLURM_JOB_ID / $SLURM_STEP_ID to show
+where they ran; a failed step's reason reaches the status file; an unmount cancels the steps that
+still run."""
 import contextlib
 import errno
 import json

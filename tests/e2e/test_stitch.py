@@ -1,9 +1,9 @@
-"""stitch = iou (docs/labels.md#stitching): objects cut by ROI borders merged by their IoU in the zones where
-read regions overlap, transitively, taking the smallest id, against a numpy reference written
-from docs/labels.md: blobs crossing grid borders (a halo), blobs crossing overlapping ROIs (no
-halo), two thresholds; the global pass is made once (calls == ROIs, a remount computes nothing
-and reuses the stored mapping), shared by two processes on one cache, and survives a kill -9
-in its middle."""
+"""stitch = iou (docs/labels.md#stitching): objects cut by ROI borders merged by their IoU in the
+zones where read regions overlap, transitively, taking the smallest id, against a numpy reference
+written from docs/labels.md: blobs crossing grid borders (a halo), blobs crossing overlapping ROIs
+(no halo), two thresholds; the global pass is made once (calls == ROIs, a remount computes nothing
+and reuses the stored mapping), shared by two processes on one cache, and survives a kill -9 in its
+middle."""
 
 import numpy as np
 import pytest
@@ -25,9 +25,9 @@ def read_region(box, halo, shape):
 
 
 def stitch_reference(inp, rois, halo, value, dtype, block, threshold):
-    """docs/labels.md#stitching: unique ids, then for each pair of ROIs r < s whose read regions overlap, in
-    their overlap zone Z, objects x of r and y of s merged when |x & y| / |x | y| >= t (in Z,
-    from the whole results), transitively, each object taking its smallest id."""
+    """docs/labels.md#stitching: unique ids, then for each pair of ROIs r < s whose read regions
+    overlap, in their overlap zone Z, objects x of r and y of s merged when |x & y| / |x | y| >= t
+    (in Z, from the whole results), transitively, each object taking its smallest id."""
     labs = []
     for box in rois:
         rr = read_region(box, halo, inp.shape)

@@ -1,7 +1,8 @@
-"""The masking ROI table encoder (src/table_write.c, docs/ome-fractal.md#masking-roi-tables-written-by-roifs) read back by independent
-readers: anndata.read_zarr and zarr-python for AnnData on Zarr v2, pandas for the csv back end,
-and zarrita.js for AnnData on Zarr v3 (nothing on this machine reads v3 AnnData as AnnData:
-zarr-python is version 2, anndata 0.8), whose tree must equal the v2 one node for node.
+"""The masking ROI table encoder (src/table_write.c,
+docs/ome-fractal.md#masking-roi-tables-written-by-roifs) read back by independent readers:
+anndata.read_zarr and zarr-python for AnnData on Zarr v2, pandas for the csv back end, and
+zarrita.js for AnnData on Zarr v3 (nothing on this machine reads v3 AnnData as AnnData: zarr-python
+is version 2, anndata 0.8), whose tree must equal the v2 one node for node.
 
 tests/unit/table_write_tool.c writes the files table_encode returns to a directory."""
 import json

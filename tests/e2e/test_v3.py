@@ -1,7 +1,7 @@
-"""Zarr v3 (docs/configuration.md [output] format/shard, docs/mounted-tree.md#zarr-v3): v3 inputs of several data types and codecs
-(transpose, big-endian bytes, blosc, gzip, zstd, crc32c, shards with the index at either end
-and empty inner chunks) mounted with format 2 and format 3 outputs, and v3 outputs, sharded
-or not, read back by zarrita.js, the independent implementation.
+"""Zarr v3 (docs/configuration.md [output] format/shard, docs/mounted-tree.md#zarr-v3): v3 inputs
+of several data types and codecs (transpose, big-endian bytes, blosc, gzip, zstd, crc32c, shards
+with the index at either end and empty inner chunks) mounted with format 2 and format 3 outputs,
+and v3 outputs, sharded or not, read back by zarrita.js, the independent implementation.
 
 The v3 input fixtures are written here (zarr.json per the spec, numcodecs for the
 compressors, our own crc32c and shard layout), and each one is used only after zarrita.js

@@ -1,13 +1,13 @@
-"""[input] watch = true (issue 19 item 3, docs/operations.md#following-the-input-input-watch): the mount follows its input with inotify
-(Zarr v2 flat and nested keys, v3 keys and shards). An input chunk rewritten (closed after
-writing, or renamed into place) invalidates, within a second and without any open, the output
-chunks that depend on it: the status counts their ROIs as not done and their files as not
-cached, and the kernel's cached size is dropped (the next stat asks the daemon); their next
-open computes exactly the ROIs whose read region touches it. zarr-python rewrites chunks while
-a reader polls the mount: every chunk read is one version, never a mix, and the last one
+"""[input] watch = true (issue 19 item 3, docs/operations.md#following-the-input-input-watch): the
+mount follows its input with inotify (Zarr v2 flat and nested keys, v3 keys and shards). An input
+chunk rewritten (closed after writing, or renamed into place) invalidates, within a second and
+without any open, the output chunks that depend on it: the status counts their ROIs as not done and
+their files as not cached, and the kernel's cached size is dropped (the next stat asks the daemon);
+their next open computes exactly the ROIs whose read region touches it. zarr-python rewrites chunks
+while a reader polls the mount: every chunk read is one version, never a mix, and the last one
 within a second. Directories made later (nested keys) are watched too; a metadata change makes
-every chunk EIO with the reason in the status and the log; the inotify watch limit is reported
-with what to do."""
+every chunk EIO with the reason in the status and the log; the inotify watch limit is reported with
+what to do."""
 import itertools
 import json
 import os
