@@ -14,6 +14,7 @@ struct mask {
     char *path; /* the array read (an OME label image's chosen level) */
     struct zarr_input *in;
     const struct zarr_meta *meta;
+    bool zero_input; /* mask_input = zero */
     int ndim;
     uint64_t out_shape[ROIFS_MAX_DIM];
 };
@@ -113,6 +114,7 @@ static int open_array(struct task *t, const char *key, const char *path, struct 
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
     struct mask *m = xcalloc(1, sizeof *m);
     m->path = array;
+    m->zero_input = cfg->mask_input == MASK_INPUT_ZERO;
     t->mask = m;
     if (zarr_input_open(array, 16u << 20, &m->in, &e) < 0)
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
@@ -180,11 +182,15 @@ const uint64_t *mask_shape(const struct mask *m)
     return m->meta->shape;
 }
 
+bool mask_zeroes_input(const struct mask *m)
+{
+    return m->zero_input;
+}
+
 void mask_identity(const struct task *t, struct strbuf *sb)
 {
     if (t->mask)
-        sb_printf(sb, "mask %s input=%s\n", t->mask->path,
-                  t->cfg.mask_input == MASK_INPUT_KEEP ? "keep" : "zero");
+        sb_printf(sb, "mask %s input=%s\n", t->mask->path, t->mask->zero_input ? "zero" : "keep");
 }
 
 /* ---- reading ---- */
@@ -192,7 +198,7 @@ void mask_identity(const struct task *t, struct strbuf *sb)
 void mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape)
 {
     int nd = t->rois.ndim;
-    if (t->cfg.mask_input == MASK_INPUT_ZERO) {
+    if (mask_zeroes_input(t->mask)) {
         roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, start, shape);
         return;
     }

@@ -4,6 +4,7 @@
 #ifndef ROIFS_MASK_H
 #define ROIFS_MASK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,9 @@ void mask_close(struct mask *m);
 /* The array read (an OME label image's chosen level) and its shape (the output's ndim). */
 const char *mask_array_path(const struct mask *m);
 const uint64_t *mask_shape(const struct mask *m);
+/* Whether a masked ROI's processor sees 0 outside its object (mask_input = zero), its
+ * selection then covering its read region, else its box (mask_region). */
+bool mask_zeroes_input(const struct mask *m);
 /* Adds to a result identity what masked results depend on besides their label and mask
  * content (the mask's path and mask_input); nothing without a mask. */
 void mask_identity(const struct task *t, struct strbuf *sb);

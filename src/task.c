@@ -440,7 +440,7 @@ static void build_result_identity(struct task *t)
     sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb); /* results are validated for their ids mode */
+    labels_identity(&t->labels, &sb); /* results are validated for their ids mode */
     mask_identity(t, &sb);
     t->result_identity = sb.buf;
     task_identity_keys(t);
@@ -463,7 +463,7 @@ static void build_manifest(struct task *t)
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb);
+    labels_identity(&t->labels, &sb);
     if (t->out.format == 3) /* without attributes: they hold the fingerprint */
         sb_printf(&sb, "output.zarr.json %s\n", t->zarr_json);
     else
@@ -558,6 +558,7 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         free(t);
         return r;
     }
+    labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
     if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
         (r = load_rois(t, err)) < 0 ||
         (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)

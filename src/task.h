@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "key.h"
+#include "labels/ids.h"
 #include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
@@ -38,6 +39,8 @@ struct task {
     /* The configuration file a configured task was resolved from. A derived task
      * (task_derived) has none (zeroed but for path): everything that defines it is below. */
     struct config cfg;
+    /* [labels] resolved into values (labels/ids.h): what the engine asks (label_rules.h) */
+    struct label_rules labels;
     struct ome_image ome;            /* the array [input] path resolves to, and its OME metadata */
     struct zarr_input *reader;       /* configured task: the input array's reader (derived: NULL) */
     struct input_source source;      /* the input, for reads and signatures */

@@ -58,7 +58,7 @@ static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *e
     if (rc < 0)
         return rc;
     w->sig = mask_mix_sig(w->sig, w->rq.label, msig);
-    if (t->cfg.mask_input == MASK_INPUT_ZERO) /* the selection covers the read region */
+    if (mask_zeroes_input(t->mask)) /* the selection covers the read region */
         mask_zero_outside((void *)w->rq.in, w->sel, nd_prod(w->rshape, t->rois.ndim),
                           t->in_meta->dtype.size);
     return 0;

@@ -58,8 +58,9 @@ struct key128 engine_stitch_map_key(const struct task *t, struct zarr_sigmemo *m
     struct keyhash h;
     key_init(&h, "roifs stitch map");
     key_add_key(&h, t->result_id);
-    key_add(&h, &t->cfg.stitch_iou, sizeof t->cfg.stitch_iou);
-    key_add_u64(&h, t->cfg.label_block);
+    double iou = engine_labels_iou(t);
+    key_add(&h, &iou, sizeof iou);
+    key_add_u64(&h, engine_labels_block(t));
     key_add_u64(&h, t->rois.n);
     for (uint32_t s = 0; s < t->rois.n; s++)
         key_add_key(&h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
@@ -81,8 +82,8 @@ static void labels_chunk_key(const struct task *t, uint64_t id, struct keyhash *
         return;
     size_t n;
     const uint32_t *rois = chunk_rois(t, id, &n);
-    key_add_str(h, t->cfg.label_ids == LABEL_IDS_UNIQUE ? "labels unique" : "labels sequential");
-    key_add_u64(h, t->cfg.label_block);
+    key_add_str(h, engine_labels_unique(t) ? "labels unique" : "labels sequential");
+    key_add_u64(h, engine_labels_block(t));
     for (size_t i = 0; i < n; i++) /* unique: the ids depend on each ROI's index */
         key_add_u64(h, rois[i]);
     if (engine_labels_stitching(t)) { /* on every ROI's result, through the mapping */
