@@ -11,26 +11,13 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "input_source.h"
 #include "key.h"
 #include "labels/ids.h"
 #include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
 #include "zarr/zarr.h"
-
-/* Where a task's input comes from: the Zarr array of [input] path for a configured task, or
- * (a derived task) whatever its maker gives, e.g. another array of the mount read through its
- * engine. read fills a box (C order, native byte order, meta's dtype) and gives (sig not NULL)
- * the signature of exactly what it read; signature gives that of the input as it is now,
- * through memo (which only the Zarr reader uses). The task does not own ctx. */
-struct input_source {
-    const struct zarr_meta *meta; /* the input array's metadata */
-    int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst, uint64_t *sig,
-                struct errbuf *err);
-    int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape,
-                     struct zarr_sigmemo *memo, uint64_t *sig);
-    void *ctx;
-};
 
 struct channel_view;
 struct code_files;
@@ -70,7 +57,7 @@ struct task {
      * derived: NULL */
     struct code_files *code;
     char *cache_dir;              /* absolute */
-    struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
+    struct channel_view *channel; /* [input] channel: the view source reads (channel.c), or NULL */
     struct mask *mask;            /* masked ROIs' label image (mask.c), or NULL */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */

@@ -52,7 +52,7 @@ static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *e
 {
     uint32_t r = (uint32_t)w->rq.roi;
     uint64_t msig;
-    mask_region(t, r, w->sstart, w->sshape);
+    engine_mask_region(t, r, w->sstart, w->sshape);
     w->sel = xmalloc(nd_prod(w->sshape, t->rois.ndim) + 1);
     int rc = mask_select(t->mask, w->rq.label, w->sstart, w->sshape, w->sel, &msig, err);
     if (rc < 0)

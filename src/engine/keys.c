@@ -30,6 +30,19 @@ struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
     return key_final(&h);
 }
 
+void engine_mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape)
+{
+    int nd = t->rois.ndim;
+    if (mask_zeroes_input(t->mask)) {
+        roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, start, shape);
+        return;
+    }
+    for (int d = 0; d < nd; d++) {
+        start[d] = t->rois.start[(size_t)r * nd + d];
+        shape[d] = t->rois.stop[(size_t)r * nd + d] - start[d];
+    }
+}
+
 uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmemo *memo)
 {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
@@ -37,7 +50,7 @@ uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmem
     task_input_signature(t, rstart, rshape, memo, &sig);
     uint64_t label = roi_label(&t->rois, r);
     if (label) { /* the mask chunks its selection reads, as compute.c reads them */
-        mask_region(t, r, rstart, rshape);
+        engine_mask_region(t, r, rstart, rshape);
         sig = mask_mix_sig(sig, label, mask_signature(t->mask, rstart, rshape));
     }
     return sig;
