@@ -537,7 +537,12 @@ static json_t *configured_attrs(const struct task *t)
         json_decref(attrs);
         attrs = json_object();
     }
-    json_object_set_new(attrs, "roifs", provenance_new(t));
+    struct provenance_of o = {.cfg = &t->cfg,
+                              .result_identity = t->result_identity,
+                              .result_id = t->result_id,
+                              .fingerprint = t->fingerprint,
+                              .nrois = t->rois.n};
+    json_object_set_new(attrs, "roifs", provenance_new(&o));
     return attrs;
 }
 
