@@ -2,7 +2,7 @@
 # Installs the Debian packages roifs needs to build, run its demo and run its tests, if missing.
 set -euo pipefail
 pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-dev
-      libjansson-dev libzstd-dev zlib1g-dev
+      libjansson-dev libzstd-dev zlib1g-dev libxxhash-dev
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
       python3-scipy python3-anndata python3-xarray python3-skimage
       clang libclang-rt-14-dev  # these two: fuzz/run.sh (libFuzzer and its sanitizers)

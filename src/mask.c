@@ -116,6 +116,7 @@ static int open_array(struct task *t, const char *key, const char *path, struct 
     t->mask = m;
     if (zarr_input_open(array, 16u << 20, &m->in, &e) < 0)
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
+    zarr_input_set_verify(m->in, cfg->verify == 1);
     m->meta = zarr_input_meta(m->in);
     m->ndim = t->out.ndim;
     memcpy(m->out_shape, t->out.shape, sizeof m->out_shape);
