@@ -188,6 +188,33 @@ void input_hash_note(struct zarr_input *in, uint64_t sid, const struct file_id *
         save(h, false);
 }
 
+/* Reads the regular file name of dirfd (not following a symbolic link, as every file of the
+ * cache) of at most max bytes into a malloc'd *data: 0 or -errno. */
+static int read_kept(int dirfd, const char *name, uint64_t max, char **data, size_t *len)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max))
+        r = -EINVAL;
+    size_t n = r == 0 ? (size_t)st.st_size : 0, got = 0;
+    char *buf = xmalloc(n + 1);
+    if (r == 0)
+        r = pread_full(fd, buf, n, 0, &got);
+    close(fd);
+    if (r == 0 && got != n)
+        r = -EAGAIN;
+    if (r < 0) {
+        free(buf);
+        return r;
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
 int zarr_input_keep_hashes(struct zarr_input *in, int dirfd)
 {
     struct input_hashes *h = &in->hashes;
@@ -203,11 +230,11 @@ int zarr_input_keep_hashes(struct zarr_input *in, int dirfd)
         close(h->dirfd);
     h->dirfd = fd;
     snprintf(h->name, sizeof h->name, "%016llx", (unsigned long long)id);
-    int r = file_read_max(fd, h->name, SIZE_MAX, &data, &len);
+    uint64_t nstorage = nd_prod(in->grid, in->meta.ndim);
+    int r = read_kept(fd, h->name, 12 + nstorage * sizeof(struct hash_rec), &data, &len);
     uint32_t crc = 0;
     if (r == 0 && len >= 12)
         memcpy(&crc, data + len - 4, 4);
-    uint64_t nstorage = nd_prod(in->grid, in->meta.ndim);
     if (r == 0 && len >= 12 && memcmp(data, HASHES_MAGIC, 8) == 0 &&
         (len - 12) % sizeof(struct hash_rec) == 0 && crc == zarr_crc32c(0, data, len - 4)) {
         for (size_t off = 8; off + sizeof(struct hash_rec) <= len - 4;

@@ -1,8 +1,9 @@
 /* test_input_hash.c: unit tests for the input's content signatures (src/zarr/input_hash.c):
  * a signature follows the bytes of the chunk files, not their identities; a file read while
  * its times were recent (racy) is hashed again at the next look instead of being trusted; the
- * hashes recorded are kept in a directory across opens; verify = content sees a write through
- * a shared mmap that changed no identity. */
+ * hashes recorded are kept in a directory across opens (a damaged file of them is not used); verify
+ * = content sees a write through a shared mmap that changed no identity. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -158,6 +159,25 @@ static void test_hashes_kept_across_opens(void)
     free(p);
     CHECK(look(in, all) == s0);
     CHECK_EQ_INT((int)zarr_input_hash_passes(in), 1); /* the touched file alone */
+    zarr_input_close(in);
+    /* a damaged file of hashes is not used: every file is read again, nothing else changes */
+    DIR *d = opendir(keep);
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.') {
+            int fd = openat(kfd, de->d_name, O_RDWR);
+            char c = 0;
+            CHECK_EQ_INT((int)pread(fd, &c, 1, 20), 1);
+            c ^= 1;
+            CHECK_EQ_INT((int)pwrite(fd, &c, 1, 20), 1);
+            close(fd);
+        }
+    if (d)
+        closedir(d);
+    in = open_in(0);
+    CHECK_EQ_INT(zarr_input_keep_hashes(in, kfd), 0);
+    CHECK(look(in, all) == s0);
+    CHECK_EQ_INT((int)zarr_input_hash_passes(in), 4);
     zarr_input_close(in);
     close(kfd);
     free(keep);
