@@ -171,8 +171,8 @@ static int shard_content(struct zarr_input *in, uint64_t sid, int fd, const stru
         input_fid_of(&st, &now);
     if (!input_same_file(&now, fid))
         return -EAGAIN;
-    if (input_by_identity(in)) {
-        *hash = input_identity_value(fid);
+    if (input_by_identity(in) || fid->size > input_max_file_size(in)) {
+        *hash = input_identity_value(fid); /* as input_hash_now */
         return 0;
     }
     if (!*racy && input_hash_known(in, sid, fid, hash))
@@ -236,7 +236,8 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct re
         struct range_check chk = {index_offset(in, size), isz, *ixhash};
         r = shard_content(in, sid, fd, &ri->fid, start, &chk, 1, &ri->hash, &ri->racy);
         if (r < 0)
-            r = err_set(err, r, "%s/%s: the shard changed while being read", in->path, key);
+            r = err_set(err, r, "%s/%s: %s", in->path, key,
+                        r == -EAGAIN ? "the shard changed while being read" : strerror(-r));
     }
     close(fd);
     if (r < 0) {
@@ -309,6 +310,8 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct re
     }
     if (r == -EAGAIN)
         r = err_set(err, -EAGAIN, "%s/%s: the shard changed while being read", in->path, key);
+    else if (r < 0 && ri->racy && raw)
+        r = err_set(err, -EIO, "%s/%s: %s", in->path, key, strerror(-r));
     close(fd);
     if (r < 0) {
         free(raw);

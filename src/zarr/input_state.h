@@ -180,6 +180,10 @@ uint64_t input_hash_bytes(const void *p, size_t n);
  * by identity (a FUSE input), the identity's. */
 uint64_t input_hash_read(const struct zarr_input *in, const struct file_id *fid, const void *p,
                          size_t n);
+/* The largest storage file the input hashes whole: a chunk file larger is refused by every
+ * read; a shard larger (than its index and every inner chunk at the largest a read takes) is
+ * named by its identity instead, so that no look reads a huge (sparse) file. */
+uint64_t input_max_file_size(const struct zarr_input *in);
 /* The value that names file fid by its identity alone. */
 uint64_t input_identity_value(const struct file_id *fid);
 /* Whether the input's files are named by identity instead of content (a FUSE input, whose
