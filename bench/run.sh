@@ -25,13 +25,19 @@ for n in "${names[@]}"; do
 done
 
 scripts/install-deps.sh
-if ! dpkg-query -W -f='${Status}' python3-matplotlib 2>/dev/null | grep -q 'install ok installed'; then
-    echo "bench/run.sh: installing python3-matplotlib (for the plots)" >&2
+# The plots (matplotlib), and the FUSE floor of bench/warm.py (squashfuse_ll over a squashfs
+# image made by mksquashfs).
+bench_pkgs=()
+for p in python3-matplotlib squashfuse squashfs-tools; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || bench_pkgs+=("$p")
+done
+if [ ${#bench_pkgs[@]} -gt 0 ]; then
+    echo "bench/run.sh: installing ${bench_pkgs[*]}" >&2
     sudo_cmd=()
     [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
     export DEBIAN_FRONTEND=noninteractive
     "${sudo_cmd[@]}" apt-get update -qq
-    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${bench_pkgs[@]}" >/dev/null
 fi
 
 # Benchmark a private copy of the binary, so that a rebuild during the run changes nothing.

@@ -20,13 +20,19 @@ Mount variants (2 MiB chunks; the FOV array is read as shipped only):
 - polling 1 ms (ROIFS_FUSE_POLL_US=1000): the daemon polls the FUSE device for up to 1 ms
   after each reply while requests come in a burst, instead of blocking at once as shipped
   (src/fs/devio.h; off by default since it measured slower on a quiet machine).
+- squashfuse_ll: the FUSE floor of the machine, Debian's squashfuse (a read-only low-level
+  FUSE server in C, the structural model of roifs) serving a squashfs image of the plain
+  folder's chunk files, stored uncompressed (`mksquashfs -noI -noD -noF -noX`), mounted the
+  same way (fresh: just before the read; repeat: the same mount again). It tells what any FUSE
+  file system costs here, so roifs's ratios are stated against it as well as the plain folder.
 (Raising the bdi read_ahead_kb was measured before and did not help: bench/notes/warm.md.)
 For each mount case: the FUSE requests per chunk file opened (the status file's
 fuse.requests, by opcode, over the fresh read) and the CPU time of the reader and of the
 daemon per read, beside the wall time.
 Per-call breakdown: the raw reader's open(), isatty() (Python's open() asks), read() and
 close() timed separately and summed over the 128 files, plain folder vs mount (repeat).
-Target: >= 0.8x of the plain folder."""
+Targets: >= 0.8x of the plain folder (0.9x for zarr-python), and roifs as shipped at least
+as fast as squashfuse_ll (>= 1.0x of it) for every array, encoding and reader."""
 import json
 import os
 import subprocess
@@ -117,6 +123,43 @@ def make_input(path, shape, chunks):
         z[i] = (img + rng.normal(0, 30, img.shape)).astype("<u2")
 
 
+class SquashMount:
+    """squashfuse_ll -f IMAGE MNT in the background, like common.Mount (the benchmark's
+    session); .cpu() the daemon's CPU seconds so far."""
+
+    def __init__(self, image, mnt):
+        self.image, self.mnt = Path(image), Path(mnt)
+
+    def __enter__(self):
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(["squashfuse_ll", "-f", str(self.image), str(self.mnt)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not C.is_mounted(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"squashfuse_ll failed ({self.proc.returncode})")
+            time.sleep(0.001)
+        return self
+
+    def cpu(self):
+        try:
+            f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def __exit__(self, *exc):
+        subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            C.lazy_unmount(self.mnt)
+            self.proc.kill()
+            self.proc.wait()
+
+
 def requests(m):
     """The daemon's FUSE request counts by opcode (fuse.requests of the status file)."""
     return m.status()["fuse"]["requests"]
@@ -150,7 +193,8 @@ def main():
         if var == "plain":
             r["plain_s"] = v
             continue
-        key = {"mount": "mount", "mount nopt": "nopt", "mount nopoll": "nopoll"}[var]
+        key = {"mount": "mount", "mount nopt": "nopt", "mount nopoll": "nopoll",
+               "squashfuse": "squash"}[var]
         for state in v[0]:
             if state == "per call":
                 r[f"{key}_{state}_s"] = [x[state] for x in v]
@@ -158,7 +202,8 @@ def main():
             r[f"{key}_{state}_s"] = [x[state]["s"] for x in v]
             r[f"{key}_{state}_reader_cpu_s"] = [x[state]["reader_cpu"] for x in v]
             r[f"{key}_{state}_daemon_cpu_s"] = [x[state]["daemon_cpu"] for x in v]
-            r[f"{key}_{state}_requests"] = [x[state]["requests"] for x in v]
+            if "requests" in v[0][state]:
+                r[f"{key}_{state}_requests"] = [x[state]["requests"] for x in v]
     report(raw, info | {"chunk_file_bytes": sizes}, REPS)
 
 
@@ -183,6 +228,22 @@ def add_cases(cases, a, arr, enc, out, sizes):
     del ref
 
     nfiles = len(chunk_files(plain))
+    image = a / f"plain-{enc}.sqfs"
+    subprocess.run(["mksquashfs", str(plain), str(image), "-noappend", "-noI", "-noD", "-noF",
+                    "-noX", "-no-xattrs", "-quiet", "-no-progress"], check=True,
+                   stdout=subprocess.DEVNULL)
+    smnt = a / f"sq-{enc}"
+
+    def squash_case(fn):
+        with SquashMount(image, smnt) as m:
+            got = {}
+            for state in ("fresh", "repeat"):
+                n = 1 if state == "fresh" else 3
+                c0, d0 = reader_cpu(), m.cpu()
+                ts = [C.timed(lambda: fn(m.mnt)) for _ in range(n)]
+                got[state] = {"s": C.median(ts), "reader_cpu": (reader_cpu() - c0) / n,
+                              "daemon_cpu": (m.cpu() - d0) / n}
+        return got
 
     def mount_case(fn, cfg=cfg, pt=True, env=None, states=("fresh", "repeat")):
         with C.Mount(cfg, mnt, env=env) as m:
@@ -213,6 +274,7 @@ def add_cases(cases, a, arr, enc, out, sizes):
 
         cases[(arr, enc, rname, "plain")] = plain_case
         cases[(arr, enc, rname, "mount")] = lambda fn=fn: mount_case(fn)
+        cases[(arr, enc, rname, "squashfuse")] = lambda fn=fn: squash_case(fn)
         cases[(arr, enc, rname, "mount nopoll")] = \
             lambda fn=fn: mount_case(fn, env={"ROIFS_FUSE_POLL_US": "1000"})
         if arr == SMALL:
@@ -228,9 +290,10 @@ def add_cases(cases, a, arr, enc, out, sizes):
             lambda: mount_case(read_raw, states=("fresh", "per call"))
 
 
-COLS = [("mount", "fresh"), ("mount", "repeat"), ("nopoll", "fresh"), ("nopoll", "repeat"),
-        ("nopt", "fresh"), ("nopt", "repeat")]
-LABELS = {"mount": "as shipped", "nopoll": "polling 1 ms", "nopt": "no pt"}
+COLS = [("mount", "fresh"), ("mount", "repeat"), ("squash", "fresh"), ("squash", "repeat"),
+        ("nopoll", "fresh"), ("nopoll", "repeat"), ("nopt", "fresh"), ("nopt", "repeat")]
+LABELS = {"mount": "as shipped", "squash": "squashfuse_ll", "nopoll": "polling 1 ms",
+          "nopt": "no pt"}
 
 
 def per_file(reqs):
@@ -281,13 +344,22 @@ def report(raw, info, reps):
                         "alternative": f"plain {mp:.3f} s",
                         "ratio": f"{mp / mf:.2f}× / {mp / mr:.2f}×",
                         "target": f"≥ {target}×", "met": min(mp / mf, mp / mr) >= target})
+        if ("squash", "fresh") in med:
+            sf, sr = med[("squash", "fresh")], med[("squash", "repeat")]
+            summary.append({"scenario": f"warm read against the FUSE floor, {arr}, {enc}, {rname}",
+                            "roifs": f"{mf:.3f} s fresh / {mr:.3f} s repeat",
+                            "alternative": f"squashfuse_ll {sf:.3f} s / {sr:.3f} s",
+                            "ratio": f"{sf / mf:.2f}× / {sr / mr:.2f}×",
+                            "target": "≥ 1.0×", "met": min(sf / mf, sr / mr) >= 1.0})
     md = (f"{reps} repeats, interleaved; medians, seconds per full read. Ratio = plain time / "
           f"mount time (1.0 = as fast as the plain folder, whose files are in the page cache). "
           f"\"as shipped\" = FUSE passthrough (the status file said `fuse.passthrough: true` "
           f"in every such case), the daemon blocking on the FUSE device; \"polling "
           f"1 ms\" = `ROIFS_FUSE_POLL_US=1000`, the adaptive polling; \"no pt\" = `[mount] passthrough = false`. Fresh = "
           f"first read after mounting, repeat = median of three further reads on the same mount "
-          f"(plain: of three reads after one that fills the page cache). Chunk files: " +
+          f"(plain: of three reads after one that fills the page cache). \"squashfuse_ll\" = "
+          f"Debian's squashfuse_ll serving an uncompressed squashfs image of the same chunk "
+          f"files: the FUSE floor of this machine. Chunk files: " +
           ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sizes.items()) +
           ". (Idle CPU of the mount cases includes mounting and unmounting.) Targets: ≥ 0.9× "
           "for zarr-python, ≥ 0.8× for raw reads and cat.\n\n")
@@ -328,12 +400,13 @@ def report(raw, info, reps):
     keys = list(plot)
     x = np.arange(len(keys))
     labels = ["as shipped (passthrough), fresh", "as shipped, repeat",
+              "squashfuse_ll, fresh", "squashfuse_ll, repeat",
               "polling 1 ms, fresh", "polling 1 ms, repeat",
               "passthrough off, fresh (READs via the daemon)",
               "passthrough off, repeat (FUSE page cache)"]
-    w = 0.13
+    w = 0.1
     for j, lab in enumerate(labels):
-        ax.bar(x + (j - 2.5) * w, [plot[k][j] for k in keys], w, label=lab)
+        ax.bar(x + (j - 3.5) * w, [plot[k][j] for k in keys], w, label=lab)
     ax.axhline(0.8, color="k", ls="--", lw=0.8, label="target 0.8")
     ax.axhline(1.0, color="grey", ls=":", lw=0.8)
     short = {"zarr-python z[:]": "zarr", "zarr-python, blosc threads off": "zarr\n1 blosc thr.",

@@ -6,6 +6,7 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
       python3-scipy python3-anndata python3-xarray python3-skimage
       clang libclang-rt-14-dev  # these two: fuzz/run.sh (libFuzzer and its sanitizers)
+      xxhash                    # xxh128sum: the hashes of provenance attributes, checked
       zip unzip rsync nginx)    # readers of tests/e2e/test_size_contract.py (which starts its
                                 # own nginx on a loopback port; the service is not needed)
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's

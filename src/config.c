@@ -274,7 +274,7 @@ static void set_defaults(struct config *cfg)
 {
     cfg->lines = xcalloc(1, sizeof *cfg->lines);
     cfg->rounding = ROUNDING_FRACTAL;
-    cfg->readahead = -1;
+    cfg->readahead = READAHEAD_AUTO; /* measured: bench/scaling.py, docs/performance.md */
     cfg->executor = EXECUTOR_LOCAL;
     cfg->format = 2;
     cfg->fill_value = xstrdup("0");
@@ -299,8 +299,10 @@ static void resolve_defaults(struct config *cfg)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
     }
-    if (cfg->readahead == -1)
+    if (cfg->readahead == -1) {
         cfg->readahead = cfg->threads;
+        cfg->readahead_is_threads = true;
+    }
 }
 
 /* The configuration file's name without .ini: the label image's name by default. */

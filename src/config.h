@@ -69,9 +69,10 @@ struct config {
     char *proc_value;
     /* python: the interpreter, NULL for /usr/bin/python3 */
     char *interpreter;
-    int threads;    /* resolved: 0 in the file becomes the number of online CPUs */
-    int readahead;  /* resolved: -1 in the file becomes threads; READAHEAD_AUTO stays */
-    double timeout; /* seconds, 0 = none */
+    int threads;   /* resolved: 0 in the file becomes the number of online CPUs */
+    int readahead; /* resolved: -1 in the file becomes threads; READAHEAD_AUTO (default) stays */
+    bool readahead_is_threads; /* -1 in the file: follows a command line's -j too */
+    double timeout;            /* seconds, 0 = none */
     int retries;
     enum executor_kind executor;
     struct config_param *params;

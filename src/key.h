@@ -1,6 +1,7 @@
-/* key.h: 128-bit keys that name cached results by everything they depend on (CACHE.md):
- * a streaming hash over a canonical byte string, with a domain tag so that keys of different
- * kinds (processor identity, ROI result, chunk) never collide by construction. */
+/* key.h: 128-bit keys that name cached results by everything they depend on: XXH3-128
+ * (Debian's libxxhash) of a canonical byte string that starts with a domain tag, so that keys
+ * of different kinds (processor identity, ROI result, chunk) never collide by construction.
+ * The key of a byte string is exactly `xxh128sum` of it, however it was fed. */
 #ifndef ROIFS_KEY_H
 #define ROIFS_KEY_H
 
@@ -8,16 +9,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t by value: no allocation per key */
+#include <xxhash.h>
+
 struct key128 {
     uint64_t lo, hi;
 };
 
-/* The state of one key being hashed; feed it bytes in a canonical order. */
+/* The state of one key being hashed; feed it bytes in a canonical order. A key of up to
+ * KEY_BUFFER bytes (a ROI's: a dozen words) is hashed in one call at the end; a longer one
+ * (a chunk's, over its ROIs' keys) streams through the XXH3 state. */
+#define KEY_BUFFER 256
 struct keyhash {
-    uint64_t a, b;    /* two independent lanes */
-    uint64_t pending; /* bytes not yet absorbed, little-endian */
-    unsigned npending;
-    uint64_t len;
+    unsigned char buf[KEY_BUFFER];
+    size_t n;       /* bytes in buf */
+    bool streaming; /* st holds what came before buf */
+    XXH3_state_t st;
 };
 
 void key_init(struct keyhash *h, const char *domain);

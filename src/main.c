@@ -1,6 +1,7 @@
-/* main.c: the roifs command line (SPEC §2): dispatches to the commands in cli/. Also accepts
- * `roifs CONFIG MOUNTPOINT -o OPTIONS`, the form mount(8) and fstab use through mount.fuse3.
- * Exit status: 0 success, 1 failure at run time, 2 bad usage, configuration or input. */
+/* main.c: the roifs command line (docs/operations.md): dispatches to the commands in cli/. Also
+ * accepts `roifs CONFIG MOUNTPOINT -o OPTIONS`, the form mount(8) and fstab use through
+ * mount.fuse3. Exit status: 0 success, 1 failure at run time, 2 bad usage, configuration or input.
+ */
 #include <pwd.h>
 #include <malloc.h>
 #include <signal.h>
@@ -26,6 +27,10 @@ static const char usage_text[] =
     "       roifs clean --unused CONFIG  remove what no ROI or chunk of CONFIG needs now\n"
     "       roifs --help | --version\n"
     "       roifs CONFIG MOUNTPOINT [-o OPTIONS]   as mount(8) runs it: mount -t fuse.roifs\n"
+    "\n"
+    "options: -j N, --jobs=N   compute N ROIs at once (1 to 1024)\n"
+    "         -f, --foreground  -d, --debug  -o LIST, --options=LIST (mount)\n"
+    "         -j4, -j 4, --jobs=4 and --jobs 4 are the same; -- ends the options\n"
     "\n"
     "roifs presents out[roi] = f(in[roi]) over a list of regions of interest as a read-only\n"
     "Zarr array, computing each ROI once, in parallel, when a reader first opens a chunk.\n"
@@ -73,7 +78,7 @@ int main(int argc, char **argv)
     tune_malloc();
     ensure_home();
     if (argc < 2)
-        return cli_usage_error("missing command%s", "");
+        return cli_usage_error("missing command");
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "task.h"
 
@@ -47,47 +46,4 @@ void *provenance_new(const struct task *t)
                      "kind", proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params",
                      params, "identity", id, "files", processor_files(t), "rois",
                      (json_int_t)t->rois.n, "fingerprint", fp);
-}
-
-static json_t *iso_time(int64_t t)
-{
-    time_t tt = (time_t)t;
-    struct tm tm;
-    char buf[32];
-    if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
-        return json_null();
-    return json_string(buf);
-}
-
-/* Sets attrs.roifs.results (attrs: an object holding "roifs"). */
-static void set_results(json_t *attrs, json_t *results)
-{
-    json_t *prov = json_object_get(attrs, "roifs");
-    if (json_is_object(prov))
-        json_object_set(prov, "results", results);
-}
-
-static char *dump(json_t *v)
-{
-    return json_dumps(v, JSON_INDENT(4) | JSON_SORT_KEYS);
-}
-
-void provenance_set_results(struct task *t, const struct provenance_results *r)
-{
-    json_t *results =
-        json_pack("{s:I, s:I, s:o, s:o, s:o}", "cached_at_start", (json_int_t)r->cached, "rois",
-                  (json_int_t)r->total, "made_from", iso_time(r->made_min), "made_until",
-                  iso_time(r->made_max), "started", iso_time(r->started));
-    json_t *attrs = json_loads(t->zattrs_json, 0, NULL);
-    if (json_is_object(attrs)) {
-        set_results(attrs, results);
-        free(t->zattrs_json);
-        t->zattrs_json = dump(attrs);
-        if (t->out.format == 3) {
-            free(t->zarr_json);
-            t->zarr_json = zarr_meta_emit_v3(&t->out, t->zattrs_json, t->dimension_names);
-        }
-    }
-    json_decref(attrs);
-    json_decref(results);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "channel.h"
+#include "codeid.h"
 #include "labels/ids.h"
 #include "mask.h"
 #include "nd.h"
@@ -57,7 +58,19 @@ static int open_input(struct task *t, struct errbuf *err)
                                       .signature = zarr_source_signature,
                                       .ctx = t->reader};
     t->in_meta = t->source.meta;
-    return channel_resolve(t, err); /* [input] channel: the input without its c axis */
+    return 0;
+}
+
+/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
+static int view_channel(struct task *t, struct errbuf *err)
+{
+    int r = channel_open(&t->cfg, &t->source, &t->ome, t->reader, &t->channel, err);
+    if (r < 0 || !t->channel)
+        return r;
+    t->source = channel_source(t->channel);
+    t->in_meta = t->source.meta;
+    channel_ome(t->channel, &t->ome);
+    return 0;
 }
 
 static int check_dims(struct task *t, const char *key, const char *section, int n,
@@ -159,8 +172,8 @@ static bool names_are_strings(const json_t *v, int n)
 static int resolve_dimension_names(struct task *t, struct errbuf *err)
 {
     json_t *names = NULL;
-    const char *text =
-        t->channel ? channel_dimension_names(t) : zarr_input_dimension_names_text(t->reader);
+    const char *text = t->channel ? channel_dimension_names(t->channel)
+                                  : zarr_input_dimension_names_text(t->reader);
     if (t->cfg.ome || t->cfg.ome_labels) {
         struct errbuf e;
         json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
@@ -365,12 +378,14 @@ static int load_table(struct task *t, char **region, struct errbuf *err)
     return 0;
 }
 
-static int load_rois(struct task *t, struct errbuf *err)
+/* The ROIs of [rois] file, grid or table; *region gets a masking table's label image (NULL
+ * otherwise, and on failure). */
+static int load_rois(struct task *t, char **region, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
     int r;
     int nd = t->in_meta->ndim;
-    char *region = NULL;
+    *region = NULL;
     if (cfg->rois_kind == ROIS_FILE) {
         struct errbuf e;
         unsigned flags = cfg->mask ? ROI_PARSE_LABELS : 0; /* `@ L` needs a mask */
@@ -386,15 +401,19 @@ static int load_rois(struct task *t, struct errbuf *err)
         r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
-    } else if ((r = load_table(t, &region, err)) < 0) {
-        free(region);
+    } else if ((r = load_table(t, region, err)) < 0) {
+        free(*region);
+        *region = NULL;
         return r;
     }
-    if (r == 0)
-        r = mask_task_open(t, region, err);
-    free(region);
-    if (r < 0)
-        return r;
+    return 0;
+}
+
+/* The halo, the checks of the ROIs' sizes and the ROI index over the output's chunks. */
+static int index_rois(struct task *t, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    int r;
     if ((r = check_dims(t, "halo", "rois", cfg->halo_ndim, err)) < 0)
         return r;
     if (cfg->halo_ndim)
@@ -409,106 +428,6 @@ static int load_rois(struct task *t, struct errbuf *err)
                  cfg->chunks_ndim ? "output" : "rois", key, e.msg);
     }
     return 0;
-}
-
-/* Files larger than this count by their size and modification time, not their contents. */
-#define IDENTITY_MAX_CONTENT (256ULL << 20)
-
-/* True when path, a regular file, is code a processor runs: executable, or a script or
- * library by its name. Data and output files named on a command line (a log the command
- * appends to, a counter) are not: a change of them must not look like new code. */
-static bool is_code(const char *path, const struct stat *st)
-{
-    static const char *const ext[] = {".py",     ".sh",  ".bash", ".R",     ".r",   ".jl", ".pl",
-                                      ".pm",     ".rb",  ".js",   ".mjs",   ".lua", ".m",  ".ijm",
-                                      ".groovy", ".jar", ".so",   ".ipynb", ".awk", ".tcl"};
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    const char *dot = strrchr(base, '.');
-    if ((st->st_mode & 0111) || strstr(base, ".so.")) /* libfoo.so.1 */
-        return true;
-    for (size_t i = 0; dot && i < sizeof ext / sizeof ext[0]; i++)
-        if (strcmp(dot, ext[i]) == 0)
-            return true;
-    return false;
-}
-
-/* Adds "file PATH SIZE HASH" for path when it is code (is_code): its contents' key, or for a
- * huge file its size and modification time. always: the plugin, whatever its name. */
-static void add_file_identity(struct strbuf *sb, const char *path, bool always)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0)
-        return;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (!always && !is_code(path, &st))) {
-        close(fd);
-        return;
-    }
-    struct keyhash h;
-    key_init(&h, "roifs file");
-    if ((uint64_t)st.st_size > IDENTITY_MAX_CONTENT) {
-        key_add_u64(&h, (uint64_t)st.st_mtim.tv_sec);
-        key_add_u64(&h, (uint64_t)st.st_mtim.tv_nsec);
-    } else {
-        char *buf = xmalloc(1 << 20);
-        ssize_t n;
-        while ((n = read(fd, buf, 1 << 20)) > 0)
-            key_add(&h, buf, (size_t)n);
-        free(buf);
-    }
-    close(fd);
-    char hex[33];
-    key_hex(key_final(&h), hex);
-    sb_printf(sb, "file %s %lld %s\n", path, (long long)st.st_size, hex);
-}
-
-/* The files a processor runs: the plugin, a python processor's file and interpreter, and
- * every word of a command or worker line that names code (is_code; relative to the
- * configuration's directory, or absolute), except the targets of output redirections (> FILE,
- * >> FILE), which the command writes. Quotes are dropped; ; & | ( ) ` < separate words as
- * spaces do. */
-static void add_processor_files(struct strbuf *sb, const struct config *cfg)
-{
-    if (cfg->proc_kind == PROC_PLUGIN) {
-        add_file_identity(sb, cfg->proc_value, true);
-        return;
-    }
-    if (cfg->proc_kind == PROC_PYTHON) { /* FILE.py:FUNCTION (a MODULE names no file) */
-        add_file_identity(sb, cfg->interpreter ? cfg->interpreter : "/usr/bin/python3", false);
-        const char *colon = strrchr(cfg->proc_value, ':');
-        char *file = xasprintf("%.*s", colon ? (int)(colon - cfg->proc_value) : 0, cfg->proc_value);
-        char *path = path_join(cfg->dir, file);
-        add_file_identity(sb, path, true);
-        free(path);
-        free(file);
-        return;
-    }
-    if (cfg->proc_kind != PROC_COMMAND && cfg->proc_kind != PROC_WORKER)
-        return;
-    const char *p = cfg->proc_value;
-    char *word = xmalloc(strlen(p) + 1);
-    bool output = false; /* the next word is written, not run */
-    while (*p) {
-        size_t n = 0;
-        while (*p && !strchr(" \t\n;&|()`<>", *p)) {
-            if (*p != '\'' && *p != '"')
-                word[n++] = *p;
-            p++;
-        }
-        word[n] = '\0';
-        if (n && !output) {
-            char *path = path_join(cfg->dir, word);
-            add_file_identity(sb, path, false);
-            free(path);
-        }
-        if (n)
-            output = false;
-        if (*p == '>')
-            output = true;
-        if (*p)
-            p++;
-    }
-    free(word);
 }
 
 static void task_identity_keys(struct task *t)
@@ -531,7 +450,7 @@ static void build_result_identity(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-result 2\nroifs %s\ninput %s\n", ROIFS_VERSION, t->ome.array_path);
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
-    add_processor_files(&sb, cfg);
+    sb_printf(&sb, "%s", code_files_lines(t->code));
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
     sb_printf(&sb, "halo");
@@ -540,8 +459,8 @@ static void build_result_identity(struct task *t)
     sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb); /* results are validated for their ids mode */
-    mask_identity(t, &sb);
+    labels_identity(&t->labels, &sb); /* results are validated for their ids mode */
+    mask_identity(t->mask, &sb);
     t->result_identity = sb.buf;
     task_identity_keys(t);
 }
@@ -563,7 +482,7 @@ static void build_manifest(struct task *t)
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb);
+    labels_identity(&t->labels, &sb);
     if (t->out.format == 3) /* without attributes: they hold the fingerprint */
         sb_printf(&sb, "output.zarr.json %s\n", t->zarr_json);
     else
@@ -658,12 +577,23 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         free(t);
         return r;
     }
-    if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
-        (r = load_rois(t, err)) < 0 ||
+    labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
+    char *region = NULL;                  /* a masking table's label image */
+    if ((r = open_input(t, err)) < 0 || (r = view_channel(t, err)) < 0 ||
+        (r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
+        goto fail;
+    r = mask_open(&t->cfg, t->rois.label != NULL, &t->ome, &t->out, region, &t->mask, err);
+    free(region);
+    if (r < 0 || (r = index_rois(t, err)) < 0 ||
         (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)
         goto fail;
+    /* Hashed before the processor starts, which may load the code (a plugin, the python fork
+     * server): a change until it has started shows at its end (codeid.h). */
+    t->code = code_files_new(&t->cfg);
     if (!(flags & TASK_NO_PROC) && (r = proc_create(&t->cfg, &t->proc, err)) < 0)
         goto fail;
+    struct errbuf cerr; /* a change: every run fails, saying so (a plugin, python) */
+    (void)code_files_end(t->code, 0, &cerr);
     /* the manifest names the metadata without attributes: they hold its fingerprint */
     if (t->out.format == 3)
         t->zarr_json = zarr_meta_emit_v3(&t->out, NULL, t->dimension_names);
@@ -708,13 +638,14 @@ void task_close(struct task *t)
     if (t->reader)
         zarr_input_close(t->reader);
     ome_image_free(&t->ome);
-    channel_free(t);
+    channel_close(t->channel);
     free(t->zarray_json);
     free(t->zattrs_json);
     free(t->zarr_json);
     free(t->dimension_names);
     free(t->manifest);
     free(t->result_identity);
+    code_files_free(t->code);
     free(t->cache_dir);
     config_free(&t->cfg);
     free(t);

@@ -41,6 +41,7 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 
 import roifs  # noqa: E402
+from roifs._traceback import format_user_exception  # noqa: E402
 
 # ROI request: kind, ndim, roi, label (0: none), map_size, in_off, in_nbytes, out_off,
 # out_nbytes, in and out typestrs; then start, stop, in_start, in_shape (ndim u64 each).
@@ -93,7 +94,7 @@ def _load(spec):
     except StartError:
         raise
     except BaseException as e:  # SystemExit and KeyboardInterrupt at import too
-        traceback.print_exc()
+        sys.stderr.write(format_user_exception(e))
         raise StartError(f"{target}: {_last_line(e)}") from None
     fn = getattr(module, name, None)
     if fn is None:
@@ -185,7 +186,7 @@ def _serve_rois(sock, mem_fd, fn, params):
         try:
             store(fn(block, roi), out)
         except Exception as e:
-            sys.stderr.write(f"roi {index}: " + "".join(traceback.format_exception(e)))
+            sys.stderr.write(f"roi {index}: " + format_user_exception(e))
             sys.stderr.flush()
             return nxt, describe(e).encode("utf-8", "replace")
         return nxt, None

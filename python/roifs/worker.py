@@ -40,7 +40,6 @@ import importlib.util
 import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -48,6 +47,7 @@ import roifs
 from roifs import _array
 from roifs._array import describe as _describe
 from roifs._array import store as _store
+from roifs._traceback import format_user_exception
 
 __all__ = ["Roi", "run", "main"]
 
@@ -140,7 +140,7 @@ def _serve(process, inp, out_fd, as_output=_as_output, read_only=False):
         try:
             result = as_output(process(block, roi), roi)
         except Exception as e:
-            sys.stderr.write(f"roi {roi.index}: " + "".join(traceback.format_exception(e)))
+            sys.stderr.write(f"roi {roi.index}: " + format_user_exception(e))
             sys.stderr.flush()
             reply = json.dumps({"ok": False, "error": _describe(e)}) + "\n"
             _write_all(out_fd, [reply.encode()])

@@ -236,9 +236,9 @@ int journal_finish(struct journal *j, struct errbuf *err)
     return append(j, REC_FINISH, 0, (uint64_t)time(NULL), 0, true, err);
 }
 
-int journal_peek(const char *cache_dir, bool *unfinished, uint64_t *replaced, uint64_t *total)
+int journal_peek(const char *cache_dir, struct journal_summary *s)
 {
-    *unfinished = false;
+    memset(s, 0, sizeof *s);
     char *path = path_join(cache_dir, "apply");
     int dirfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     free(path);
@@ -260,9 +260,7 @@ int journal_peek(const char *cache_dir, bool *unfinished, uint64_t *replaced, ui
     r = parse(&j, data, len, &valid, &err); /* a torn end is left for apply to cut */
     free(data);
     if (r == 0) {
-        *unfinished = j.begun && !j.finished;
-        *replaced = j.nreplaced;
-        *total = j.nstorage;
+        *s = (struct journal_summary){j.begun, j.finished, j.gen, j.nreplaced, j.nstorage};
     }
     free_state(&j);
     return r;

@@ -1,8 +1,8 @@
-/* journal.h: the journal of `roifs apply` (SPEC §13), DIR/apply/journal in the cache: what
- * the input was when the application began (the identity of every storage file), and, chunk
- * by chunk, that a replacement is about to be renamed into place (its length and crc32c) and
- * that it was. Only the journal says which input files hold results; everything else (ROI
- * results, assembled chunks) is in the cache and named by the original input. */
+/* journal.h: the journal of `roifs apply` (docs/operations.md), DIR/apply/journal in the cache:
+ * what the input was when the application began (the identity of every storage file), and, chunk by
+ * chunk, that a replacement is about to be renamed into place (its length and crc32c) and that it
+ * was. Only the journal says which input files hold results; everything else (ROI results,
+ * assembled chunks) is in the cache and named by the original input. */
 #ifndef ROIFS_APPLY_JOURNAL_H
 #define ROIFS_APPLY_JOURNAL_H
 
@@ -45,9 +45,13 @@ int journal_begin(struct journal *j, uint64_t fingerprint, const struct zarr_fil
 int journal_intent(struct journal *j, uint64_t sid, uint64_t len, uint32_t crc, struct errbuf *err);
 int journal_replaced(struct journal *j, uint64_t sid, struct errbuf *err);
 int journal_finish(struct journal *j, struct errbuf *err);
+/* What journal_peek reads. */
+struct journal_summary {
+    bool begun, finished;          /* an application began; it finished */
+    uint64_t gen, replaced, total; /* its number; of its storage files, those replaced */
+};
 /* Reads the journal of the cache at cache_dir without changing anything (apply may be running):
- * *unfinished when an application began and did not finish, with how many of its storage
- * files are replaced. 0 (also when there is no journal) or -errno (-EBADMSG: damaged). */
-int journal_peek(const char *cache_dir, bool *unfinished, uint64_t *replaced, uint64_t *total);
+ * 0 (s->begun false when there is no journal) or -errno (-EBADMSG: damaged). */
+int journal_peek(const char *cache_dir, struct journal_summary *s);
 
 #endif

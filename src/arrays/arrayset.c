@@ -20,8 +20,7 @@ struct arrayset {
     struct overlay *overlay; /* [output] ome = labels, else NULL */
     struct otable *table;    /* ome = labels with table_name, else NULL */
     struct ns *tree;
-    bool status_file; /* the tree has .roifs/status */
-    bool overwrite;   /* arrayset_opts.overlay_overwrite */
+    bool overwrite; /* arrayset_opts.overlay_overwrite */
 };
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
@@ -36,8 +35,8 @@ static void engine_opts_of(const struct config *cfg, int threads, struct engine_
     if (threads <= 0)
         return;
     o->threads = threads;
-    /* readahead left to its default follows the number of threads, as in the file */
-    if (config_line(cfg, "process", "readahead") == 0)
+    /* readahead = -1 (as many as threads) follows the command line's thread count */
+    if (cfg->readahead_is_threads)
         o->readahead = threads;
 }
 
@@ -116,7 +115,6 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     struct engine_opts eo;
     engine_opts_of(&t->cfg, o->threads, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
-    s->status_file = o->status_file;
     s->overwrite = o->overlay_overwrite;
     s->n = 1;
     /* one level alone is presented as the plain array, as before the array set existed */
@@ -246,18 +244,6 @@ json_t *arrayset_status(struct arrayset *s)
                                       (json_int_t)records));
     }
     return doc;
-}
-
-void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r)
-{
-    provenance_set_results(s->arrays[0].task, r);
-    if (s->pyramid)
-        pyramid_refresh_group(s->pyramid);
-    /* the tree points at the texts just replaced: made again, as it was */
-    ns_free(s->tree);
-    struct errbuf err = {{0}};
-    if (build_tree(s, s->status_file, &err) < 0) /* it was built once from the same arrays */
-        log_error("%s: %s", s->arrays[0].task->cfg.path, err.msg);
 }
 
 /* ---- input changes ([input] watch) ---- */

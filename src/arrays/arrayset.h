@@ -12,7 +12,6 @@
 
 #include "../engine/cache.h"
 #include "../engine/engine.h"
-#include "../provenance.h"
 #include "../task.h"
 #include "../tree/namespace.h"
 
@@ -63,11 +62,6 @@ char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);
 /* The status document of SPEC §6 for a started set: array 0's engine_status, and with a
  * pyramid "levels", each level's counters. A new reference. */
 json_t *arrayset_status(struct arrayset *s);
-
-/* Adds "results" to the provenance attributes (array 0's and the image group's) and makes
- * the tree again with them: before anything is served, and before arrayset_tree is asked
- * for (the tree asked for before is gone). */
-void arrayset_set_provenance(struct arrayset *s, const struct provenance_results *r);
 
 /* [input] watch, for a started set: the input's storage files sids[0..n) changed (with all:
  * any may have). Every array forgets what depends on them (engine_input_changed), array after

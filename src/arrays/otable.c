@@ -3,6 +3,7 @@
  * record of the rows in the cache. */
 #include "otable.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -47,8 +48,12 @@ struct otable {
     size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
     bool failed;
     struct boxes boxes;
-    struct key128 record_key;
-    struct table_files files; /* DONE: the table */
+    struct key128 record_key; /* RUNNING: the key of the label chunks being scanned */
+    /* The last table made (have_files), from the label chunks of files_key; DONE: they are the
+     * chunks as they were at the last request, so its sizes are exact. */
+    struct table_files files;
+    bool have_files;
+    struct key128 files_key;
     uint64_t scans, records;
 };
 
@@ -193,15 +198,16 @@ static char *record_path(const struct otable *t)
     return xasprintf("%s/table-%s.rows", t->g.t->cache_dir, hex);
 }
 
-/* The record's name: what the rows depend on (every chunk's key, the geometry). */
-static void compute_record_key(struct otable *t)
+/* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
+ * with the input and with whatever else the label chunks follow; the geometry). */
+static struct key128 key_now(const struct overlay_geometry *g)
 {
-    const struct task *k = t->g.t;
+    const struct task *k = g->t;
     struct keyhash h;
     key_init(&h, "roifs-table-rows 1");
-    key_add(&h, t->g.scale, sizeof t->g.scale);
-    key_add(&h, t->g.translation, sizeof t->g.translation);
-    key_add(&h, t->g.axis, sizeof t->g.axis);
+    key_add(&h, g->scale, sizeof g->scale);
+    key_add(&h, g->translation, sizeof g->translation);
+    key_add(&h, g->axis, sizeof g->axis);
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -213,7 +219,12 @@ static void compute_record_key(struct otable *t)
         chunk_keys_free(&ck);
     }
     zarr_sigmemo_free(memo);
-    t->record_key = key_final(&h);
+    return key_final(&h);
+}
+
+static struct key128 record_key_now(const struct otable *t)
+{
+    return key_now(&t->g);
 }
 
 static void record_write(const struct otable *t, const struct table_row *rows, size_t n)
@@ -263,8 +274,9 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
 
 /* ---- requests ---- */
 
-/* Encodes rows as the table and answers every waiter. */
-static void finish(struct otable *t, struct table_row *rows, size_t n, bool ok)
+/* Encodes rows (made from the label chunks of key) as the table, replacing the one before, and
+ * answers every waiter. */
+static void finish(struct otable *t, struct table_row *rows, size_t n, struct key128 key, bool ok)
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
@@ -276,11 +288,18 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, bool ok)
     pthread_mutex_lock(&t->m);
     boxes_free(&t->boxes);
     t->state = ok ? DONE : IDLE;
-    if (ok)
+    if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
+        struct table_files old = t->files;
         t->files = files;
+        files = old;
+        t->have_files = true;
+        t->files_key = key;
+    }
     struct waiter *w = t->waiters;
     t->waiters = NULL;
     pthread_mutex_unlock(&t->m);
+    if (ok)
+        table_files_free(&files);
     while (w) {
         struct waiter *next = w->next;
         w->cb(w->ctx, ok ? 0 : -EIO);
@@ -300,9 +319,12 @@ static void release(struct otable *t)
         return;
     size_t n = 0;
     struct table_row *rows = ok ? rows_of(t, &n) : NULL;
-    if (ok)
+    /* The record only when the chunks scanned are those of its name: had the input changed
+     * during the scan, the rows could be of newer chunks (the next request, seeing another
+     * key, makes the table again). */
+    if (ok && key_eq(record_key_now(t), t->record_key))
         record_write(t, rows, n);
-    finish(t, rows, n, ok);
+    finish(t, rows, n, t->record_key, ok);
 }
 
 static void chunk_answered(void *ctx, int err, int fd, int flags)
@@ -328,17 +350,17 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
     release(t);
 }
 
-/* The first request: the record, or every chunk. */
+/* A request that finds no table of the label chunks as they are now (t->record_key): the
+ * record, or every chunk. */
 static void start(struct otable *t)
 {
-    compute_record_key(t);
     size_t n = 0;
     struct table_row *rows = record_read(t, &n);
     if (rows) {
         pthread_mutex_lock(&t->m);
         t->records++;
         pthread_mutex_unlock(&t->m);
-        finish(t, rows, n, true);
+        finish(t, rows, n, t->record_key, true);
         return;
     }
     const struct task *k = t->g.t;
@@ -363,8 +385,11 @@ static void start(struct otable *t)
 
 void otable_request(struct otable *t, otable_cb cb, void *ctx)
 {
+    /* The keys of the label chunks as they are now (the input's files looked at, outside the
+     * lock): a table made from other chunks is made again. */
+    struct key128 now = record_key_now(t);
     pthread_mutex_lock(&t->m);
-    if (t->state == DONE) {
+    if (t->state == DONE && key_eq(t->files_key, now)) {
         pthread_mutex_unlock(&t->m);
         cb(ctx, 0);
         return;
@@ -372,8 +397,11 @@ void otable_request(struct otable *t, otable_cb cb, void *ctx)
     struct waiter *w = xmalloc(sizeof *w);
     *w = (struct waiter){cb, ctx, t->waiters};
     t->waiters = w;
-    bool first = t->state == IDLE;
-    t->state = RUNNING;
+    bool first = t->state != RUNNING;
+    if (first) {
+        t->state = RUNNING;
+        t->record_key = now;
+    }
     pthread_mutex_unlock(&t->m);
     if (first)
         start(t);
@@ -434,17 +462,36 @@ const char *otable_path(const struct otable *t, size_t i)
 const struct table_file *otable_file(struct otable *t, size_t i)
 {
     pthread_mutex_lock(&t->m);
-    bool done = t->state == DONE;
+    bool have = t->have_files;
     pthread_mutex_unlock(&t->m);
-    return done ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    return have ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+}
+
+char *otable_copy(struct otable *t, size_t i, size_t *len)
+{
+    char *copy = NULL;
+    pthread_mutex_lock(&t->m);
+    const struct table_file *f =
+        t->have_files ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    if (f) {
+        copy = xmalloc(f->len ? f->len : 1);
+        memcpy(copy, f->data, f->len);
+        *len = f->len;
+    }
+    pthread_mutex_unlock(&t->m);
+    return copy;
 }
 
 uint64_t otable_size(struct otable *t, size_t i, bool *exact)
 {
-    const struct table_file *f = otable_file(t, i);
+    pthread_mutex_lock(&t->m);
+    const struct table_file *f =
+        t->state == DONE ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    uint64_t len = f ? f->len : 0;
+    pthread_mutex_unlock(&t->m);
     *exact = f != NULL;
     if (f)
-        return f->len;
+        return len;
     return t->names.v[i].len + ROW_BOUND * (t->nmax + 1);
 }
 
@@ -454,4 +501,37 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
     *scans = t->scans;
     *records = t->records;
     pthread_mutex_unlock(&t->m);
+}
+
+int otable_clean_records(const struct overlay *ov, size_t *removed)
+{
+    struct overlay_geometry g;
+    overlay_geometry(ov, &g);
+    char hex[33];
+    key_hex(key_now(&g), hex);
+    char *keep = xasprintf("table-%s.rows", hex);
+    *removed = 0;
+    int r = 0;
+    DIR *d = opendir(g.t->cache_dir);
+    if (!d) {
+        free(keep);
+        return errno == ENOENT ? 0 : -errno;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        size_t n = strlen(name);
+        if (n != strlen(keep) || strncmp(name, "table-", 6) != 0 ||
+            strcmp(name + n - 5, ".rows") != 0 || strcmp(name, keep) == 0)
+            continue;
+        if (unlinkat(dirfd(d), name, 0) == 0)
+            ++*removed;
+        else if (errno != ENOENT) {
+            r = -errno;
+            break;
+        }
+    }
+    closedir(d);
+    free(keep);
+    return r;
 }

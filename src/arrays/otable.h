@@ -1,9 +1,12 @@
 /* otable.h: the masking ROI table of ome = labels (SPEC §11, tables/NAME): one row per label id
  * present in the computed level, its bounding box in micrometres. Its content depends on the
- * whole output, so its first request asks the computed level's engine for every chunk (each
- * computed once), scans them as they come and encodes the table (table_write.h); the rows are
- * then kept in a checksummed record in the cache, named by the keys of every chunk, which a
- * later mount of the same result reads instead of scanning. FUSE-free. */
+ * whole output, so a request asks the computed level's engine for every chunk (each computed
+ * once), scans them as they come and encodes the table (table_write.h); the rows are then kept
+ * in a checksummed record in the cache, named by the keys of every chunk, which a later mount
+ * of the same result reads instead of scanning. The table follows the label image as it is
+ * now: every request computes the chunks' keys again, and a table made from other chunks (the
+ * input changed while mounted) is made again, from the record of those keys or by a scan.
+ * FUSE-free. */
 #ifndef ROIFS_OTABLE_H
 #define ROIFS_OTABLE_H
 
@@ -24,18 +27,27 @@ void otable_free(struct otable *t);
 size_t otable_nfiles(const struct otable *t);
 /* File i's path relative to tables/NAME ("obs/.zattrs", "table.csv"). */
 const char *otable_path(const struct otable *t, size_t i);
-/* File i's size: exact (*exact) once the table is computed, else an upper bound. */
+/* File i's size: exact (*exact) when the table is made from the label chunks as they were at
+ * the last request, else an upper bound (before the first request, or while it is made again). */
 uint64_t otable_size(struct otable *t, size_t i, bool *exact);
 
-/* Asks for the table: cb(ctx, 0) once it is complete (before this returns when it is), or
- * cb(ctx, -EIO) when a chunk of the output failed (a later request tries again). cb runs on
- * a compute thread of the engine or in the caller. */
+/* Asks for the table of the label chunks as they are now: cb(ctx, 0) once it is complete
+ * (before this returns when it is), or cb(ctx, -EIO) when a chunk of the output failed (a later
+ * request tries again). cb runs on a compute thread of the engine or in the caller. */
 typedef void (*otable_cb)(void *ctx, int err);
 void otable_request(struct otable *t, otable_cb cb, void *ctx);
 /* After a cb(ctx, 0): file i's content (NULL: the table has no such file, e.g. the chunk of
- * an empty column); it stays valid until otable_free. */
+ * an empty column); it stays valid until the next request made the table again (export: one
+ * request) or otable_free. */
 const struct table_file *otable_file(struct otable *t, size_t i);
+/* After a cb(ctx, 0): a copy of file i of the latest table (malloc'd, *len bytes; NULL as
+ * above), for readers while other requests may make the table again (the mount). */
+char *otable_copy(struct otable *t, size_t i, size_t *len);
 /* How many times the rows were computed from the chunks, and read from the record. */
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
+
+/* roifs clean --unused: removes the records of ov's cache other than the one of the label
+ * chunks as they are now (those of inputs gone by); *removed counts them. 0 or -errno. */
+int otable_clean_records(const struct overlay *ov, size_t *removed);
 
 #endif

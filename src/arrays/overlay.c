@@ -644,6 +644,7 @@ void overlay_geometry(const struct overlay *ov, struct overlay_geometry *g)
     const struct task *t = ov->t0;
     int nd = t->out.ndim;
     double s2[ROIFS_MAX_DIM], t2[ROIFS_MAX_DIM];
+    memset(g, 0, sizeof *g); /* the dimensions past nd too: the table's record key hashes them */
     g->t = t;
     for (int d = 0; d < nd; d++) {
         g->scale[d] = s2[d] = 1;

@@ -260,13 +260,6 @@ void pyramid_set_engine(struct pyramid *p, int level, struct engine *e)
         p->levels[level + 1].up_engine = e;
 }
 
-void pyramid_refresh_group(struct pyramid *p)
-{
-    struct errbuf err = {{0}};
-    if (build_group(p, &err) < 0) /* it was built once from the same axes: cannot fail */
-        log_error("%s: the image group's metadata: %s", p->t0->cfg.path, err.msg);
-}
-
 size_t pyramid_changed_boxes(const struct pyramid *p, int level, const uint64_t *up_ids, size_t n,
                              uint64_t **lo, uint64_t **hi)
 {

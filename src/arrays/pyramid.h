@@ -29,10 +29,6 @@ struct task *pyramid_level(const struct pyramid *p, int level);
 const char *pyramid_group_meta(const struct pyramid *p);
 const char *pyramid_group_attrs(const struct pyramid *p);
 
-/* Makes the image group's metadata again, after level 0's attributes changed (provenance):
- * the group carries its "roifs" attribute. */
-void pyramid_refresh_group(struct pyramid *p);
-
 /* The boxes of level `level` (>= 1) that reduce the chunks up_ids[0..n) of the level above,
  * in the level's own coordinates (those of its input: pyramid.c's sources read the level
  * above through them): where the level above changing reaches. n boxes of ndim coordinates

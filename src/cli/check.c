@@ -39,7 +39,7 @@ static int print_cache_state(const struct task *t)
     struct errbuf err = {{0}};
     const char *layout = cli_cache_layout(t->cache_dir);
     int r = cache_check_trusted(t->cache_dir, &err);
-    if (r == 0 && layout && strcmp(layout, "cache 1") == 0) {
+    if (r == 0 && layout && strcmp(layout, "older cache") == 0) {
         printf(" (made by an older roifs; it will be emptied at the next mount)\n");
         return 0;
     }
@@ -61,10 +61,14 @@ static int print_cache_state(const struct task *t)
 
 int cmd_check(int argc, char **argv)
 {
-    if (argc != 2)
-        return cli_usage_error("check needs exactly one CONFIG%s", "");
+    struct cli_args o;
+    int r = cli_parse_args(argc, argv, "check", 0, &o);
+    if (r)
+        return r;
+    if (o.noperands != 1)
+        return cli_usage_error("check needs exactly one CONFIG");
     struct task *t;
-    int r = cli_load_task(argv[1], &t);
+    r = cli_load_task(o.operands[0], &t);
     if (r)
         return r;
     if (t->cfg.ome_labels) { /* what the mount would refuse */

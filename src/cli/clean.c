@@ -25,12 +25,16 @@ static int remove_tree(const char *path)
 
 int cmd_clean(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--unused") == 0)
-        return cli_clean_unused(argv[2]);
-    if (argc != 2)
-        return cli_usage_error("clean needs exactly one CONFIG%s", "");
+    struct cli_args o;
+    int r = cli_parse_args(argc, argv, "clean", CLI_UNUSED, &o);
+    if (r)
+        return r;
+    if (o.noperands != 1)
+        return cli_usage_error("clean needs exactly one CONFIG");
+    if (o.unused)
+        return cli_clean_unused(o.operands[0]);
     struct task *t;
-    int r = cli_load_task_flags(argv[1], TASK_NO_PROC, &t);
+    r = cli_load_task_flags(o.operands[0], TASK_NO_PROC, &t);
     if (r)
         return r;
     struct stat st;

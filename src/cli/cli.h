@@ -1,6 +1,7 @@
-/* cli.h: the roifs commands (SPEC §2), one file per command (mount.c holds mount and
- * unmount), dispatched by main.c, and what they share (common.c): exit statuses, messages,
- * and the chunk runner used by warm and export (runner.c). */
+/* cli.h: the roifs commands, one file per command (mount.c holds mount and unmount),
+ * dispatched by main.c: each parses its options (common.c: one getopt_long table), calls the
+ * modules, prints and maps to exit statuses; and the chunk runner of warm, export and apply
+ * (runner.c). */
 #ifndef ROIFS_CLI_H
 #define ROIFS_CLI_H
 
@@ -15,8 +16,8 @@
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE   2
 
-/* Prints "roifs: " fmt (one %s: arg) and a pointer to --help; returns EXIT_USAGE. */
-int cli_usage_error(const char *fmt, const char *arg);
+/* Prints "roifs: " and the message, and a pointer to --help; returns EXIT_USAGE. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* task_open with the error printed: 0 or EXIT_USAGE. */
 int cli_load_task(const char *path, struct task **t);
 /* The same with task_open_flags's flags (TASK_NO_PROC). */
@@ -24,12 +25,38 @@ int cli_load_task_flags(const char *path, unsigned flags, struct task **t);
 /* arrayset_open with the error printed: 0, EXIT_USAGE (a configuration or cache directory
  * roifs may not use) or EXIT_RUNTIME. threads > 0: the command line's -j N. */
 int cli_open_arrays(struct task *t, int threads, bool status_file, struct arrayset **s);
-/* Parses an optional leading "-j N" of argv (argv[0] the command): *threads gets N (0 when
- * absent), *next the index of the first argument after it. 0 or EXIT_USAGE (message
- * printed). */
-int cli_parse_jobs(int argc, char **argv, int *threads, int *next);
+/* ---- options (common.c): one getopt_long table for every command ---- */
 
-/* What directory dir holds: "cache 2", "cache 1" (an older roifs's layout), or NULL. */
+/* The options a command accepts (cli_parse_args's accepted). */
+enum cli_opt {
+    CLI_JOBS = 1 << 0,       /* -j N, --jobs=N: threads of warm, export, apply */
+    CLI_FOREGROUND = 1 << 1, /* -f, --foreground (mount) */
+    CLI_DEBUG = 1 << 2,      /* -d, --debug (mount) */
+    CLI_OPTIONS = 1 << 3,    /* -o LIST, --options=LIST (mount): FUSE and mount(8) options */
+    CLI_AGAIN = 1 << 4,      /* --again (apply) */
+    CLI_INTO = 1 << 5,       /* --into=IMAGE (export) */
+    CLI_OVERWRITE = 1 << 6,  /* --overwrite (export --into) */
+    CLI_UNUSED = 1 << 7,     /* --unused (clean) */
+};
+
+struct cli_args {
+    int threads; /* -j N; 0 when absent */
+    bool foreground, debug, again, overwrite, unused;
+    const char *into;
+    char *options;   /* every -o LIST joined by commas, as given (mount.c filters it); or NULL */
+    char **operands; /* what is not an option, in order (into argv) */
+    int noperands;
+};
+
+/* Parses argv (argv[0] the command, cmd its name in messages; NULL for none) with
+ * getopt_long: short options may be joined to their value or not (-j4, -j 4), long ones take
+ * it after = or as the next argument (--jobs=4, --jobs 4), options may come after operands,
+ * and "--" ends them. An option not in accepted, a missing or unexpected value, or a bad -j
+ * is bad usage. 0, or EXIT_USAGE (message printed). Free with cli_args_free. */
+int cli_parse_args(int argc, char **argv, const char *cmd, unsigned accepted, struct cli_args *a);
+void cli_args_free(struct cli_args *a);
+
+/* What directory dir holds: "cache", "older cache" (an older roifs's layout), or NULL. */
 const char *cli_cache_layout(const char *dir);
 
 /* ---- the cache (gc.c) ---- */
@@ -41,7 +68,8 @@ void cli_format_bytes(uint64_t n, char *buf, size_t len);
 void cli_print_census(const struct task *t, struct cache *c);
 /* roifs clean --unused CONFIG: the exit status. */
 int cli_clean_unused(const char *config);
-/* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t. */
+/* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t
+ * (common.c). */
 int cli_refuse_unfinished_apply(const struct task *t);
 
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../arrays/otable.h"
 #include "../arrays/overlay.h"
 #include "../arrays/pyramid.h"
 #include "../engine/gc.h"
@@ -135,6 +136,14 @@ static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
             lt = overlay_array_task(ov, l);
         r = clean_array(t, lt, c, sum);
     }
+    if (r == 0 && ov) {
+        int e = otable_clean_records(ov, &sum->tables_removed);
+        if (e < 0) {
+            fprintf(stderr, "roifs: %s: the masking table's records: %s\n", t->cache_dir,
+                    strerror(-e));
+            r = EXIT_RUNTIME;
+        }
+    }
     pyramid_free(p);
     overlay_free(ov);
     return r;
@@ -179,6 +188,8 @@ int cli_clean_unused(const char *config)
         if (sum.leftovers_removed)
             printf(", %zu files of writers that died removed", sum.leftovers_removed);
         printf("\n");
+        if (t->cfg.ome_labels)
+            printf("tables:  %zu records of earlier label images removed\n", sum.tables_removed);
     }
     task_close(t);
     return r;

@@ -2,6 +2,7 @@
  * mount.fuse3 runs, and `roifs unmount`. */
 #include <errno.h>
 #include <fcntl.h>
+#include <fuse3/fuse_opt.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,48 +21,50 @@
 
 /* ---- mount options ---- */
 
-/* True for options that only mount(8) and fstab use, or that roifs decides itself (it is
- * always read-only): FUSE must not see them. */
-static bool mount8_only(const char *opt, size_t n)
+/* What -o lists hold besides FUSE's own options: those only mount(8) and fstab use, and
+ * those roifs decides itself (it is always read-only). FUSE must not see them. */
+static const struct fuse_opt mount8_only[] = {
+    FUSE_OPT_KEY("rw", FUSE_OPT_KEY_DISCARD),       FUSE_OPT_KEY("ro", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD), FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),   FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),   FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),  FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("dev", FUSE_OPT_KEY_DISCARD),      FUSE_OPT_KEY("nodev", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("suid", FUSE_OPT_KEY_DISCARD),     FUSE_OPT_KEY("nosuid", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("exec", FUSE_OPT_KEY_DISCARD),     FUSE_OPT_KEY("noexec", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("async", FUSE_OPT_KEY_DISCARD),    FUSE_OPT_KEY("comment=", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("user=", FUSE_OPT_KEY_DISCARD),    FUSE_OPT_END};
+
+/* Every option the table does not discard: "x-*" (mount(8)'s, which a template cannot name)
+ * is dropped too; the rest is kept for FUSE, which refuses what it does not know. */
+static int keep_for_fuse(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
-    static const char *const exact[] = {"rw",     "ro",     "defaults", "auto",   "noauto", "user",
-                                        "nouser", "users",  "_netdev",  "nofail", "dev",    "nodev",
-                                        "suid",   "nosuid", "exec",     "noexec", "async"};
-    static const char *const prefix[] = {"x-", "comment=", "user="};
-    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
-        if (strlen(exact[i]) == n && strncmp(opt, exact[i], n) == 0)
-            return true;
-    for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
-        if (n >= strlen(prefix[i]) && strncmp(opt, prefix[i], strlen(prefix[i])) == 0)
-            return true;
-    return false;
+    (void)outargs;
+    if (key != FUSE_OPT_KEY_OPT)
+        return 1; /* the program name */
+    if (strncmp(arg, "x-", 2) == 0)
+        return 0;
+    return fuse_opt_add_opt_escaped(data, arg);
 }
 
-/* Appends the options of the comma-separated list that FUSE should see to *acc. A backslash
- * escapes a comma inside a value, as libfuse reads it. */
-static void add_fuse_opts(char **acc, const char *list)
+/* The options of the -o lists (joined by commas) that FUSE should see, in *fuse_opts (NULL
+ * when none is left). A backslash escapes a comma inside a value, as libfuse reads it. 0 or
+ * EXIT_USAGE (printed). */
+static int fuse_options(const char *lists, char **fuse_opts)
 {
-    struct strbuf sb = {0};
-    if (*acc)
-        sb_printf(&sb, "%s", *acc);
-    const char *p = list;
-    while (*p) {
-        const char *end = p;
-        while (*end && *end != ',') {
-            if (*end == '\\' && end[1])
-                end++;
-            end++;
-        }
-        size_t n = (size_t)(end - p);
-        if (n && !mount8_only(p, n)) {
-            if (sb.len)
-                sb_append(&sb, ",", 1);
-            sb_append(&sb, p, n);
-        }
-        p = *end ? end + 1 : end;
+    *fuse_opts = NULL;
+    if (!lists)
+        return 0;
+    char *argv[] = {"roifs", "-o", (char *)lists, NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    int r = fuse_opt_parse(&args, fuse_opts, mount8_only, keep_for_fuse);
+    fuse_opt_free_args(&args);
+    if (r < 0) {
+        free(*fuse_opts);
+        *fuse_opts = NULL;
+        return cli_usage_error("mount: cannot read the options '%s'", lists);
     }
-    free(*acc);
-    *acc = sb.buf; /* NULL when nothing is left */
+    return 0;
 }
 
 /* ---- mount ---- */
@@ -72,27 +75,36 @@ struct mount_args {
     const char *config, *mountpoint;
 };
 
-static int parse_mount_args(int argc, char **argv, struct mount_args *a)
+#define MOUNT_OPTIONS (CLI_FOREGROUND | CLI_DEBUG | CLI_OPTIONS)
+
+/* The options and operands of `roifs mount` (cmd "mount") or of the mount(8) form (cmd NULL:
+ * argv[0] is the program). 0 or EXIT_USAGE (printed). */
+static int parse_mount_args(int argc, char **argv, const char *cmd, struct mount_args *a)
 {
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
-        if (strcmp(argv[i], "-f") == 0) {
-            a->foreground = true;
-        } else if (strcmp(argv[i], "-d") == 0) {
-            a->debug = true;
-        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
-            add_fuse_opts(&a->fuse_opts, argv[++i]);
-        } else if (strncmp(argv[i], "-o", 2) == 0 && argv[i][2]) {
-            add_fuse_opts(&a->fuse_opts, argv[i] + 2);
-        } else {
-            return cli_usage_error("mount: unknown option '%s'", argv[i]);
-        }
+    struct cli_args o;
+    int r = cli_parse_args(argc, argv, cmd, MOUNT_OPTIONS, &o);
+    if (r)
+        return r;
+    a->foreground = o.foreground;
+    a->debug = o.debug;
+    r = fuse_options(o.options, &a->fuse_opts);
+    cli_args_free(&o);
+    if (r)
+        return r;
+    if (o.noperands == 2) {
+        a->config = o.operands[0];
+        a->mountpoint = o.operands[1];
+        return 0;
     }
-    if (argc - i != 2)
-        return cli_usage_error("mount needs CONFIG and MOUNTPOINT%s", "");
-    a->config = argv[i];
-    a->mountpoint = argv[i + 1];
-    return 0;
+    if (cmd)
+        r = cli_usage_error("mount needs CONFIG and MOUNTPOINT");
+    else if (o.noperands > 2)
+        r = cli_usage_error("unexpected argument '%s' after CONFIG MOUNTPOINT", o.operands[2]);
+    else
+        r = cli_usage_error("needs CONFIG and MOUNTPOINT");
+    free(a->fuse_opts);
+    a->fuse_opts = NULL;
+    return r;
 }
 
 static int check_mountpoint(const char *mnt)
@@ -228,47 +240,16 @@ out:
 int cmd_mount(int argc, char **argv)
 {
     struct mount_args a = {0};
-    int r = parse_mount_args(argc, argv, &a);
-    if (r) {
-        free(a.fuse_opts);
-        return r;
-    }
-    return do_mount(&a);
+    int r = parse_mount_args(argc, argv, "mount", &a);
+    return r ? r : do_mount(&a);
 }
 
 /* mount.fuse3 runs `roifs CONFIG MOUNTPOINT -o OPTIONS` (options may come anywhere). */
 int cmd_mount_helper(int argc, char **argv)
 {
     struct mount_args a = {0};
-    const char *pos[2];
-    int npos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-o") == 0 && i + 1 < argc) {
-            add_fuse_opts(&a.fuse_opts, argv[++i]);
-        } else if (strncmp(arg, "-o", 2) == 0 && arg[2]) {
-            add_fuse_opts(&a.fuse_opts, arg + 2);
-        } else if (strcmp(arg, "-f") == 0) {
-            a.foreground = true;
-        } else if (strcmp(arg, "-d") == 0) {
-            a.debug = true;
-        } else if (arg[0] == '-' && arg[1]) {
-            free(a.fuse_opts);
-            return cli_usage_error("unknown option '%s'", arg);
-        } else if (npos < 2) {
-            pos[npos++] = arg;
-        } else {
-            free(a.fuse_opts);
-            return cli_usage_error("unexpected argument '%s' after CONFIG MOUNTPOINT", arg);
-        }
-    }
-    if (npos != 2) {
-        free(a.fuse_opts);
-        return cli_usage_error("needs CONFIG and MOUNTPOINT%s", "");
-    }
-    a.config = pos[0];
-    a.mountpoint = pos[1];
-    return do_mount(&a);
+    int r = parse_mount_args(argc, argv, NULL, &a);
+    return r ? r : do_mount(&a);
 }
 
 /* ---- unmount ---- */
@@ -390,9 +371,13 @@ static int unmount_plain(const char *mnt, bool daemon_dead)
 
 int cmd_unmount(int argc, char **argv)
 {
-    if (argc != 2)
-        return cli_usage_error("unmount needs exactly one MOUNTPOINT%s", "");
-    const char *mnt = argv[1];
+    struct cli_args o;
+    int r = cli_parse_args(argc, argv, "unmount", 0, &o);
+    if (r)
+        return r;
+    if (o.noperands != 1)
+        return cli_usage_error("unmount needs exactly one MOUNTPOINT");
+    const char *mnt = o.operands[0];
     char *abs = mountpoint_path(mnt);
     struct mount_entry me;
     int found = mountinfo_find(abs, &me);
@@ -404,7 +389,7 @@ int cmd_unmount(int argc, char **argv)
     }
     pid_t pid;
     unsigned long long started;
-    int r = found == 0 ? runfile_daemon(me.minor, me.owner, &pid, &started) : -ENOENT;
+    r = found == 0 ? runfile_daemon(me.minor, me.owner, &pid, &started) : -ENOENT;
     if (r == 0)
         r = stop_daemon(mnt, abs, &me, pid, started);
     free(abs);

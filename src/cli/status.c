@@ -76,10 +76,15 @@ static void print_failures(json_t *errors)
 
 int cmd_status(int argc, char **argv)
 {
-    if (argc != 2)
-        return cli_usage_error("status needs exactly one MOUNTPOINT%s", "");
+    struct cli_args o;
+    int r = cli_parse_args(argc, argv, "status", 0, &o);
+    if (r)
+        return r;
+    if (o.noperands != 1)
+        return cli_usage_error("status needs exactly one MOUNTPOINT");
+    const char *mnt = o.operands[0];
     json_t *doc;
-    int r = read_status_doc(argv[1], &doc);
+    r = read_status_doc(mnt, &doc);
     if (r)
         return r;
     json_t *rois = json_object_get(doc, "rois"), *chunks = json_object_get(doc, "chunks");
@@ -90,7 +95,7 @@ int cmd_status(int argc, char **argv)
     double uptime = json_is_number(up) ? json_number_value(up) : -1;
     char took[24];
     cli_format_duration(uptime, took, sizeof took);
-    printf("mount:   %s%s%s%s\n", argv[1], uptime >= 0 ? " (up " : "", uptime >= 0 ? took : "",
+    printf("mount:   %s%s%s%s\n", mnt, uptime >= 0 ? " (up " : "", uptime >= 0 ? took : "",
            uptime >= 0 ? ")" : "");
     printf("ROIs:    %lld of %lld done (%d%%), %lld running, %lld pending, %lld failed\n", done,
            total, total ? (int)(100 * done / total) : 100, running, pending, failed);

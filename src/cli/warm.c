@@ -1,5 +1,5 @@
-/* warm.c: `roifs warm [-j N] CONFIG`: computes every ROI and chunk into the cache without a
- * mount; interruptible and resumable (finished work stays in the cache). */
+/* warm.c: `roifs warm [-j N|--jobs=N] CONFIG`: computes every ROI and chunk into the cache without
+ * a mount; interruptible and resumable (finished work stays in the cache). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +33,18 @@ static uint64_t *present_chunks(const struct arrayset *s, size_t *n, int **array
 
 int cmd_warm(int argc, char **argv)
 {
-    int threads, i, r;
-    if ((r = cli_parse_jobs(argc, argv, &threads, &i)))
+    struct cli_args o;
+    int r;
+    if ((r = cli_parse_args(argc, argv, "warm", CLI_JOBS, &o)))
         return r;
-    if (argc - i != 1)
-        return cli_usage_error("warm needs exactly one CONFIG%s", "");
+    if (o.noperands != 1)
+        return cli_usage_error("warm needs exactly one CONFIG");
     struct task *t;
-    if ((r = cli_load_task(argv[i], &t)))
+    if ((r = cli_load_task(o.operands[0], &t)))
         return r;
     log_open_stderr(false);
     struct arrayset *s = NULL;
-    if ((r = cli_open_arrays(t, threads, false, &s))) {
+    if ((r = cli_open_arrays(t, o.threads, false, &s))) {
         task_close(t);
         return r;
     }

@@ -19,7 +19,7 @@
 #include "../zarr/zarr.h"
 #include "store.h"
 
-#define FORMAT_TEXT "roifs-cache 2\n"
+#define FORMAT_TEXT CACHE_FORMAT_TEXT
 
 /* Lock bytes of locks/all: appends (store.c) and the users/ check below; chunks; results. */
 #define LOCK_USERS       1
@@ -126,6 +126,9 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 
 /* ---- the format ---- */
 
+/* Empty but for temporary files of the format marker (file_write_atomic's "format.tmp.PID.N"):
+ * a process that made the directory and was killed before the marker's rename, or another
+ * making it at this moment, leaves a cache that is still new, not a foreign directory. */
 static bool dir_is_empty(int fd)
 {
     DIR *d = opendir_at(fd, ".");
@@ -134,27 +137,41 @@ static bool dir_is_empty(int fd)
     bool empty = true;
     struct dirent *de;
     while (empty && (de = readdir(d)))
-        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+                !strncmp(de->d_name, "format.tmp.", 11);
     closedir(d);
     return empty;
 }
 
-/* Makes the directory a cache of layout 2: kept as it is, made from nothing, or converted by
- * emptying from the older layout; anything else is refused. */
+/* The layout of an older roifs that the directory holds (2: keys of another hash; 1: one file
+ * per result and a manifest), or 0. */
+static int older_layout(int dirfd)
+{
+    char text[256];
+    if (read_small(dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, "roifs-cache 2\n"))
+        return 2;
+    if (read_small(dirfd, "manifest", text, sizeof text) >= 0 &&
+        (!strncmp(text, "roifs-cache 1\n", 14) || !strncmp(text, "roifs-level 1\n", 14)))
+        return 1;
+    return 0;
+}
+
+/* Makes the directory a cache of this layout: kept as it is, made from nothing, or converted by
+ * emptying from an older layout (whose keys mean nothing now: never a wrong hit); anything else
+ * is refused. */
 static int check_format(struct cache *c, struct errbuf *err)
 {
     char text[256];
     if (read_small(c->dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, FORMAT_TEXT))
         return 0;
     if (!dir_is_empty(c->dirfd)) {
-        bool v1 = read_small(c->dirfd, "manifest", text, sizeof text) >= 0 &&
-                  (!strncmp(text, "roifs-cache 1\n", 14) || !strncmp(text, "roifs-level 1\n", 14));
-        if (!v1)
+        int old = older_layout(c->dirfd);
+        if (!old)
             return err_set(err, -EINVAL,
                            "%s: not a roifs cache directory (not empty, no roifs format marker); "
                            "refusing to use it",
                            c->path);
-        log_warn("cache %s: made by an older roifs (cache layout 1); emptying it", c->path);
+        log_warn("cache %s: made by an older roifs (cache layout %d); emptying it", c->path, old);
         empty_dir(c->dirfd, 3);
     }
     int r = file_write_atomic(c->dirfd, "format", FORMAT_TEXT, strlen(FORMAT_TEXT), true);

@@ -1,5 +1,6 @@
-/* cache.h: the backing directory, the only persistent state of roifs (layout 2):
- *   DIR/format          "roifs-cache 2"
+/* cache.h: the backing directory, the only persistent state of roifs (layout 3: keys are
+ * XXH3-128; layout 2 had a home-made hash, layout 1 one file per result):
+ *   DIR/format          "roifs-cache 3"
  *   DIR/chunks/<id>     encoded output chunks by linear chunk id, each with its record
  *                       {version, chunk key, length, crc32c}: the extended attribute
  *                       user.roifs.chunk, or on file systems without user xattrs the sidecar
@@ -18,6 +19,9 @@
  * configuration or input is ever taken for current. */
 #ifndef ROIFS_CACHE_H
 #define ROIFS_CACHE_H
+
+/* DIR/format of this layout; a directory of an older layout is emptied at cache_open. */
+#define CACHE_FORMAT_TEXT "roifs-cache 3\n"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../codeid.h"
 #include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
@@ -51,13 +52,13 @@ static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *e
 {
     uint32_t r = (uint32_t)w->rq.roi;
     uint64_t msig;
-    mask_region(t, r, w->sstart, w->sshape);
+    engine_mask_region(t, r, w->sstart, w->sshape);
     w->sel = xmalloc(nd_prod(w->sshape, t->rois.ndim) + 1);
     int rc = mask_select(t->mask, w->rq.label, w->sstart, w->sshape, w->sel, &msig, err);
     if (rc < 0)
         return rc;
     w->sig = mask_mix_sig(w->sig, w->rq.label, msig);
-    if (t->cfg.mask_input == MASK_INPUT_ZERO) /* the selection covers the read region */
+    if (mask_zeroes_input(t->mask)) /* the selection covers the read region */
         mask_zero_outside((void *)w->rq.in, w->sel, nd_prod(w->rshape, t->rois.ndim),
                           t->in_meta->dtype.size);
     return 0;
@@ -168,6 +169,19 @@ static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf
     return rc;
 }
 
+/* A run's rc once its code has been looked at again (code_files_end): a change of the
+ * processor's files during the run fails it, so that its result is never kept under the
+ * identity of code that may not have made it (docs/design.md). */
+static int code_after(const struct engine *e, uint64_t gen, int rc, struct errbuf *err)
+{
+    struct errbuf cerr;
+    if (code_files_end(e->t->code, gen, &cerr) < 0 && rc != -ECANCELED) {
+        *err = cerr;
+        return -EIO;
+    }
+    return rc;
+}
+
 /* The result named by what was read (*rcp 0), or NULL with *rcp and err set; frees the
  * buffers. */
 static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int *rcp,
@@ -227,9 +241,10 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
 {
     double t0 = roi_time_start(e);
     struct roi_work w;
+    uint64_t gen;
     int rc = prepare_roi(e, r, &w, true, err);
-    if (rc == 0)
-        rc = retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err);
+    if (rc == 0 && (rc = code_files_begin(e->t->code, &gen, err)) == 0)
+        rc = code_after(e, gen, retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err), err);
     *rcp = rc;
     struct roi_result *res = conclude_roi(e, &w, rcp, err);
     if (res)
@@ -259,7 +274,14 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
             rqs[m] = w[i].rq;
             which[m++] = i;
         }
-    if (m) {
+    uint64_t gen;
+    struct errbuf cerr;
+    if (m && code_files_begin(e->t->code, &gen, &cerr) < 0) {
+        for (size_t k = 0; k < m; k++) {
+            rcs[which[k]] = -EIO;
+            errs[which[k]] = cerr;
+        }
+    } else if (m) {
         int *mrc = xcalloc(m, sizeof *mrc);
         struct errbuf *merr = xcalloc(m, sizeof *merr);
         proc_run_many(e->t->proc, m, rqs, mrc, merr);
@@ -268,6 +290,12 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
             errs[i] = merr[k];
             rcs[i] = retry_roi(e, &w[i], mrc[k], &errs[i]);
         }
+        bool changed = code_files_end(e->t->code, gen, &cerr) < 0;
+        for (size_t k = 0; k < m && changed; k++)
+            if (rcs[which[k]] != -ECANCELED) {
+                rcs[which[k]] = -EIO;
+                errs[which[k]] = cerr;
+            }
         free(mrc);
         free(merr);
         note_roi_time(e, t0, m);

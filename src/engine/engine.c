@@ -290,6 +290,7 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
     if (e->opts.threads < 1)
         e->opts.threads = 1;
     e->started = now_monotonic();
+    e->started_at = (int64_t)time(NULL);
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);

@@ -139,6 +139,7 @@ struct engine {
     bool stopping;
     struct engine_reader *readers; /* compute threads reading the input now (compute.c) */
     double started;                /* now_monotonic() at engine_create */
+    int64_t started_at;            /* the same, seconds since the epoch (the status's "started") */
     size_t n_running, n_done, n_failed;
     size_t n_computed; /* ROIs this engine computed */
     size_t n_reused;   /* ROIs taken from the result store instead of computed */

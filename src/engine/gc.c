@@ -161,27 +161,6 @@ static void census_result(void *ctx, struct key128 k, const struct store_info *i
     w->cs->results_unused_bytes += info->stored_len;
 }
 
-void gc_results_made(const struct task *t, struct cache *c, size_t *cached, uint32_t *made_min,
-                     uint32_t *made_max)
-{
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    *cached = 0;
-    *made_min = *made_max = 0;
-    for (size_t r = 0; r < t->rois.n; r++) {
-        struct store_info info;
-        if (!store_lookup(cache_store(c),
-                          engine_roi_key(t, (uint32_t)r, engine_roi_sig_now(t, (uint32_t)r, memo)),
-                          &info))
-            continue;
-        ++*cached;
-        if (info.made && (!*made_min || info.made < *made_min))
-            *made_min = info.made;
-        if (info.made > *made_max)
-            *made_max = info.made;
-    }
-    zarr_sigmemo_free(memo);
-}
-
 void gc_census(const struct task *t, struct cache *c, struct gc_census *cs)
 {
     memset(cs, 0, sizeof *cs);

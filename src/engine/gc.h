@@ -17,11 +17,6 @@
 /* Adds the key of every ROI result of t, with the input as it is now (memo may be NULL). */
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks);
 
-/* How many ROIs of t have their current result stored, and when those were made (seconds
- * since the epoch; 0 when none). */
-void gc_results_made(const struct task *t, struct cache *c, size_t *cached, uint32_t *made_min,
-                     uint32_t *made_max);
-
 /* What the cache holds for t. */
 struct gc_census {
     size_t rois_cached, rois_to_compute; /* ROIs whose current result is stored, or not */
@@ -40,6 +35,7 @@ struct gc_report {
     size_t chunks_removed, chunks_busy; /* busy: being made by another process, left */
     uint64_t chunk_bytes_removed;
     size_t leftovers_removed; /* temporary files of writers that died, orphaned sidecars */
+    size_t tables_removed;    /* ome = labels: masking table records not current */
 };
 /* Removes the results live does not name (store_compact) and, with chunks, the chunk files
  * not current for t (each under its chunk's lock, so that none being written is touched).

@@ -34,6 +34,7 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->results_at_start = e->n_at_start;
     p->made_min = e->made_min;
     p->made_max = e->made_max;
+    p->started_at = e->started_at;
     p->queue_demand = e->demand.len;
     p->queue_readahead = e->ahead.len;
     p->chunk_jobs = e->njobs;

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_internal.h"
 
@@ -19,6 +20,17 @@ static json_t *recent_errors(struct engine *e)
     }
     pthread_mutex_unlock(&e->lock);
     return errors;
+}
+
+/* t (seconds since the epoch) in UTC to the second, or null for 0. */
+static json_t *iso_time(int64_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    char buf[32];
+    if (t <= 0 || !gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return json_null();
+    return json_string(buf);
 }
 
 json_t *engine_status(struct engine *e)
@@ -44,12 +56,16 @@ json_t *engine_status(struct engine *e)
                       (json_int_t)p.cache_result_bytes, "max_size", (json_int_t)p.cache_max_size,
                       "evicted", (json_int_t)p.cache_evicted, "results_evicted",
                       (json_int_t)p.results_evicted));
+    /* What this mount found and did: here, not in the attributes, which depend only on the
+     * job (docs/mounted-tree.md, "Provenance"). */
     json_object_set_new(
         doc, "results",
-        json_pack("{s:I, s:I, s:I, s:I, s:I}", "stored", (json_int_t)p.results_stored, "reused",
-                  (json_int_t)p.results_reused, "cached_at_start", (json_int_t)p.results_at_start,
-                  "computed", (json_int_t)p.rois_computed, "damaged",
+        json_pack("{s:I, s:I, s:I, s:o, s:o, s:I, s:I}", "stored", (json_int_t)p.results_stored,
+                  "reused", (json_int_t)p.results_reused, "cached_at_start",
+                  (json_int_t)p.results_at_start, "made_from", iso_time(p.made_min), "made_until",
+                  iso_time(p.made_max), "computed", (json_int_t)p.rois_computed, "damaged",
                   (json_int_t)p.results_damaged));
+    json_object_set_new(doc, "started", iso_time(p.started_at));
     char *input_error = engine_input_error(e);
     if (input_error)
         json_object_set_new(doc, "input_error", json_string(input_error));

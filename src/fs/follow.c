@@ -3,63 +3,25 @@
  * the pages and attributes of those chunks' inodes (fuse_lowlevel_notify_inval_inode), from
  * the watch's own thread: never from a request's thread, where dropping pages can deadlock
  * (a page locked by a read in flight waits for that very thread). A change of the input's
- * metadata makes every chunk open fail with EIO until the mount is made again. */
+ * metadata makes every chunk open fail with EIO until the mount is made again; another
+ * directory at the input's path (or none) is a change of every chunk. */
 #include "fs_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../watch/watch.h"
 
 /* ---- metadata ---- */
 
-static void dims_text(const uint64_t *v, int n, char *buf, size_t len)
-{
-    size_t pos = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < n && pos < len; d++)
-        pos += (size_t)snprintf(buf + pos, len - pos, "%s%llu", d ? ", " : "",
-                                (unsigned long long)v[d]);
-    if (pos < len)
-        snprintf(buf + pos, len - pos, "]");
-}
-
-/* What differs between the layouts a (at the mount) and b (now), in err; 0 when nothing
- * that decides how chunks are read does (attributes may). */
-static int meta_difference(const struct zarr_meta *a, const struct zarr_meta *b, struct errbuf *err)
-{
-    char x[256], y[256];
-    if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(uint64_t) * a->ndim)) {
-        dims_text(a->shape, a->ndim, x, sizeof x);
-        dims_text(b->shape, b->ndim, y, sizeof y);
-        return err_set(err, -EINVAL, "its shape changed from %s to %s", x, y);
-    }
-    if (memcmp(a->chunks, b->chunks, sizeof(uint64_t) * a->ndim)) {
-        dims_text(a->chunks, a->ndim, x, sizeof x);
-        dims_text(b->chunks, b->ndim, y, sizeof y);
-        return err_set(err, -EINVAL, "its chunks changed from %s to %s", x, y);
-    }
-    char da[8], db[8];
-    if (a->dtype.kind != b->dtype.kind || a->dtype.size != b->dtype.size ||
-        a->dtype.big_endian != b->dtype.big_endian)
-        return err_set(err, -EINVAL, "its dtype changed from %s to %s",
-                       dtype_typestr(&a->dtype, da), dtype_typestr(&b->dtype, db));
-    char *ea = a->format == 3 ? zarr_meta_emit_v3(a, NULL, NULL) : zarr_meta_emit_v2(a);
-    char *eb = b->format == 3 ? zarr_meta_emit_v3(b, NULL, NULL) : zarr_meta_emit_v2(b);
-    bool same = a->format == b->format && strcmp(ea, eb) == 0 &&
-                a->fortran_order == b->fortran_order && a->fill_null == b->fill_null;
-    free(ea);
-    free(eb);
-    return same ? 0
-                : err_set(err, -EINVAL,
-                          "its encoding changed (codecs, fill value, order or chunk keys)");
-}
-
 /* The input's metadata as it is now against the mount's: 0 when it is the same layout, else
  * -errno with the reason. A missing file is looked for again for a second (a writer may be
- * replacing it). */
+ * replacing it); one missing with its directory is no metadata change but the directory's
+ * removal, which dir_changed reports (zarr/input_dir.c refuses to read meanwhile). */
 static int check_metadata(struct fs *fs, struct errbuf *err)
 {
     const struct task *t = arrayset_array(fs->set, 0)->task;
@@ -72,6 +34,11 @@ static int check_metadata(struct fs *fs, struct errbuf *err)
         if (i)
             usleep(100 * 1000);
         r = file_read_all(path, &text, &len);
+        struct stat st;
+        if (r == -ENOENT && stat(t->ome.array_path, &st) < 0 && errno == ENOENT) {
+            free(path);
+            return 0;
+        }
     }
     if (r < 0) {
         r = err_set(err, r, "%s: %s", path, r == -ENOENT ? "removed" : strerror(-r));
@@ -86,7 +53,7 @@ static int check_metadata(struct fs *fs, struct errbuf *err)
     free(text);
     if (r < 0)
         r = err_set(err, r, "%s: %s", path, perr.msg);
-    else if ((r = meta_difference(was, &now, &perr)) < 0)
+    else if ((r = zarr_meta_difference(was, &now, &perr)) < 0)
         r = err_set(err, r, "%s: %s", path, perr.msg);
     free(path);
     return r;
@@ -123,23 +90,37 @@ static void everything_changed(void *ctx)
     arrayset_input_changed(fs->set, NULL, 0, true, drop_chunk, fs);
 }
 
-static void metadata_changed(void *ctx, const char *gone)
+static void metadata_changed(void *ctx)
 {
     struct fs *fs = ctx;
     struct errbuf err = {{0}};
-    if (gone)
-        err_set(&err, -ENOENT, "%s", gone);
-    else if (check_metadata(fs, &err) == 0)
+    if (check_metadata(fs, &err) == 0)
         return; /* rewritten the same (its attributes, maybe) */
     char *why = xasprintf("the input's metadata changed under the mount (%s)", err.msg);
     arrayset_input_broken(fs->set, why);
     free(why);
 }
 
+/* Another directory at the input's path, or none: every chunk is looked at again, read through
+ * the new directory (zarr/input_dir.c follows it at the next look) or failing with EIO while
+ * none is there; another layout stops the mount as a metadata change does. */
+static void dir_changed(void *ctx, bool there)
+{
+    struct fs *fs = ctx;
+    const struct task *t = arrayset_array(fs->set, 0)->task;
+    log_warn("[input] watch: %s: the input's directory was %s; every chunk is checked again at "
+             "its next open",
+             t->ome.array_path, there ? "replaced by another" : "removed or moved away");
+    arrayset_input_changed(fs->set, NULL, 0, true, drop_chunk, fs);
+    if (there)
+        metadata_changed(ctx);
+}
+
 int fs_follow_start(struct fs *fs, struct errbuf *err)
 {
     static const struct watch_ops ops = {.chunks_changed = chunks_changed,
                                          .metadata_changed = metadata_changed,
+                                         .dir_changed = dir_changed,
                                          .everything_changed = everything_changed};
     const struct task *t = arrayset_array(fs->set, 0)->task;
     int r = watch_start(t->ome.array_path, t->in_meta, &ops, fs, &fs->follow, err);

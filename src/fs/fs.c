@@ -65,11 +65,23 @@ static void input_owner(struct stat *st, const struct stat *in)
     st->st_gid = in->st_gid;
 }
 
-/* Attributes of node n shown as inode ino to process pid; *timeout is how long the kernel
- * may keep them. */
-static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t pid,
-                      struct stat *st, double *timeout)
+/* The input's attributes of path, as this thread's file system ids may see them: 1 with *in,
+ * 0 when it is gone (a name the kernel still holds: shown as it was made), -EACCES (or
+ * -EPERM) when they may not. */
+static int input_stat(const char *path, struct stat *in)
 {
+    if (stat(path, in) == 0)
+        return 1;
+    return errno == EACCES || errno == EPERM ? -errno : 0;
+}
+
+/* Attributes of node n shown as inode ino to process pid; *timeout is how long the kernel
+ * may keep them. 0, or -EACCES when n is the input's and the caller may not see it (see
+ * caller.c: the input's nodes are looked at with the caller's ids). */
+static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t pid,
+                     struct stat *st, double *timeout)
+{
+    int r = 0;
     memset(st, 0, sizeof *st);
     st->st_ino = ino;
     st->st_uid = fs->uid;
@@ -84,7 +96,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         st->st_mode = S_IFDIR | 0555;
         st->st_nlink = 2;
         struct stat in;
-        if (n->live && stat(n->text, &in) == 0) { /* a directory of the input */
+        if (n->live && (r = input_stat(n->text, &in)) == 1) { /* a directory of the input */
             input_owner(st, &in);
             *timeout = LIVE_TIMEOUT;
         }
@@ -114,7 +126,7 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
     }
     case NS_INPUT: { /* the input file as it is: short-lived, it is not ours */
         struct stat in;
-        if (stat(n->text, &in) == 0) {
+        if ((r = input_stat(n->text, &in)) == 1) {
             st->st_size = in.st_size;
             st->st_mtim = in.st_mtim;
             input_owner(st, &in);
@@ -129,12 +141,13 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
         *timeout = 0;
         break;
     }
-    case NS_TABLE: { /* an upper bound until the table is computed (the size contract) */
+    case NS_TABLE: { /* an upper bound until the table is computed (the size contract); the
+                      * table is made again when the label image changed: a size for a
+                      * second, the file opened dropping it (open.c) */
         bool exact;
         uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
-        if (!exact)
-            *timeout = 0;
+        *timeout = exact ? LIVE_TIMEOUT : 0;
         break;
     }
     }
@@ -142,6 +155,24 @@ static void node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_
     st->st_blocks = *timeout == 0 && (n->kind == NS_CHUNK || n->kind == NS_TABLE)
                         ? 0
                         : (st->st_size + 511) / 512;
+    return r < 0 ? r : 0;
+}
+
+/* node_attr as the process that made req would see it (caller.c) when n is made from the
+ * input (ome = labels): a directory or file of it, or a list made from its files. */
+static int node_attr_for(fuse_req_t req, const struct ns_node *n, uint64_t ino, struct stat *st,
+                         double *timeout)
+{
+    struct fs *fs = fs_of(req);
+    pid_t pid = fuse_req_ctx(req)->pid;
+    if (!n->live && n->kind != NS_GEN)
+        return node_attr(fs, n, ino, pid, st, timeout);
+    struct caller_ids ids;
+    int r = caller_enter(req, &ids);
+    if (r == 0)
+        r = node_attr(fs, n, ino, pid, st, timeout);
+    caller_leave(&ids);
+    return r;
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -165,7 +196,14 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct ns_node n;
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
-    int r = ns_lookup(fs->ns, parent, name, &n);
+    /* in a directory of the input: as the caller would find it there (caller.c) */
+    struct caller_ids ids = {0};
+    bool mirror = ns_follows(fs->ns, parent);
+    int r = mirror ? caller_enter(req, &ids) : 0;
+    if (r == 0)
+        r = ns_lookup(fs->ns, parent, name, &n);
+    if (mirror)
+        caller_leave(&ids);
     log_debug("lookup %llu/%s: %s", (unsigned long long)parent, name, r ? strerror(-r) : "ok");
     if (r == -ENOENT) {
         /* negative entry: the tree never changes, so cache the miss; but a directory of the
@@ -181,7 +219,12 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     }
     e.ino = n.kind == NS_CHUNK ? vt_current(fs->vt, n.ino) : n.ino;
     e.generation = 1;
-    node_attr(fs, &n, e.ino, fuse_req_ctx(req)->pid, &e.attr, &e.attr_timeout);
+    if ((r = node_attr_for(req, &n, e.ino, &e.attr, &e.attr_timeout)) < 0) {
+        if (n.live)
+            ns_forget(fs->ns, n.ino, 1);
+        fuse_reply_err(req, -r);
+        return;
+    }
     e.entry_timeout = n.live ? LIVE_TIMEOUT : LONG_TIMEOUT; /* the input's: it may go away */
     if (fuse_reply_entry(req, &e) != 0 && n.live)           /* the kernel never got it: not held */
         ns_forget(fs->ns, n.ino, 1);
@@ -214,7 +257,11 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     struct stat st;
     double timeout;
-    node_attr(fs, &n, ino, fuse_req_ctx(req)->pid, &st, &timeout);
+    int r = node_attr_for(req, &n, ino, &st, &timeout);
+    if (r < 0) {
+        fuse_reply_err(req, -r);
+        return;
+    }
     log_debug("getattr %llu: size %lld", (unsigned long long)ino, (long long)st.st_size);
     fuse_reply_attr(req, &st, timeout);
 }
@@ -241,13 +288,44 @@ static int dir_emit(void *ctx, const char *name, uint64_t ino, bool is_dir, uint
     return 0;
 }
 
+/* An open directory: its handle keeps what its listing goes on from (ns_readdir), so that
+ * listings of one directory at once never share offsets. */
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct fs *fs = fs_of(req);
+    struct handle *h = handle_new(NS_DIR);
+    handle_add(fs, h);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (fuse_reply_open(req, fi) == -ENOENT)
+        handle_free(fs, h);
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+    if (h)
+        handle_free(fs_of(req), h);
+    fuse_reply_err(req, 0);
+}
+
+/* The kernel sends one READDIR of an open directory at a time (its readdir lock), so the
+ * handle's listing needs no lock of its own. A directory of the input is listed as the
+ * caller (caller.c). */
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
-    (void)fi;
     struct fs *fs = fs_of(req);
+    struct handle *h = (struct handle *)(uintptr_t)fi->fh;
     struct dirbuf db = {.req = req, .vt = fs->vt, .buf = xmalloc(size), .size = size};
-    int r = ns_readdir(fs->ns, ino, (uint64_t)off, dir_emit, &db);
+    struct caller_ids ids = {0};
+    bool mirror = ns_follows(fs->ns, ino);
+    int r = mirror ? caller_enter(req, &ids) : 0;
+    if (r == 0)
+        r = ns_readdir(fs->ns, ino, (uint64_t)off, h ? &h->listing : NULL, dir_emit, &db);
+    if (mirror)
+        caller_leave(&ids);
     if (r < 0)
         fuse_reply_err(req, -r);
     else
@@ -375,7 +453,9 @@ static const struct fuse_lowlevel_ops fs_ops = {
     .forget = fs_forget,
     .forget_multi = fs_forget_multi,
     .getattr = fs_getattr,
+    .opendir = fs_opendir,
     .readdir = fs_readdir,
+    .releasedir = fs_releasedir,
     .open = fs_open,
     .read = fs_read,
     .release = fs_release,
@@ -597,12 +677,6 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
         state_free(&fs);
         return r;
     }
-    /* the attributes say what the cache held now; fixed from here on (the tree is made
-     * again with them) */
-    struct engine_progress p;
-    engine_progress(arrayset_array(set, 0)->engine, &p);
-    arrayset_set_provenance(set, &(struct provenance_results){p.results_at_start, p.rois_total,
-                                                              p.made_min, p.made_max, time(NULL)});
     fs.ns = arrayset_tree(set);
     /* resolved before mounting: afterwards the path would ask this very process */
     char *abs = realpath(o->mountpoint, NULL);

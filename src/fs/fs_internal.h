@@ -32,9 +32,10 @@ struct handle {
     int fd;       /* NS_CHUNK: the cached chunk */
     uint64_t ino; /* NS_CHUNK: the inode it was opened as (vt_release when freed) */
     pid_t pid;    /* NS_STATUS: the process that opened it */
-    char *buf;    /* NS_STATUS, NS_GEN: a snapshot taken at open */
+    char *buf;    /* NS_STATUS, NS_GEN, NS_TABLE: a snapshot taken at open */
     size_t len;
-    const char *text; /* NS_META */
+    const char *text;             /* NS_META */
+    struct live_listing *listing; /* NS_DIR: what its listing goes on from (ns_readdir) */
 };
 
 /* An open waiting for its answer (open.c). */
@@ -88,6 +89,20 @@ void handle_free(struct fs *fs, struct handle *h);
 /* The node behind inode ino, for any inode a lookup may have given (a later version's too:
  * n->ino is then the namespace inode). 0 or -ENOENT. */
 int fs_node(struct fs *fs, uint64_t ino, struct ns_node *n);
+
+/* caller.c: the calling thread takes the file system ids and groups of the process that made
+ * req (a root daemon serving another user; else nothing changes) until caller_leave, which
+ * keeps errno. 0, or -EACCES when its groups cannot be taken. */
+#define CALLER_MAXG 256
+struct caller_ids {
+    bool switched;
+    uid_t uid;
+    gid_t gid;
+    int nown;
+    gid_t own[CALLER_MAXG];
+};
+int caller_enter(fuse_req_t req, struct caller_ids *saved);
+void caller_leave(struct caller_ids *saved);
 
 /* follow.c: [input] watch. Start once the session is mounted; stop before it goes. */
 int fs_follow_start(struct fs *fs, struct errbuf *err);

@@ -36,6 +36,7 @@ void handle_free(struct fs *fs, struct handle *h)
         vt_release(fs->vt, h->ino);
     if (h->fd >= 0)
         close(h->fd);
+    ns_listing_free(h->listing);
     free(h->buf);
     free(h);
 }

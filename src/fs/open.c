@@ -12,9 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/fsuid.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 struct pending_open {
@@ -218,35 +216,32 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
 
-/* Opens path for reading with the credentials of the process that asked: its uid and gid
- * as the file system ids and its groups, for this thread only (the system calls, not glibc's
- * process-wide wrappers), put back after. So a mount that root shares with allow_other lets
- * another user read from the input only what that user may read there: a link in the input
- * to a private file, or a file swapped in between a look and the open, included. A daemon
- * that is not root opens as itself (its user asked for allow_other). -1 with errno set. */
-static int open_as_caller(fuse_req_t req, const char *path)
+/* Opens the input file path for reading as the process that asked (caller.c): a descriptor of
+ * a regular file (*st its attributes), or -errno. The open never blocks (O_NONBLOCK, put back
+ * after) and anything but a regular file is refused: the inode was shown as a regular file, and a
+ * FIFO swapped in since (a writer of the image may do that) would otherwise hold this thread in
+ * open() until someone writes to it, its reader unkillable and the mount beyond unmounting; a
+ * device would never end. -ESTALE then: what the kernel shows is not what is there, and the kernel
+ * looks the name up again once, which finds no such name (live.c shows only regular files and
+ * directories), so the reader gets ENOENT, as for a file removed. */
+static int open_input_file(fuse_req_t req, const char *path, struct stat *st)
 {
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    if (geteuid() != 0 || ctx->uid == 0)
-        return open(path, O_RDONLY | O_CLOEXEC);
-    enum { MAXG = 256 };
-    gid_t groups[MAXG], own[MAXG];
-    int ng = fuse_req_getgroups(req, MAXG, groups), nown = getgroups(MAXG, own);
-    if (ng < 0 || ng > MAXG)
-        ng = 0; /* its groups unknown: none */
-    if (nown < 0 || syscall(SYS_setgroups, (size_t)ng, groups) < 0) {
-        errno = EACCES;
-        return -1;
-    }
-    gid_t gid = (gid_t)setfsgid(ctx->gid);
-    uid_t uid = (uid_t)setfsuid(ctx->uid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC), e = errno;
-    setfsuid(uid);
-    setfsgid(gid);
-    if (syscall(SYS_setgroups, (size_t)nown, own) < 0)
-        log_error("cannot restore this thread's groups: %s", strerror(errno));
-    errno = e;
-    return fd;
+    struct caller_ids ids;
+    int r = caller_enter(req, &ids);
+    if (r < 0)
+        return r;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    r = fd < 0 ? -errno : 0;
+    caller_leave(&ids);
+    if (r == 0 && fstat(fd, st) < 0)
+        r = -errno;
+    else if (r == 0 && !S_ISREG(st->st_mode))
+        r = -ESTALE;
+    else if (r == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        r = -errno;
+    if (r < 0 && fd >= 0)
+        close(fd);
+    return r < 0 ? r : fd;
 }
 
 /* A file of the input image, read through: with passthrough when the kernel allows (the
@@ -255,14 +250,12 @@ static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
                        struct fuse_file_info *fi)
 {
     struct fs *fs = fuse_req_userdata(req);
-    int fd = open_as_caller(req, n->text);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int e = errno;
+    int fd = open_input_file(req, n->text, &st);
+    if (fd < 0) {
+        int e = -fd;
         log_warn("open %s: %s", n->text, strerror(e));
-        if (fd >= 0)
-            close(fd);
-        fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM ? e : EIO);
+        fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM || e == ESTALE ? e : EIO);
         return;
     }
     int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
@@ -294,15 +287,19 @@ static void table_ready(void *ctx, int err)
         free(po);
         return;
     }
-    const struct table_file *f = err ? NULL : otable_file(arrayset_table(fs->set), po->id);
-    if (!f) {
+    size_t len = 0;
+    char *data = err ? NULL : otable_copy(arrayset_table(fs->set), po->id, &len);
+    if (!data) {
         fuse_reply_err(po->req, err ? -err : ENOENT);
         free(po);
         return;
     }
+    /* The table follows the label image (made again when the input changed): the size the
+     * kernel holds may be an older table's or the upper bound; attributes only. */
+    fuse_lowlevel_notify_inval_inode(fs->se, po->ino, -1, 0);
     struct handle *h = handle_new(NS_TABLE);
-    h->text = (const char *)f->data;
-    h->len = f->len;
+    h->buf = data; /* this table's bytes, whatever the next request makes */
+    h->len = len;
     handle_add(fs, h);
     po->fi.fh = (uint64_t)(uintptr_t)h;
     po->fi.direct_io = 1; /* stat showed an upper bound before: reads give the exact bytes */
@@ -456,9 +453,16 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     if (n.kind == NS_STATUS) {
         h->pid = fuse_req_ctx(req)->pid;
         h->buf = status_for_open(fs, h->pid, &h->len);
-        fi->direct_io = 1; /* its content is this snapshot, whatever the kernel cached */
-    } else if (n.kind == NS_GEN) {
+        fi->direct_io = 1;         /* its content is this snapshot, whatever the kernel cached */
+    } else if (n.kind == NS_GEN) { /* made from the input's files, read as the caller */
+        struct caller_ids ids;
+        if (caller_enter(req, &ids) < 0) {
+            free(h);
+            fuse_reply_err(req, EACCES);
+            return;
+        }
         h->buf = arrayset_generated(fs->set, n.chunk, &h->len);
+        caller_leave(&ids);
         fi->direct_io = 1; /* made now: the size the kernel holds may be older */
     } else {
         h->text = n.text;

@@ -32,24 +32,21 @@ struct listed {
 
 /* A directory's names as one listing from offset 0 found them: what the following calls of
  * the same listing go on from (a reader's listing comes in pieces of a page or so; listing
- * and sorting the directory again for each would cost the square of its size). Kept until
- * the listing's last call (the one past its end) or until SNAPSHOTS later listings. */
-struct snapshot {
+ * and sorting the directory again for each would cost the square of its size). It belongs to
+ * the listing (its caller: the FUSE side keeps one per open directory), never shared: a
+ * listing's offsets then always index the names it started with, whatever other listings of
+ * the directory find meanwhile, so a name there throughout is never skipped. */
+struct live_listing {
     uint64_t parent;
-    int refs; /* the cache's and each listing's that uses it */
     size_t n;
     struct listed *v;
 };
-
-#define SNAPSHOTS 8 /* directories listed at once */
 
 struct live {
     pthread_mutex_t lock;
     uint64_t ino0;
     struct entry **by_name, **by_ino;
     size_t nb, count; /* buckets of each table; entries (in by_ino) */
-    struct snapshot *snap[SNAPSHOTS];
-    int next_snap;
 };
 
 static uint64_t mix(uint64_t parent, const char *name, bool dir)
@@ -83,23 +80,20 @@ struct live *live_new(uint64_t ino0)
     return l;
 }
 
-/* Drops a reference (lock held, or the table being freed). */
-static void snapshot_unref(struct snapshot *sn)
+void live_listing_free(struct live_listing *ls)
 {
-    if (!sn || --sn->refs > 0)
+    if (!ls)
         return;
-    for (size_t k = 0; k < sn->n; k++)
-        free(sn->v[k].name);
-    free(sn->v);
-    free(sn);
+    for (size_t k = 0; k < ls->n; k++)
+        free(ls->v[k].name);
+    free(ls->v);
+    free(ls);
 }
 
 void live_free(struct live *l)
 {
     if (!l)
         return;
-    for (int i = 0; i < SNAPSHOTS; i++)
-        snapshot_unref(l->snap[i]);
     for (size_t b = 0; b < l->nb; b++)
         for (struct entry *e = l->by_ino[b], *next; e; e = next) {
             next = e->next_ino;
@@ -263,15 +257,17 @@ void live_forget(struct live *l, uint64_t ino, uint64_t n)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* Whether path (at depth, its own) is shown, and as what: 1 a directory, 0 a file, -1 not. */
+/* Whether path (at depth, its own) is shown, and as what: 1 a directory, 0 a file; -ENOENT
+ * when it is neither (a FIFO, a socket, a device, a dangling link, too deep) or missing, or
+ * the error of its stat (-EACCES: the caller may not search a directory on its way). */
 static int shown_kind(const char *path, int depth)
 {
     struct stat st;
     if (stat(path, &st) < 0)
-        return -1;
+        return errno == EACCES || errno == EPERM ? -errno : -ENOENT;
     if (S_ISREG(st.st_mode))
         return 0;
-    return S_ISDIR(st.st_mode) && depth <= LIVE_MAX_DEPTH ? 1 : -1;
+    return S_ISDIR(st.st_mode) && depth <= LIVE_MAX_DEPTH ? 1 : -ENOENT;
 }
 
 int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
@@ -283,7 +279,7 @@ int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, con
     int kind = shown_kind(p, depth + 1);
     free(p);
     if (kind < 0)
-        return -ENOENT;
+        return kind;
     looked_up(l, parent, dir, depth, name, kind == 1, out);
     return 0;
 }
@@ -303,9 +299,9 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const struct listed *)a)->name, ((const struct listed *)b)->name);
 }
 
-/* The names of directory dir as they are now (a snapshot with one reference). */
+/* The names of directory dir as they are now, sorted. */
 static int read_dir(uint64_t parent, const char *dir, int depth, live_skip skip, void *skip_ctx,
-                    struct snapshot **out)
+                    struct live_listing **out)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -335,73 +331,34 @@ static int read_dir(uint64_t parent, const char *dir, int depth, live_skip skip,
     }
     closedir(d);
     qsort(v, n, sizeof *v, by_name);
-    struct snapshot *sn = xmalloc(sizeof *sn);
-    *sn = (struct snapshot){.parent = parent, .refs = 1, .n = n, .v = v};
-    *out = sn;
+    struct live_listing *ls = xmalloc(sizeof *ls);
+    *ls = (struct live_listing){.parent = parent, .n = n, .v = v};
+    *out = ls;
     return 0;
 }
 
-/* The snapshot a listing of parent from a later offset goes on with (one more reference),
- * or NULL. */
-static struct snapshot *snapshot_find(struct live *l, uint64_t parent)
+int live_list(struct live *l, struct live_listing **keep, uint64_t parent, const char *dir,
+              int depth, uint64_t first, uint64_t base, live_skip skip, void *skip_ctx,
+              live_emit emit, void *ctx)
 {
-    struct snapshot *sn = NULL;
-    pthread_mutex_lock(&l->lock);
-    for (int i = 0; i < SNAPSHOTS && !sn; i++)
-        if (l->snap[i] && l->snap[i]->parent == parent)
-            sn = l->snap[i];
-    if (sn)
-        sn->refs++;
-    pthread_mutex_unlock(&l->lock);
-    return sn;
-}
-
-/* Keeps sn for the listing's following calls, in the place of an older one of parent or of
- * the oldest. */
-static void snapshot_keep(struct live *l, struct snapshot *sn)
-{
-    pthread_mutex_lock(&l->lock);
-    int at = -1;
-    for (int i = 0; i < SNAPSHOTS && at < 0; i++)
-        if (l->snap[i] && l->snap[i]->parent == sn->parent)
-            at = i;
-    if (at < 0) {
-        at = l->next_snap;
-        l->next_snap = (l->next_snap + 1) % SNAPSHOTS;
-    }
-    struct snapshot *old = l->snap[at];
-    l->snap[at] = sn;
-    sn->refs++;
-    snapshot_unref(old);
-    pthread_mutex_unlock(&l->lock);
-}
-
-int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint64_t first,
-              uint64_t base, live_skip skip, void *skip_ctx, live_emit emit, void *ctx)
-{
-    struct snapshot *sn = first ? snapshot_find(l, parent) : NULL;
-    if (!sn) {
-        int r = read_dir(parent, dir, depth, skip, skip_ctx, &sn);
+    struct live_listing *ls = keep && first && *keep && (*keep)->parent == parent ? *keep : NULL;
+    if (!ls) {
+        int r = read_dir(parent, dir, depth, skip, skip_ctx, &ls);
         if (r < 0)
             return r;
-        snapshot_keep(l, sn);
-    }
-    for (size_t k = first; k < sn->n; k++) {
-        pthread_mutex_lock(&l->lock);
-        uint64_t ino = ino_for(l, parent, sn->v[k].name, sn->v[k].dir);
-        pthread_mutex_unlock(&l->lock);
-        if (emit(ctx, sn->v[k].name, ino, sn->v[k].dir, base + k + 1))
-            break;
-    }
-    bool last = first >= sn->n; /* the listing's last call: the cache lets it go */
-    pthread_mutex_lock(&l->lock);
-    for (int i = 0; i < SNAPSHOTS && last; i++)
-        if (l->snap[i] == sn) {
-            l->snap[i] = NULL;
-            sn->refs--; /* the cache's reference; ours keeps it until the unref below */
-            break;
+        if (keep) {
+            live_listing_free(*keep);
+            *keep = ls;
         }
-    snapshot_unref(sn);
-    pthread_mutex_unlock(&l->lock);
+    }
+    for (size_t k = first; k < ls->n; k++) {
+        pthread_mutex_lock(&l->lock);
+        uint64_t ino = ino_for(l, parent, ls->v[k].name, ls->v[k].dir);
+        pthread_mutex_unlock(&l->lock);
+        if (emit(ctx, ls->v[k].name, ino, ls->v[k].dir, base + k + 1))
+            break;
+    }
+    if (!keep)
+        live_listing_free(ls);
     return 0;
 }

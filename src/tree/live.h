@@ -34,8 +34,10 @@ bool live_in_range(const struct live *l, uint64_t ino);
 
 /* name in the directory whose inode is parent, at path dir and depth depth (its own depth:
  * the mirrored root's is 0): 0 with *out when the file system holds a regular file or a
- * directory there now (stat, following links), counted as one lookup of its inode; -ENOENT
- * otherwise. out->path lives as long as the inode is held (until live_forget). */
+ * directory there now (stat, following links, with this thread's file system ids), counted
+ * as one lookup of its inode; -EACCES when that stat is refused; -ENOENT otherwise (missing,
+ * or anything else: a FIFO, a socket or a device is never shown). out->path lives as long as the
+ * inode is held (until live_forget). */
 int live_lookup(struct live *l, uint64_t parent, const char *dir, int depth, const char *name,
                 struct live_node *out);
 /* The entry of inode ino: 0, or -ENOENT when no lookup holds it. */
@@ -48,10 +50,18 @@ size_t live_count(struct live *l);
 /* Lists directory dir (inode parent, depth depth) as it is now, in name order: its regular
  * files and directories except those skip refuses, from the first-th on. emit gets each with
  * the offset that resumes after it, base + k + 1 for the k-th, and returns non-zero to stop.
- * 0, or -errno when dir cannot be listed (-ENOENT when it does not exist). */
+ * A listing comes in calls; *keep (the caller's, one per listing, NULL at first) holds the
+ * names its call from the start (first 0) found, which its later calls go on from, so each
+ * listing sees one consistent set of names whatever other listings find meanwhile; free it
+ * with live_listing_free when the listing ends (keep NULL: the directory is read at each
+ * call). 0, or -errno when dir cannot be listed (-ENOENT when it does not exist, -EACCES when
+ * this thread's file system ids may not read it). */
+struct live_listing;
 typedef bool (*live_skip)(void *ctx, const char *name);
 typedef int (*live_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off);
-int live_list(struct live *l, uint64_t parent, const char *dir, int depth, uint64_t first,
-              uint64_t base, live_skip skip, void *skip_ctx, live_emit emit, void *ctx);
+int live_list(struct live *l, struct live_listing **keep, uint64_t parent, const char *dir,
+              int depth, uint64_t first, uint64_t base, live_skip skip, void *skip_ctx,
+              live_emit emit, void *ctx);
+void live_listing_free(struct live_listing *ls);
 
 #endif

@@ -398,6 +398,11 @@ void ns_forget(const struct ns *ns, uint64_t ino, uint64_t n)
         live_forget(ns->live, ino, n);
 }
 
+void ns_listing_free(struct live_listing *keep)
+{
+    live_listing_free(keep);
+}
+
 size_t ns_live_count(const struct ns *ns)
 {
     return ns->live ? live_count(ns->live) : 0;
@@ -533,17 +538,19 @@ static bool shadowed(void *ctx, const char *name)
 
 /* What the mirrored directory ino (path, depth) holds, the k-th at offset base + k + 1; a
  * directory the file system does not have (any more) holds nothing. */
-static int list_live(const struct ns *ns, uint64_t ino, const char *path, int depth, uint64_t off,
-                     uint64_t base, live_skip skip, void *skip_ctx, ns_emit emit, void *ctx)
+static int list_live(const struct ns *ns, struct live_listing **keep, uint64_t ino,
+                     const char *path, int depth, uint64_t off, uint64_t base, live_skip skip,
+                     void *skip_ctx, ns_emit emit, void *ctx)
 {
-    int r = live_list(ns->live, ino, path, depth, off > base ? off - base : 0, base, skip, skip_ctx,
-                      emit, ctx);
+    int r = live_list(ns->live, keep, ino, path, depth, off > base ? off - base : 0, base, skip,
+                      skip_ctx, emit, ctx);
     return r == -ENOENT || r == -ENOTDIR ? 0 : r;
 }
 
 /* Offsets: 0 ".", 1 "..", 2 + i the directory's i-th entry, then its chunks or what the
  * directory it mirrors holds. */
-int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx)
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_listing **keep,
+               ns_emit emit, void *ctx)
 {
     struct ns_node dir;
     if (ns_get(ns, ino, &dir) < 0)
@@ -555,7 +562,7 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
     if (off <= 1 && emit(ctx, "..", parent_ino(ns, &dir), true, 2))
         return 0;
     if (dir.live)
-        return list_live(ns, ino, dir.text, dir.depth, off, 2, NULL, NULL, emit, ctx);
+        return list_live(ns, keep, ino, dir.text, dir.depth, off, 2, NULL, NULL, emit, ctx);
     uint64_t nentries = 0;
     if (dir.array < 0) {
         const struct ns_entry *en = &ns->e[ino - 1];
@@ -567,8 +574,8 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, vo
                 return 0;
         if (en->mirror) {
             struct shadow sh = {ns, en};
-            return list_live(ns, ino, en->mirror, en->depth, off, 2 + nentries, shadowed, &sh, emit,
-                             ctx);
+            return list_live(ns, keep, ino, en->mirror, en->depth, off, 2 + nentries, shadowed, &sh,
+                             emit, ctx);
         }
     }
     const struct ns_chunks *ch = chunks_below(ns, &dir);

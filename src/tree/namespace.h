@@ -92,8 +92,16 @@ int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_
 int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out);
 
 /* Lists directory ino from offset off (0 = start). emit returns non-zero to stop (buffer
- * full); next_off is the offset that resumes after the entry. 0, -ENOENT or -ENOTDIR. */
+ * full); next_off is the offset that resumes after the entry. A listing of a mirrored
+ * directory keeps in *keep (one per listing: an open directory's, NULL at first; keep NULL:
+ * none) the names its call from offset 0 found, which its later calls go on from, so that
+ * a name there throughout the listing is listed once whatever else happens meanwhile (live.h);
+ * ns_listing_free lets it go when the listing ends. 0, -ENOENT, -ENOTDIR, or the file
+ * system's error for a mirrored directory (-EACCES). */
+struct live_listing;
 typedef int (*ns_emit)(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off);
-int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, ns_emit emit, void *ctx);
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_listing **keep,
+               ns_emit emit, void *ctx);
+void ns_listing_free(struct live_listing *keep);
 
 #endif

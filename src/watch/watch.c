@@ -21,6 +21,11 @@
 #define DIR_MASK                                                                                   \
     (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_DELETE_SELF |       \
      IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+#define LOOK_AGAIN_MS 500
+/* the parent's: the array's directory (by name) removed, moved away or made again */
+#define PARENT_MASK                                                                                \
+    (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |         \
+     IN_ONLYDIR | IN_EXCL_UNLINK)
 
 struct wdir {
     char *rel; /* relative to the array: "" for it, "c", "c/1", "1/2", ... */
@@ -30,6 +35,11 @@ struct wdir {
 struct watch {
     int fd, stop[2];
     char *path;
+    char *parent, *name; /* of path: the parent is watched for the array's directory */
+    int parent_wd;
+    bool parent_warned;
+    bool there; /* a directory is at path, of root_dev, root_ino, watched */
+    uint64_t root_dev, root_ino;
     struct zarr_meta m;
     int max_depth; /* of the directories that hold chunk files */
     const char *meta_name;
@@ -48,7 +58,7 @@ struct watch {
     uint64_t *sids;
     size_t nsids, capsids;
     bool meta, everything;
-    const char *gone;
+    bool moved; /* the array's directory, or its parent, removed, moved or made */
 };
 
 /* ---- chunk keys ---- */
@@ -221,6 +231,14 @@ static void on_event(struct watch *w, const struct inotify_event *ev)
         w->everything = true;
         return;
     }
+    if (ev->wd == w->parent_wd) {
+        if (ev->mask & IN_IGNORED)
+            w->parent_wd = -1;
+        if ((ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) ||
+            (ev->len && strcmp(ev->name, w->name) == 0))
+            w->moved = true;
+        return;
+    }
     if (ev->wd < 0 || ev->wd >= w->ndirs || !w->dirs[ev->wd].rel)
         return;
     const struct wdir *dir = &w->dirs[ev->wd];
@@ -229,8 +247,7 @@ static void on_event(struct watch *w, const struct inotify_event *ev)
         return;
     }
     if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
-        if (dir->depth == 0)
-            w->gone = "the input array's directory was removed or moved";
+        w->moved = w->moved || dir->depth == 0;
         return;
     }
     if (!ev->len || ev->name[0] == '\0')
@@ -264,13 +281,60 @@ static int by_value(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Watches the directory at the path (its tree) and its parent. */
+static void arm(struct watch *w)
+{
+    struct stat st;
+    w->there = stat(w->path, &st) == 0 && S_ISDIR(st.st_mode);
+    w->root_dev = w->there ? (uint64_t)st.st_dev : 0;
+    w->root_ino = w->there ? (uint64_t)st.st_ino : 0;
+    if (w->there)
+        add_tree(w, "", 0, false);
+    int wd = inotify_add_watch(w->fd, w->parent, PARENT_MASK);
+    if (wd != w->parent_wd && w->parent_wd >= 0) /* the parent is another directory now */
+        inotify_rm_watch(w->fd, w->parent_wd);
+    if (wd < 0 && w->there && !w->parent_warned) { /* not counted: no chunk file is there */
+        w->parent_warned = true;
+        log_warn("[input] watch: cannot watch %s: %s; another directory at %s is found at the "
+                 "next open of a chunk, but the kernel's cached pages and sizes are not dropped",
+                 w->parent, strerror(errno), w->path);
+    }
+    w->parent_wd = wd;
+}
+
+/* After an event on the array's directory itself or its name: true when the directory at the
+ * path is another one now, or none, whose watches then replace the old one's. */
+static bool rearm(struct watch *w)
+{
+    struct stat st;
+    bool there = stat(w->path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (there == w->there &&
+        (!there || ((uint64_t)st.st_dev == w->root_dev && (uint64_t)st.st_ino == w->root_ino))) {
+        if (w->parent_wd < 0)
+            arm(w); /* moved away and back, say: the parent may be another one */
+        return false;
+    }
+    for (int wd = 0; wd < w->ndirs; wd++)
+        if (w->dirs[wd].rel) {
+            inotify_rm_watch(w->fd, wd);
+            forget_dir(w, wd);
+        }
+    arm(w);
+    return true;
+}
+
 /* Reports the batch gathered. */
 static void flush(struct watch *w)
 {
+    bool replaced = w->moved && rearm(w);
+    if (replaced) {
+        w->everything = false; /* the new directory is watched whole, and all of it reported */
+        w->ops.dir_changed(w->ctx, w->there);
+    }
     if (w->everything) {
         add_tree(w, "", 0, false); /* directories made while events were lost */
         w->ops.everything_changed(w->ctx);
-    } else if (w->nsids) {
+    } else if (w->nsids && !replaced) {
         qsort(w->sids, w->nsids, sizeof *w->sids, by_value);
         size_t n = 0;
         for (size_t i = 0; i < w->nsids; i++)
@@ -279,11 +343,10 @@ static void flush(struct watch *w)
         w->events += n;
         w->ops.chunks_changed(w->ctx, w->sids, n);
     }
-    if (w->meta || w->gone)
-        w->ops.metadata_changed(w->ctx, w->gone);
+    if (w->meta && !replaced) /* dir_changed looked at the new one's */
+        w->ops.metadata_changed(w->ctx);
     w->nsids = 0;
-    w->meta = w->everything = false;
-    w->gone = NULL;
+    w->meta = w->everything = w->moved = false;
 }
 
 static void *watch_main(void *arg)
@@ -293,13 +356,17 @@ static void *watch_main(void *arg)
     char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
         struct pollfd p[2] = {{w->fd, POLLIN, 0}, {w->stop[0], POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) {
+        /* No directory at the path, or its parent not watched (gone too, say): no event
+         * tells when one is there again, so look twice a second. */
+        int n = poll(p, 2, w->there && w->parent_wd >= 0 ? -1 : LOOK_AGAIN_MS);
+        if (n < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
         if (p[1].revents)
             break;
+        w->moved = w->moved || n == 0;
         /* everything there is now, then one report */
         for (;;) {
             ssize_t n = read(w->fd, buf, sizeof buf);
@@ -327,6 +394,14 @@ int watch_start(const char *path, const struct zarr_meta *m, const struct watch_
     w->meta_name = m->format == 3 ? "zarr.json" : ".zarray";
     w->max_depth = m->separator == '/' && m->ndim > 0 ? (m->key_prefix_c ? 1 : 0) + m->ndim - 1 : 0;
     w->stop[0] = w->stop[1] = -1;
+    w->parent_wd = -1;
+    size_t len = strlen(w->path);
+    while (len > 1 && w->path[len - 1] == '/')
+        w->path[--len] = '\0';
+    char *slash = strrchr(w->path, '/');
+    w->parent = slash ? xasprintf("%.*s", slash == w->path ? 1 : (int)(slash - w->path), w->path)
+                      : xstrdup(".");
+    w->name = xstrdup(slash ? slash + 1 : w->path);
     w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (w->fd < 0) {
         int e = errno;
@@ -339,7 +414,7 @@ int watch_start(const char *path, const struct zarr_meta *m, const struct watch_
         watch_stop(w);
         return err_set(err, -e, "[input] watch: %s", strerror(e));
     }
-    add_tree(w, "", 0, false);
+    arm(w);
     if (w->nwatched == 0) {
         watch_stop(w);
         return err_set(err, -ENOSPC, "[input] watch: cannot watch %s", path);
@@ -374,6 +449,8 @@ void watch_stop(struct watch *w)
         if (w->stop[i] >= 0)
             close(w->stop[i]);
     free(w->path);
+    free(w->parent);
+    free(w->name);
     free(w);
 }
 

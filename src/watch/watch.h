@@ -2,7 +2,9 @@
  * directory of the array and every directory of its chunk keys (nested keys, v3 "c/..."),
  * also those created later. A chunk (or shard) file written and closed, renamed into place
  * or removed is reported by its storage grid index; a change of the array's metadata file
- * (.zarray, zarr.json) is reported as such, as is the array directory itself going away.
+ * (.zarray, zarr.json) is reported as such, as is another directory (or none) at the array's
+ * path (its parent is watched for the name: removed, moved away, made again), which is then
+ * watched in the old one's place.
  * Events are read and reported on a thread of its own, in batches. No FUSE here. */
 #ifndef ROIFS_WATCH_H
 #define ROIFS_WATCH_H
@@ -16,9 +18,12 @@
 struct watch_ops {
     /* Storage files sids[0..n) changed (each once per batch). */
     void (*chunks_changed)(void *ctx, const uint64_t *sids, size_t n);
-    /* The metadata file was written, replaced or removed, or the array directory went away
-     * (gone: a reason, else NULL). */
-    void (*metadata_changed)(void *ctx, const char *gone);
+    /* The metadata file was written, replaced or removed. */
+    void (*metadata_changed)(void *ctx);
+    /* The directory at the array's path is another one now (there), watched from now on in
+     * its place, or none (!there): anything may have changed. Reported instead of the batch's
+     * chunk and metadata changes. */
+    void (*dir_changed)(void *ctx, bool there);
     /* Events were lost (the kernel's queue overflowed): anything may have changed. */
     void (*everything_changed)(void *ctx);
 };

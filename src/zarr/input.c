@@ -541,15 +541,22 @@ int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t 
     const struct zarr_meta *m = &in->meta;
     int nd = m->ndim;
     uint64_t stop[ROIFS_MAX_DIM], c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
+    int r = input_dir_look(in, err); /* the input is its path, whatever directory is there */
+    if (r < 0)
+        return r;
+    unsigned generation = input_dir_generation(in->dir);
     for (int d = 0; d < nd; d++)
         stop[d] = start[d] + shape[d];
     nd_chunk_range(start, stop, in->unit, nd, c0, c1);
     memcpy(ci, c0, sizeof(uint64_t) * nd);
     do {
-        int r = read_from_chunk(in, ci, start, stop, shape, dst, sn, err);
+        r = read_from_chunk(in, ci, start, stop, shape, dst, sn, err);
         if (r < 0)
             return r;
     } while (nd_next_index(ci, c0, c1, nd));
+    if (input_dir_generation(in->dir) != generation) /* chunks of two directories, maybe */
+        return err_set(err, -EAGAIN, "%s: the input's directory was replaced while being read",
+                       in->path);
     return 0;
 }
 

@@ -28,21 +28,19 @@ void input_fid_of(const struct stat *st, struct file_id *fid)
  * is there to try again with. */
 static bool reconnected(const struct zarr_input *in, int fd, int r)
 {
-    return r == -ENOTCONN &&
-           input_dir_reconnect(in->dir, in->path, fd,
-                               in->meta.format == 2 ? ".zarray" : "zarr.json", in->zarray);
+    return r == -ENOTCONN && input_dir_reconnect(in, fd);
 }
 
 /* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */
 int input_open_key(const struct zarr_input *in, const char *key)
 {
     for (int attempt = 0;; attempt++) {
-        int dfd = input_dir_fd(in->dir);
+        int dfd = input_dir_enter(in->dir);
         int fd = openat(dfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        if (fd >= 0)
-            return fd;
-        int r = -errno; /* before reconnected, whose own calls set errno */
-        if (attempt == 1 || !reconnected(in, dfd, r))
+        int r = fd >= 0 ? fd : -errno; /* before reconnected, whose own calls set errno */
+        bool again = fd < 0 && attempt == 0 && reconnected(in, dfd, r);
+        input_dir_leave(in->dir);
+        if (!again)
             return r;
     }
 }
@@ -51,9 +49,15 @@ void input_stat_key(const struct zarr_input *in, const char *key, struct file_id
 {
     struct stat st;
     memset(fid, 0, sizeof *fid);
-    int dfd = input_dir_fd(in->dir);
-    if (fstatat(dfd, key, &st, 0) == 0 ||
-        (reconnected(in, dfd, -errno) && fstatat(input_dir_fd(in->dir), key, &st, 0) == 0))
+    int dfd = input_dir_enter(in->dir);
+    bool ok = fstatat(dfd, key, &st, 0) == 0;
+    if (!ok && reconnected(in, dfd, -errno)) {
+        input_dir_leave(in->dir);
+        dfd = input_dir_enter(in->dir);
+        ok = fstatat(dfd, key, &st, 0) == 0;
+    }
+    input_dir_leave(in->dir);
+    if (ok)
         input_fid_of(&st, fid);
 }
 

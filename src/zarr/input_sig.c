@@ -121,6 +121,7 @@ struct zarr_sigmemo {
     size_t cap, n; /* cap a power of two, n < cap / 2 */
     uint64_t *ids, *hashes;
     bool *exists, *used;
+    bool looked, gone; /* the input's path looked at once per memo (input_dir_look) */
 };
 
 static void memo_alloc(struct zarr_sigmemo *m)
@@ -213,9 +214,26 @@ static uint64_t hash_from_memo(void *ctx, uint64_t sid, size_t pos, bool *exists
     return h;
 }
 
+/* Whether the input's path holds no array or another one now: looked at once per memo. */
+static bool input_gone(const struct zarr_input *in, struct zarr_sigmemo *memo)
+{
+    if (memo && memo->looked)
+        return memo->gone;
+    bool gone = input_dir_look(in, NULL) < 0;
+    if (memo) {
+        memo->looked = true;
+        memo->gone = gone;
+    }
+    return gone;
+}
+
 int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
                               struct zarr_sigmemo *memo, uint64_t *sig)
 {
+    if (input_gone(in, memo)) { /* a signature no read gives: nothing stored is current */
+        *sig = fnv64(in->meta_hash, "gone", 4);
+        return -EIO;
+    }
     int r = input_check_box(in, start, shape, NULL);
     if (r != 0) {
         *sig = in->meta_hash;

@@ -57,15 +57,25 @@ struct input_hashes {
     uint64_t passes;    /* whole files hashed (tests) */
 };
 
-/* The input's directory (input_dir.c): opened again by its path when its file system went
- * away (ENOTCONN) and holds the same array again. */
+/* The input's directory (input_dir.c). The input is its path: the directory held is
+ * replaced by the one at the path when that holds an array of the same layout. */
 struct input_dir;
 int input_dir_open(const char *path, struct input_dir **out);
+/* The descriptor held: only while no other thread uses the reader (at its opening). */
 int input_dir_fd(const struct input_dir *d);
+/* The descriptor held, for one use by this thread that ends with input_dir_leave: it stays
+ * open until then, even if another directory is held meanwhile. */
+int input_dir_enter(struct input_dir *d);
+void input_dir_leave(struct input_dir *d);
+/* Changes each time another directory is held: a read that saw it change may mix two. */
+unsigned input_dir_generation(const struct input_dir *d);
 /* failed (a descriptor input_dir_fd gave) failed with ENOTCONN: true when there is a newer
- * one, of path opened again and holding the metadata file meta with exactly text. */
-bool input_dir_reconnect(struct input_dir *d, const char *path, int failed, const char *meta,
-                         const char *text);
+ * one, of in's path opened again and holding the same array. */
+bool input_dir_reconnect(const struct zarr_input *in, int failed);
+/* A look at in's path, one stat: 0 when it is the directory held, or another one holding an
+ * array of the same layout, held from now on; -EIO with the reason (logged once) when the
+ * path holds no directory, no array or another array. */
+int input_dir_look(const struct zarr_input *in, struct errbuf *err);
 void input_dir_close(struct input_dir *d);
 
 struct zarr_input {
@@ -191,7 +201,8 @@ uint64_t input_identity_value(const struct file_id *fid);
  * verify = content). */
 bool input_by_identity(const struct zarr_input *in);
 /* Reads a non-empty box inside the array into dst, noting in sn (when not NULL) what it saw.
- * -EAGAIN when a shard changed between its index and its data: read again. */
+ * -EAGAIN when a shard changed between its index and its data, or another directory was
+ * held meanwhile (input_dir_look): read again. */
 int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
                    struct seen *sn, struct errbuf *err);
 

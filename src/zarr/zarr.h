@@ -77,6 +77,10 @@ int zarr_meta_parse_v2_vlen_utf8(const char *json, size_t len, uint64_t *n, uint
                                  struct zarr_codec *c, struct errbuf *err);
 /* Serialises m as .zarray JSON (malloc'd, pretty-printed, "filters": null, "order": "C"). */
 char *zarr_meta_emit_v2(const struct zarr_meta *m);
+/* 0 when a and b describe the same layout (shape, chunks, dtype, codecs, fill value, order,
+ * chunk keys: what decides how chunks are read; attributes may differ), else -EINVAL with
+ * what differs ("its shape changed from [64, 64] to [64, 80]") in err (meta_diff.c). */
+int zarr_meta_difference(const struct zarr_meta *a, const struct zarr_meta *b, struct errbuf *err);
 /* Number of chunks along each dimension: ceil(shape / chunks). */
 void zarr_meta_grid(const struct zarr_meta *m, uint64_t *grid);
 /* Decoded byte size of one (full) chunk. */

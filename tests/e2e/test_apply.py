@@ -544,3 +544,128 @@ def test_clean_refused_while_an_application_is_unfinished(tmp_path, roifs_bin):
     assert r.returncode == 0, r.stderr
     r = run_roifs(roifs_bin, "clean", t.config)
     assert r.returncode == 0 and not t.cache.exists(), r.stderr
+
+
+# ---------------------------------------------------------------- retried from elsewhere
+
+
+def moved_config(tmp_path, t, cache, sigma=SIGMA):
+    """A copy of t's configuration in another directory, as a workflow manager makes it:
+    absolute paths; cache "other": another [cache] dir, "default": none (the default cache
+    is named by the configuration's path); returns (config, env)."""
+    other = tmp_path / "elsewhere"
+    other.mkdir(exist_ok=True)
+    secs = {"input": {"path": t.input}, "rois": {"file": t.rois_file, "halo": f"{HALO},{HALO}"},
+            "process": {"builtin": "gaussian", "param.sigma": sigma, "threads": 2},
+            "output": {"outside": "input"},
+            "cache": {"dir": other / "cache"} if cache == "other" else None}
+    return (write_config(other / f"copy-{sigma}.ini", secs),
+            {"XDG_CACHE_HOME": str(other / "xdg")})
+
+
+def assert_plain_zarr(path):
+    """What a zarr-python read of the input sees: the array, its 36 chunks, nothing else."""
+    z = zarr.open(str(path), mode="r")
+    assert z.nchunks_initialized == 36
+    keys = set(z.store.keys())
+    assert keys == {".zarray"} | {f"{i}.{j}" for i in range(6) for j in range(6)}, keys
+    assert not (Path(path) / ".roifs-apply").exists()
+
+
+@pytest.mark.parametrize("cache", ["other", "default"])
+@pytest.mark.parametrize("point", ["replaced:10", "begun:1", "marker:1", "finished:1"])
+def test_apply_retried_from_a_copy_of_the_configuration(tmp_path, roifs_bin, cache, point):
+    """Killed (after 10 of 36 replacements; after the journal began; after the input's marker
+    was written; after the journal's end, before the marker went), then run again from a copy
+    of the configuration in another directory with another cache directory: the input's
+    .roifs-apply names the job and its journal, so the retry finishes it with f applied
+    exactly once everywhere, and removes the marker."""
+    t = apply_task(tmp_path)
+    orig = t.inp.copy()
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": point})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    cfg, env = moved_config(tmp_path, t, cache)
+    r = apply(roifs_bin, cfg, env=env)
+    assert r.returncode == 0, r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+    assert_plain_zarr(t.input)
+    if point in ("replaced:10", "marker:1"):
+        assert "resuming: " in r.stderr and "which this run uses" in r.stderr, r.stderr
+    if point == "finished:1":
+        assert "already holds this result" in r.stderr, r.stderr
+    # and from the original configuration: nothing left to do; after "begun" its journal
+    # names an application that never replaced anything, of an input changed since: refused
+    r = apply(roifs_bin, t.config)
+    if point == "begun:1":
+        assert r.returncode == 1, r.stderr
+        assert "changed by something other than this apply" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0 and "nothing changed" in r.stderr, r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+
+
+def test_apply_unfinished_refuses_another_job(tmp_path, roifs_bin):
+    """An unfinished application recorded in the input refuses another job (another sigma,
+    from another configuration), exit 2, the input untouched; zarr-python reads the input with
+    the marker in it; once the first job is finished the other one may run."""
+    t = apply_task(tmp_path)
+    orig = t.inp.copy()
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "replaced:10"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    before = file_ids(t.input)
+    cfg, env = moved_config(tmp_path, t, "other", sigma=2.5)
+    for args in ([], ["--again"]):
+        r = apply(roifs_bin, cfg, *args, env=env)
+        assert r.returncode == 2, r.stderr
+        assert "an application of another job is unfinished" in r.stderr, r.stderr
+        assert f"finish it with `roifs apply {t.config}`" in r.stderr, r.stderr
+        assert file_ids(t.input) == before
+    marker = json.loads((t.input / ".roifs-apply").read_text())
+    assert marker["cache"] == str(t.cache) and marker["config"] == str(t.config), marker
+    z = zarr.open(str(t.input), mode="r")
+    assert z.nchunks_initialized == 36 and z[...].shape == SHAPE
+    r = apply(roifs_bin, t.config)
+    assert r.returncode == 0, r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+    assert_plain_zarr(t.input)
+    r = apply(roifs_bin, cfg, env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_apply_marker_without_its_journal_refused(tmp_path, roifs_bin):
+    """The input records an unfinished application of this job whose cache was deleted, or
+    its record is damaged: refused (exit 2), the input untouched, not begun again."""
+    import shutil
+    t = apply_task(tmp_path)
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "replaced:10"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    shutil.rmtree(t.cache)
+    before = file_ids(t.input)
+    cfg, env = moved_config(tmp_path, t, "other")
+    for c in (t.config, cfg):
+        r = apply(roifs_bin, c, env=env)
+        assert r.returncode == 2, r.stderr
+        assert "records an unfinished application of this job" in r.stderr, r.stderr
+        assert "apply/journal is gone" in r.stderr, r.stderr
+        assert file_ids(t.input) == before
+    (t.input / ".roifs-apply").write_text("{}")
+    before = file_ids(t.input)
+    r = apply(roifs_bin, cfg, env=env)
+    assert r.returncode == 2, r.stderr
+    assert ".roifs-apply: not a record that roifs wrote" in r.stderr, r.stderr
+    assert file_ids(t.input) == before
+
+
+def test_clean_after_a_kill_at_the_end_drops_the_marker(tmp_path, roifs_bin):
+    """Killed after the journal's end, before the input's marker went: `roifs clean`, about
+    to delete the journal that says the application finished, removes the marker first, so
+    that no later apply takes the array for a mix whose journal is gone."""
+    t = apply_task(tmp_path)
+    orig = t.inp.copy()
+    r = apply(roifs_bin, t.config, env={"ROIFS_TEST_APPLY_KILL": "finished:1"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (t.input / ".roifs-apply").exists()
+    r = run_roifs(roifs_bin, "clean", t.config)
+    assert r.returncode == 0 and not t.cache.exists(), r.stderr
+    assert_result(t.input, reference(orig, ROIS))
+    assert_plain_zarr(t.input)

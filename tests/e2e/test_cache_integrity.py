@@ -2,6 +2,7 @@
 shared cache entries are recomputed (and logged), never served and never a permanent EIO; two
 configurations on one cache directory never mix; and a change of the code a processor runs (a
 command's script, a worker's script, a plugin) makes new results."""
+import errno
 import os
 import shutil
 import struct
@@ -42,7 +43,7 @@ def chunk_of(m, key):
 
 
 def stored_result_files(cache):
-    """Files holding stored ROI results: rois/<i> (layout 1) or results/pack-* (layout 2)."""
+    """Files holding stored ROI results: rois/<i> (layout 1) or results/pack-* (layouts 2 and 3)."""
     return sorted([*(cache / "rois").glob("*"), *(cache / "results").glob("pack-*")])
 
 
@@ -268,35 +269,98 @@ def process(block, roi):
 """
 
 
+def write_code(tmp_path, kind, delta):
+    if kind == "command":
+        (tmp_path / "f.py").write_text(SCRIPT.format(delta=delta))
+    elif kind == "worker":
+        (tmp_path / "w.py").write_text(WORKER.format(delta=delta))
+    elif kind == "python":
+        (tmp_path / "fn.py").write_text(PYFUNC.format(delta=delta))
+    else:
+        build_plugin(tmp_path, delta)
+
+
+PROCESS = {"command": {"command": f"{PY} f.py"}, "worker": {"worker": f"{PY} w.py"},
+           "plugin": {"plugin": "libdelta.so"}, "python": {"python": "fn.py:process"}}
+
+
 @pytest.mark.parametrize("kind", ["command", "worker", "plugin", "python"])
 def test_edited_processor_code_is_recomputed(tmp_path, mount, kind):
     data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
-
-    def write_code(delta):
-        if kind == "command":
-            (tmp_path / "f.py").write_text(SCRIPT.format(delta=delta))
-        elif kind == "worker":
-            (tmp_path / "w.py").write_text(WORKER.format(delta=delta))
-        elif kind == "python":
-            (tmp_path / "fn.py").write_text(PYFUNC.format(delta=delta))
-        else:
-            build_plugin(tmp_path, delta)
-
-    process = {"command": {"command": f"{PY} f.py"}, "worker": {"worker": f"{PY} w.py"},
-               "plugin": {"plugin": "libdelta.so"}, "python": {"python": "fn.py:process"}}[kind]
-    write_code(1)
-    task = make_task(tmp_path, data, CH, rois=ROIS, process={**process, "threads": 1},
+    write_code(tmp_path, kind, 1)
+    task = make_task(tmp_path, data, CH, rois=ROIS, process={**PROCESS[kind], "threads": 1},
                      output={"fill_value": -1})
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], reference(data, 1))
     time.sleep(0.01)
-    write_code(2)
+    write_code(tmp_path, kind, 2)
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], reference(data, 2))
         assert m.status()["calls"] == len(ROIS)
     with mount(task.config) as m:  # unchanged code: nothing again
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], reference(data, 2))
         assert m.status()["calls"] == 0
+
+
+def processes_running(task_dir, name):
+    """PIDs of the processes running in task_dir (their working directory) whose command
+    line names name."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if (p.name.isdigit() and name.encode() in (p / "cmdline").read_bytes()
+                    and os.readlink(p / "cwd") == str(task_dir)):
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
+def kill_and_wait(task_dir, name, timeout=10):
+    """kill -9 of the processes running name in task_dir; waits until they are gone."""
+    pids = processes_running(task_dir, name)
+    assert pids, f"no process runs {name}"
+    for pid in pids:
+        os.kill(pid, 9)
+    deadline = time.monotonic() + timeout
+    while processes_running(task_dir, name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not processes_running(task_dir, name)
+
+
+@pytest.mark.parametrize("kind", ["command", "worker", "python"])
+def test_code_edited_while_mounted_is_never_kept_as_the_old(tmp_path, mount, kind):
+    """The processor's code edited while mounted, between two ROIs: a command reads its script
+    at each start; a worker and the python fork server read theirs when they start again
+    (here after a kill -9). The ROI computed after the edit fails, saying why, and nothing is
+    stored under the first code's identity: with the first code back, a new mount serves its
+    results, never the second code's."""
+    data = np.arange(np.prod(SHAPE), dtype="<i4").reshape(SHAPE)
+    want = reference(data, 1)
+    write_code(tmp_path, kind, 1)
+    task = make_task(tmp_path, data, CH, rois=ROIS,
+                     process={**PROCESS[kind], "threads": 1, "readahead": 0},
+                     output={"fill_value": -1})
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(chunk_of(m, "0.0"), want[:, :16])  # ROIs 0 and 1
+        time.sleep(0.01)
+        write_code(tmp_path, kind, 2)
+        if kind != "command":  # a new worker, a new fork server: they read the file again
+            kill_and_wait(task.dir, {"worker": "w.py", "python": "roifs._server"}[kind])
+        try:
+            read_bytes(m / "0.1")  # ROI 2
+            failed = None
+        except OSError as e:
+            failed = e
+        log = m.log_text()
+    time.sleep(0.01)
+    write_code(tmp_path, kind, 1)
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], want)
+        assert m.status()["calls"] == 1, m.status()  # ROI 2, never stored
+    assert failed is not None and failed.errno == errno.EIO, failed
+    code = {"command": "f.py", "worker": "w.py", "python": "fn.py"}[kind]
+    assert f"/{code} changed while mounted; remount to use it" in log, log
 
 
 # ---------------------------------------------------------------- check, the older layout
@@ -329,8 +393,23 @@ def test_older_cache_layout_is_emptied(tmp_path, mount):
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert "made by an older roifs (cache layout 1); emptying it" in m.log_text()
-    assert (task.cache / "format").read_text() == "roifs-cache 2\n"
+    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
     assert not (task.cache / "manifest").exists() and not (task.cache / "rois").exists()
+
+
+def test_cache_layout_2_is_made_again(tmp_path, roifs_bin, mount):
+    """Layout 2 named results by another hash: its results and chunk files are never taken
+    (never a wrong hit, never an error); the cache is emptied, logged, and made again."""
+    task, ref = spanning_task(tmp_path)
+    assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
+    (task.cache / "format").write_text("roifs-cache 2\n")  # as the older roifs left it
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert "(made by an older roifs; it will be emptied at the next mount)" in r.stdout, r
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
+        assert "made by an older roifs (cache layout 2); emptying it" in m.log_text()
+        assert m.status()["calls"] == len(ROIS)  # every ROI computed again
+    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
 
 
 def test_foreign_directory_is_refused(tmp_path, roifs_bin):

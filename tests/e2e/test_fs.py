@@ -1,6 +1,7 @@
 """Mounted-tree semantics (SPEC §5, §6): read-only, stat never computes, exact sizes from
 open on, and ordinary tools (cp -r, cat, ls) see an ordinary Zarr array."""
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -140,3 +141,75 @@ def test_status_file(tmp_path, mount):
             keys = ("total", "pending", "running", "done", "failed") if group == "rois" \
                 else ("total", "present", "cached")
             assert all(type(st[group][k]) is int for k in keys), st
+
+
+META_NAMES = {".zarray", ".zattrs", ".zgroup", "zarr.json"}
+
+
+def metadata_md5(root, table_dir=None):
+    """{path: md5} of every metadata file of the tree at root (and every file of table_dir,
+    whose metadata and data are made from the rows), .roifs left out."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".roifs")
+        rel = os.path.relpath(dirpath, root)
+        in_table = table_dir is not None and (rel + "/").startswith(table_dir + "/")
+        for name in filenames:
+            if name in META_NAMES or in_table:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    out[os.path.normpath(os.path.join(rel, name))] = \
+                        hashlib.md5(f.read()).hexdigest()
+    return out
+
+
+def read_every_file(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".roifs"]
+        for name in filenames:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                f.read()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", ["array2", "array3", "ome2", "ome3", "labels2", "labels3"])
+def test_metadata_depends_only_on_the_job(tmp_path, roifs_bin, kind):
+    """SPEC §5: every metadata file (.zarray, .zattrs, .zgroup, zarr.json: the array's, an
+    OME group's and its levels', the overlay's labels and tables lists, label image and
+    masking table) is byte for byte the same on a cold mount, after everything was computed,
+    after `roifs warm`, on a remount and on a mount at another mountpoint: what a mount found
+    in the cache and when it started are in the status file, not in the attributes."""
+    from conftest import mounted, run_roifs
+    table_dir = None
+    if kind.startswith("array"):
+        task, _ = fs_task(tmp_path)
+        if kind == "array3":
+            task.config.write_text(task.config.read_text().replace(
+                "[output]\n", "[output]\nformat = 3\n"))
+        config = task.config
+    elif kind.startswith("ome"):
+        from test_ome_output import ome_task
+        config = ome_task(tmp_path, int(kind[-1]), "mean", levels=3).config
+    else:
+        from test_overlay import make_image, overlay_config
+        img, _ = make_image(tmp_path, "0.4" if kind == "labels2" else "0.5")
+        config = overlay_config(tmp_path, img, table="seg_table", table_format="anndata")
+        table_dir = "tables/seg_table"
+    with mounted(roifs_bin, config, tmp_path / "mnt") as m:
+        cold = metadata_md5(m.path, table_dir)
+        assert ".zattrs" in cold or "zarr.json" in cold, cold
+        read_every_file(m.path)
+        assert metadata_md5(m.path, table_dir) == cold
+        st = m.status()
+        assert st["results"]["cached_at_start"] == 0 and st["results"]["made_from"] is None
+        assert st["started"].endswith("Z")
+    with mounted(roifs_bin, config, tmp_path / "mnt") as m:  # on the warm cache
+        assert metadata_md5(m.path, table_dir) == cold
+        st = m.status()
+        assert st["results"]["cached_at_start"] == st["rois"]["total"] > 0
+        assert st["results"]["made_from"] <= st["results"]["made_until"] <= st["started"]
+    r = run_roifs(roifs_bin, "warm", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with mounted(roifs_bin, config, tmp_path / "elsewhere") as m:
+        assert metadata_md5(m.path, table_dir) == cold
+        assert m.status()["calls"] == 0

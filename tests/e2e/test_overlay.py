@@ -5,6 +5,8 @@ labels list with NAME added; with table_name, tables/NAME, a masking ROI table o
 (AnnData or csv) whose first read computes the whole output once and whose rows are then
 kept in the cache. Refusals: an input that is not an image group, a float output, a label or
 table name the image already has."""
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -483,6 +485,81 @@ def test_input_names_are_kept_only_while_the_kernel_holds_them(tmp_path, roifs_b
                                       expected_labels(levels[0]))
 
 
+def test_fifo_swapped_into_the_input_fails_fast(tmp_path, roifs_bin):
+    """A file of the input looked up through the overlay and then replaced by a FIFO (anyone
+    who can write into the image can): its open through the mount, while the kernel still
+    holds the file's entry, fails at once (ENOENT: the name is looked up again and a FIFO is
+    never shown; ESTALE if the kernel does not retry) instead of waiting in the daemon for a
+    writer; the reader stays killable, other reads go on, the FIFO is not listed, and the
+    mount unmounts."""
+    img, levels = make_image(tmp_path, "0.4")
+    (img / "data.txt").write_text("data")
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        fifo = img / "data.txt"
+        reader = None
+        try:
+            assert (m.path / "data.txt").stat().st_size == 4  # the kernel holds it for 1 s
+            fifo.unlink()
+            os.mkfifo(fifo)
+            reader = subprocess.Popen(
+                ["/usr/bin/python3", "-c",
+                 "import sys\ntry:\n open(sys.argv[1], 'rb').read()\n"
+                 "except OSError as e:\n sys.exit(e.errno)\nsys.exit(0)",
+                 str(m.path / "data.txt")])
+            try:
+                code = reader.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                reader.kill()
+                try:
+                    reader.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pytest.fail("the open of a FIFO swapped into the input hung, unkillable")
+                pytest.fail("the open of a FIFO swapped into the input hung")
+            assert code in (errno.ENOENT, errno.ESTALE), code
+            np.testing.assert_array_equal(read_level(m.path, "seg", 0, False),
+                                          expected_labels(levels[0]))
+            assert "data.txt" not in os.listdir(m.path)
+        finally:
+            # on failure: a writer lets a daemon thread stuck in open() go, so the mount can
+            # be unmounted
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            if reader and reader.poll() is None:
+                reader.kill()
+                reader.wait(timeout=10)
+
+
+def test_interleaved_listings_skip_no_name(tmp_path, roifs_bin):
+    """Two listings of one directory of the input at once, files deleted between: the first
+    listing (paused after its first getdents), resumed after a second whole listing, lists
+    every name that was there throughout (each open directory goes on from its own names,
+    not from a snapshot another listing replaced), and none twice; the same steps on ext4
+    skip none either."""
+    img, levels = make_image(tmp_path, "0.4")
+    many = img / "many"
+    many.mkdir()
+    names = [f"f{i:04d}" for i in range(1700)]
+    for name in names:
+        (many / name).write_bytes(b"x")
+    gone = set(names[0:600:2])  # 300 names, before and after where the first listing is
+    config = overlay_config(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        first = os.scandir(m.path / "many")
+        try:
+            seen = [next(first).name]  # one getdents: a page of names read
+            for name in gone:
+                (many / name).unlink()
+            assert len(os.listdir(m.path / "many")) == 1400  # the second listing, whole
+            seen += [e.name for e in first]
+        finally:
+            first.close()
+        assert len(seen) == len(set(seen)), "a name listed twice"
+        missed = sorted(set(names) - gone - set(seen))
+        assert not missed, f"{len(missed)} names there throughout were skipped: {missed[:5]}"
+        assert sorted(os.listdir(m.path / "many")) == sorted(set(names) - gone)
+
+
 def test_table_record_and_sizes(tmp_path, roifs_bin):
     """Before the table is computed its files show an upper bound of their size (no blocks),
     after it the exact one; a remount of the same result reads the rows from the cache's
@@ -509,6 +586,69 @@ def test_table_record_and_sizes(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         assert (m.path / csv).read_bytes() == text
         assert m.status()["table"] == {"scans": 1, "from_record": 0}
+
+
+@pytest.mark.parametrize("backend", ["anndata", "csv"])
+def test_table_follows_input_changes_while_mounted(tmp_path, roifs_bin, backend):
+    """The masking table follows the label image as it is now, not as it was when first read:
+    after the input image changed while mounted (objects removed and added), reading
+    tables/NAME again without a remount gives the rows of the new label image (once one of
+    its files is opened, every file's size at stat is the new one within a second), and a second mount chained on it ([rois] table)
+    gets the ROIs of the objects that exist now; the old rows come back when the old input
+    does."""
+    img, levels = make_image(tmp_path, "0.4", translation=False)
+    config = overlay_config(tmp_path, img, table="seg_table", table_format=backend)
+    scale, translation = [0.5, 0.25], [0.0, 0.0]
+    old = expected_labels(levels[0])
+    new_data = levels[0].copy()
+    new_data[:26] = 0                 # the objects of the top half removed
+    new_data[30:40, 4:12] = 999       # and new ones added below
+    new_data[44:50, 20:40] = 999
+    new = expected_labels(new_data)
+    old_ids, old_x = table_reference(old, scale, translation)
+    new_ids, new_x = table_reference(new, scale, translation)
+    assert not np.array_equal(old_x.shape, new_x.shape) or not np.allclose(old_x, new_x)
+    with mounted(roifs_bin, config) as m:
+        path = m.path / "tables" / "seg_table"
+        ids, x = read_table(path, backend)
+        np.testing.assert_array_equal(ids, old_ids)
+        np.testing.assert_allclose(x, old_x, rtol=1e-6)
+        assert m.status()["table"]["scans"] == 1
+        sizes = {rel: os.stat(path / rel).st_size for rel in files_of(path)}
+        z = zarr.open_array(str(img / "0"), mode="r+")
+        z[...] = new_data
+        np.testing.assert_array_equal(read_level(m.path, "seg", 0, False), new)
+        # one file opened makes the table again; within the kernel's second every file's
+        # size is the new table's, whether opened yet or not
+        (path / sorted(sizes)[0]).read_bytes()
+        time.sleep(1.2)
+        now = {rel: os.stat(path / rel).st_size for rel in files_of(path)}
+        assert now != sizes
+        assert now == {rel: len((path / rel).read_bytes()) for rel in now}
+        ids, x = read_table(path, backend)
+        np.testing.assert_array_equal(ids, new_ids)
+        np.testing.assert_allclose(x, new_x, rtol=1e-6)
+        assert m.status()["table"]["scans"] == 2
+        for rel in files_of(path):
+            data = (path / rel).read_bytes()
+            assert os.stat(path / rel).st_size == len(data), rel
+        if backend == "anndata":  # ngio's chain: a second mount's ROIs are these rows
+            step2 = write_config(tmp_path / "step2.ini", {
+                "input": {"path": m.path, "level": 0},
+                "rois": {"table": path},
+                "process": {"builtin": "add", "param.value": 1},
+                "output": {"format": 2},
+                "cache": {"dir": tmp_path / "cache2"}})
+            r = run_roifs(roifs_bin, "check", step2)
+            assert r.returncode == 0, r.stderr
+            assert f"rois:      {len(new_ids)}\n" in r.stdout, r.stdout
+            with mounted(roifs_bin, step2, tmp_path / "mnt2") as m2:
+                assert m2.status()["rois"]["total"] == len(new_ids)
+        z[...] = levels[0]  # back as it was (files written again): the old rows
+        ids, x = read_table(path, backend)
+        np.testing.assert_array_equal(ids, old_ids)
+        np.testing.assert_allclose(x, old_x, rtol=1e-6)
+        assert m.status()["table"] == {"scans": 3, "from_record": 0}
 
 
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
@@ -586,12 +726,15 @@ def test_export_into_killed(tmp_path, roifs_bin):
 def test_clean_unused_visits_the_label_levels(tmp_path, roifs_bin):
     """`roifs clean --unused` collects the cache of every level of the label image, not only
     the computed one's: after the input changed, the results of the old input's levels are
-    removed, and what is current stays (a remount reads every level computing nothing)."""
+    removed, and what is current stays (a remount reads every level computing nothing); so
+    are the masking table's records of the old label image, the current one kept."""
     img, levels = make_image(tmp_path, "0.4")
-    config = overlay_config(tmp_path, img)
+    config = overlay_config(tmp_path, img, table="seg_table", table_format="csv")
+    table = Path("tables/seg_table/table.csv")
     with mounted(roifs_bin, config) as m:
         for j in range(len(levels)):
             read_level(m.path, "seg", j, False)
+        (m.path / table).read_bytes()
         nrois = m.status()["calls"]
     z = zarr.open_array(str(img / "0"), mode="r+")
     new = (z[...] + 500).astype("<u2")  # every pixel changed: every label differs
@@ -599,18 +742,25 @@ def test_clean_unused_visits_the_label_levels(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         for j in range(len(levels)):
             read_level(m.path, "seg", j, False)
+        text = (m.path / table).read_bytes()
         assert m.status()["calls"] == nrois
+    assert len(list((tmp_path / "cache").glob("table-*.rows"))) == 2
     level_rois = sum(-(-d.shape[0] // 20) * -(-d.shape[1] // 16) for d in levels[1:])  # chunks
     r = run_roifs(roifs_bin, "clean", "--unused", config)
     assert r.returncode == 0, r.stderr
     removed = int(r.stdout.split("results: ")[1].split()[0])
     # level 0's old results, and those of levels 1 and 2 (one ROI per chunk of each level)
     assert removed >= nrois + level_rois, r.stdout
+    assert "tables:  1 records of earlier label images removed" in r.stdout, r.stdout
+    assert len(list((tmp_path / "cache").glob("table-*.rows"))) == 1
     with mounted(roifs_bin, config) as m:
         want = expected_labels(new)
         for j, data in enumerate(levels):
             np.testing.assert_array_equal(read_level(m.path, "seg", j, False),
                                           nearest(want, data.shape[-2:]), f"level {j}")
+        assert (m.path / table).read_bytes() == text
         assert m.status()["calls"] == 0
+        assert m.status()["table"] == {"scans": 0, "from_record": 1}
     r = run_roifs(roifs_bin, "clean", "--unused", config)
     assert r.returncode == 0 and "results: 0 removed" in r.stdout, r.stdout
+    assert "tables:  0 records" in r.stdout, r.stdout

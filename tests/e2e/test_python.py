@@ -193,6 +193,32 @@ def test_start_error_fails_every_command(tmp_path, roifs_bin, command):
     assert not is_mounted(task.mnt)
 
 
+def test_start_error_traceback_is_the_users(tmp_path, roifs_bin):
+    """An error while importing the user's file shows the traceback `python3 FILE.py` would
+    show, from the user's first frame on (never roifs's _server.py nor importlib's frozen
+    frames), then roifs's FILE:LINE: line; a SyntaxError only its place and caret."""
+    (tmp_path / "helper.py").write_text("def g():\n    return 1 / 0\nx = g()\n")
+    task = error_task(tmp_path, "import helper\ndef f(block, roi):\n    return block\n",
+                      "f.py:f")
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert r.returncode == 2, r
+    err = r.stderr
+    assert "_server.py" not in err and "<frozen" not in err, err
+    lines = [ln.split(": ", 1)[1] if " warning: python " in ln else ln for ln in err.splitlines()]
+    lines = [ln.split(": ", 1)[1] if ln.startswith("python ") else ln for ln in lines]
+    start = lines.index("Traceback (most recent call last):")
+    assert lines[start + 1].endswith('f.py", line 1, in <module>'), lines
+    assert lines[start + 2].strip() == "import helper", lines
+    assert any(ln.endswith('helper.py", line 2, in g') for ln in lines), lines
+    assert lines.index("ZeroDivisionError: division by zero") < \
+        next(i for i, ln in enumerate(lines) if ln.startswith("roifs: ")), lines
+    (tmp_path / "s").mkdir()
+    task = error_task(tmp_path / "s", "def f(block, roi):\n    return block +\n", "f.py:f")
+    r = run_roifs(roifs_bin, "check", task.config)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "_server.py" not in r.stderr, r
+    assert 'f.py", line 2' in r.stderr and "SyntaxError: invalid syntax" in r.stderr, r.stderr
+
+
 def test_interpreter_errors(tmp_path, roifs_bin):
     (tmp_path / "f.py").write_text("def f(block, roi):\n    return block\n")
     task = error_task(tmp_path, None, "f.py:f", interpreter="/no/such/python3")
@@ -210,12 +236,12 @@ def test_check_prints_threads(tmp_path, roifs_bin):
     task = error_task(tmp_path, None, "f.py:f")
     r = run_roifs(roifs_bin, "check", task.config)
     assert r.returncode == 0, r
-    assert "processor: python f.py:f, 2 threads, readahead 2" in r.stdout, r.stdout
+    assert "processor: python f.py:f, 2 threads, readahead auto" in r.stdout, r.stdout
     task = make_task(tmp_path / "d", np.zeros(4, "<u2"), (2,), rois=[((0, 4),)],
                      process={"python": "../f.py:f"})
     r = run_roifs(roifs_bin, "check", task.config)
     assert f"processor: python ../f.py:f, {os.cpu_count()} threads (the default: one per " \
-           f"CPU), readahead {os.cpu_count()}" in r.stdout, r.stdout
+           f"CPU), readahead auto" in r.stdout, r.stdout
 
 
 # ---------------------------------------------------------------- per-ROI failures
@@ -256,6 +282,7 @@ def test_roi_failures(tmp_path, mount):
         log = m.log_text()
     assert "roi 1: Traceback (most recent call last):" in log, log
     assert 'raise ValueError(f"no roi {roi.index} here")' in log, log
+    assert "_server.py" not in log, log  # the user's frames only, as Python shows them
 
 
 # ---------------------------------------------------------------- the roi argument

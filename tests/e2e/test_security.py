@@ -205,6 +205,47 @@ def test_overlay_shared_lets_users_read_only_what_the_input_lets_them(mount):
             assert read_bytes(m / "link") == b"root only"  # root, the owner, can
 
 
+def test_overlay_shared_lists_input_directories_as_the_user(mount):
+    """ome = labels mounted by root with allow_other: user nobody looks up and lists the input's
+    directories with its own rights, not root's. A directory nobody made in a writable part of
+    the image, looked at through the overlay (the kernel holding its attributes, 0755), then
+    swapped for a link to a root-only directory: its listing gives EACCES and no names, a name
+    in it EACCES, whatever the kernel still holds; a root-only directory of the image too."""
+    from test_overlay import make_image, overlay_config
+    with world_dir("roifs-sec-") as d:
+        img, levels = make_image(d, "0.4")
+        vault = d / "vault"
+        vault.mkdir()
+        (vault / "secret-name.txt").write_text("root only")
+        os.chmod(vault, 0o700)
+        (img / "drop").mkdir()
+        os.chmod(img / "drop", 0o777)
+        (img / "closed").mkdir()
+        (img / "closed" / "hidden-name.txt").write_text("x")
+        os.chmod(img / "closed", 0o700)
+        config = overlay_config(d, img)
+        with mount(config, mnt=d / "mnt", args=("-o", "allow_other")) as m:
+            assert as_nobody(lambda: os.listdir(m / "closed")) == errno.EACCES
+            def swap(look):
+                own = img / "drop" / "mine"
+                own.mkdir()
+                (own / "mine.txt").write_text("mine")
+                assert os.listdir(m / "drop" / "mine") == ["mine.txt"]  # attributes cached
+                (own / "mine.txt").unlink()
+                own.rmdir()
+                os.symlink(vault, own)
+                try:
+                    look(m / "drop" / "mine")
+                finally:
+                    os.unlink(own)
+
+            assert as_nobody(lambda: swap(os.listdir)) == errno.EACCES  # 0: names listed
+            assert as_nobody(lambda: swap(lambda p: os.stat(p / "secret-name.txt"))) == \
+                errno.EACCES
+            assert as_nobody(lambda: os.listdir(m / "drop")) == 0
+            assert "hidden-name.txt" in os.listdir(m / "closed")  # root, the owner, can
+
+
 # ---------------------------------------------------------------- cache directory
 
 

@@ -81,7 +81,7 @@ static void test_format(void)
     CHECK_EQ_INT(open_cache("fresh", NULL, &c, &msg), 0);
     cache_close(c);
     char *text = NULL, *fp = path_of("fresh/format");
-    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, "roifs-cache 2\n") == 0);
+    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, "roifs-cache 3\n") == 0);
     free(text);
     free(fp);
     /* a directory of something else is left alone */
@@ -92,6 +92,16 @@ static void test_format(void)
     CHECK_STR_CONTAINS(msg.msg, "not a roifs cache directory");
     CHECK(exists("foreign/notes.txt"));
     free(p);
+    /* a marker's temporary file alone (a creator killed before its rename, or one writing it
+     * now) is still a new cache, not a foreign directory */
+    p = path_of("killed");
+    mkdir_p(p, 0700);
+    scratch_write_file(dir, "killed/format.tmp.4242.1", "roifs-cache 3\n", 14);
+    c = NULL;
+    CHECK_EQ_INT(open_cache("killed", NULL, &c, &msg), 0);
+    cache_close(c);
+    CHECK(exists("killed/format"));
+    free(p);
     /* the older layout is emptied and converted */
     p = path_of("old");
     mkdir_p(p, 0700);
@@ -100,6 +110,21 @@ static void test_format(void)
     CHECK_EQ_INT(open_cache("old", NULL, &c, &msg), 0);
     cache_close(c);
     CHECK(!exists("old/manifest") && !exists("old/chunks/0") && exists("old/format"));
+    free(p);
+    /* so is layout 2, whose keys were of another hash: made again, never a wrong hit */
+    p = path_of("two");
+    mkdir_p(p, 0700);
+    scratch_write_file(dir, "two/format", "roifs-cache 2\n", 14);
+    scratch_write_file(dir, "two/chunks/0", "stale", 5);
+    scratch_write_file(dir, "two/results/pack-000001", "old records", 11);
+    CHECK_EQ_INT(open_cache("two", NULL, &c, &msg), 0);
+    cache_close(c);
+    CHECK(!exists("two/chunks/0") && !exists("two/results/pack-000001"));
+    text = NULL;
+    fp = path_of("two/format");
+    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, "roifs-cache 3\n") == 0);
+    free(text);
+    free(fp);
     free(p);
 }
 

@@ -188,7 +188,8 @@ static void test_defaults(void)
         return;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     CHECK_EQ_INT(cfg.threads, ncpu);
-    CHECK_EQ_INT(cfg.readahead, cfg.threads);
+    CHECK_EQ_INT(cfg.readahead, READAHEAD_AUTO); /* the default follows the work */
+    CHECK(!cfg.readahead_is_threads);
     CHECK_EQ_INT(cfg.level, 0);
     CHECK_EQ_INT(cfg.rois_kind, ROIS_GRID);
     CHECK_EQ_INT(cfg.grid_ndim, 3);
@@ -228,8 +229,12 @@ static void test_defaults(void)
     CHECK_EQ_INT(cfg.threads, 5);
     CHECK_EQ_INT(cfg.readahead, 0);
     config_free(&cfg);
+    r = load(BASE "threads = 6\nreadahead = -1\n", &cfg, &err);
+    CHECK_EQ_INT(cfg.readahead, 6); /* -1: as many as threads */
+    CHECK(cfg.readahead_is_threads);
+    config_free(&cfg);
     r = load(BASE "threads = 6\n", &cfg, &err);
-    CHECK_EQ_INT(cfg.readahead, 6);
+    CHECK_EQ_INT(cfg.readahead, READAHEAD_AUTO);
     config_free(&cfg);
     /* readahead = auto is resolved by the engine, as the work goes */
     r = load(BASE "threads = 3\nreadahead = auto\n", &cfg, &err);

@@ -85,7 +85,7 @@ static int collect(void *ctx, const char *name, uint64_t ino, bool is_dir, uint6
 static char *list(const struct ns *ns, uint64_t ino)
 {
     struct listing l = {0};
-    CHECK_EQ_INT(ns_readdir(ns, ino, 0, collect, &l), 0);
+    CHECK_EQ_INT(ns_readdir(ns, ino, 0, NULL, collect, &l), 0);
     struct strbuf sb = {0};
     for (int i = 0; i < l.n; i++) {
         sb_printf(&sb, "%s%s", i ? " " : "", l.names[i]);
@@ -95,7 +95,7 @@ static char *list(const struct ns *ns, uint64_t ino)
             CHECK((n.kind == NS_DIR) == l.dirs[i]);
         }
         struct listing rest = {0};
-        CHECK_EQ_INT(ns_readdir(ns, ino, l.offs[i], collect, &rest), 0);
+        CHECK_EQ_INT(ns_readdir(ns, ino, l.offs[i], NULL, collect, &rest), 0);
         CHECK_EQ_INT(rest.n, l.n - i - 1);
         if (rest.n > 0)
             CHECK(strcmp(rest.names[0], l.names[i + 1]) == 0);
@@ -114,7 +114,7 @@ static uint64_t lookup(const struct ns *ns, uint64_t dir, const char *name, stru
 static uint64_t dotdot(const struct ns *ns, uint64_t ino)
 {
     struct listing l = {0};
-    ns_readdir(ns, ino, 0, collect, &l);
+    ns_readdir(ns, ino, 0, NULL, collect, &l);
     return l.n >= 2 ? l.inos[1] : 0;
 }
 
@@ -344,6 +344,54 @@ static void test_mirrored_directory(void)
     CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* Two listings of a mirrored directory interleaved, files deleted between them: each goes on
+ * from the names its own first call found, so the first, resumed after the second, lists
+ * every name that was there throughout exactly once (a listing's offsets are its own). */
+static void test_interleaved_listings(void)
+{
+    char root[] = "/tmp/roifs-ns-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    char name[32];
+    for (int k = 0; k < 200; k++) {
+        snprintf(name, sizeof name, "f%03d", k);
+        put_text(root, name, "x");
+    }
+    struct ns *ns = ns_new();
+    ns_mirror(ns, NS_ROOT, root, NULL);
+    struct live_listing *first = NULL, *second = NULL;
+    struct listing a = {0}, b = {0};
+    CHECK_EQ_INT(ns_readdir(ns, NS_INO_ROOT, 0, &first, collect, &a), 0); /* . .. f000..f061 */
+    CHECK_EQ_INT(a.n, 64);
+    for (int k = 0; k < 100; k += 2) { /* even names below f100 go */
+        snprintf(name, sizeof name, "%s/f%03d", root, k);
+        CHECK_EQ_INT(unlink(name), 0);
+    }
+    CHECK_EQ_INT(ns_readdir(ns, NS_INO_ROOT, 0, &second, collect, &b), 0);
+    CHECK(b.n == 64 && strcmp(b.names[2], "f001") == 0);
+    int seen[200] = {0};
+    for (int i = 2; i < a.n; i++)
+        seen[atoi(a.names[i] + 1)]++;
+    for (uint64_t off = a.offs[a.n - 1]; a.n == 64; off = a.offs[a.n - 1]) {
+        memset(&a, 0, sizeof a);
+        CHECK_EQ_INT(ns_readdir(ns, NS_INO_ROOT, off, &first, collect, &a), 0);
+        for (int i = 0; i < a.n; i++)
+            seen[atoi(a.names[i] + 1)]++;
+    }
+    int missed = 0, twice = 0;
+    for (int k = 0; k < 200; k++) {
+        missed += (k >= 100 || k % 2) && seen[k] == 0;
+        twice += seen[k] > 1;
+    }
+    CHECK_EQ_INT(missed, 0);
+    CHECK_EQ_INT(twice, 0);
+    ns_listing_free(first);
+    ns_listing_free(second);
+    ns_free(ns);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
 /* Readers listing (in pieces) and looking up a mirrored directory while its files come and go:
  * every name listed resolves to the inode listed or is gone, an inode looked up resolves
  * while held, and nothing is kept once every lookup is forgotten (run under
@@ -372,10 +420,14 @@ static void *churn_reader(void *arg)
     struct churn *c = arg;
     for (int round = 0; round < 40; round++) {
         uint64_t off = 0;
+        struct live_listing *keep = NULL; /* this listing's own, as an open directory's */
+        int kept = 0;                     /* names g000..g099 listed (never removed) */
         for (;;) {
             struct listing l = {0};
-            if (ns_readdir(c->ns, NS_INO_ROOT, off, piece, &l) < 0)
+            if (ns_readdir(c->ns, NS_INO_ROOT, off, &keep, piece, &l) < 0)
                 __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
+            for (int i = off ? 0 : 2; i < l.n; i++)
+                kept += l.names[i][0] == 'g';
             for (int i = 2; i < l.n; i++) { /* a name still there: the inode listed */
                 struct ns_node n, again;
                 if (ns_lookup(c->ns, NS_INO_ROOT, l.names[i], &n) < 0)
@@ -389,6 +441,9 @@ static void *churn_reader(void *arg)
                 break;
             off = l.offs[l.n - 1];
         }
+        ns_listing_free(keep);
+        if (kept != 100) /* each name there throughout listed once, whatever other listings do */
+            __atomic_add_fetch(&c->bad, 1, __ATOMIC_RELAXED);
     }
     return NULL;
 }
@@ -446,6 +501,7 @@ int main(void)
     RUN(test_nested_v3);
     RUN(test_several_arrays);
     RUN(test_mirrored_directory);
+    RUN(test_interleaved_listings);
     RUN(test_mirrored_directory_threads);
     return check_done();
 }

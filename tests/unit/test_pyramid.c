@@ -301,7 +301,7 @@ static void test_levels_through_engines(void)
         CHECK_EQ_INT(check_level(arrayset_array(s, (size_t)l), l), 0);
     }
     struct strbuf names = {0};
-    ns_readdir(arrayset_tree(s), NS_INO_ROOT, 0, count_entry, &names);
+    ns_readdir(arrayset_tree(s), NS_INO_ROOT, 0, NULL, count_entry, &names);
     CHECK_STR_CONTAINS(names.buf, ". .. .zgroup .zattrs .roifs 0 1 2 ");
     sb_free(&names);
     json_t *st = arrayset_status(s);

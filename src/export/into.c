@@ -1,0 +1,253 @@
+/* into.c: `roifs export --into IMAGE` (into.h): the label image and table of an overlay into
+ * an OME-Zarr image, through hidden temporary directories renamed into place. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../arrays/otable.h"
+#include "../arrays/overlay.h"
+#include "into.h"
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes what an interrupted export --into left in IMAGE/group: the hidden directories
+ * .roifs-tmp.NAME.* and .roifs-old.NAME.* (never named by a list). */
+static void remove_stale_dirs(const char *dir, const char *name)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char *tmp = xasprintf(".roifs-tmp.%s.", name), *old = xasprintf(".roifs-old.%s.", name);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, tmp, strlen(tmp)) == 0 ||
+            strncmp(de->d_name, old, strlen(old)) == 0) {
+            char *p = path_join(dir, de->d_name);
+            rm_tree(p);
+            free(p);
+        }
+    }
+    closedir(d);
+    free(tmp);
+    free(old);
+}
+
+/* A temporary directory IMAGE/group/.roifs-tmp.NAME.PID, made empty. */
+static int into_tmp(struct export_into *in, int which, const char *group, const char *name,
+                    struct errbuf *err)
+{
+    char *dir = path_join(in->image, group);
+    in->dirs[which][0] = dir;
+    in->dirs[which][1] = xasprintf("%s/.roifs-tmp.%s.%ld", dir, name, (long)getpid());
+    in->dirs[which][2] = path_join(dir, name);
+    int r = mkdir_p(dir, 0777);
+    if (r == 0) {
+        remove_stale_dirs(dir, name);
+        r = mkdir(in->dirs[which][1], 0777) < 0 ? -errno : 0;
+    }
+    if (r < 0)
+        return err_set(err, r == -EINVAL ? -EIO : r, "%s: cannot create: %s", in->dirs[which][1],
+                       strerror(-r));
+    return 0;
+}
+
+struct sync_table {
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    bool done;
+    int err;
+};
+
+static void table_done(void *ctx, int err)
+{
+    struct sync_table *st = ctx;
+    pthread_mutex_lock(&st->m);
+    st->err = err;
+    st->done = true;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->m);
+}
+
+/* The masking table, computed with the engines started again (every chunk is cached now),
+ * written into its temporary directory. */
+static int into_table(struct export_into *in, struct arrayset *s, struct errbuf *err)
+{
+    struct errbuf e = {{0}};
+    if (arrayset_start(s, &e) < 0)
+        return err_set(err, -EIO, "%s", e.msg);
+    struct sync_table st = {.done = false};
+    pthread_mutex_init(&st.m, NULL);
+    pthread_cond_init(&st.cv, NULL);
+    struct otable *t = arrayset_table(s);
+    otable_request(t, table_done, &st);
+    pthread_mutex_lock(&st.m);
+    while (!st.done)
+        pthread_cond_wait(&st.cv, &st.m);
+    pthread_mutex_unlock(&st.m);
+    int r = st.err;
+    struct export x;
+    export_init(&x, in->dirs[1][1], NULL);
+    x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (size_t i = 0; r == 0 && i < otable_nfiles(t); i++) {
+        const struct table_file *f = otable_file(t, i);
+        if (!f)
+            continue; /* an empty table has no chunk */
+        char *p = path_join(x.dest, f->path), *slash = strrchr(p, '/');
+        *slash = '\0';
+        r = mkdir_p(p, 0777);
+        free(p);
+        if (r == 0)
+            r = export_write_file(&x, f->path, f->data, f->len, &e);
+    }
+    export_close(&x);
+    arrayset_stop(s);
+    pthread_cond_destroy(&st.cv);
+    pthread_mutex_destroy(&st.m);
+    if (r < 0)
+        return err_set(err, r == -EINVAL ? -EIO : r, "the masking table: %s",
+                       e.msg[0] ? e.msg : strerror(-r));
+    return 0;
+}
+
+/* Puts the temporary directory in the place of the final one (the old one, with
+ * --overwrite, moved away first and removed after). */
+static int into_swap(char *const dirs[3], struct errbuf *err)
+{
+    char *old =
+        xasprintf("%s/.roifs-old.%s.%ld", dirs[0], strrchr(dirs[2], '/') + 1, (long)getpid());
+    bool had = rename(dirs[2], old) == 0;
+    int r = rename(dirs[1], dirs[2]) < 0 ? -errno : 0;
+    if (r < 0) {
+        err_set(err, -EIO, "%s: cannot rename into place: %s", dirs[2], strerror(-r));
+        if (had)
+            rename(old, dirs[2]);
+    } else if (had) {
+        rm_tree(old);
+    }
+    free(old);
+    return r < 0 ? -EIO : 0;
+}
+
+/* The group's list (and for format 2 its .zgroup when missing) replaced atomically. */
+static int into_list(struct export_into *in, const char *group, const char *name,
+                     struct errbuf *err)
+{
+    struct export x;
+    export_init(&x, in->image, NULL);
+    x.destfd = open(in->image, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char *rel, *text = overlay_list_text(in->image, in->format, group, name, &rel);
+    char *zg = xasprintf("%s/.zgroup", group), *zgt = NULL;
+    int r = 0;
+    if (in->format == 2 && file_read_all_at(x.destfd, zg, &zgt, NULL) < 0) {
+        const char *g = "{\n    \"zarr_format\": 2\n}";
+        r = export_write_file(&x, zg, g, strlen(g), err);
+    }
+    if (r == 0)
+        r = export_write_file(&x, rel, text, strlen(text), err);
+    free(zgt);
+    free(zg);
+    free(rel);
+    free(text);
+    export_close(&x);
+    return r < 0 ? -EIO : 0;
+}
+
+int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err)
+{
+    json_t *attrs, *ms;
+    struct errbuf e = {{0}};
+    if (!t->cfg.ome_labels)
+        return err_set(err, -EINVAL, "%s: export --into needs [output] ome = labels", t->cfg.path);
+    if (ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
+        return err_set(err, -EINVAL, "--into: %s", e.msg);
+    json_decref(attrs);
+    char *zj = path_join(in->image, "zarr.json");
+    struct stat st;
+    in->format = stat(zj, &st) == 0 ? 3 : 2;
+    free(zj);
+    if (in->format != t->out.format)
+        return err_set(err, -EINVAL, "--into: %s is a Zarr v%d image, the label image is v%d",
+                       in->image, in->format, t->out.format);
+    const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
+    for (int i = 0; i < 2 && !in->overwrite; i++) {
+        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
+        bool there = p && stat(p, &st) == 0;
+        free(p);
+        if (there)
+            return err_set(err, -EINVAL,
+                           "--into: %s already has a %s '%s' (--overwrite replaces it)", in->image,
+                           i ? "table" : "label", names[i]);
+    }
+    return 0;
+}
+
+int export_into_begin(struct export_into *in, struct arrayset *s, struct export *x,
+                      struct errbuf *err)
+{
+    int r = into_tmp(in, 0, "labels", in->label, err);
+    if (r == 0 && in->table)
+        r = into_tmp(in, 1, "tables", in->table, err);
+    if (r < 0)
+        return r;
+    x->dest = in->dirs[0][1];
+    x->destfd = open(x->dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const struct ns *ns = arrayset_tree(s);
+    struct ns_node labels, node;
+    struct errbuf e = {{0}};
+    r = x->destfd < 0 ? -errno : 0;
+    if (r == 0 && (ns_lookup(ns, NS_INO_ROOT, "labels", &labels) < 0 ||
+                   ns_lookup(ns, labels.ino, in->label, &node) < 0))
+        r = -ENOENT;
+    if (r == 0)
+        r = export_list(x, ns, node.ino, &e);
+    if (r < 0)
+        return err_set(err, r == -EINVAL ? -EIO : r, "%s: %s", x->dest,
+                       e.msg[0] ? e.msg : strerror(-r));
+    return 0;
+}
+
+int export_into_finish(struct export_into *in, struct arrayset *s, struct export *x,
+                       struct errbuf *err)
+{
+    int r = export_write_metadata(x, err);
+    if (r == 0 && in->table)
+        r = into_table(in, s, err);
+    /* everything is complete: the groups take their places, then the lists name them */
+    if (r == 0)
+        r = into_swap(in->dirs[0], err);
+    if (r == 0 && in->table)
+        r = into_swap(in->dirs[1], err);
+    if (r == 0)
+        r = into_list(in, "labels", in->label, err);
+    if (r == 0 && in->table)
+        r = into_list(in, "tables", in->table, err);
+    return r == -EINVAL ? -EIO : r;
+}
+
+void export_into_end(struct export_into *in, bool failed)
+{
+    for (int i = 0; i < 2; i++) {
+        if (failed && in->dirs[i][1])
+            rm_tree(in->dirs[i][1]);
+        for (int k = 0; k < 3; k++) {
+            free(in->dirs[i][k]);
+            in->dirs[i][k] = NULL;
+        }
+    }
+}

@@ -1,0 +1,34 @@
+/* into.h: `roifs export --into IMAGE` (ome = labels): an overlay's label image and masking
+ * table written into an OME-Zarr image as labels/NAME and tables/NAME, each first complete in
+ * a hidden temporary directory, then renamed into place, then named in its group's list, so
+ * that an interrupted export leaves the image as it was (and is resumed by running it again). */
+#ifndef ROIFS_EXPORT_INTO_H
+#define ROIFS_EXPORT_INTO_H
+
+#include <stdbool.h>
+
+#include "export.h"
+
+struct export_into {
+    const char *image;
+    bool overwrite;
+    int format;                /* the image's Zarr format */
+    const char *label, *table; /* the names (table NULL: none) */
+    char *dirs[2][3];          /* [label, table]: the group dir, the temporary, the final */
+};
+
+/* in->image must be an OME-Zarr image of t's output format without in->label and in->table
+ * (unless in->overwrite), and t an ome = labels configuration. 0 or -EINVAL (err set). */
+int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err);
+/* Makes the temporary directories and lists the label image of s into x (made here, writing
+ * into the label's temporary directory): the caller then runs x's chunks. */
+int export_into_begin(struct export_into *in, struct arrayset *s, struct export *x,
+                      struct errbuf *err);
+/* Once every chunk of x is written: the label image's metadata, the masking table (the
+ * engines of s started again), the directories renamed into place, the lists naming them. */
+int export_into_finish(struct export_into *in, struct arrayset *s, struct export *x,
+                       struct errbuf *err);
+/* Frees in; with failed, removes the temporary directories. */
+void export_into_end(struct export_into *in, bool failed);
+
+#endif
