@@ -52,6 +52,7 @@ static int open_input(struct task *t, struct errbuf *err)
     r = zarr_input_open(t->ome.array_path, 64u << 20, &t->reader, &e);
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
+    zarr_input_set_verify(t->reader, t->cfg.verify == 1);
     t->source = (struct input_source){.meta = zarr_input_meta(t->reader),
                                       .read = zarr_source_read,
                                       .signature = zarr_source_signature,
