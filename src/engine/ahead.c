@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* Queues cached chunk id to be checked ahead of its open (lock held): its checksum is then
  * verified while the reader still reads the chunks before it, off the reader's path. */

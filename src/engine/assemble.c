@@ -9,7 +9,7 @@
 #include "../nd.h"
 #include "engine_internal.h"
 #include "labels.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- chunk assembly ---- */
 

@@ -8,7 +8,7 @@
 
 #include "engine_internal.h"
 #include "gc.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 static uint64_t result_bytes(struct engine *e)
 {

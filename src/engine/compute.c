@@ -14,7 +14,7 @@
 #include "engine_internal.h"
 #include "label_rules.h"
 #include "strips.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
 static void crop_to_box(const struct task *t, size_t r, const void *out, const uint64_t *rstart,

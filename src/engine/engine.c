@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "gc.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- opening a chunk ---- */
 

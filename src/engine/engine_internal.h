@@ -19,7 +19,7 @@
 #include "../idlru.h"
 #include "../key.h"
 #include "engine.h"
-#include "evict.h"
+#include "../cache/cache.h"
 
 enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
 enum roi_prio { PRIO_NONE, PRIO_AHEAD, PRIO_DEMAND };

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- small containers ---- */
 

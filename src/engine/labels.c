@@ -17,8 +17,7 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
-#include "keyset.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* Counts known to this process, by ROI (valid for the result key noted). */
 struct labels_counts {

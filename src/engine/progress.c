@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "../cache/cache.h"
 
 void engine_progress(struct engine *e, struct engine_progress *p)
 {

@@ -9,7 +9,7 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 struct roi_result *roi_result_new(struct key128 key, size_t len)
 {

@@ -14,7 +14,7 @@
 #include "engine_internal.h"
 #include "stitch.h"
 #include "strips.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 struct stitch_state {
     pthread_mutex_t lock;

@@ -8,7 +8,7 @@
 #include "../nd.h"
 #include "engine_internal.h"
 #include "label_rules.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 static struct key128 derived(struct key128 k, const char *what)
 {
