@@ -1,5 +1,6 @@
-/* channel.c: [input] channel: the input seen without its c axis, by reading boxes whose c
- * range is [N, N+1) (an extent of 1 leaves the C-order layout of the box unchanged). */
+/* channel.c: [input] channel: the input seen without its c axis, an input source wrapping the
+ * input's that reads boxes whose c range is [N, N+1) (an extent of 1 leaves the C-order
+ * layout of the box unchanged). */
 #include "channel.h"
 
 #include <errno.h>
@@ -7,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "task.h"
+#include "config.h"
+#include "ome.h"
 
 struct channel_view {
-    struct zarr_input *input;
-    int axis;     /* the c axis among the input's dimensions */
-    uint64_t idx; /* the channel */
-    int ndim;     /* the input's dimensions, c included */
+    struct input_source inner; /* the whole input */
+    int axis;                  /* the c axis among the input's dimensions */
+    uint64_t idx;              /* the channel */
+    int ndim;                  /* the input's dimensions, c included */
     struct zarr_meta meta;
     char *names; /* dimension names without c (JSON), or NULL */
 };
@@ -39,8 +41,7 @@ static int view_read(void *ctx, const uint64_t *start, const uint64_t *shape, vo
     struct channel_view *v = ctx;
     uint64_t s[ROIFS_MAX_DIM], n[ROIFS_MAX_DIM];
     widen(v, start, shape, s, n);
-    return sig ? zarr_input_read_sig(v->input, s, n, dst, sig, err)
-               : zarr_input_read(v->input, s, n, dst, err);
+    return v->inner.read(v->inner.ctx, s, n, dst, sig, err);
 }
 
 static int view_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
@@ -49,7 +50,7 @@ static int view_signature(void *ctx, const uint64_t *start, const uint64_t *shap
     struct channel_view *v = ctx;
     uint64_t s[ROIFS_MAX_DIM], n[ROIFS_MAX_DIM];
     widen(v, start, shape, s, n);
-    return zarr_input_signature_memo(v->input, s, n, memo, sig);
+    return v->inner.signature(v->inner.ctx, s, n, memo, sig);
 }
 
 /* Index of the entry named "c" (or of type "channel") in a JSON list of names or OME axes. */
@@ -69,26 +70,27 @@ static int find_c(const json_t *list, int ndim)
 }
 
 /* The c axis and the list it was found in (new reference, for the names without it). */
-static int locate_axis(const struct task *t, json_t **names)
+static int locate_axis(const struct ome_image *ome, const struct zarr_input *reader, int nd,
+                       json_t **names)
 {
-    int nd = t->in_meta->ndim, axis = -1;
+    int axis = -1;
     *names = NULL;
-    if (t->ome.found && t->ome.axes_json) {
-        json_t *axes = json_loads(t->ome.axes_json, 0, NULL);
+    if (ome->found && ome->axes_json) {
+        json_t *axes = json_loads(ome->axes_json, 0, NULL);
         if ((axis = find_c(axes, nd)) >= 0)
             *names = ome_axes_names(axes);
         json_decref(axes);
         if (axis >= 0)
             return axis;
     }
-    const char *text = zarr_input_dimension_names_text(t->reader);
+    const char *text = zarr_input_dimension_names_text(reader);
     json_t *dn = text ? json_loads(text, 0, NULL) : NULL;
     if ((axis = find_c(dn, nd)) >= 0) {
         *names = dn;
         return axis;
     }
     json_decref(dn);
-    text = zarr_input_zattrs_text(t->reader);
+    text = zarr_input_zattrs_text(reader);
     json_t *attrs = text ? json_loads(text, 0, NULL) : NULL;
     json_t *ad = json_object_get(attrs, "_ARRAY_DIMENSIONS");
     if ((axis = find_c(ad, nd)) >= 0)
@@ -122,39 +124,41 @@ static void drop_ome_axis(struct ome_image *o, int c)
     o->ndim--;
 }
 
-int channel_resolve(struct task *t, struct errbuf *err)
+int channel_open(const struct config *cfg, const struct input_source *inner,
+                 const struct ome_image *ome, const struct zarr_input *reader,
+                 struct channel_view **out, struct errbuf *err)
 {
-    const struct config *cfg = &t->cfg;
+    *out = NULL;
     if (cfg->channel < 0)
         return 0;
+    const struct zarr_meta *in = inner->meta;
     json_t *names;
-    int c = locate_axis(t, &names);
+    int c = locate_axis(ome, reader, in->ndim, &names);
     if (c < 0)
         return config_error(cfg, err, "input", "channel",
                             "[input] channel: the input %s has no c axis (no OME axis, "
                             "dimension_names or _ARRAY_DIMENSIONS entry is named c)",
-                            t->ome.array_path);
-    if ((uint64_t)cfg->channel >= t->in_meta->shape[c]) {
+                            ome->array_path);
+    if ((uint64_t)cfg->channel >= in->shape[c]) {
         json_decref(names);
         return config_error(cfg, err, "input", "channel",
                             "[input] channel: %d is out of range (the c axis, dimension %d, has "
                             "%llu channels: 0 to %llu)",
-                            cfg->channel, c, (unsigned long long)t->in_meta->shape[c],
-                            (unsigned long long)t->in_meta->shape[c] - 1);
+                            cfg->channel, c, (unsigned long long)in->shape[c],
+                            (unsigned long long)in->shape[c] - 1);
     }
-    if (t->in_meta->ndim < 2 || cfg->watch) {
+    if (in->ndim < 2 || cfg->watch) {
         json_decref(names);
         return config_error(cfg, err, "input", "channel",
-                            t->in_meta->ndim < 2
-                                ? "[input] channel: the input has no axis besides c"
-                                : "[input] channel cannot be used with watch = true");
+                            in->ndim < 2 ? "[input] channel: the input has no axis besides c"
+                                         : "[input] channel cannot be used with watch = true");
     }
     struct channel_view *v = xcalloc(1, sizeof *v);
-    v->input = t->reader;
+    v->inner = *inner;
     v->axis = c;
     v->idx = (uint64_t)cfg->channel;
-    v->ndim = t->in_meta->ndim;
-    v->meta = *t->in_meta;
+    v->ndim = in->ndim;
+    v->meta = *in;
     drop_u64(v->meta.shape, v->ndim, c);
     drop_u64(v->meta.chunks, v->ndim, c);
     drop_u64(v->meta.shard.inner, v->ndim, c);
@@ -164,24 +168,30 @@ int channel_resolve(struct task *t, struct errbuf *err)
         v->names = json_dumps(names, JSON_COMPACT);
     }
     json_decref(names);
-    if (t->ome.found)
-        drop_ome_axis(&t->ome, c);
-    t->channel = v;
-    t->source = (struct input_source){&v->meta, view_read, view_signature, v};
-    t->in_meta = &v->meta;
+    *out = v;
     return 0;
 }
 
-const char *channel_dimension_names(const struct task *t)
+struct input_source channel_source(struct channel_view *v)
 {
-    return t->channel ? t->channel->names : NULL;
+    return (struct input_source){&v->meta, view_read, view_signature, v};
 }
 
-void channel_free(struct task *t)
+void channel_ome(const struct channel_view *v, struct ome_image *ome)
 {
-    if (!t->channel)
+    if (ome->found)
+        drop_ome_axis(ome, v->axis);
+}
+
+const char *channel_dimension_names(const struct channel_view *v)
+{
+    return v ? v->names : NULL;
+}
+
+void channel_close(struct channel_view *v)
+{
+    if (!v)
         return;
-    free(t->channel->names);
-    free(t->channel);
-    t->channel = NULL;
+    free(v->names);
+    free(v);
 }

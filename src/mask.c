@@ -1,5 +1,6 @@
 /* mask.c: the label image of masked ROIs (SPEC §10): which array it is (an OME label image's
- * level by scale), the checks masked ROIs need, and selections read by nearest neighbour. */
+ * level by scale), the checks masked ROIs need, and selections read by nearest neighbour. A
+ * value task.c composes (mask_open): it reads the configuration and edits no task. */
 #include "mask.h"
 
 #include <errno.h>
@@ -7,13 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "nd.h"
-#include "task.h"
+#include "ome.h"
+#include "zarr/zarr.h"
 
 struct mask {
     char *path; /* the array read (an OME label image's chosen level) */
     struct zarr_input *in;
     const struct zarr_meta *meta;
+    bool zero_input; /* mask_input = zero */
     int ndim;
     uint64_t out_shape[ROIFS_MAX_DIM];
 };
@@ -50,7 +54,8 @@ static int compare_level(const struct ome_image *in, const struct ome_image *lv,
 /* The array to read for path: itself, or for an OME-Zarr image group (a label image) the
  * level whose scale is the input's, else the nearest finer one, else the first; without the
  * input's scale, the level of the output's shape, else the first. malloc'd, or NULL. */
-static char *choose_array(const struct task *t, const char *path, struct errbuf *err)
+static char *choose_array(const struct ome_image *in_ome, const struct zarr_meta *out,
+                          const char *path, struct errbuf *err)
 {
     struct ome_image img;
     if (ome_resolve(path, 0, &img, err) < 0)
@@ -67,11 +72,11 @@ static char *choose_array(const struct task *t, const char *path, struct errbuf 
         struct zarr_input *z = NULL;
         bool ok = img.found && zarr_input_open(img.array_path, 1u << 20, &z, &e) == 0;
         double size = 0;
-        int rel = t->ome.found && ok ? compare_level(&t->ome, &img, &size) : -1;
-        if (ok && !t->ome.found) {
+        int rel = in_ome->found && ok ? compare_level(in_ome, &img, &size) : -1;
+        if (ok && !in_ome->found) {
             const struct zarr_meta *m = zarr_input_meta(z);
-            rel = m->ndim == t->out.ndim &&
-                          memcmp(m->shape, t->out.shape, sizeof(uint64_t) * (size_t)m->ndim) == 0
+            rel = m->ndim == out->ndim &&
+                          memcmp(m->shape, out->shape, sizeof(uint64_t) * (size_t)m->ndim) == 0
                       ? 0
                       : -1;
         }
@@ -90,9 +95,8 @@ static char *choose_array(const struct task *t, const char *path, struct errbuf 
 
 /* ---- opening and checking ---- */
 
-static int check_combinations(const struct task *t, struct errbuf *err)
+static int check_combinations(const struct config *cfg, struct errbuf *err)
 {
-    const struct config *cfg = &t->cfg;
     if (cfg->watch)
         return config_error(cfg, err, "input", "watch",
                             "[input] watch: masked ROIs do not follow changes of their mask "
@@ -104,26 +108,26 @@ static int check_combinations(const struct task *t, struct errbuf *err)
     return 0;
 }
 
-static int open_array(struct task *t, const char *key, const char *path, struct errbuf *err)
+/* Opens the array of path as m (filled in, also on failure: the caller closes it). */
+static int open_array(const struct config *cfg, const char *key, const char *path,
+                      const struct ome_image *in_ome, const struct zarr_meta *out, struct mask *m,
+                      struct errbuf *err)
 {
-    const struct config *cfg = &t->cfg;
     struct errbuf e;
-    char *array = choose_array(t, path, &e);
+    char *array = choose_array(in_ome, out, path, &e);
     if (!array)
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
-    struct mask *m = xcalloc(1, sizeof *m);
     m->path = array;
-    t->mask = m;
     if (zarr_input_open(array, 16u << 20, &m->in, &e) < 0)
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
     m->meta = zarr_input_meta(m->in);
-    m->ndim = t->out.ndim;
-    memcpy(m->out_shape, t->out.shape, sizeof m->out_shape);
+    m->ndim = out->ndim;
+    memcpy(m->out_shape, out->shape, sizeof m->out_shape);
     char ts[8];
-    if (m->meta->ndim != t->out.ndim)
+    if (m->meta->ndim != out->ndim)
         return config_error(cfg, err, "rois", key,
                             "[rois] %s: the mask %s has %d dimensions, the output %d", key, array,
-                            m->meta->ndim, t->out.ndim);
+                            m->meta->ndim, out->ndim);
     if (m->meta->dtype.kind != DT_INT && m->meta->dtype.kind != DT_UINT)
         return config_error(cfg, err, "rois", key,
                             "[rois] %s: the mask %s has dtype %s; a label image needs an "
@@ -136,12 +140,14 @@ static int open_array(struct task *t, const char *key, const char *path, struct 
     return 0;
 }
 
-int mask_task_open(struct task *t, const char *region, struct errbuf *err)
+int mask_open(const struct config *cfg, bool labelled, const struct ome_image *in_ome,
+              const struct zarr_meta *out, const char *region, struct mask **mask,
+              struct errbuf *err)
 {
-    const struct config *cfg = &t->cfg;
     const char *key = cfg->mask ? "mask" : "table";
     const char *path = cfg->mask ? cfg->mask : region;
-    if (!t->rois.label) {
+    *mask = NULL;
+    if (!labelled) {
         if (cfg->mask)
             log_warn("%s: [rois] mask: no ROI has a label (@ L, or a masking table): the mask "
                      "is not used",
@@ -156,8 +162,17 @@ int mask_task_open(struct task *t, const char *region, struct errbuf *err)
         return config_error(cfg, err, "rois", "table",
                             "[rois] table: the masking table names no label image "
                             "(region.path): set [rois] mask");
-    int r = check_combinations(t, err);
-    return r < 0 ? r : open_array(t, key, path, err);
+    int r = check_combinations(cfg, err);
+    if (r < 0)
+        return r;
+    struct mask *m = xcalloc(1, sizeof *m);
+    m->zero_input = cfg->mask_input == MASK_INPUT_ZERO;
+    if ((r = open_array(cfg, key, path, in_ome, out, m, err)) < 0) {
+        mask_close(m);
+        return r;
+    }
+    *mask = m;
+    return 0;
 }
 
 void mask_close(struct mask *m)
@@ -180,27 +195,18 @@ const uint64_t *mask_shape(const struct mask *m)
     return m->meta->shape;
 }
 
-void mask_identity(const struct task *t, struct strbuf *sb)
+bool mask_zeroes_input(const struct mask *m)
 {
-    if (t->mask)
-        sb_printf(sb, "mask %s input=%s\n", t->mask->path,
-                  t->cfg.mask_input == MASK_INPUT_KEEP ? "keep" : "zero");
+    return m->zero_input;
+}
+
+void mask_identity(const struct mask *m, struct strbuf *sb)
+{
+    if (m)
+        sb_printf(sb, "mask %s input=%s\n", m->path, m->zero_input ? "zero" : "keep");
 }
 
 /* ---- reading ---- */
-
-void mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape)
-{
-    int nd = t->rois.ndim;
-    if (t->cfg.mask_input == MASK_INPUT_ZERO) {
-        roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, start, shape);
-        return;
-    }
-    for (int d = 0; d < nd; d++) {
-        start[d] = t->rois.start[(size_t)r * nd + d];
-        shape[d] = t->rois.stop[(size_t)r * nd + d] - start[d];
-    }
-}
 
 /* Element p of the output along dimension d is element floor(p * M / O) of the mask. */
 static uint64_t scaled(const struct mask *m, int d, uint64_t p)

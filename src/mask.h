@@ -4,32 +4,39 @@
 #ifndef ROIFS_MASK_H
 #define ROIFS_MASK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "util.h"
 
-struct task;
+struct config;
+struct ome_image;
+struct zarr_meta;
 struct zarr_sigmemo;
 struct strbuf;
 struct mask;
 
-/* Resolves the mask of task t (whose ROIs are loaded): [rois] mask, else region (a masking
- * table's label image, may be NULL), and opens it as t->mask; checks what masked ROIs cannot
- * do (no mask, a mask of another number of dimensions or not of an integer dtype, watch,
- * stitch). Nothing to do when no ROI has a label. 0 or -EINVAL "FILE:LINE: ..." (exit 2). */
-int mask_task_open(struct task *t, const char *region, struct errbuf *err);
+/* The mask of masked ROIs, a value task_open composes once its ROIs are loaded: *mask gets
+ * [rois] mask, else region (a masking table's label image, may be NULL), opened for an output
+ * of metadata out (its level chosen by the input's OME scales in in_ome); NULL when no ROI has
+ * a label (labelled false). Checks what masked ROIs cannot do (no mask, a mask of another
+ * number of dimensions or not of an integer dtype, watch, stitch). 0 or -EINVAL
+ * "FILE:LINE: ..." (exit 2), *mask NULL. */
+int mask_open(const struct config *cfg, bool labelled, const struct ome_image *in_ome,
+              const struct zarr_meta *out, const char *region, struct mask **mask,
+              struct errbuf *err);
 void mask_close(struct mask *m);
 /* The array read (an OME label image's chosen level) and its shape (the output's ndim). */
 const char *mask_array_path(const struct mask *m);
 const uint64_t *mask_shape(const struct mask *m);
+/* Whether a masked ROI's processor sees 0 outside its object (mask_input = zero), its
+ * selection then covering its read region, else its box (engine_mask_region). */
+bool mask_zeroes_input(const struct mask *m);
 /* Adds to a result identity what masked results depend on besides their label and mask
- * content (the mask's path and mask_input); nothing without a mask. */
-void mask_identity(const struct task *t, struct strbuf *sb);
+ * content (the mask's path and mask_input); nothing without a mask (m NULL). */
+void mask_identity(const struct mask *m, struct strbuf *sb);
 
-/* The box of ROI r that its selection covers: its read region when the processor's input is
- * masked (mask_input = zero), else its box. */
-void mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape);
 /* sel[i] = 1 where the mask (scaled to the output) equals label over the output box
  * [start, start + shape), else 0; *sig gets the signature of the mask chunks read. 0 or -EIO
  * with err. */

@@ -57,7 +57,19 @@ static int open_input(struct task *t, struct errbuf *err)
                                       .signature = zarr_source_signature,
                                       .ctx = t->reader};
     t->in_meta = t->source.meta;
-    return channel_resolve(t, err); /* [input] channel: the input without its c axis */
+    return 0;
+}
+
+/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
+static int view_channel(struct task *t, struct errbuf *err)
+{
+    int r = channel_open(&t->cfg, &t->source, &t->ome, t->reader, &t->channel, err);
+    if (r < 0 || !t->channel)
+        return r;
+    t->source = channel_source(t->channel);
+    t->in_meta = t->source.meta;
+    channel_ome(t->channel, &t->ome);
+    return 0;
 }
 
 static int check_dims(struct task *t, const char *key, const char *section, int n,
@@ -159,8 +171,8 @@ static bool names_are_strings(const json_t *v, int n)
 static int resolve_dimension_names(struct task *t, struct errbuf *err)
 {
     json_t *names = NULL;
-    const char *text =
-        t->channel ? channel_dimension_names(t) : zarr_input_dimension_names_text(t->reader);
+    const char *text = t->channel ? channel_dimension_names(t->channel)
+                                  : zarr_input_dimension_names_text(t->reader);
     if (t->cfg.ome || t->cfg.ome_labels) {
         struct errbuf e;
         json_t *axes = ome_output_axes(&t->ome, t->out.ndim, &e);
@@ -365,12 +377,14 @@ static int load_table(struct task *t, char **region, struct errbuf *err)
     return 0;
 }
 
-static int load_rois(struct task *t, struct errbuf *err)
+/* The ROIs of [rois] file, grid or table; *region gets a masking table's label image (NULL
+ * otherwise, and on failure). */
+static int load_rois(struct task *t, char **region, struct errbuf *err)
 {
     const struct config *cfg = &t->cfg;
     int r;
     int nd = t->in_meta->ndim;
-    char *region = NULL;
+    *region = NULL;
     if (cfg->rois_kind == ROIS_FILE) {
         struct errbuf e;
         unsigned flags = cfg->mask ? ROI_PARSE_LABELS : 0; /* `@ L` needs a mask */
@@ -386,15 +400,19 @@ static int load_rois(struct task *t, struct errbuf *err)
         r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
-    } else if ((r = load_table(t, &region, err)) < 0) {
-        free(region);
+    } else if ((r = load_table(t, region, err)) < 0) {
+        free(*region);
+        *region = NULL;
         return r;
     }
-    if (r == 0)
-        r = mask_task_open(t, region, err);
-    free(region);
-    if (r < 0)
-        return r;
+    return 0;
+}
+
+/* The halo, the checks of the ROIs' sizes and the ROI index over the output's chunks. */
+static int index_rois(struct task *t, struct errbuf *err)
+{
+    const struct config *cfg = &t->cfg;
+    int r;
     if ((r = check_dims(t, "halo", "rois", cfg->halo_ndim, err)) < 0)
         return r;
     if (cfg->halo_ndim)
@@ -440,8 +458,8 @@ static void build_result_identity(struct task *t)
     sb_printf(&sb, "\ndtype %s\n", dtype_typestr(&t->out.dtype, dt));
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb); /* results are validated for their ids mode */
-    mask_identity(t, &sb);
+    labels_identity(&t->labels, &sb); /* results are validated for their ids mode */
+    mask_identity(t->mask, &sb);
     t->result_identity = sb.buf;
     task_identity_keys(t);
 }
@@ -463,7 +481,7 @@ static void build_manifest(struct task *t)
     sb_printf(&sb, "\noutput %s outside=%d\n", dtype_typestr(&t->out.dtype, dt), (int)cfg->outside);
     if (cfg->channel >= 0)
         sb_printf(&sb, "channel %d\n", cfg->channel);
-    labels_identity(cfg, &sb);
+    labels_identity(&t->labels, &sb);
     if (t->out.format == 3) /* without attributes: they hold the fingerprint */
         sb_printf(&sb, "output.zarr.json %s\n", t->zarr_json);
     else
@@ -558,8 +576,14 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         free(t);
         return r;
     }
-    if ((r = open_input(t, err)) < 0 || (r = resolve_output(t, err)) < 0 ||
-        (r = load_rois(t, err)) < 0 ||
+    labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
+    char *region = NULL;                  /* a masking table's label image */
+    if ((r = open_input(t, err)) < 0 || (r = view_channel(t, err)) < 0 ||
+        (r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
+        goto fail;
+    r = mask_open(&t->cfg, t->rois.label != NULL, &t->ome, &t->out, region, &t->mask, err);
+    free(region);
+    if (r < 0 || (r = index_rois(t, err)) < 0 ||
         (r = labels_check_config(&t->cfg, &t->out.dtype, t->rois.n, err)) < 0)
         goto fail;
     /* Hashed before the processor starts, which may load the code (a plugin, the python fork
@@ -613,7 +637,7 @@ void task_close(struct task *t)
     if (t->reader)
         zarr_input_close(t->reader);
     ome_image_free(&t->ome);
-    channel_free(t);
+    channel_close(t->channel);
     free(t->zarray_json);
     free(t->zattrs_json);
     free(t->zarr_json);

@@ -11,25 +11,13 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "input_source.h"
 #include "key.h"
+#include "labels/ids.h"
 #include "ome.h"
 #include "proc/proc.h"
 #include "roi.h"
 #include "zarr/zarr.h"
-
-/* Where a task's input comes from: the Zarr array of [input] path for a configured task, or
- * (a derived task) whatever its maker gives, e.g. another array of the mount read through its
- * engine. read fills a box (C order, native byte order, meta's dtype) and gives (sig not NULL)
- * the signature of exactly what it read; signature gives that of the input as it is now,
- * through memo (which only the Zarr reader uses). The task does not own ctx. */
-struct input_source {
-    const struct zarr_meta *meta; /* the input array's metadata */
-    int (*read)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst, uint64_t *sig,
-                struct errbuf *err);
-    int (*signature)(void *ctx, const uint64_t *start, const uint64_t *shape,
-                     struct zarr_sigmemo *memo, uint64_t *sig);
-    void *ctx;
-};
 
 struct channel_view;
 struct code_files;
@@ -38,6 +26,8 @@ struct task {
     /* The configuration file a configured task was resolved from. A derived task
      * (task_derived) has none (zeroed but for path): everything that defines it is below. */
     struct config cfg;
+    /* [labels] resolved into values (labels/ids.h): what the engine asks (label_rules.h) */
+    struct label_rules labels;
     struct ome_image ome;            /* the array [input] path resolves to, and its OME metadata */
     struct zarr_input *reader;       /* configured task: the input array's reader (derived: NULL) */
     struct input_source source;      /* the input, for reads and signatures */
@@ -67,7 +57,7 @@ struct task {
      * derived: NULL */
     struct code_files *code;
     char *cache_dir;              /* absolute */
-    struct channel_view *channel; /* [input] channel: the view t->in and t->src read (channel.c) */
+    struct channel_view *channel; /* [input] channel: the view source reads (channel.c), or NULL */
     struct mask *mask;            /* masked ROIs' label image (mask.c), or NULL */
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */

@@ -52,13 +52,13 @@ static int select_roi(const struct task *t, struct roi_work *w, struct errbuf *e
 {
     uint32_t r = (uint32_t)w->rq.roi;
     uint64_t msig;
-    mask_region(t, r, w->sstart, w->sshape);
+    engine_mask_region(t, r, w->sstart, w->sshape);
     w->sel = xmalloc(nd_prod(w->sshape, t->rois.ndim) + 1);
     int rc = mask_select(t->mask, w->rq.label, w->sstart, w->sshape, w->sel, &msig, err);
     if (rc < 0)
         return rc;
     w->sig = mask_mix_sig(w->sig, w->rq.label, msig);
-    if (t->cfg.mask_input == MASK_INPUT_ZERO) /* the selection covers the read region */
+    if (mask_zeroes_input(t->mask)) /* the selection covers the read region */
         mask_zero_outside((void *)w->rq.in, w->sel, nd_prod(w->rshape, t->rois.ndim),
                           t->in_meta->dtype.size);
     return 0;

@@ -121,6 +121,9 @@ struct chunk_keys {
 struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig);
 /* The input signature of ROI r's read region as the input is now (memo may be NULL). */
 uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmemo *memo);
+/* The box of masked ROI r that its selection covers: its read region when the processor's
+ * input is masked (mask_input = zero), else its box. */
+void engine_mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape);
 /* The key of chunk id made of ROI results named rois[0..n) (index order) and, with outside
  * = input, of the input whose signature over the chunk box is outside_sig. */
 struct key128 engine_chunk_key_of(const struct task *t, uint64_t id, const struct key128 *rois,

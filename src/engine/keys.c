@@ -30,6 +30,19 @@ struct key128 engine_roi_key(const struct task *t, uint32_t r, uint64_t sig)
     return key_final(&h);
 }
 
+void engine_mask_region(const struct task *t, uint32_t r, uint64_t *start, uint64_t *shape)
+{
+    int nd = t->rois.ndim;
+    if (mask_zeroes_input(t->mask)) {
+        roi_read_region(&t->rois, r, t->halo, t->in_meta->shape, start, shape);
+        return;
+    }
+    for (int d = 0; d < nd; d++) {
+        start[d] = t->rois.start[(size_t)r * nd + d];
+        shape[d] = t->rois.stop[(size_t)r * nd + d] - start[d];
+    }
+}
+
 uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmemo *memo)
 {
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM], sig = 0;
@@ -37,7 +50,7 @@ uint64_t engine_roi_sig_now(const struct task *t, uint32_t r, struct zarr_sigmem
     task_input_signature(t, rstart, rshape, memo, &sig);
     uint64_t label = roi_label(&t->rois, r);
     if (label) { /* the mask chunks its selection reads, as compute.c reads them */
-        mask_region(t, r, rstart, rshape);
+        engine_mask_region(t, r, rstart, rshape);
         sig = mask_mix_sig(sig, label, mask_signature(t->mask, rstart, rshape));
     }
     return sig;
@@ -58,8 +71,9 @@ struct key128 engine_stitch_map_key(const struct task *t, struct zarr_sigmemo *m
     struct keyhash h;
     key_init(&h, "roifs stitch map");
     key_add_key(&h, t->result_id);
-    key_add(&h, &t->cfg.stitch_iou, sizeof t->cfg.stitch_iou);
-    key_add_u64(&h, t->cfg.label_block);
+    double iou = engine_labels_iou(t);
+    key_add(&h, &iou, sizeof iou);
+    key_add_u64(&h, engine_labels_block(t));
     key_add_u64(&h, t->rois.n);
     for (uint32_t s = 0; s < t->rois.n; s++)
         key_add_key(&h, engine_roi_key(t, s, engine_roi_sig_now(t, s, memo)));
@@ -81,8 +95,8 @@ static void labels_chunk_key(const struct task *t, uint64_t id, struct keyhash *
         return;
     size_t n;
     const uint32_t *rois = chunk_rois(t, id, &n);
-    key_add_str(h, t->cfg.label_ids == LABEL_IDS_UNIQUE ? "labels unique" : "labels sequential");
-    key_add_u64(h, t->cfg.label_block);
+    key_add_str(h, engine_labels_unique(t) ? "labels unique" : "labels sequential");
+    key_add_u64(h, engine_labels_block(t));
     for (size_t i = 0; i < n; i++) /* unique: the ids depend on each ROI's index */
         key_add_u64(h, rois[i]);
     if (engine_labels_stitching(t)) { /* on every ROI's result, through the mapping */

@@ -196,8 +196,8 @@ static void each_row(const struct labels_paste *lp, void *buf, const uint64_t *o
         for (int d = 0; d < nd; d++)
             pos[d] = off[d] + idx[d];
         unsigned char *p = (unsigned char *)buf + nd_linear(pos, t->out.chunks, nd) * dt->size;
-        if (t->cfg.label_ids == LABEL_IDS_UNIQUE) {
-            labels_map_offset(dt, p, row, (uint64_t)r * t->cfg.label_block);
+        if (engine_labels_unique(t)) {
+            labels_map_offset(dt, p, row, (uint64_t)r * engine_labels_block(t));
             stitch_map_apply(dt, p, row, lp->map, lp->nmap);
         } else {
             labels_map_rank(dt, p, row, lp->offset[i], vals, nv);
@@ -219,7 +219,7 @@ int engine_labels_paste(const struct labels_paste *lp, size_t i, void *buf, cons
     int nd = t->out.ndim;
     uint64_t *vals = NULL;
     size_t nv = 0;
-    if (t->cfg.label_ids == LABEL_IDS_SEQUENTIAL) {
+    if (engine_labels_sequential(t)) {
         /* D_r: the distinct values of the whole box (halo excluded), not just this part */
         nv = labels_distinct(dt, src, nd_prod(bshape, nd), &vals);
         if (nv && lp->offset[i] + nv > dtype_max(dt)) {

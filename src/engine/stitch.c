@@ -12,6 +12,7 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
+#include "label_rules.h"
 #include "stitch.h"
 #include "strips.h"
 #include "../cache/cache.h"
@@ -149,8 +150,9 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
                 break;
             }
             stitch_zone(&t->out.dtype, ra + adj.off[i] * isz, sb + adjacency_off(&adj, s, r) * isz,
-                        engine_stitch_zone_elems(nd, z0, z1), t->cfg.stitch_iou,
-                        (uint64_t)r * t->cfg.label_block, (uint64_t)s * t->cfg.label_block, uf);
+                        engine_stitch_zone_elems(nd, z0, z1), engine_labels_iou(t),
+                        (uint64_t)r * engine_labels_block(t), (uint64_t)s * engine_labels_block(t),
+                        uf);
             free(sb);
         }
         free(ra);

@@ -7,11 +7,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config.h"
+
 /* The largest value of an integer dtype. */
 static uint64_t dtype_max(const struct dtype *dt)
 {
     unsigned bits = dt->size * 8 - (dt->kind == DT_INT);
     return bits >= 64 ? UINT64_MAX : (1ULL << bits) - 1;
+}
+
+void labels_rules_of(const struct config *cfg, struct label_rules *out)
+{
+    *out = (struct label_rules){.on = cfg->labels,
+                                .unique = cfg->label_ids == LABEL_IDS_UNIQUE,
+                                .sequential = cfg->label_ids == LABEL_IDS_SEQUENTIAL,
+                                .stitch = cfg->label_stitch == LABEL_STITCH_IOU,
+                                .block = cfg->label_block,
+                                .iou = cfg->stitch_iou};
 }
 
 int labels_check_config(const struct config *cfg, const struct dtype *out, size_t n_rois,
@@ -49,15 +61,14 @@ int labels_check_config(const struct config *cfg, const struct dtype *out, size_
                         (unsigned long long)max);
 }
 
-void labels_identity(const struct config *cfg, struct strbuf *sb)
+void labels_identity(const struct label_rules *lr, struct strbuf *sb)
 {
-    if (!cfg->labels)
+    if (!lr->on)
         return;
-    static const char *const ids[] = {"keep", "unique", "sequential"};
-    sb_printf(sb, "labels %s", ids[cfg->label_ids]);
-    if (cfg->label_ids == LABEL_IDS_UNIQUE)
-        sb_printf(sb, " block %llu", (unsigned long long)cfg->label_block);
-    if (cfg->label_stitch == LABEL_STITCH_IOU) /* results come with their border strips */
+    sb_printf(sb, "labels %s", lr->unique ? "unique" : lr->sequential ? "sequential" : "keep");
+    if (lr->unique)
+        sb_printf(sb, " block %llu", (unsigned long long)lr->block);
+    if (lr->stitch) /* results come with their border strips */
         sb_printf(sb, " stitch");
     sb_printf(sb, "\n");
 }
@@ -151,12 +162,12 @@ void labels_put(const struct dtype *dt, void *buf, size_t i, uint64_t v)
     put(dt, buf, i, v);
 }
 
-int labels_check_values(const struct config *cfg, const struct dtype *dt, const void *buf, size_t n,
-                        struct errbuf *err)
+int labels_check_values(const struct label_rules *lr, const struct dtype *dt, const void *buf,
+                        size_t n, struct errbuf *err)
 {
-    if (!cfg->labels)
+    if (!lr->on)
         return 0;
-    bool unique = cfg->label_ids == LABEL_IDS_UNIQUE;
+    bool unique = lr->unique;
     for (size_t i = 0; i < n; i++) {
         bool neg;
         uint64_t v = get(dt, buf, i, &neg);
@@ -165,11 +176,11 @@ int labels_check_values(const struct config *cfg, const struct dtype *dt, const 
                            "label value -%llu at element %zu of the result is negative (ids "
                            "are >= 0, 0 being background)",
                            (unsigned long long)v, i);
-        if (unique && v >= cfg->label_block)
+        if (unique && v >= lr->block)
             return err_set(err, -EINVAL,
                            "label value %llu at element %zu of the result is not below "
                            "[labels] block (%llu)",
-                           (unsigned long long)v, i, (unsigned long long)cfg->label_block);
+                           (unsigned long long)v, i, (unsigned long long)lr->block);
     }
     return 0;
 }
