@@ -41,13 +41,14 @@ def test_values_task_open_composes_know_no_task():
 
 
 def test_the_cache_includes_nothing_of_the_engine():
-    """src/cache/ (the cache directory and the result store) sits under the engine: its files
-    include only each other and the base utilities, never src/engine/, task.h or zarr/, and
-    only src/cache/ includes its private headers."""
+    """src/cache/ (the cache directory and the result store) sits under the engine, beside
+    task.c: its files include only each other, the base utilities and zarr/ (below task.c),
+    never src/engine/, task.h or anything above, and only src/cache/ includes its private
+    headers."""
     files = sorted((SRC / "cache").glob("*.[ch]"))
     assert len(files) > 10, files  # the cache is still where this test looks
     own = {f.name for f in files}
-    base = {"../key.h", "../util.h", "../idlru.h", "../crc32c.h"}
+    base = {"../key.h", "../util.h", "../idlru.h", "../crc32c.h", "../zarr/zarr.h"}
     bad = [f"{f.name}: {i}" for f in files for i in includes(f) if i not in own and i not in base]
     assert bad == [], f"src/cache/ includes what is above it: {bad}"
     private = {"cache_internal.h", "store_internal.h"}
