@@ -47,6 +47,8 @@ struct config {
     char *input_path; /* absolute */
     int level;
     bool watch;  /* follow the input's changes while mounted (inotify) */
+    int verify;  /* 0 identity: a file whose identity did not change is not read again; 1
+                  * content: every look hashes the input's files (docs/reliability.md) */
     int channel; /* index along the input's c axis, -1: none (SPEC §9) */
 
     /* [rois] */

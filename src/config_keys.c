@@ -302,6 +302,7 @@ static const struct key_spec keys[] = {
     {"input", "path", .set = set_path, .off = F(input_path)},
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},
     {"input", "watch", .set = set_bool, .off = F(watch)},
+    {"input", "verify", .set = set_choice_int, .off = F(verify), .choices = "identity|content"},
     {"input", "channel", .set = set_int, .off = F(channel), .min = 0, .max = INT_MAX},
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,

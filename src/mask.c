@@ -120,6 +120,7 @@ static int open_array(const struct config *cfg, const char *key, const char *pat
     m->path = array;
     if (zarr_input_open(array, 16u << 20, &m->in, &e) < 0)
         return config_error(cfg, err, "rois", key, "[rois] %s: the mask: %s", key, e.msg);
+    zarr_input_set_verify(m->in, cfg->verify == 1);
     m->meta = zarr_input_meta(m->in);
     m->ndim = out->ndim;
     memcpy(m->out_shape, out->shape, sizeof m->out_shape);

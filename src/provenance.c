@@ -6,14 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "task.h"
+#include "config.h"
+#include "proc/proc.h"
+#include "util.h"
 
 /* The files the processor runs, from the processor identity's "file PATH SIZE HASH" lines
  * (task.c): {PATH: {"size": SIZE, "hash": HASH}}. */
-static json_t *processor_files(const struct task *t)
+static json_t *processor_files(const char *result_identity)
 {
     json_t *files = json_object();
-    const char *p = t->result_identity;
+    const char *p = result_identity;
     while (p && *p) {
         const char *end = strchr(p, '\n');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -33,17 +35,18 @@ static json_t *processor_files(const struct task *t)
     return files;
 }
 
-void *provenance_new(const struct task *t)
+void *provenance_new(const struct provenance_of *o)
 {
+    const struct config *cfg = o->cfg;
     json_t *params = json_object();
-    for (int i = 0; i < t->cfg.nparams; i++)
-        json_object_set_new(params, t->cfg.params[i].name, json_string(t->cfg.params[i].value));
+    for (int i = 0; i < cfg->nparams; i++)
+        json_object_set_new(params, cfg->params[i].name, json_string(cfg->params[i].value));
     char fp[32], id[33];
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)t->fingerprint);
-    key_hex(t->result_id, id);
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)o->fingerprint);
+    key_hex(o->result_id, id);
     return json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:o, s:s, s:o}, s:I, s:s}", "version",
-                     ROIFS_VERSION, "config", t->cfg.path, "input", t->cfg.input_path, "processor",
-                     "kind", proc_kind_name(t->cfg.proc_kind), "value", t->cfg.proc_value, "params",
-                     params, "identity", id, "files", processor_files(t), "rois",
-                     (json_int_t)t->rois.n, "fingerprint", fp);
+                     ROIFS_VERSION, "config", cfg->path, "input", cfg->input_path, "processor",
+                     "kind", proc_kind_name(cfg->proc_kind), "value", cfg->proc_value, "params",
+                     params, "identity", id, "files", processor_files(o->result_identity), "rois",
+                     (json_int_t)o->nrois, "fingerprint", fp);
 }

@@ -52,6 +52,7 @@ static int open_input(struct task *t, struct errbuf *err)
     r = zarr_input_open(t->ome.array_path, 64u << 20, &t->reader, &e);
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
+    zarr_input_set_verify(t->reader, t->cfg.verify == 1);
     t->source = (struct input_source){.meta = zarr_input_meta(t->reader),
                                       .read = zarr_source_read,
                                       .signature = zarr_source_signature,
@@ -537,7 +538,12 @@ static json_t *configured_attrs(const struct task *t)
         json_decref(attrs);
         attrs = json_object();
     }
-    json_object_set_new(attrs, "roifs", provenance_new(t));
+    struct provenance_of o = {.cfg = &t->cfg,
+                              .result_identity = t->result_identity,
+                              .result_id = t->result_id,
+                              .fingerprint = t->fingerprint,
+                              .nrois = t->rois.n};
+    json_object_set_new(attrs, "roifs", provenance_new(&o));
     return attrs;
 }
 

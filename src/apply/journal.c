@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #define JOURNAL     "journal"
-#define HEAD_MAGIC  "roifsAJ1"
+#define HEAD_MAGIC  "roifsAJ2"  /* 2: identities carry a content hash */
 #define REC_MAGIC   0x724a4172u /* "rAJr" */
 #define MAX_STORAGE (UINT64_C(1) << 32)
 
@@ -27,7 +27,7 @@ struct head {
 };
 
 struct ident_rec {
-    uint64_t exists, size, mtime_ns, ino;
+    uint64_t exists, size, mtime_ns, ino, hash;
 };
 
 struct rec {
@@ -104,7 +104,8 @@ static int parse(struct journal *j, const char *p, size_t len, uint64_t *valid, 
     for (uint64_t i = 0; i < h.nstorage; i++, q += sizeof(struct ident_rec)) {
         struct ident_rec ir;
         memcpy(&ir, q, sizeof ir);
-        j->origin[i] = (struct zarr_file_identity){ir.exists != 0, ir.size, ir.mtime_ns, ir.ino};
+        j->origin[i] =
+            (struct zarr_file_identity){ir.exists != 0, ir.size, ir.mtime_ns, ir.ino, ir.hash};
     }
     size_t off = (size_t)(q - p);
     while (off + sizeof(struct rec) <= len) {
@@ -175,7 +176,8 @@ int journal_begin(struct journal *j, uint64_t fingerprint, const struct zarr_fil
     size_t olen = (size_t)n * sizeof(struct ident_rec);
     char *buf = xmalloc(sizeof h + olen);
     for (uint64_t i = 0; i < n; i++) {
-        struct ident_rec ir = {ids[i].exists, ids[i].size, ids[i].mtime_ns, ids[i].ino};
+        struct ident_rec ir = {ids[i].exists, ids[i].size, ids[i].mtime_ns, ids[i].ino,
+                               ids[i].hash};
         memcpy(buf + sizeof h + i * sizeof ir, &ir, sizeof ir);
     }
     h.origin_crc = zarr_crc32c(0, buf + sizeof h, olen);

@@ -86,6 +86,8 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
                            err);
         if (r < 0)
             return r;
+        if (t->reader)
+            cache_keep_input_hashes(s->arrays[i].cache, t->reader);
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "../zarr/zarr.h"
 #include "store.h"
 
 #define FORMAT_TEXT CACHE_FORMAT_TEXT
@@ -391,6 +392,17 @@ static int open_subdirs(const char *path, int dirfd, int fds[3], struct errbuf *
         if ((fds[i] = open_subdir(dirfd, path, names[i], err)) < 0)
             return fds[i];
     return 0;
+}
+
+void cache_keep_input_hashes(struct cache *c, struct zarr_input *in)
+{
+    struct errbuf err = {{0}};
+    int fd = open_subdir(c->dirfd, c->path, "inputs", &err);
+    if (fd < 0 || zarr_input_keep_hashes(in, fd) < 0)
+        log_warn("cache %s: %s; the input's files will be read again after a remount", c->path,
+                 fd < 0 ? err.msg : "cannot keep the input's content hashes");
+    if (fd >= 0)
+        close(fd);
 }
 
 int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,

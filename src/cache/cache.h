@@ -10,6 +10,8 @@
  *                       append exclusive between processes; the kernel drops a dead
  *                       process's locks
  *   DIR/users/          one file per process using the directory, naming its configuration
+ *   DIR/inputs/<id>     the content hashes of an input array's files by identity (one file
+ *                       per input array, rewritten whole; docs/design.md)
  *   DIR/L<n>/           the cache of pyramid level n ([output] ome), laid out the same
  * The directory is used only when it and its subdirectories belong to the user running roifs
  * and nobody else may write there; every entry is opened relative to it without following
@@ -75,6 +77,10 @@ struct store;
 int cache_open(const char *dir, const char *config_path, uint64_t version, struct cache **out,
                struct errbuf *err);
 void cache_close(struct cache *c);
+struct zarr_input;
+/* Keeps the content hashes of input in's files in DIR/inputs (zarr_input_keep_hashes); a
+ * failure is logged and costs only reading the input again after a remount. */
+void cache_keep_input_hashes(struct cache *c, struct zarr_input *in);
 /* The trust check of cache_open alone, changing nothing: 0, or -EINVAL with the reason. */
 int cache_check_trusted(const char *path, struct errbuf *err);
 const char *cache_path(const struct cache *c);

@@ -52,6 +52,8 @@ static int print_cache_state(const struct task *t)
         fprintf(stderr, "roifs: %s\n", err.msg);
         return r == -EINVAL ? EXIT_USAGE : 0;
     }
+    if (t->reader) /* the census looks at the input as a mount does */
+        cache_keep_input_hashes(c, t->reader);
     cli_print_census(t, c);
     cache_close(c);
     return 0;

@@ -45,6 +45,8 @@ static int open_cache(const struct task *t0, const struct task *t, struct cache 
         fprintf(stderr, "roifs: %s\n", err.msg);
         return r == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
     }
+    if (t->reader)
+        cache_keep_input_hashes(*c, t->reader);
     return 0;
 }
 

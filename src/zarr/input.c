@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "../nd.h"
@@ -133,13 +134,13 @@ static int keep_decoded(const struct zarr_input *in, const char *key, int r, voi
 
 /* Reads and decodes the whole chunk file key (not sharded) into a malloc'd C-order native
  * buffer (*out NULL: missing). */
-static int load_whole(struct zarr_input *in, const char *key, void **out, struct file_id *fid,
+static int load_whole(struct zarr_input *in, const char *key, void **out, struct read_info *ri,
                       struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
     char *raw = NULL;
     size_t len = 0;
-    int r = input_read_file(in, key, &raw, &len, fid, err);
+    int r = input_read_file(in, key, &raw, &len, ri, err);
     *out = NULL;
     if (input_missing_errno(r))
         return 0;
@@ -155,14 +156,56 @@ static int load_whole(struct zarr_input *in, const char *key, void **out, struct
     return keep_decoded(in, key, r, raw, data, out, err);
 }
 
-/* Reads and decodes the index of shard sid (*out NULL: the shard file is missing). */
-static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct file_id *fid,
-                      struct errbuf *err)
+/* The content hash of shard sid, open as fd, whose identity was fid when a read that began at
+ * start took the ranges chk[0..n) from it: the recorded hash when the shard provably did not
+ * change since (not racy, the same identity now), else a pass over the whole file that saw
+ * those ranges as the read did (and is recorded when safe). -EAGAIN: it changed. */
+static int shard_content(struct zarr_input *in, uint64_t sid, int fd, const struct file_id *fid,
+                         uint64_t start, const struct range_check *chk, size_t n, uint64_t *hash,
+                         bool *racy)
+{
+    struct stat st;
+    struct file_id now = {0};
+    *racy = input_racy(in, fid, start);
+    if (fstat(fd, &st) == 0)
+        input_fid_of(&st, &now);
+    if (!input_same_file(&now, fid))
+        return -EAGAIN;
+    if (input_by_identity(in) || fid->size > input_max_file_size(in)) {
+        *hash = input_identity_value(fid); /* as input_hash_now */
+        return 0;
+    }
+    if (!*racy && input_hash_known(in, sid, fid, hash))
+        return 0;
+    int r = input_hash_fd(fd, fid->size, chk, n, hash);
+    pthread_mutex_lock(&in->hashes.lock);
+    in->hashes.passes++;
+    pthread_mutex_unlock(&in->hashes.lock);
+    if (r == 0 && fstat(fd, &st) == 0)
+        input_fid_of(&st, &now);
+    if (r == 0 && !input_same_file(&now, fid))
+        r = -EAGAIN;
+    if (r == 0 && !*racy)
+        input_hash_note(in, sid, fid, *hash);
+    return r;
+}
+
+/* Where the index of a shard of size bytes lies. */
+static uint64_t index_offset(const struct zarr_input *in, uint64_t size)
+{
+    return in->meta.shard.index_at_start ? 0 : size - zarr_shard_index_size(&in->meta);
+}
+
+/* Reads and decodes the index of shard sid (*out NULL: the shard file is missing); ri gets
+ * the shard's content hash, *ixhash that of the index's bytes. */
+static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct read_info *ri,
+                      uint64_t *ixhash, struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
     char key[ROIFS_MAX_DIM * 24 + 4];
     storage_key(in, sid, key, sizeof key);
     *out = NULL;
+    uint64_t start = input_now_ns();
     /* as read_chunk_file: never block in open, read regular files only */
     int fd = input_open_key(in, key);
     if (fd < 0)
@@ -181,13 +224,21 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
     if (r == 0 && !S_ISREG(st.st_mode))
         r = err_set(err, -EIO, "%s/%s: cannot read shard: not a regular file", in->path, key);
     if (r == 0)
-        input_fid_of(&st, fid);
+        input_fid_of(&st, &ri->fid);
     uint64_t size = r == 0 ? (uint64_t)st.st_size : 0;
     if (r == 0 && size < isz)
         r = err_set(err, -EIO, "%s/%s: shard of %llu bytes is shorter than its index (%zu bytes)",
                     in->path, key, (unsigned long long)size, isz);
     if (r == 0)
-        r = input_read_range(in, fd, key, m->shard.index_at_start ? 0 : size - isz, isz, &raw, err);
+        r = input_read_range(in, fd, key, index_offset(in, size), isz, &raw, err);
+    if (r == 0) {
+        *ixhash = input_hash_bytes(raw, isz);
+        struct range_check chk = {index_offset(in, size), isz, *ixhash};
+        r = shard_content(in, sid, fd, &ri->fid, start, &chk, 1, &ri->hash, &ri->racy);
+        if (r < 0)
+            r = err_set(err, r, "%s/%s: %s", in->path, key,
+                        r == -EAGAIN ? "the shard changed while being read" : strerror(-r));
+    }
     close(fd);
     if (r < 0) {
         free(raw);
@@ -199,7 +250,7 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct fi
 }
 
 /* Reads and decodes inner chunk uid of a sharded array through its shard's (cached) index. */
-static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct file_id *fid,
+static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct read_info *ri,
                       struct errbuf *err)
 {
     const struct zarr_meta *m = &in->meta;
@@ -209,7 +260,12 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
     int r = acquire(in, INDEX_ENTRY | sid, &ix, err);
     if (r < 0)
         return r;
-    *fid = ix->fid; /* an inner chunk is what the shard file was when its index was read */
+    /* an inner chunk is what the shard file was when its index was read */
+    ri->fid = ix->fid;
+    ri->hash = ix->hash;
+    ri->racy = ix->racy;
+    struct range_check chk[2] = {
+        {index_offset(in, ix->fid.size), zarr_shard_index_size(m), ix->ixhash}};
     const uint64_t *e = ix->data ? (const uint64_t *)ix->data + 2 * pos : NULL;
     if (!e || e[0] == ZARR_SHARD_EMPTY) {
         release(in, ix);
@@ -233,6 +289,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
     release(in, ix);
     if (fd < 0)
         return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(-fd));
+    uint64_t start = input_now_ns();
     void *raw = NULL;
     /* as read_chunk_file: no codec makes a chunk this much larger than its data */
     if (n > 2 * (uint64_t)in->chunk_nbytes + (1u << 20))
@@ -243,9 +300,23 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
                     in->chunk_nbytes);
     else
         r = input_read_range(in, fd, key, off, (size_t)n, &raw, err);
+    if (r == 0 && ri->racy) { /* the index's bytes and ours: in the shard whose hash is taken */
+        chk[1] = (struct range_check){off, n, input_hash_bytes(raw, (size_t)n)};
+        r = shard_content(in, sid, fd, &ri->fid, start, chk, 2, &ri->hash, &ri->racy);
+        ri->racy = true;
+    } else if (r == 0 && fstat(fd, &st) == 0) { /* not changed since the index was read */
+        input_fid_of(&st, &now);
+        r = input_same_file(&now, &ri->fid) ? 0 : -EAGAIN;
+    }
+    if (r == -EAGAIN)
+        r = err_set(err, -EAGAIN, "%s/%s: the shard changed while being read", in->path, key);
+    else if (r < 0 && ri->racy && raw)
+        r = err_set(err, -EIO, "%s/%s: %s", in->path, key, strerror(-r));
     close(fd);
-    if (r < 0)
+    if (r < 0) {
+        free(raw);
         return r;
+    }
     void *data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
     r = zarr_chain_decode(&m->shard.codecs, &m->dtype, m->shard.inner, m->ndim, raw, (size_t)n,
                           data, err);
@@ -261,21 +332,23 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct fi
 
 /* Loads LRU entry id: *out is the decoded data (NULL: fill) and *cost its size. */
 static int load_chunk(struct zarr_input *in, uint64_t id, void **out, size_t *cost,
-                      struct file_id *fid, struct errbuf *err)
+                      struct read_info *ri, uint64_t *ixhash, struct errbuf *err)
 {
     int r;
-    memset(fid, 0, sizeof *fid); /* a missing file stays "not there" */
+    memset(ri, 0, sizeof *ri); /* a missing file stays "not there" */
     if (id & INDEX_ENTRY) {
-        r = load_index(in, id & ~INDEX_ENTRY, out, fid, err);
+        r = load_index(in, id & ~INDEX_ENTRY, out, ri, ixhash, err);
         *cost = in->index_nbytes;
     } else if (in->meta.sharded) {
-        r = load_inner(in, id, out, fid, err);
+        r = load_inner(in, id, out, ri, err);
         *cost = in->chunk_nbytes;
     } else {
         char key[ROIFS_MAX_DIM * 24 + 4];
         chunk_key(in, id, key, sizeof key);
-        r = load_whole(in, key, out, fid, err);
+        r = load_whole(in, key, out, ri, err);
         *cost = in->chunk_nbytes;
+        if (r == 0 && !ri->racy)
+            input_hash_note(in, id, &ri->fid, ri->hash);
     }
     if (!*out)
         *cost = 0;
@@ -297,8 +370,10 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         waited = true;
         pthread_cond_wait(&in->loaded, &in->lock);
     }
-    if (c && !input_same_file(&c->fid, now)) {
-        /* The file changed since it was decoded: forget that version. */
+    if (c && (!input_same_file(&c->fid, now) || (c->racy && !waited))) {
+        /* The file changed since it was decoded, or may have while it was read (a reader
+         * that waited for that read may use it: the read was as late as its own): forget
+         * that version. */
         forget_locked(in, c);
         if (c->refs == 0) {
             free(c->data);
@@ -324,8 +399,9 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
 
     void *data;
     size_t cost;
-    struct file_id fid;
-    int r = load_chunk(in, id, &data, &cost, &fid, err);
+    struct read_info ri;
+    uint64_t ixhash = 0;
+    int r = load_chunk(in, id, &data, &cost, &ri, &ixhash, err);
 
     pthread_mutex_lock(&in->lock);
     if (r < 0) {
@@ -333,7 +409,10 @@ static int acquire(struct zarr_input *in, uint64_t id, struct chunk **out, struc
         free(c);
         c = NULL;
     } else {
-        c->fid = fid; /* of the file as read, which may be newer than the stat above */
+        c->fid = ri.fid; /* of the file as read, which may be newer than the stat above */
+        c->hash = ri.hash;
+        c->racy = ri.racy;
+        c->ixhash = ixhash;
         c->data = data;
         c->loading = false;
         c->cost = sizeof *c + cost;
@@ -390,16 +469,16 @@ static int read_direct(struct zarr_input *in, uint64_t uid, void *dst, struct se
         return 1;
     char key[ROIFS_MAX_DIM * 24 + 4];
     chunk_key(in, uid, key, sizeof key);
-    struct file_id fid;
-    memset(&fid, 0, sizeof fid); /* a missing file stays "not there" */
+    struct read_info ri;
+    memset(&ri, 0, sizeof ri); /* a missing file stays "not there" */
     int r = 1;
     if (m->format == 2 && m->compressor.id == ZC_NONE && !m->dtype.big_endian &&
         !(m->fortran_order && m->ndim > 1))
-        r = input_read_plain(in, key, dst, in->chunk_nbytes, &fid, err);
+        r = input_read_plain(in, key, dst, in->chunk_nbytes, &ri, err);
     if (r == 1) {
         char *raw = NULL;
         size_t len = 0;
-        r = input_read_file(in, key, &raw, &len, &fid, err);
+        r = input_read_file(in, key, &raw, &len, &ri, err);
         if (r == 0) {
             r = zarr_decode_chunk(m, raw, len, dst, err);
             free(raw);
@@ -411,9 +490,10 @@ static int read_direct(struct zarr_input *in, uint64_t uid, void *dst, struct se
             r = 0;
         }
     }
-    uint64_t pos;
+    if (r == 0 && ri.fid.exists && !ri.racy)
+        input_hash_note(in, uid, &ri.fid, ri.hash);
     if (r == 0 && sn)
-        input_seen_note(in, sn, input_storage_of_unit(in, uid, &pos), &fid);
+        input_seen_note(in, sn, uid, ri.fid.exists, ri.hash);
     return r;
 }
 
@@ -446,7 +526,7 @@ static int read_from_chunk(struct zarr_input *in, const uint64_t *ci, const uint
     if (r < 0)
         return r;
     if (sn)
-        input_seen_note(in, sn, input_storage_of_unit(in, uid, &pos), &c->fid);
+        input_seen_note(in, sn, input_storage_of_unit(in, uid, &pos), c->fid.exists, c->hash);
     if (c->data)
         nd_copy(dst, shape, dst_off, c->data, unit, src_off, ext, nd, m->dtype.size);
     else
@@ -605,6 +685,10 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
     size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk)) + in->index_nbytes;
     in->cap = lru_bytes > min_cap ? lru_bytes : min_cap;
     idlru_init(&in->lru);
+    input_hashes_init(&in->hashes);
+    struct statfs sfs; /* FUSE: reading a file may compute it (another roifs mount) */
+    in->hashes.by_identity =
+        fstatfs(input_dir_fd(in->dir), &sfs) == 0 && sfs.f_type == 0x65735546 /* FUSE */;
     pthread_mutex_init(&in->lock, NULL);
     pthread_cond_init(&in->loaded, NULL);
     *out = in;
@@ -663,6 +747,7 @@ void zarr_input_close(struct zarr_input *in)
         return;
     idlru_each(&in->lru, free_chunk, NULL);
     idlru_destroy(&in->lru);
+    input_hashes_destroy(&in->hashes);
     pthread_mutex_destroy(&in->lock);
     pthread_cond_destroy(&in->loaded);
     free_opened(in);

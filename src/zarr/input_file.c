@@ -1,6 +1,6 @@
 /* input_file.c: the input's chunk and shard files: opened without ever blocking in open(),
  * regular files only, read whole, in a range, or straight into place; their identities, and
- * the identities a box read saw (input_seen_note). */
+ * the content hashes a box read saw (input_seen_note). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ void input_fid_of(const struct stat *st, struct file_id *fid)
         fid->exists = true;
         fid->size = (uint64_t)st->st_size;
         fid->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+        fid->ctime_ns = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
         fid->ino = (uint64_t)st->st_ino;
     }
 }
@@ -63,7 +64,22 @@ void input_stat_key(const struct zarr_input *in, const char *key, struct file_id
 bool input_same_file(const struct file_id *a, const struct file_id *b)
 {
     return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-           a->ino == b->ino;
+           a->ctime_ns == b->ctime_ns && a->ino == b->ino;
+}
+
+/* The end of a read of the whole file fd, begun at start, as ri->fid (fstat before the read),
+ * of the bytes p[0..n): their hash, and whether the file may have changed while they were
+ * read without a change of identity (ri->racy: nothing learnt from them is kept as the
+ * file's). */
+static void read_done(const struct zarr_input *in, int fd, uint64_t start, const void *p, size_t n,
+                      struct read_info *ri)
+{
+    struct stat st;
+    struct file_id after = {0};
+    if (fstat(fd, &st) == 0)
+        input_fid_of(&st, &after);
+    ri->hash = input_hash_read(in, &ri->fid, p, n);
+    ri->racy = input_racy(in, &ri->fid, start) || !input_same_file(&ri->fid, &after);
 }
 
 /* Reads chunk file key whole into a malloc'd buffer. Only a regular file is read: the open
@@ -71,8 +87,9 @@ bool input_same_file(const struct file_id *a, const struct file_id *b)
  * open() and a link to a device such as /dev/zero would never end. A directory is -EISDIR
  * (missing, as in zarr-python); other failures are -EIO with a message. */
 int input_read_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
-                    struct file_id *fid, struct errbuf *err)
+                    struct read_info *ri, struct errbuf *err)
 {
+    uint64_t start = input_now_ns();
     int fd = input_open_key(in, key);
     if (fd < 0) {
         int r = fd;
@@ -91,7 +108,7 @@ int input_read_file(const struct zarr_input *in, const char *key, char **raw, si
         return err_set(err, -EIO, "%s/%s: cannot read chunk: not a regular file", in->path, key);
     }
     if (r == 0) /* taken before the bytes are read: what they are made of is this file or newer */
-        input_fid_of(&st, fid);
+        input_fid_of(&st, &ri->fid);
     /* No codec makes a chunk this much larger than its data: refuse before allocating. */
     if (r == 0 && (uint64_t)st.st_size > 2 * (uint64_t)in->chunk_nbytes + (1u << 20)) {
         close(fd);
@@ -104,9 +121,11 @@ int input_read_file(const struct zarr_input *in, const char *key, char **raw, si
     char *buf = xmalloc(size + 1);
     if (r == 0) /* one byte more than the size, to notice a file growing under us */
         r = pread_full(fd, buf, size + 1, 0, &got);
-    close(fd);
     if (r == 0 && got != size)
         r = -EAGAIN;
+    if (r == 0)
+        read_done(in, fd, start, buf, size, ri);
+    close(fd);
     if (r < 0) {
         free(buf);
         return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
@@ -123,8 +142,9 @@ int input_read_file(const struct zarr_input *in, const char *key, char **raw, si
  * (another size, not a regular file, missing): the caller reads it the general way, which
  * gives each case its answer. */
 int input_read_plain(const struct zarr_input *in, const char *key, void *dst, size_t n,
-                     struct file_id *fid, struct errbuf *err)
+                     struct read_info *ri, struct errbuf *err)
 {
+    uint64_t start = input_now_ns();
     int fd = input_open_key(in, key);
     if (fd < 0)
         return 1;
@@ -133,7 +153,7 @@ int input_read_plain(const struct zarr_input *in, const char *key, void *dst, si
         close(fd);
         return 1;
     }
-    input_fid_of(&st, fid); /* before the bytes are read, as read_chunk_file */
+    input_fid_of(&st, &ri->fid); /* before the bytes are read, as read_chunk_file */
     size_t got = 0;
     char more;
     int r = pread_full(fd, dst, n, 0, &got);
@@ -141,6 +161,8 @@ int input_read_plain(const struct zarr_input *in, const char *key, void *dst, si
         r = pread(fd, &more, 1, (off_t)n) == 0 ? 0 : -EAGAIN;
     else if (r == 0)
         r = -EAGAIN;
+    if (r == 0)
+        read_done(in, fd, start, dst, n, ri);
     close(fd);
     if (r < 0)
         return err_set(err, -EIO, "%s/%s: cannot read chunk: %s", in->path, key,
@@ -166,8 +188,8 @@ int input_read_range(struct zarr_input *in, int fd, const char *key, uint64_t of
     return 0;
 }
 
-void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
-                     const struct file_id *fid)
+void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid, bool exists,
+                     uint64_t hash)
 {
     int nd = in->meta.ndim;
     uint64_t idx[ROIFS_MAX_DIM];
@@ -175,8 +197,9 @@ void input_seen_note(const struct zarr_input *in, struct seen *sn, uint64_t sid,
     for (int d = 0; d < nd; d++)
         idx[d] -= sn->s0[d];
     size_t pos = (size_t)nd_linear(idx, sn->sn, nd);
-    if (sn->set[pos] && !input_same_file(&sn->fid[pos], fid))
+    if (sn->set[pos] && (sn->exists[pos] != exists || sn->hash[pos] != hash))
         sn->conflict = true;
-    sn->fid[pos] = *fid;
+    sn->exists[pos] = exists;
+    sn->hash[pos] = exists ? hash : 0;
     sn->set[pos] = true;
 }

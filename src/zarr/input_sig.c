@@ -1,6 +1,6 @@
-/* input_sig.c: input signatures, the identities (size, mtime, inode, or absence) of the chunk
- * files a box reads, hashed with the metadata: of the files as they are now (through a memo
- * that stats each file once), or of exactly what a read saw (zarr_input_read_sig). */
+/* input_sig.c: input signatures, the content hashes (or absence) of the chunk files a box
+ * reads, hashed with the metadata: of the files as they are now (through a memo that looks at
+ * each file once), or of exactly the bytes a read used (zarr_input_read_sig). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,55 +26,62 @@ static void seen_init(const struct zarr_input *in, const uint64_t *start, const 
 {
     storage_range(in, start, shape, sn->s0, sn->sn);
     sn->n = (size_t)nd_prod(sn->sn, in->meta.ndim);
-    sn->fid = xcalloc(sn->n ? sn->n : 1, sizeof *sn->fid);
+    sn->hash = xcalloc(sn->n ? sn->n : 1, sizeof *sn->hash);
+    sn->exists = xcalloc(sn->n ? sn->n : 1, sizeof *sn->exists);
     sn->set = xcalloc(sn->n ? sn->n : 1, sizeof *sn->set);
     sn->conflict = false;
 }
 
 static void seen_free(struct seen *sn)
 {
-    free(sn->fid);
+    free(sn->hash);
+    free(sn->exists);
     free(sn->set);
 }
 
-/* Notes that storage file sid was read as fid. */
-typedef void (*fid_fn)(void *ctx, uint64_t sid, size_t pos, struct file_id *fid);
+/* The content hash of storage file sid (*exists false: not there; pos: its place in the box's
+ * storage files). */
+typedef uint64_t (*hash_fn)(void *ctx, uint64_t sid, size_t pos, bool *exists);
 
-/* The signature of box [start, start + shape) from the identity of each storage file, in C
+/* The signature of box [start, start + shape) from the content of each storage file, in C
  * order of the storage grid (pos: the file's place in that order). */
-static uint64_t signature_of(const struct zarr_input *in, const uint64_t *start,
-                             const uint64_t *shape, fid_fn fn, void *ctx)
+static uint64_t signature_of(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
+                             hash_fn fn, void *ctx)
 {
     int nd = in->meta.ndim;
     uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], s1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
-    uint64_t h = in->meta_hash;
+    /* "content": no signature of the identities that named files before can equal one */
+    uint64_t h = fnv64(in->meta_hash, "content", 7);
     storage_range(in, start, shape, s0, sn);
     for (int d = 0; d < nd; d++)
         s1[d] = s0[d] + sn[d];
     memcpy(ci, s0, sizeof(uint64_t) * nd);
     size_t pos = 0;
     do {
-        struct file_id fid;
+        bool exists;
         uint64_t id = nd_linear(ci, in->grid, nd);
-        fn(ctx, id, pos++, &fid);
-        uint64_t rec[5] = {id, fid.exists, fid.size, fid.mtime_ns, fid.ino};
+        uint64_t content = fn(ctx, id, pos++, &exists);
+        uint64_t rec[3] = {id, exists, exists ? content : 0};
         h = fnv64(h, rec, sizeof rec);
     } while (nd_next_index(ci, s0, s1, nd));
     return h;
 }
 
 struct seen_ctx {
-    const struct zarr_input *in;
+    struct zarr_input *in;
     const struct seen *sn;
 };
 
-static void fid_from_seen(void *ctx, uint64_t sid, size_t pos, struct file_id *fid)
+static uint64_t hash_from_seen(void *ctx, uint64_t sid, size_t pos, bool *exists)
 {
     const struct seen_ctx *s = ctx;
-    if (s->sn->set[pos])
-        *fid = s->sn->fid[pos];
-    else
-        input_stat_storage(s->in, sid, fid); /* not read (cannot happen): as it is now */
+    if (s->sn->set[pos]) {
+        *exists = s->sn->exists[pos];
+        return s->sn->hash[pos];
+    }
+    struct file_id fid; /* not read (cannot happen): as it is now */
+    input_stat_storage(s->in, sid, &fid);
+    return input_hash_now(s->in, sid, &fid, exists);
 }
 
 int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
@@ -95,7 +102,7 @@ int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint
         bool again = r == -EAGAIN || (r == 0 && sn.conflict);
         if (r == 0 && !sn.conflict) {
             struct seen_ctx ctx = {in, &sn};
-            *sig = signature_of(in, start, shape, fid_from_seen, &ctx);
+            *sig = signature_of(in, start, shape, hash_from_seen, &ctx);
         }
         seen_free(&sn);
         if (!again)
@@ -109,22 +116,35 @@ int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint
 
 /* ---- signatures ---- */
 
-/* Identities by storage id, open addressing; each file stat'ed once per memo. */
+/* Content hashes by storage id, open addressing; each file looked at once per memo. */
 struct zarr_sigmemo {
     size_t cap, n; /* cap a power of two, n < cap / 2 */
-    uint64_t *ids;
-    struct file_id *fids;
-    bool *used;
+    uint64_t *ids, *hashes;
+    bool *exists, *used;
     bool looked, gone; /* the input's path looked at once per memo (input_dir_look) */
 };
+
+static void memo_alloc(struct zarr_sigmemo *m)
+{
+    m->ids = xcalloc(m->cap, sizeof *m->ids);
+    m->hashes = xcalloc(m->cap, sizeof *m->hashes);
+    m->exists = xcalloc(m->cap, sizeof *m->exists);
+    m->used = xcalloc(m->cap, sizeof *m->used);
+}
+
+static void memo_release(struct zarr_sigmemo *m)
+{
+    free(m->ids);
+    free(m->hashes);
+    free(m->exists);
+    free(m->used);
+}
 
 struct zarr_sigmemo *zarr_sigmemo_new(void)
 {
     struct zarr_sigmemo *m = xcalloc(1, sizeof *m);
     m->cap = 64;
-    m->ids = xcalloc(m->cap, sizeof *m->ids);
-    m->fids = xcalloc(m->cap, sizeof *m->fids);
-    m->used = xcalloc(m->cap, sizeof *m->used);
+    memo_alloc(m);
     return m;
 }
 
@@ -132,9 +152,7 @@ void zarr_sigmemo_free(struct zarr_sigmemo *m)
 {
     if (!m)
         return;
-    free(m->ids);
-    free(m->fids);
-    free(m->used);
+    memo_release(m);
     free(m);
 }
 
@@ -146,60 +164,54 @@ static size_t memo_slot(const struct zarr_sigmemo *m, uint64_t id)
     return i;
 }
 
-static void memo_grow(struct zarr_sigmemo *m)
+static void memo_put(struct zarr_sigmemo *m, uint64_t id, uint64_t hash, bool exists)
 {
-    struct zarr_sigmemo old = *m;
-    m->cap *= 2;
-    m->n = 0;
-    m->ids = xcalloc(m->cap, sizeof *m->ids);
-    m->fids = xcalloc(m->cap, sizeof *m->fids);
-    m->used = xcalloc(m->cap, sizeof *m->used);
-    for (size_t i = 0; i < old.cap; i++)
-        if (old.used[i]) {
-            size_t j = memo_slot(m, old.ids[i]);
-            m->used[j] = true;
-            m->ids[j] = old.ids[i];
-            m->fids[j] = old.fids[i];
-            m->n++;
-        }
-    free(old.ids);
-    free(old.fids);
-    free(old.used);
+    if (2 * (m->n + 1) >= m->cap) {
+        struct zarr_sigmemo old = *m;
+        m->cap *= 2;
+        m->n = 0;
+        memo_alloc(m);
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.used[i])
+                memo_put(m, old.ids[i], old.hashes[i], old.exists[i]);
+        memo_release(&old);
+    }
+    size_t i = memo_slot(m, id);
+    m->n += !m->used[i];
+    m->used[i] = true;
+    m->ids[i] = id;
+    m->hashes[i] = hash;
+    m->exists[i] = exists;
 }
 
 struct memo_ctx {
-    const struct zarr_input *in;
+    struct zarr_input *in;
     struct zarr_sigmemo *memo;
 };
 
-static void fid_from_memo(void *ctx, uint64_t sid, size_t pos, struct file_id *fid)
+static uint64_t hash_from_memo(void *ctx, uint64_t sid, size_t pos, bool *exists)
 {
     (void)pos;
     struct memo_ctx *c = ctx;
     if (c->in->pinned) {
         const struct zarr_file_identity *p = &c->in->pinned[sid];
-        *fid = (struct file_id){p->exists, p->size, p->mtime_ns, p->ino};
-        return;
+        *exists = p->exists;
+        return p->hash;
     }
     struct zarr_sigmemo *m = c->memo;
-    if (!m) {
-        input_stat_storage(c->in, sid, fid);
-        return;
+    if (m) {
+        size_t i = memo_slot(m, sid);
+        if (m->used[i]) {
+            *exists = m->exists[i];
+            return m->hashes[i];
+        }
     }
-    size_t i = memo_slot(m, sid);
-    if (m->used[i]) {
-        *fid = m->fids[i];
-        return;
-    }
-    input_stat_storage(c->in, sid, fid);
-    if (2 * (m->n + 1) >= m->cap) {
-        memo_grow(m);
-        i = memo_slot(m, sid);
-    }
-    m->used[i] = true;
-    m->ids[i] = sid;
-    m->fids[i] = *fid;
-    m->n++;
+    struct file_id fid;
+    input_stat_storage(c->in, sid, &fid);
+    uint64_t h = input_hash_now(c->in, sid, &fid, exists);
+    if (m)
+        memo_put(m, sid, h, *exists);
+    return h;
 }
 
 /* Whether the input's path holds no array or another one now: looked at once per memo. */
@@ -228,7 +240,7 @@ int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, cons
         return r < 0 ? r : 0;
     }
     struct memo_ctx ctx = {in, memo};
-    *sig = signature_of(in, start, shape, fid_from_memo, &ctx);
+    *sig = signature_of(in, start, shape, hash_from_memo, &ctx);
     return 0;
 }
 
@@ -245,12 +257,13 @@ uint64_t zarr_input_nstorage(const struct zarr_input *in)
     return nd_prod(in->grid, in->meta.ndim);
 }
 
-void zarr_input_storage_identity(const struct zarr_input *in, uint64_t sid,
-                                 struct zarr_file_identity *id)
+void zarr_input_storage_identity(struct zarr_input *in, uint64_t sid, struct zarr_file_identity *id)
 {
     struct file_id fid;
+    bool exists;
     input_stat_storage(in, sid, &fid);
-    *id = (struct zarr_file_identity){fid.exists, fid.size, fid.mtime_ns, fid.ino};
+    uint64_t h = input_hash_now(in, sid, &fid, &exists);
+    *id = (struct zarr_file_identity){exists, fid.size, fid.mtime_ns, fid.ino, exists ? h : 0};
 }
 
 void zarr_input_pin_identities(struct zarr_input *in, const struct zarr_file_identity *ids)

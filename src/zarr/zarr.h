@@ -206,19 +206,23 @@ const char *zarr_input_dimension_names_text(const struct zarr_input *in);
  * 0, or -EIO for an unreadable or corrupt chunk (message names the chunk file). */
 int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
                     struct errbuf *err);
-/* A hash of the identity (size, mtime, inode, or absence) of every chunk file the box
- * [start, start + shape) reads, and of the metadata: it changes when any of them is
- * rewritten. 0 or -EINVAL. */
+/* A hash of the content (or absence) of every chunk file the box [start, start + shape)
+ * reads, and of the metadata: it changes when the bytes of any of them change, not when a
+ * file is rewritten with the same bytes or touched. A file's content hash is taken from what
+ * the input recorded for its identity (inode, size, mtime, ctime) when that is safe, else the
+ * file is read and hashed (docs/design.md). 0 or -EINVAL. */
 int zarr_input_signature(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
                          uint64_t *sig);
-/* zarr_input_read that also gives the signature of exactly what it read, as
- * zarr_input_signature computes it from the identities of the chunk files taken (fstat of the
- * open file) before their bytes were read: a file replaced at any moment changes it. A read
- * that saw a file change between two of its parts is redone (at most three times). */
+/* zarr_input_read that also gives the signature of exactly the bytes it used, as
+ * zarr_input_signature computes it from the files' contents: each chunk file's hash is that
+ * of the bytes read (a read torn by a concurrent write gets a signature no look at the file
+ * gives unless the file holds exactly those bytes); a shard's, that of a whole-file pass that
+ * saw the index and inner chunks it used. A read that saw a file change between two of its
+ * parts is redone (at most three times). */
 int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint64_t *shape,
                         void *dst, uint64_t *sig, struct errbuf *err);
-/* Identities of chunk files seen by signatures taken with it: each file is stat'ed once per
- * memo, which makes the signatures of many overlapping boxes cost one stat per file. */
+/* Content hashes of chunk files seen by signatures taken with it: each file is looked at once
+ * per memo, which makes the signatures of many overlapping boxes cost one stat per file. */
 struct zarr_sigmemo;
 struct zarr_sigmemo *zarr_sigmemo_new(void);
 void zarr_sigmemo_free(struct zarr_sigmemo *m);
@@ -234,11 +238,12 @@ void zarr_input_close(struct zarr_input *in);
 struct zarr_file_identity {
     bool exists;
     uint64_t size, mtime_ns, ino;
+    uint64_t hash; /* of its content (what signatures use) */
 };
 /* Number of storage files (chunks, or shards) of the input's grid. */
 uint64_t zarr_input_nstorage(const struct zarr_input *in);
 /* The identity of storage file sid (C-order linear index of the storage grid) as it is now. */
-void zarr_input_storage_identity(const struct zarr_input *in, uint64_t sid,
+void zarr_input_storage_identity(struct zarr_input *in, uint64_t sid,
                                  struct zarr_file_identity *id);
 /* The key of storage file sid relative to the array's directory ("1.0", "c/1/0"). */
 void zarr_input_storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len);
@@ -249,6 +254,20 @@ const char *zarr_input_path(const struct zarr_input *in);
  * (zarr_input_nstorage entries) is borrowed and must not change; call before any other
  * thread uses in. NULL: back to the files' own identities. */
 void zarr_input_pin_identities(struct zarr_input *in, const struct zarr_file_identity *ids);
+
+/* ---- content hashes of the input's files (input_hash.c) ---- */
+
+/* Keeps the content hashes of the input's storage files in directory dirfd (the cache's
+ * inputs/; duplicated, the caller keeps its own), loading those kept there: a remount trusts
+ * them for files whose identity did not change. 0 or -errno. */
+int zarr_input_keep_hashes(struct zarr_input *in, int dirfd);
+/* [input] verify = content: no identity is trusted; every look hashes the files again and
+ * decoded chunks are never used twice. Call before any other thread uses in. */
+void zarr_input_set_verify(struct zarr_input *in, bool verify);
+/* The racy-timestamp margin (default 2 s): for tests. */
+void zarr_input_set_racy_margin(struct zarr_input *in, uint64_t ns);
+/* How many times a whole storage file was read to be hashed (for tests). */
+uint64_t zarr_input_hash_passes(struct zarr_input *in);
 
 /* Counters of the decoded-chunk cache (for status reports and tests). */
 struct zarr_input_stats {

@@ -286,3 +286,44 @@ def test_many_rois_are_a_few_files(tmp_path, roifs_bin):
     data_ = (task.cache / "results" / "pack-000001").read_bytes()
     assert data_.count(b"roifsP1\0") == 10000
     assert len(os.listdir(task.cache / "chunks")) == 16
+
+
+def test_results_are_named_by_content_not_by_file_identity(tmp_path, mount, roifs_bin):
+    """Issue 31 item 11 (SPEC §12: the input chunks a ROI reads, by content signature): a
+    `touch` of an input chunk, or chunks rewritten with the same bytes (in place, or a new
+    file renamed over the old one as a converter run again does), compute nothing, at `warm`
+    or at a remount; other bytes in one chunk compute exactly the ROIs that read it."""
+    task, data, counter = job(tmp_path)
+    rois = base_rois()
+    r = run_roifs(roifs_bin, "warm", task.config, timeout=60)
+    assert r.returncode == 0 and f"{len(rois)} ROIs computed" in r.stderr, r.stderr
+    counter.unlink()
+
+    def warm_computes(n):
+        r = run_roifs(roifs_bin, "warm", task.config, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"; {n} ROI{'' if n == 1 else 's'} computed" in r.stderr, r.stderr
+
+    os.utime(task.input / "1.2")  # touch: a new mtime, the same bytes
+    warm_computes(0)
+    for key in ("0.0", "1.1", "2.3", "3.0"):  # the same bytes again: 2 in place, 2 renamed
+        p = task.input / key
+        raw = p.read_bytes()
+        if key in ("0.0", "1.1"):
+            with open(p, "r+b") as f:
+                f.write(raw)
+        else:
+            (task.input / (key + ".new")).write_bytes(raw)
+            os.rename(task.input / (key + ".new"), p)
+    warm_computes(0)
+    assert mount_and_read(mount, task, data, rois)["calls"] == 0
+    assert not counter.exists()
+    # other bytes in one chunk: exactly the ROIs that read it
+    block = ((32, 48), (0, 16))  # input chunk 2.0
+    data[32:48, 0:16] += 7000
+    zarr.open(str(task.input), mode="r+")[32:48, 0:16] = data[32:48, 0:16]
+    want = touching(rois, block)
+    assert 0 < len(want) < len(rois)
+    warm_computes(len(want))
+    assert counter_lines(counter) == sorted(map(box_name, want))
+    assert mount_and_read(mount, task, data, rois)["calls"] == 0

@@ -2,8 +2,8 @@
 cache (src/cache/) includes nothing of the engine; the engine reads no configuration (no file
 of src/engine/ names `cfg` or includes config.h: [labels] comes resolved as the task's struct
 label_rules, mask_input as the mask's value), and the values task_open composes (channel.c,
-mask.c, codeid.c, labels/) know nothing of struct task, so that no call loop runs through
-task.c. Nothing here needs a build or a mount."""
+mask.c, codeid.c, provenance.c, labels/) know nothing of struct task, so that no call loop
+runs through task.c. Nothing here needs a build or a mount."""
 import re
 from pathlib import Path
 
@@ -32,7 +32,8 @@ def test_the_engine_reads_no_configuration():
 
 
 def test_values_task_open_composes_know_no_task():
-    files = [SRC / n for n in ("channel.c", "channel.h", "mask.c", "mask.h", "codeid.c", "codeid.h")]
+    files = [SRC / n for n in ("channel.c", "channel.h", "mask.c", "mask.h", "codeid.c", "codeid.h",
+                               "provenance.c", "provenance.h")]
     files += sorted((SRC / "labels").glob("*.[ch]"))
     for f in files:
         assert f.exists(), f

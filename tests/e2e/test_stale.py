@@ -23,6 +23,61 @@ def counter_lines(path):
 
 # ---------------------------------------------------------------- 13.1: during a computation
 
+# A command that adds 1 and, at its first call, rewrites input chunk 0.0 in place with other
+# bytes of the same size and puts its mtime back: the file keeps the size, inode and mtime the
+# ROI's read saw, as when a write that began before the read (the kernel sets mtime when a
+# write begins) ends after it, leaving a result made of old or mixed bytes under the
+# identity of the final file.
+REWRITE_KEEPING_MTIME = """\
+import os, sys, numpy as np
+a = np.frombuffer(sys.stdin.buffer.read(), "<i4")
+flag = {flag!r}
+if not os.path.exists(flag):
+    open(flag, "w").close()
+    p = {chunk!r}
+    st = os.stat(p)
+    fd = os.open(p, os.O_WRONLY)
+    half = st.st_size // 2
+    os.pwrite(fd, (np.arange(half // 4, dtype="<i4") + 5000).tobytes(), 0)
+    os.close(fd)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(p).st_mtime_ns == st.st_mtime_ns and os.stat(p).st_size == st.st_size
+with open({counter!r}, "a") as f:
+    f.write("x\\n")
+sys.stdout.buffer.write((a + 1).astype("<i4").tobytes())
+"""
+
+
+def test_input_rewritten_keeping_its_identity_after_the_read(tmp_path, mount):
+    """Issue 31 item 3: the input chunk is rewritten in place (same size, same inode, mtime put
+    back) after the ROI's read and before its result is stored: the result made of the old
+    bytes is never served once the open that made it has its answer: not to a later open,
+    not after a remount; the ROI runs again once, on the new bytes."""
+    data = np.arange(16 * 16, dtype="<i4").reshape(16, 16)
+    flag, counter = tmp_path / "rewritten", tmp_path / "counter"
+    (tmp_path / "p.py").write_text(REWRITE_KEEPING_MTIME.format(
+        flag=str(flag), chunk=str(tmp_path / "in.zarr" / "0.0"), counter=str(counter)))
+    task = make_task(tmp_path, data, (8, 8), rois=[((0, 8), (0, 8))],
+                     process={"command": f"{PY} p.py", "threads": 1, "readahead": 0},
+                     output={"chunks": "8,8"})
+    new = data.copy()
+    new[0:4, 0:8] = (np.arange(32) + 5000).reshape(4, 8)  # the first half of chunk 0.0
+    with mount(task.config) as m:
+        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
+        assert flag.exists()
+        # the open that raced with the write may have the old version
+        assert (np.array_equal(got, data[0:8, 0:8] + 1) or
+                np.array_equal(got, new[0:8, 0:8] + 1)), got
+        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
+        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
+    with mount(task.config) as m:
+        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
+        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
+        assert m.status()["calls"] == 0, "the current result was not kept"
+    assert counter_lines(counter) == ["x", "x"]
+
+
+
 
 def test_input_rewritten_while_its_roi_computes(tmp_path, mount):
     """The ROI reads its input, then sleeps (param.delay) while the input chunk is rewritten:

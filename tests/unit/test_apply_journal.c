@@ -22,7 +22,8 @@ static void test_reopen_and_torn_tail(void)
 {
     struct journal j;
     struct errbuf err = {{0}};
-    struct zarr_file_identity ids[3] = {{true, 10, 111, 5}, {false, 0, 0, 0}, {true, 7, 99, 6}};
+    struct zarr_file_identity ids[3] = {
+        {true, 10, 111, 5, 41}, {false, 0, 0, 0, 0}, {true, 7, 99, 6, 42}};
     CHECK_EQ_INT(journal_open(dir, &j, &err), 0);
     CHECK(!j.begun);
     CHECK_EQ_INT(journal_begin(&j, 42, ids, 3, &err), 0);
@@ -36,7 +37,8 @@ static void test_reopen_and_torn_tail(void)
     CHECK(j.begun && !j.finished);
     CHECK_EQ_INT(j.fingerprint, 42);
     CHECK_EQ_INT(j.nstorage, 3);
-    CHECK(j.origin[0].exists && j.origin[0].size == 10 && j.origin[0].mtime_ns == 111);
+    CHECK(j.origin[0].exists && j.origin[0].size == 10 && j.origin[0].mtime_ns == 111 &&
+          j.origin[0].hash == 41);
     CHECK(!j.origin[1].exists);
     CHECK_EQ_INT(j.state[0], JC_REPLACED);
     CHECK_EQ_INT(j.state[1], JC_ORIGINAL);
@@ -101,7 +103,7 @@ static void test_peek(void)
     CHECK_EQ_INT(mkdir(cache, 0700), 0);
     struct journal j;
     struct errbuf err = {{0}};
-    struct zarr_file_identity ids[2] = {{true, 1, 1, 1}, {true, 2, 2, 2}};
+    struct zarr_file_identity ids[2] = {{true, 1, 1, 1, 1}, {true, 2, 2, 2, 2}};
     CHECK_EQ_INT(journal_open(cache, &j, &err), 0);
     CHECK_EQ_INT(journal_begin(&j, 7, ids, 2, &err), 0);
     uint64_t gen = j.gen;

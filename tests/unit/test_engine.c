@@ -574,11 +574,11 @@ static void test_lock_taken_after_another_stored(void)
 
 /* Writes input chunk 0.0 again, same values, as a new file renamed into place: its identity
  * (inode, mtime) changes, as a changed input's does. */
-static void rewrite_input_chunk(void)
+static void rewrite_input_chunk(int32_t add)
 {
     int32_t v[16];
     for (int i = 0; i < 16; i++)
-        v[i] = input_at(i / 4, i % 4);
+        v[i] = input_at(i / 4, i % 4) + add;
     char *tmp = path_join(dir, "in.zarr/0.0.new"), *name = path_join(dir, "in.zarr/0.0");
     FILE *f = fopen(tmp, "wb");
     fwrite(v, sizeof v, 1, f);
@@ -602,7 +602,7 @@ static void test_job_older_than_a_result_uses_it(void)
         return;
     struct chunk_keys look;
     engine_chunk_keys_now(g.t, 1, NULL, &look);
-    rewrite_input_chunk();
+    rewrite_input_chunk(1); /* other bytes: results are named by content */
     int32_t v[16];
     CHECK_EQ_INT(read_chunk(g.e, 0, v), 0); /* the ROI, read from the input as it is now */
     CHECK_EQ_INT(g.t->proc->calls, 1);
@@ -615,12 +615,13 @@ static void test_job_older_than_a_result_uses_it(void)
     CHECK_EQ_INT(v[5], input_at(1, 5) + 1);
     CHECK_EQ_INT(g.t->proc->calls, 1);
 
-    rewrite_input_chunk(); /* a change after the read: computed again, once */
+    rewrite_input_chunk(2); /* a change after the read: computed again, once */
     CHECK_EQ_INT(read_chunk(g.e, 2, v), 0);
     CHECK_EQ_INT(v[0], input_at(4, 0) + 1);
     CHECK_EQ_INT(g.t->proc->calls, 2);
     chunk_keys_free(&look);
     harness_rig_close(&g);
+    rewrite_input_chunk(0); /* the input of the tests that follow */
 }
 
 /* The read-ahead hook of test_read_ahead_makes_a_chunk_once: the first time read-ahead is
