@@ -292,6 +292,7 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
     e->started = now_monotonic();
     e->started_at = (int64_t)time(NULL);
     pthread_mutex_init(&e->lock, NULL);
+    map_init(&e->jobs, sizeof(struct chunk_job *), 0);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->poller_cv, NULL);
@@ -371,9 +372,11 @@ void engine_destroy(struct engine *e)
     if (e->poller_started)
         pthread_join(e->poller_thread, NULL);
     free(e->threads);
-    for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
-        while (e->jobs[b])
-            engine_notify(e, engine_job_remove(e, e->jobs[b]), -1, -EIO, 0);
+    size_t it;
+    void *v;
+    while (it = 0, map_next(&e->jobs, &it, NULL, &v)) /* each job out, the first left */
+        engine_notify(e, engine_job_remove(e, *(struct chunk_job **)v), -1, -EIO, 0);
+    map_destroy(&e->jobs);
     engine_flush_unstored(e); /* finished results survive the unmount */
     for (size_t r = 0; r < e->t->rois.n; r++)
         roi_result_unref(e->rois[r].result);

@@ -18,6 +18,7 @@
 
 #include "../idlru.h"
 #include "../key.h"
+#include "../map.h"
 #include "engine.h"
 #include "evict.h"
 
@@ -80,7 +81,6 @@ struct chunk_job {
     bool replaced;         /* a cached version that was not current is being replaced */
     int attempts;          /* assemblies redone because a stored result vanished */
     struct waiter *waiters;
-    struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */
 };
 
@@ -89,7 +89,6 @@ struct roi_queue {
     size_t cap, head, len;
 };
 
-#define ENGINE_JOB_BUCKETS   4096
 #define ENGINE_VERIFY_AHEAD  64 /* cached chunks waiting to be checked ahead of their open */
 #define ENGINE_VERIFY_WINDOW 16 /* how far ahead cached chunks are checked, at most */
 #define ENGINE_MAX_ERRORS    100
@@ -124,8 +123,7 @@ struct engine {
     uint64_t verify_seen[ENGINE_VERIFY_AHEAD]; /* the last ones queued: not again */
     size_t verify_seen_next;
     struct chunk_job *asm_head, *asm_tail;
-    struct chunk_job *jobs[ENGINE_JOB_BUCKETS];
-    size_t njobs;
+    struct map jobs; /* chunk id -> struct chunk_job * */
     /* Jobs ended so far: a job that ends has made its chunk, so a look at the cache taken
      * before a change of this count may be out of date (ahead.c). */
     uint64_t jobs_ended;
@@ -239,8 +237,8 @@ int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh
 
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
-/* Where the job of chunk id is, or goes (lock held). */
-struct chunk_job **engine_job_slot(struct engine *e, uint64_t id);
+/* Puts job in the table (lock held; none there for its chunk). */
+void engine_job_add(struct engine *e, struct chunk_job *job);
 /* Where ROI r is in job's list, or job->nrois. */
 size_t engine_job_index_of(const struct chunk_job *job, uint32_t r);
 /* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters

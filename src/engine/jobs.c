@@ -139,8 +139,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->replaced = replaced;
     job->lock = -1;
     job->fd = -1;
-    *engine_job_slot(e, id) = job;
-    e->njobs++;
+    engine_job_add(e, job);
     int lock = cache_lock_chunk(e->c, id, false);
     if (lock == -EWOULDBLOCK) {
         job->locked_elsewhere = true;
@@ -227,19 +226,21 @@ void *engine_poller_main(void *arg)
             continue;
         }
         struct chunk_job *got = NULL;
-        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->n_locked_elsewhere && !e->stopping; b++)
-            for (struct chunk_job *job = e->jobs[b]; job; job = job->hnext) {
-                if (!job->locked_elsewhere)
-                    continue;
-                int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->c, job->id, false);
-                if (lock == -EWOULDBLOCK)
-                    continue;
-                job->locked_elsewhere = false;
-                e->n_locked_elsewhere--;
-                job->lock = lock >= 0 ? lock : -1;
-                job->qnext = got; /* the job stays in the table: nobody else starts it */
-                got = job;
-            }
+        size_t it = 0;
+        void *v;
+        while (e->n_locked_elsewhere && !e->stopping && map_next(&e->jobs, &it, NULL, &v)) {
+            struct chunk_job *job = *(struct chunk_job **)v;
+            if (!job->locked_elsewhere)
+                continue;
+            int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->c, job->id, false);
+            if (lock == -EWOULDBLOCK)
+                continue;
+            job->locked_elsewhere = false;
+            e->n_locked_elsewhere--;
+            job->lock = lock >= 0 ? lock : -1;
+            job->qnext = got; /* the job stays in the table: nobody else starts it */
+            got = job;
+        }
         pthread_mutex_unlock(&e->lock);
         while (got) {
             struct chunk_job *next = got->qnext;

@@ -37,7 +37,7 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->started_at = e->started_at;
     p->queue_demand = e->demand.len;
     p->queue_readahead = e->ahead.len;
-    p->chunk_jobs = e->njobs;
+    p->chunk_jobs = map_count(&e->jobs);
     p->chunks_elsewhere = e->n_locked_elsewhere;
     p->cache_limited = e->evict != NULL;
     if (e->evict) {
