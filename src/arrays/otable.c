@@ -79,26 +79,8 @@ static void boxes_add(struct map *boxes, uint64_t label, const uint64_t *pos)
 /* Element e of a decoded chunk as a label; 0 for background and negative values. */
 static uint64_t label_at(const struct dtype *dt, const unsigned char *p)
 {
-    switch (dt->size) {
-    case 1:
-        return dt->kind == DT_INT ? (uint64_t)(*(const int8_t *)p > 0 ? *(const int8_t *)p : 0)
-                                  : *p;
-    case 2: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        return dt->kind == DT_INT && (int16_t)v < 0 ? 0 : v;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        return dt->kind == DT_INT && (int32_t)v < 0 ? 0 : v;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        return dt->kind == DT_INT && (int64_t)v < 0 ? 0 : v;
-    }
-    }
+    uint64_t u = dtype_load_bits(p, dt->size);
+    return dt->kind == DT_INT && dtype_sign_extend(u, dt->size) < 0 ? 0 : u;
 }
 
 /* Adds the labels of chunk id (decoded in buf) to the boxes. Lock held. */
