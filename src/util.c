@@ -435,6 +435,20 @@ uint64_t mem_physical_bytes(void)
     return bytes;
 }
 
+int64_t clock_ns(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return ts_to_ns(t);
+}
+
+struct timespec deadline_in(clockid_t clk, struct timespec d)
+{
+    struct timespec now;
+    clock_gettime(clk, &now);
+    return ts_add(now, d);
+}
+
 double now_monotonic(void)
 {
     struct timespec ts;

@@ -347,13 +347,7 @@ static void join_waking(struct engine *e, pthread_t th)
         for (struct engine_reader *r = e->readers; r; r = r->next)
             pthread_kill(r->thread, ENGINE_WAKE_SIGNAL);
         pthread_mutex_unlock(&e->lock);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += ENGINE_WAKE_EVERY_NS;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        struct timespec until = deadline_in(CLOCK_REALTIME, ts_from_ns(ENGINE_WAKE_EVERY_NS));
         if (pthread_timedjoin_np(th, NULL, &until) != ETIMEDOUT)
             return;
     }

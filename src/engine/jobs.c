@@ -250,13 +250,7 @@ void *engine_poller_main(void *arg)
         pthread_mutex_lock(&e->lock);
         if (!e->n_locked_elsewhere || e->stopping)
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns(50 * 1000 * 1000));
         pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
     }
     pthread_mutex_unlock(&e->lock);

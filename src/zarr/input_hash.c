@@ -60,9 +60,7 @@ uint64_t input_max_file_size(const struct zarr_input *in)
 
 uint64_t input_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return (uint64_t)clock_ns(CLOCK_REALTIME);
 }
 
 bool input_racy(const struct zarr_input *in, const struct file_id *fid, uint64_t start)
