@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "../engine/cache.h"
+#include "../cache/cache.h"
 #include "../task.h"
 #include "journal.h"
 #include "marker.h"

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "../engine/engine.h"
-#include "../engine/store.h"
 #include "../atomic_file.h"
+#include "../cache/cache.h"
 #include "../nd.h"
 #include "internal.h"
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "../engine/engine.h"
-#include "../engine/store.h"
+#include "../cache/cache.h"
 #include "../nd.h"
 #include "internal.h"
 

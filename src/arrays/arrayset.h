@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../engine/cache.h"
+#include "../cache/cache.h"
 #include "../engine/engine.h"
 #include "../task.h"
 #include "../tree/namespace.h"

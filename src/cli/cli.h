@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "../arrays/arrayset.h"
-#include "../engine/cache.h"
+#include "../cache/cache.h"
 #include "../task.h"
 
 #define EXIT_RUNTIME 1

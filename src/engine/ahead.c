@@ -7,19 +7,21 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
-#include "store.h"
+#include "ahead.h"
+#include "jobs.h"
+#include "../cache/cache.h"
 
 /* Queues cached chunk id to be checked ahead of its open (lock held): its checksum is then
  * verified while the reader still reads the chunks before it, off the reader's path. */
 static void verify_push(struct engine *e, uint64_t id)
 {
     for (size_t i = 0; i < ENGINE_VERIFY_AHEAD; i++)
-        if (e->verify_seen[i] == id + 1)
+        if (e->s.verify_seen[i] == id + 1)
             return; /* queued lately: a window slides one chunk per open */
-    if (e->verify_len == ENGINE_VERIFY_AHEAD)
+    if (e->s.verify_len == ENGINE_VERIFY_AHEAD)
         return; /* far enough ahead */
-    e->verify_seen[e->verify_seen_next++ % ENGINE_VERIFY_AHEAD] = id + 1;
-    e->verify[(e->verify_head + e->verify_len++) % ENGINE_VERIFY_AHEAD] = id;
+    e->s.verify_seen[e->s.verify_seen_next++ % ENGINE_VERIFY_AHEAD] = id + 1;
+    e->s.verify[(e->s.verify_head + e->s.verify_len++) % ENGINE_VERIFY_AHEAD] = id;
     pthread_cond_signal(&e->work_cv);
 }
 
@@ -27,18 +29,18 @@ static void verify_push(struct engine *e, uint64_t id)
 void engine_verify_ahead(struct engine *e, uint64_t id)
 {
     pthread_mutex_lock(&e->lock);
-    uint64_t ended = e->jobs_ended;
+    uint64_t ended = e->s.jobs_ended;
     pthread_mutex_unlock(&e->lock);
     struct chunk_keys keys;
-    engine_chunk_keys_now(e->t, id, NULL, &keys);
+    engine_chunk_keys_now(e->f.t, id, NULL, &keys);
     int fd = -1;
-    enum cache_chunk_state st = cache_chunk_open_current(e->c, id, keys.chunk, &fd, NULL);
+    enum cache_chunk_state st = cache_chunk_open_current(e->f.c, id, keys.chunk, &fd, NULL);
     if (fd >= 0)
         close(fd);
     if (st != CHUNK_CURRENT && st != CHUNK_ABSENT) {
-        store_refresh(cache_store(e->c));
+        store_refresh(cache_store(e->f.c));
         pthread_mutex_lock(&e->lock);
-        if (!e->stopping && !engine_job_find(e, id) && e->jobs_ended == ended)
+        if (!e->s.stopping && !engine_job_find(e, id) && e->s.jobs_ended == ended)
             engine_job_create(e, id, false, true, &keys);
         pthread_mutex_unlock(&e->lock);
     }
@@ -52,12 +54,12 @@ void (*engine_read_ahead_hook)(struct engine *e, uint64_t id);
  * taken so far; one per thread until a ROI is done. */
 static int auto_depth(struct engine *e, uint64_t id)
 {
-    int threads = e->opts.threads; /* at least 1 */
+    int threads = e->f.opts.threads; /* at least 1 */
     uint64_t roi_ns = atomic_load_explicit(&e->roi_ns, memory_order_relaxed);
-    int64_t k = roi_index_find(e->t->index, id);
+    int64_t k = roi_index_find(e->f.t->index, id);
     size_t nrois = 0;
     if (k >= 0)
-        roi_index_rois(e->t->index, (size_t)k, &nrois);
+        roi_index_rois(e->f.t->index, (size_t)k, &nrois);
     if (roi_ns == 0 || nrois == 0)
         return threads;
     double chunk_ns = (double)roi_ns * (double)nrois / threads; /* one chunk on all threads */
@@ -74,20 +76,20 @@ static int auto_depth(struct engine *e, uint64_t id)
 void engine_read_ahead(struct engine *e, uint64_t id)
 {
     int ncompute =
-        e->opts.readahead == ENGINE_READAHEAD_AUTO ? auto_depth(e, id) : e->opts.readahead;
+        e->f.opts.readahead == ENGINE_READAHEAD_AUTO ? auto_depth(e, id) : e->f.opts.readahead;
     if (ncompute <= 0)
         return;
     int nverify = 4 * ncompute < ENGINE_VERIFY_WINDOW ? 4 * ncompute : ENGINE_VERIFY_WINDOW;
     int n = ncompute > nverify ? ncompute : nverify;
     uint64_t *next = xmalloc((size_t)n * sizeof *next);
     int *at = xmalloc((size_t)n * sizeof *at);
-    size_t m = 0, nk = roi_index_nchunks(e->t->index);
+    size_t m = 0, nk = roi_index_nchunks(e->f.t->index);
     pthread_mutex_lock(&e->lock);
-    uint64_t ended = e->jobs_ended; /* the looks at the cache below are newer than this */
-    size_t k0 = roi_index_lower_bound(e->t->index, id + 1);
+    uint64_t ended = e->s.jobs_ended; /* the looks at the cache below are newer than this */
+    size_t k0 = roi_index_lower_bound(e->f.t->index, id + 1);
     for (size_t row = k0; row < k0 + (size_t)n && row < nk; row++) {
-        uint64_t cid = roi_index_chunk_id(e->t->index, row);
-        if (!e->stopping && !engine_job_find(e, cid) && !engine_has_failed_roi(e, row)) {
+        uint64_t cid = roi_index_chunk_id(e->f.t->index, row);
+        if (!e->s.stopping && !engine_job_find(e, cid) && !engine_has_failed_roi(e, row)) {
             at[m] = (int)(row - k0);
             next[m++] = cid;
         }
@@ -95,7 +97,7 @@ void engine_read_ahead(struct engine *e, uint64_t id)
     pthread_mutex_unlock(&e->lock);
     bool refreshed = false;
     for (size_t i = 0; i < m; i++) {
-        if (cache_chunk_exists(e->c, next[i])) {
+        if (cache_chunk_exists(e->f.c, next[i])) {
             pthread_mutex_lock(&e->lock);
             if (at[i] < nverify)
                 verify_push(e, next[i]);
@@ -105,9 +107,9 @@ void engine_read_ahead(struct engine *e, uint64_t id)
         if (at[i] >= ncompute)
             continue;
         struct chunk_keys keys;
-        engine_chunk_keys_now(e->t, next[i], NULL, &keys);
+        engine_chunk_keys_now(e->f.t, next[i], NULL, &keys);
         if (!refreshed)
-            store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
+            store_refresh(cache_store(e->f.c)); /* results other processes made meanwhile */
         refreshed = true;
         if (engine_read_ahead_hook)
             engine_read_ahead_hook(e, next[i]);
@@ -115,8 +117,8 @@ void engine_read_ahead(struct engine *e, uint64_t id)
         /* A job that ended since the look may have made this chunk: made again, its file
          * would change under a reader that knows it by size and mtime (a second mount taking
          * this one as input, which would then compute its ROIs again). */
-        if (!e->stopping && !engine_job_find(e, next[i]) &&
-            (e->jobs_ended == ended || !cache_chunk_exists(e->c, next[i])))
+        if (!e->s.stopping && !engine_job_find(e, next[i]) &&
+            (e->s.jobs_ended == ended || !cache_chunk_exists(e->f.c, next[i])))
             engine_job_create(e, next[i], false, false, &keys);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);

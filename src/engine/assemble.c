@@ -8,8 +8,12 @@
 #include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
+#include "assemble.h"
+#include "jobs.h"
+#include "results.h"
+#include "scratch.h"
 #include "labels.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- chunk assembly ---- */
 
@@ -35,7 +39,7 @@ static int result_get(struct engine *e, uint32_t r, struct key128 key, const voi
     /* The slot's result changes under the lock (engine_roi_finish: a ROI made again after an
      * input change): the reference is taken under it, the bytes are read after. */
     pthread_mutex_lock(&e->lock);
-    *res = e->rois[r].result;
+    *res = e->s.rois[r].result;
     if (*res && key_eq((*res)->key, key))
         (*res)->refs++;
     else
@@ -46,9 +50,9 @@ static int result_get(struct engine *e, uint32_t r, struct key128 key, const voi
         *src = (*res)->data;
         return 0;
     }
-    size_t n = engine_roi_result_nbytes(e->t, r); /* a masked ROI's selection too */
+    size_t n = engine_roi_result_nbytes(e->f.t, r); /* a masked ROI's selection too */
     *src = *tmp = engine_scratch_get(SCRATCH_READ, n);
-    if (store_get(cache_store(e->c), key, *tmp, n) < 0) {
+    if (store_get(cache_store(e->f.c), key, *tmp, n) < 0) {
         engine_scratch_put(SCRATCH_READ, *tmp);
         return err_set(err, -ENOENT, "the result of roi %u is no longer stored", r);
     }
@@ -66,7 +70,7 @@ static int paste_roi(struct engine *e, uint32_t r, struct key128 key, void *buf,
                      const uint64_t *c1, const struct labels_paste *lp, size_t li,
                      struct errbuf *err)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->rois.ndim;
     const uint64_t *b0 = &t->rois.start[(size_t)r * nd], *b1 = &t->rois.stop[(size_t)r * nd];
     uint64_t o0[ROIFS_MAX_DIM], o1[ROIFS_MAX_DIM], bshape[ROIFS_MAX_DIM];
@@ -184,14 +188,14 @@ static int encode_single(struct engine *e, const struct chunk_job *job, void **o
     int rc = result_get(e, job->rois[0], job->use[0], &src, &res, &tmp, err);
     if (rc == -ENOENT)
         *bad = 0;
-    if (rc == 0 && res && zarr_encode_is_identity(&e->t->out)) {
+    if (rc == 0 && res && zarr_encode_is_identity(&e->f.t->out)) {
         *out = (void *)src;
-        *out_len = e->t->chunk_nbytes;
+        *out_len = e->f.t->chunk_nbytes;
         *hold = res;
         return 0;
     }
     if (rc == 0)
-        rc = zarr_encode_chunk(&e->t->out, src, e->t->chunk_nbytes, out, out_len, err);
+        rc = zarr_encode_chunk(&e->f.t->out, src, e->f.t->chunk_nbytes, out, out_len, err);
     result_put(res, tmp);
     return rc;
 }
@@ -202,7 +206,7 @@ static int assemble_buffer(struct engine *e, const struct chunk_job *job, void *
                            const struct labels_paste *lp, uint64_t *osig, size_t *bad,
                            struct errbuf *err)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->out.ndim;
     uint64_t zero[ROIFS_MAX_DIM] = {0};
     size_t isz = t->out.dtype.size;
@@ -228,7 +232,7 @@ int engine_assemble(struct engine *e, const struct chunk_job *job, void **out, s
                     struct roi_result **hold, struct key128 *key, size_t *bad, struct errbuf *err)
 {
     *hold = NULL;
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM], osig = 0;
     engine_chunk_box(t, job->id, c0, c1, ext);
     struct labels_paste *lp = NULL;

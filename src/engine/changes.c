@@ -11,6 +11,8 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
+#include "results.h"
+#include "stale.h"
 
 /* ---- the chunks known to be stale ---- */
 
@@ -22,25 +24,25 @@ struct stale {
 /* Notes chunk id as stale (lock held); exists: its file is there (counted in n_cached). */
 static void stale_add(struct engine *e, uint64_t id, bool exists)
 {
-    if (idlru_find(&e->stale, id))
+    if (idlru_find(&e->s.stale, id))
         return;
     struct stale *s = xcalloc(1, sizeof *s);
     s->node.id = id;
-    idlru_add(&e->stale, &s->node);
-    s->uncounted = exists && e->n_cached > 0;
+    idlru_add(&e->s.stale, &s->node);
+    s->uncounted = exists && e->s.n_cached > 0;
     if (s->uncounted)
-        e->n_cached--;
+        e->s.n_cached--;
     e->nstale++;
 }
 
 bool engine_stale_take(struct engine *e, uint64_t id)
 {
-    struct idlru_node *n = idlru_find(&e->stale, id);
+    struct idlru_node *n = idlru_find(&e->s.stale, id);
     if (!n)
         return false;
     struct stale *s = IDLRU_ENTRY(n, struct stale, node);
     bool uncounted = s->uncounted;
-    idlru_del(&e->stale, n);
+    idlru_del(&e->s.stale, n);
     free(s);
     e->nstale--;
     return uncounted;
@@ -48,7 +50,7 @@ bool engine_stale_take(struct engine *e, uint64_t id)
 
 bool engine_is_stale(struct engine *e, uint64_t id)
 {
-    return idlru_find(&e->stale, id) != NULL;
+    return idlru_find(&e->s.stale, id) != NULL;
 }
 
 static void free_stale(struct idlru_node *n, void *ctx)
@@ -59,8 +61,8 @@ static void free_stale(struct idlru_node *n, void *ctx)
 
 void engine_stale_free(struct engine *e)
 {
-    idlru_each(&e->stale, free_stale, NULL);
-    idlru_destroy(&e->stale);
+    idlru_each(&e->s.stale, free_stale, NULL);
+    idlru_destroy(&e->s.stale);
 }
 
 /* ---- which chunks ---- */
@@ -161,15 +163,15 @@ static void forget(struct engine *e, const struct ids *rois, struct ids *chunks)
 {
     size_t k = 0;
     for (size_t i = 0; i < chunks->n; i++)
-        if (task_chunk_present(e->t, chunks->v[i]))
+        if (task_chunk_present(e->f.t, chunks->v[i]))
             chunks->v[k++] = chunks->v[i];
     chunks->n = k;
     bool *exists = xcalloc(chunks->n ? chunks->n : 1, sizeof *exists);
     for (size_t i = 0; i < chunks->n; i++) /* outside the lock: one stat each */
-        exists[i] = cache_chunk_exists(e->c, chunks->v[i]);
+        exists[i] = cache_chunk_exists(e->f.c, chunks->v[i]);
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < rois->n; i++) {
-        struct roi_slot *s = &e->rois[rois->v[i]];
+        struct roi_slot *s = &e->s.rois[rois->v[i]];
         if (s->state == RS_DONE && s->pins == 0)
             slot_forget(e, (uint32_t)rois->v[i]); /* a job pasting it sees the change itself */
     }
@@ -182,7 +184,7 @@ static void forget(struct engine *e, const struct ids *rois, struct ids *chunks)
 size_t engine_input_changed(struct engine *e, const uint64_t *lo, const uint64_t *hi, size_t n,
                             bool all, uint64_t **chunks_out)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->in_meta->ndim;
     struct ids chunks = {0}, rois = {0};
     if (all) {
@@ -203,8 +205,8 @@ size_t engine_input_changed(struct engine *e, const uint64_t *lo, const uint64_t
 void engine_input_broken(struct engine *e, const char *reason)
 {
     pthread_mutex_lock(&e->lock);
-    if (!e->broken)
-        e->broken = xstrdup(reason);
+    if (!e->s.broken)
+        e->s.broken = xstrdup(reason);
     e->is_broken = true;
     pthread_mutex_unlock(&e->lock);
 }
@@ -212,7 +214,7 @@ void engine_input_broken(struct engine *e, const char *reason)
 char *engine_input_error(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    char *r = e->broken ? xstrdup(e->broken) : NULL;
+    char *r = e->s.broken ? xstrdup(e->s.broken) : NULL;
     pthread_mutex_unlock(&e->lock);
     return r;
 }

@@ -1,7 +1,7 @@
 /* compute.c: running one ROI on the compute pool: take the result's lock (ROIs that several
  * chunks share may be asked for by other processes), look in the store once more, else read
  * the input, run the processor, and store the result under the key of exactly what was read.
- * No engine lock is held here: e->t, e->c and e->opts never change, and the ROI's state is
+ * No engine lock is held here: e->f.t, e->f.c and e->f.opts never change, and the ROI's state is
  * set under the lock. */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,9 +12,13 @@
 #include "../mask.h"
 #include "../nd.h"
 #include "engine_internal.h"
+#include "compute.h"
+#include "outcome.h"
+#include "results.h"
+#include "scratch.h"
 #include "label_rules.h"
 #include "strips.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* Copies the ROI box out of the read-region result out (they differ when there is a halo). */
 static void crop_to_box(const struct task *t, size_t r, const void *out, const uint64_t *rstart,
@@ -109,7 +113,7 @@ static void work_free(const struct roi_work *w, enum scratch_slot slot, void *p)
 static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool scratch,
                        struct errbuf *err)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->rois.ndim;
     w->sig = 0;
     w->scratch = scratch;
@@ -142,18 +146,18 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool sc
      * computation makes a key that the input as it is then does not match. */
     struct engine_reader me = {.thread = pthread_self()};
     pthread_mutex_lock(&e->lock);
-    me.next = e->readers;
-    e->readers = &me;
+    me.next = e->s.readers;
+    e->s.readers = &me;
     pthread_mutex_unlock(&e->lock);
     int rc = task_input_read(t, w->rstart, w->rshape, (void *)w->rq.in, &w->sig, err);
     if (rc == 0 && w->rq.label) /* its mask is read too */
         rc = select_roi(t, w, err);
     pthread_mutex_lock(&e->lock);
-    struct engine_reader **p = &e->readers;
+    struct engine_reader **p = &e->s.readers;
     while (*p != &me)
         p = &(*p)->next;
     *p = me.next;
-    if (rc < 0 && e->stopping) /* a read the stop interrupted is no failure of the ROI */
+    if (rc < 0 && e->s.stopping) /* a read the stop interrupted is no failure of the ROI */
         rc = -ECANCELED;
     pthread_mutex_unlock(&e->lock);
     return rc;
@@ -162,9 +166,9 @@ static int prepare_roi(struct engine *e, uint32_t r, struct roi_work *w, bool sc
 /* Retries a failed run as configured. */
 static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf *err)
 {
-    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->opts.retries; attempt++) {
+    for (int attempt = 0; rc != 0 && rc != -ECANCELED && attempt < e->f.opts.retries; attempt++) {
         log_warn("roi %zu: attempt %d failed (%s); retrying", w->rq.roi, attempt + 1, err->msg);
-        rc = proc_run(e->t->proc, &w->rq, err);
+        rc = proc_run(e->f.t->proc, &w->rq, err);
     }
     return rc;
 }
@@ -175,7 +179,7 @@ static int retry_roi(struct engine *e, struct roi_work *w, int rc, struct errbuf
 static int code_after(const struct engine *e, uint64_t gen, int rc, struct errbuf *err)
 {
     struct errbuf cerr;
-    if (code_files_end(e->t->code, gen, &cerr) < 0 && rc != -ECANCELED) {
+    if (code_files_end(e->f.t->code, gen, &cerr) < 0 && rc != -ECANCELED) {
         *err = cerr;
         return -EIO;
     }
@@ -187,14 +191,14 @@ static int code_after(const struct engine *e, uint64_t gen, int rc, struct errbu
 static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int *rcp,
                                        struct errbuf *err)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     uint32_t r = (uint32_t)w->rq.roi;
     struct roi_result *res = NULL;
     work_free(w, SCRATCH_IN, (void *)w->rq.in);
     if (*rcp == 0) /* [labels]: a negative id, or one beyond block, fails the ROI */
         *rcp = engine_labels_check(t, w->rq.out, nd_prod(w->rshape, t->rois.ndim), err);
     if (*rcp == 0) {
-        struct key128 key = engine_roi_key(e->t, r, w->sig);
+        struct key128 key = engine_roi_key(e->f.t, r, w->sig);
         res = w->res ? w->res : roi_result_new(key, engine_roi_result_nbytes(t, r));
         res->key = key; /* not yet published: no one else holds it */
         /* stitch = iou: the overlap zones of the whole result, halo included */
@@ -217,7 +221,7 @@ static struct roi_result *conclude_roi(struct engine *e, struct roi_work *w, int
  * clock is read for the other settings. */
 static double roi_time_start(const struct engine *e)
 {
-    return e->opts.readahead == ENGINE_READAHEAD_AUTO ? now_monotonic() : 0;
+    return e->f.opts.readahead == ENGINE_READAHEAD_AUTO ? now_monotonic() : 0;
 }
 
 /* Notes that n ROIs took the time since t0 (roi_time_start) in a moving average over about 8
@@ -243,8 +247,8 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
     struct roi_work w;
     uint64_t gen;
     int rc = prepare_roi(e, r, &w, true, err);
-    if (rc == 0 && (rc = code_files_begin(e->t->code, &gen, err)) == 0)
-        rc = code_after(e, gen, retry_roi(e, &w, proc_run(e->t->proc, &w.rq, err), err), err);
+    if (rc == 0 && (rc = code_files_begin(e->f.t->code, &gen, err)) == 0)
+        rc = code_after(e, gen, retry_roi(e, &w, proc_run(e->f.t->proc, &w.rq, err), err), err);
     *rcp = rc;
     struct roi_result *res = conclude_roi(e, &w, rcp, err);
     if (res)
@@ -256,8 +260,8 @@ static struct roi_result *compute_roi(struct engine *e, uint32_t r, int *rcp, st
 static void roi_cancelled(struct engine *e, uint32_t r)
 {
     pthread_mutex_lock(&e->lock);
-    e->rois[r].state = RS_IDLE;
-    e->n_running--;
+    e->s.rois[r].state = RS_IDLE;
+    e->s.n_running--;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -276,7 +280,7 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
         }
     uint64_t gen;
     struct errbuf cerr;
-    if (m && code_files_begin(e->t->code, &gen, &cerr) < 0) {
+    if (m && code_files_begin(e->f.t->code, &gen, &cerr) < 0) {
         for (size_t k = 0; k < m; k++) {
             rcs[which[k]] = -EIO;
             errs[which[k]] = cerr;
@@ -284,13 +288,13 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
     } else if (m) {
         int *mrc = xcalloc(m, sizeof *mrc);
         struct errbuf *merr = xcalloc(m, sizeof *merr);
-        proc_run_many(e->t->proc, m, rqs, mrc, merr);
+        proc_run_many(e->f.t->proc, m, rqs, mrc, merr);
         for (size_t k = 0; k < m; k++) {
             size_t i = which[k];
             errs[i] = merr[k];
             rcs[i] = retry_roi(e, &w[i], mrc[k], &errs[i]);
         }
-        bool changed = code_files_end(e->t->code, gen, &cerr) < 0;
+        bool changed = code_files_end(e->f.t->code, gen, &cerr) < 0;
         for (size_t k = 0; k < m && changed; k++)
             if (rcs[which[k]] != -ECANCELED) {
                 rcs[which[k]] = -EIO;
@@ -307,7 +311,7 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n)
             continue;
         }
         if (!res)
-            log_roi_failure(e->t, rs[i], errs[i].msg);
+            log_roi_failure(e->f.t, rs[i], errs[i].msg);
         engine_roi_finish(e, rs[i], res, false, false, errs[i].msg);
     }
     free(which);
@@ -333,21 +337,21 @@ static void log_roi_failure(const struct task *t, uint32_t r, const char *msg)
 static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh)
 {
     struct errbuf err = {{0}};
-    const struct task *t = e->t;
-    struct store *st = cache_store(e->c);
+    const struct task *t = e->f.t;
+    struct store *st = cache_store(e->f.c);
     /* A ROI that lies in one chunk is only ever computed under that chunk's lock, whose
      * holder looked in the store when it took it. One that several chunks share may be asked
      * for by another process for another chunk: its own lock, and a fresh look. */
     bool shared = roi_index_roi_nchunks(t->index, r) > 1 || engine_labels_locked(t);
     int lock = -1;
     if (shared) {
-        lock = cache_lock_result(e->c, want);
+        lock = cache_lock_result(e->f.c, want);
         if (lock < 0)
             log_warn("roi %u: cannot take its lock (%s); computing it unlocked", r,
                      strerror(-lock));
         store_refresh(st);
         if (!fresh && store_has(st, want)) {
-            cache_unlock(e->c, lock);
+            cache_unlock(e->f.c, lock);
             engine_roi_finish(e, r, roi_result_new(want, 0), true, true, NULL);
             return;
         }
@@ -355,7 +359,7 @@ static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh
     int rc = 0;
     struct roi_result *res = compute_roi(e, r, &rc, &err);
     if (rc == -ECANCELED) {
-        cache_unlock(e->c, lock);
+        cache_unlock(e->f.c, lock);
         roi_cancelled(e, r);
         return;
     }
@@ -370,7 +374,7 @@ static void run_roi(struct engine *e, uint32_t r, struct key128 want, bool fresh
             log_error("roi %u: cannot store its result: %s", r, serr.msg);
         stored = sr == 0;
     }
-    cache_unlock(e->c, lock);
+    cache_unlock(e->f.c, lock);
     if (!res)
         log_roi_failure(t, r, err.msg);
     engine_roi_finish(e, r, res, stored, false, err.msg);
@@ -398,7 +402,7 @@ static void sleep_briefly(void)
 static bool made_from_input_now(struct engine *e, uint32_t s, struct key128 made)
 {
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    struct key128 now = engine_roi_key(e->t, s, engine_roi_sig_now(e->t, s, memo));
+    struct key128 now = engine_roi_key(e->f.t, s, engine_roi_sig_now(e->f.t, s, memo));
     zarr_sigmemo_free(memo);
     return key_eq(now, made);
 }
@@ -409,8 +413,8 @@ int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh
     bool looked = false;
     for (;;) {
         pthread_mutex_lock(&e->lock);
-        struct roi_slot *sl = &e->rois[s];
-        bool stopping = e->stopping;
+        struct roi_slot *sl = &e->s.rois[s];
+        bool stopping = e->s.stopping;
         if (!fresh && !looked && sl->state == RS_DONE && !key_eq(sl->key, *k)) {
             /* Done from other input than *k names: input that changed since *k was taken,
              * or that changed because it was read (a chunk of another roifs mount, whose size
@@ -434,10 +438,10 @@ int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh
         bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;
         if (mine) {
             if (state == RS_FAILED)
-                e->n_failed--;
+                e->s.n_failed--;
             sl->state = RS_RUNNING; /* ours: a queued entry is skipped by the pool */
             sl->key = *k;
-            e->n_running++;
+            e->s.n_running++;
         }
         pthread_mutex_unlock(&e->lock);
         if (have)
@@ -455,8 +459,8 @@ int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh
             engine_run_roi(e, s, *k);
         fresh = false;
         pthread_mutex_lock(&e->lock);
-        state = e->rois[s].state;
-        struct key128 made = e->rois[s].key;
+        state = e->s.rois[s].state;
+        struct key128 made = e->s.rois[s].key;
         pthread_mutex_unlock(&e->lock);
         if (state == RS_FAILED)
             return err_set(err, -EIO, "roi %u, which the ids of this chunk depend on, failed", s);

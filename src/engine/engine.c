@@ -5,6 +5,13 @@
  * (engine_internal.h says what is read without it); computation, I/O and callbacks run
  * outside it. */
 #include "engine_internal.h"
+#include "ahead.h"
+#include "budget.h"
+#include "compute.h"
+#include "jobs.h"
+#include "progress.h"
+#include "results.h"
+#include "stale.h"
 #include "labels.h"
 
 #include <errno.h>
@@ -14,8 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gc.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- opening a chunk ---- */
 
@@ -23,14 +29,14 @@
 static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, engine_chunk_cb cb,
                          void *ctx)
 {
-    /* e->evict itself is set at creation; the order of use it holds, and the stale chunks,
+    /* e->s.evict itself is set at creation; the order of use it holds, and the stale chunks,
      * are guarded by the lock (nstale is atomic: a hint read without it) */
-    if (e->evict || e->nstale) { /* before the reader hears of it: its next open may evict */
+    if (e->s.evict || e->nstale) { /* before the reader hears of it: its next open may evict */
         pthread_mutex_lock(&e->lock);
-        if (e->evict)
-            evict_touch(e->evict, id);
+        if (e->s.evict)
+            evict_touch(e->s.evict, id);
         if (e->nstale && engine_stale_take(e, id))
-            e->n_cached++; /* current again */
+            e->s.n_cached++; /* current again */
         pthread_mutex_unlock(&e->lock);
     }
     /* A version replaced by another thread meanwhile may still be in the kernel's cache. */
@@ -58,7 +64,7 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
      * get what it makes, whatever this open would find, so neither the keys (most of an
      * open's cost with small ROIs) nor the cache are looked at. */
     pthread_mutex_lock(&e->lock);
-    struct chunk_job *running = e->stopping ? NULL : engine_job_find(e, id);
+    struct chunk_job *running = e->s.stopping ? NULL : engine_job_find(e, id);
     if (running) {
         engine_job_promote(e, running);
         add_waiter(running, cb, ctx);
@@ -68,27 +74,27 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     }
     pthread_mutex_unlock(&e->lock);
     struct chunk_keys keys;
-    engine_chunk_keys_now(e->t, id, NULL, &keys);
+    engine_chunk_keys_now(e->f.t, id, NULL, &keys);
     bool replaced = false;
     for (int attempt = 0;; attempt++) {
         int fd = -1;
-        enum cache_chunk_state st = cache_chunk_open_current(e->c, id, keys.chunk, &fd, NULL);
+        enum cache_chunk_state st = cache_chunk_open_current(e->f.c, id, keys.chunk, &fd, NULL);
         if (st == CHUNK_CURRENT) {
             chunk_keys_free(&keys);
             serve_cached(e, id, fd, replaced, cb, ctx);
             return;
         }
         replaced = replaced || st != CHUNK_ABSENT;
-        store_refresh(cache_store(e->c)); /* results other processes made meanwhile */
+        store_refresh(cache_store(e->f.c)); /* results other processes made meanwhile */
         pthread_mutex_lock(&e->lock);
-        if (e->stopping) {
+        if (e->s.stopping) {
             pthread_mutex_unlock(&e->lock);
             chunk_keys_free(&keys);
             cb(ctx, -EIO, -1, 0);
             return;
         }
         struct chunk_job *job = engine_job_find(e, id);
-        if (!job && attempt == 0 && cache_chunk_exists(e->c, id)) {
+        if (!job && attempt == 0 && cache_chunk_exists(e->f.c, id)) {
             /* made (or replaced) by another thread between our look and the lock */
             pthread_mutex_unlock(&e->lock);
             continue;
@@ -108,11 +114,11 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
 
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known, int64_t *made_ns)
 {
-    bool fixed = e->t->chunk_fixed_size >= 0;
+    bool fixed = e->f.t->chunk_fixed_size >= 0;
     if (made_ns)
         *made_ns = 0;
     if (fixed && !made_ns) {
-        *size = (uint64_t)e->t->chunk_fixed_size;
+        *size = (uint64_t)e->f.t->chunk_fixed_size;
         *known = true;
         return;
     }
@@ -123,12 +129,12 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
         stale = engine_is_stale(e, id);
         pthread_mutex_unlock(&e->lock);
     }
-    bool cached = !stale && cache_chunk_stat(e->c, id, size, &mtime_ns, NULL) == 0;
+    bool cached = !stale && cache_chunk_stat(e->f.c, id, size, &mtime_ns, NULL) == 0;
     if (cached && made_ns)
         *made_ns = mtime_ns;
     *known = fixed || cached;
     if (fixed)
-        *size = (uint64_t)e->t->chunk_fixed_size;
+        *size = (uint64_t)e->f.t->chunk_fixed_size;
     else if (!cached)
         *size = 0;
 }
@@ -138,11 +144,11 @@ static void *worker_main(void *arg)
     struct engine *e = arg;
     pthread_mutex_lock(&e->lock);
     for (;;) {
-        if (e->asm_head) {
-            struct chunk_job *job = e->asm_head;
-            e->asm_head = job->qnext;
-            if (!e->asm_head)
-                e->asm_tail = NULL;
+        if (e->s.asm_head) {
+            struct chunk_job *job = e->s.asm_head;
+            e->s.asm_head = job->qnext;
+            if (!e->s.asm_head)
+                e->s.asm_tail = NULL;
             uint64_t id = job->id;
             pthread_mutex_unlock(&e->lock);
             struct waiter *again = engine_run_assembly(e, job);
@@ -155,13 +161,13 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&e->lock);
             continue;
         }
-        if (e->stopping)
+        if (e->s.stopping)
             break;
         uint32_t r;
         if (engine_pop_roi(e, &r)) {
-            struct key128 want = e->rois[r].key;
-            e->rois[r].state = RS_RUNNING;
-            e->n_running++;
+            struct key128 want = e->s.rois[r].key;
+            e->s.rois[r].state = RS_RUNNING;
+            e->s.n_running++;
             uint32_t batch[PROC_BATCH_MAX];
             size_t n = engine_roi_batchable(e, r) ? engine_pop_batch(e, r, batch) : 1;
             pthread_mutex_unlock(&e->lock);
@@ -172,10 +178,10 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&e->lock);
             continue;
         }
-        if (e->verify_len) {
-            uint64_t id = e->verify[e->verify_head];
-            e->verify_head = (e->verify_head + 1) % ENGINE_VERIFY_AHEAD;
-            e->verify_len--;
+        if (e->s.verify_len) {
+            uint64_t id = e->s.verify[e->s.verify_head];
+            e->s.verify_head = (e->s.verify_head + 1) % ENGINE_VERIFY_AHEAD;
+            e->s.verify_len--;
             pthread_mutex_unlock(&e->lock);
             engine_verify_ahead(e, id);
             pthread_mutex_lock(&e->lock);
@@ -198,16 +204,16 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
 {
     struct chunk_scan *cs = ctx;
     struct engine *e = cs->e;
-    if (!task_chunk_present(e->t, id))
+    if (!task_chunk_present(e->f.t, id))
         return;
-    e->n_cached++;
+    e->s.n_cached++;
     uint64_t size, ino;
     int64_t mtime_ns;
-    if (!e->evict)
+    if (!e->s.evict)
         return;
-    int r = cache_chunk_stat(e->c, id, &size, &mtime_ns, &ino);
+    int r = cache_chunk_stat(e->f.c, id, &size, &mtime_ns, &ino);
     if (r == 0)
-        evict_found(e->evict, id, size, mtime_ns, ino);
+        evict_found(e->s.evict, id, size, mtime_ns, ino);
     else if (r != -ENOENT && cs->err == 0) /* ENOENT: removed since it was listed */
         cs->err = r;
 }
@@ -216,31 +222,31 @@ static void scan_cached_chunk(void *ctx, uint64_t id)
  * (when not NULL) gets the key of every ROI. */
 static void scan_stored_results(struct engine *e, struct keyset *live)
 {
-    struct store *st = cache_store(e->c);
+    struct store *st = cache_store(e->f.c);
     struct store_stats ss;
     store_get_stats(st, &ss);
     if (ss.results == 0)
         return; /* nothing to look for: no stat of the input */
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    for (size_t r = 0; r < e->t->rois.n; r++) {
+    for (size_t r = 0; r < e->f.t->rois.n; r++) {
         struct key128 k =
-            engine_roi_key(e->t, (uint32_t)r, engine_roi_sig_now(e->t, (uint32_t)r, memo));
+            engine_roi_key(e->f.t, (uint32_t)r, engine_roi_sig_now(e->f.t, (uint32_t)r, memo));
         struct store_info info;
         if (live) {
             keyset_add(live, k);
-            engine_labels_live(e->t, k, live);
+            engine_labels_live(e->f.t, k, live);
         }
         if (store_lookup(st, k, &info)) {
-            e->rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
-            e->n_done++;
-            e->n_reused++;
+            e->s.rois[r] = (struct roi_slot){.state = RS_DONE, .stored = true, .key = k};
+            e->s.n_done++;
+            e->s.n_reused++;
             engine_note_made(e, info.made);
         }
     }
     if (live)
-        engine_labels_live_mapping(e->t, memo, live);
-    e->n_at_start = e->n_done;
-    e->n_unused = ss.results > e->n_done ? ss.results - e->n_done : 0;
+        engine_labels_live_mapping(e->f.t, memo, live);
+    e->s.n_at_start = e->s.n_done;
+    e->s.n_unused = ss.results > e->s.n_done ? ss.results - e->s.n_done : 0;
     zarr_sigmemo_free(memo);
 }
 
@@ -251,15 +257,15 @@ static void scan_stored_results(struct engine *e, struct keyset *live)
 static int scan_cache(struct engine *e, struct errbuf *err)
 {
     struct chunk_scan cs = {.e = e};
-    int r = cache_chunk_each(e->c, scan_cached_chunk, &cs);
+    int r = cache_chunk_each(e->f.c, scan_cached_chunk, &cs);
     if (r == 0)
         r = cs.err;
     if (r < 0)
-        return err_set(err, r, "%s/chunks: cannot list the cached chunks: %s", cache_path(e->c),
+        return err_set(err, r, "%s/chunks: cannot list the cached chunks: %s", cache_path(e->f.c),
                        strerror(-r));
-    struct keyset *live = e->evict ? keyset_new(e->t->rois.n) : NULL;
+    struct keyset *live = e->s.evict ? keyset_new(e->f.t->rois.n) : NULL;
     scan_stored_results(e, live);
-    if (e->evict) /* unused results first, then the least recently used chunks */
+    if (e->s.evict) /* unused results first, then the least recently used chunks */
         engine_budget_start(e, live);
     keyset_free(live);
     return 0;
@@ -267,15 +273,15 @@ static int scan_cache(struct engine *e, struct errbuf *err)
 
 static int start_threads(struct engine *e, struct errbuf *err)
 {
-    int rc = pthread_create(&e->poller_thread, NULL, engine_poller_main, e);
+    int rc = pthread_create(&e->f.poller_thread, NULL, engine_poller_main, e);
     if (rc != 0)
         return err_set(err, -rc, "cannot start a thread: %s", strerror(rc));
-    e->poller_started = true;
-    e->threads = xcalloc((size_t)e->opts.threads, sizeof *e->threads);
-    for (int i = 0; i < e->opts.threads; i++) {
-        if ((rc = pthread_create(&e->threads[i], NULL, worker_main, e)) != 0)
+    e->f.poller_started = true;
+    e->f.threads = xcalloc((size_t)e->f.opts.threads, sizeof *e->f.threads);
+    for (int i = 0; i < e->f.opts.threads; i++) {
+        if ((rc = pthread_create(&e->f.threads[i], NULL, worker_main, e)) != 0)
             return err_set(err, -rc, "cannot start compute threads: %s", strerror(rc));
-        e->nthreads = i + 1;
+        e->f.nthreads = i + 1;
     }
     return 0;
 }
@@ -284,23 +290,22 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
                   struct errbuf *err)
 {
     struct engine *e = xcalloc(1, sizeof *e);
-    e->t = t;
-    e->c = c;
-    e->opts = *o;
-    if (e->opts.threads < 1)
-        e->opts.threads = 1;
-    e->started = now_monotonic();
-    e->started_at = (int64_t)time(NULL);
+    e->f.t = t;
+    e->f.c = c;
+    e->f.opts = *o;
+    if (e->f.opts.threads < 1)
+        e->f.opts.threads = 1;
+    e->f.started = now_monotonic();
+    e->f.started_at = (int64_t)time(NULL);
     pthread_mutex_init(&e->lock, NULL);
-    map_init(&e->jobs, sizeof(struct chunk_job *), 0);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->poller_cv, NULL);
-    e->rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->rois);
-    idlru_init(&e->stale);
+    e->s.rois = xcalloc(t->rois.n ? t->rois.n : 1, sizeof *e->s.rois);
+    idlru_init(&e->s.stale);
     cache_adopt(c); /* this process serves the cache (maybe forked from the one that opened it) */
     if (o->max_size > 0)
-        e->evict = evict_new(o->max_size);
+        e->s.evict = evict_new(o->max_size);
     int rc = scan_cache(e, err);
     if (rc == 0)
         rc = start_threads(e, err);
@@ -344,10 +349,16 @@ static void join_waking(struct engine *e, pthread_t th)
     pthread_once(&once, install_wake_handler);
     for (;;) {
         pthread_mutex_lock(&e->lock);
-        for (struct engine_reader *r = e->readers; r; r = r->next)
+        for (struct engine_reader *r = e->s.readers; r; r = r->next)
             pthread_kill(r->thread, ENGINE_WAKE_SIGNAL);
         pthread_mutex_unlock(&e->lock);
-        struct timespec until = deadline_in(CLOCK_REALTIME, ts_from_ns(ENGINE_WAKE_EVERY_NS));
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += ENGINE_WAKE_EVERY_NS;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
         if (pthread_timedjoin_np(th, NULL, &until) != ETIMEDOUT)
             return;
     }
@@ -356,33 +367,31 @@ static void join_waking(struct engine *e, pthread_t th)
 void engine_destroy(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    e->stopping = true;
+    e->s.stopping = true;
     pthread_cond_broadcast(&e->work_cv);
     pthread_cond_broadcast(&e->poller_cv);
     pthread_mutex_unlock(&e->lock);
-    proc_shutdown(e->t->proc);
-    for (int i = 0; i < e->nthreads; i++)
-        join_waking(e, e->threads[i]);
-    if (e->poller_started)
-        pthread_join(e->poller_thread, NULL);
-    free(e->threads);
-    size_t it;
-    void *v;
-    while (it = 0, map_next(&e->jobs, &it, NULL, &v)) /* each job out, the first left */
-        engine_notify(e, engine_job_remove(e, *(struct chunk_job **)v), -1, -EIO, 0);
-    map_destroy(&e->jobs);
+    proc_shutdown(e->f.t->proc);
+    for (int i = 0; i < e->f.nthreads; i++)
+        join_waking(e, e->f.threads[i]);
+    if (e->f.poller_started)
+        pthread_join(e->f.poller_thread, NULL);
+    free(e->f.threads);
+    for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
+        while (e->s.jobs[b])
+            engine_notify(e, engine_job_remove(e, e->s.jobs[b]), -1, -EIO, 0);
     engine_flush_unstored(e); /* finished results survive the unmount */
-    for (size_t r = 0; r < e->t->rois.n; r++)
-        roi_result_unref(e->rois[r].result);
-    for (size_t i = 0; i < e->nerrors; i++)
-        free(e->errors[i].message);
-    free(e->rois);
+    for (size_t r = 0; r < e->f.t->rois.n; r++)
+        roi_result_unref(e->s.rois[r].result);
+    for (size_t i = 0; i < e->s.nerrors; i++)
+        free(e->s.errors[i].message);
+    free(e->s.rois);
     engine_labels_free(e);
-    evict_free(e->evict);
+    evict_free(e->s.evict);
     engine_stale_free(e);
-    free(e->broken);
-    free(e->demand.buf);
-    free(e->ahead.buf);
+    free(e->s.broken);
+    free(e->s.demand.buf);
+    free(e->s.ahead.buf);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->work_cv);
     pthread_cond_destroy(&e->done_cv);

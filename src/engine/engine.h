@@ -17,7 +17,7 @@
 
 #include "../key.h"
 #include "../task.h"
-#include "cache.h"
+#include "../cache/cache.h"
 
 struct engine;
 

@@ -15,12 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache_internal.h"
+#include "../cache/cache.h"
 #include "engine.h"
-#include "store.h"
-
-/* Temporary files older than this were left by a writer that died. */
-#define LEFTOVER_AGE_S 3600
 
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks)
 {
@@ -104,41 +100,6 @@ static void census_chunk(void *ctx, uint64_t id)
     cache_unlock(w->c, lock);
 }
 
-/* Removes what writers that died left in chunks/: temporary files older than an hour and
- * sidecars whose data file is gone. */
-static size_t remove_leftovers(struct cache *c)
-{
-    DIR *d = opendir_at(c->chunks_fd, ".");
-    if (!d)
-        return 0;
-    size_t n = 0;
-    time_t now = time(NULL);
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        struct stat st;
-        if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
-            continue;
-        bool gone = false;
-        if (strncmp(name, ".tmp.", 5) == 0 || strncmp(name, ".probe.", 7) == 0) {
-            gone = now - st.st_mtime > LEFTOVER_AGE_S;
-        } else {
-            const char *dot = strstr(name, ".meta");
-            uint64_t id;
-            char data[32];
-            if (dot && strcmp(dot, ".meta") == 0 && (size_t)(dot - name) < sizeof data) {
-                snprintf(data, sizeof data, "%.*s", (int)(dot - name), name);
-                gone = parse_u64(data, &id) == 0 && !cache_chunk_exists(c, id) &&
-                       now - st.st_mtime > LEFTOVER_AGE_S;
-            }
-        }
-        if (gone && unlinkat(c->chunks_fd, name, 0) == 0)
-            n++;
-    }
-    closedir(d);
-    return n;
-}
-
 /* ---- the census ---- */
 
 struct result_walk {
@@ -214,6 +175,6 @@ int gc_collect(const struct task *t, struct cache *c, struct keyset *live, bool 
     struct census_walk w = {.t = t, .c = c, .memo = memo, .rep = rep};
     cache_chunk_each(c, census_chunk, &w);
     zarr_sigmemo_free(memo);
-    rep->leftovers_removed = remove_leftovers(c);
+    rep->leftovers_removed = cache_chunk_remove_leftovers(c);
     return 0;
 }

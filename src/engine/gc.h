@@ -11,8 +11,7 @@
 
 #include "../key.h"
 #include "../task.h"
-#include "cache.h"
-#include "keyset.h"
+#include "../cache/cache.h"
 
 /* Adds the key of every ROI result of t, with the input as it is now (memo may be NULL). */
 void gc_current_results(const struct task *t, struct zarr_sigmemo *memo, struct keyset *ks);

@@ -4,6 +4,11 @@
  * processes hold. The table of jobs and what a ROI's outcome does to them are jobtable.c's.
  * Everything here but the assembly itself and the answers runs under the engine's lock. */
 #include "engine_internal.h"
+#include "assemble.h"
+#include "budget.h"
+#include "jobs.h"
+#include "results.h"
+#include "stale.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +18,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 /* ---- small containers ---- */
 
@@ -53,22 +58,22 @@ enum roi_need { ROI_READY, ROI_MUST_WAIT };
 static enum roi_need request_roi(struct engine *e, uint32_t r, struct key128 want,
                                  enum roi_prio prio)
 {
-    struct roi_slot *s = &e->rois[r];
+    struct roi_slot *s = &e->s.rois[r];
     switch (s->state) {
     case RS_IDLE:
     case RS_FAILED:
         if (s->state == RS_FAILED)
-            e->n_failed--;
+            e->s.n_failed--;
         s->state = RS_QUEUED;
         s->key = want;
         s->prio = (uint8_t)prio;
-        queue_push(prio == PRIO_DEMAND ? &e->demand : &e->ahead, r);
+        queue_push(prio == PRIO_DEMAND ? &e->s.demand : &e->s.ahead, r);
         pthread_cond_signal(&e->work_cv);
         return ROI_MUST_WAIT;
     case RS_QUEUED:
         if (prio == PRIO_DEMAND && s->prio != PRIO_DEMAND) {
             s->prio = PRIO_DEMAND;
-            queue_push(&e->demand, r);
+            queue_push(&e->s.demand, r);
             pthread_cond_signal(&e->work_cv);
         }
         return ROI_MUST_WAIT;
@@ -84,10 +89,10 @@ static enum roi_need request_roi(struct engine *e, uint32_t r, struct key128 wan
 static void job_schedule(struct engine *e, struct chunk_job *job)
 {
     job->scheduled = true;
-    struct store *st = cache_store(e->c);
+    struct store *st = cache_store(e->f.c);
     for (size_t i = 0; i < job->nrois; i++) {
         uint32_t r = job->rois[i];
-        struct roi_slot *s = &e->rois[r];
+        struct roi_slot *s = &e->s.rois[r];
         struct key128 w = job->want.rois[i];
         s->pins++;
         job->use[i] = w;
@@ -104,12 +109,12 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
             continue;
         if ((s->state == RS_IDLE || s->state == RS_FAILED) && store_has(st, w)) {
             if (s->state == RS_FAILED)
-                e->n_failed--;
+                e->s.n_failed--;
             s->state = RS_DONE;
             s->key = w;
             s->stored = true;
-            e->n_done++;
-            e->n_reused++;
+            e->s.n_done++;
+            e->s.n_reused++;
             continue;
         }
         if (request_roi(e, r, w, job->demanded ? PRIO_DEMAND : PRIO_AHEAD) == ROI_MUST_WAIT) {
@@ -128,8 +133,8 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
     job->id = id;
-    job->row = roi_index_find(e->t->index, id);
-    job->rois = job->row >= 0 ? roi_index_rois(e->t->index, (size_t)job->row, &job->nrois) : NULL;
+    job->row = roi_index_find(e->f.t->index, id);
+    job->rois = job->row >= 0 ? roi_index_rois(e->f.t->index, (size_t)job->row, &job->nrois) : NULL;
     job->want = *keys;
     keys->rois = NULL;
     job->use = xcalloc(job->nrois ? job->nrois : 1, sizeof *job->use);
@@ -139,11 +144,12 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->replaced = replaced;
     job->lock = -1;
     job->fd = -1;
-    engine_job_add(e, job);
-    int lock = cache_lock_chunk(e->c, id, false);
+    *engine_job_slot(e, id) = job;
+    e->s.njobs++;
+    int lock = cache_lock_chunk(e->f.c, id, false);
     if (lock == -EWOULDBLOCK) {
         job->locked_elsewhere = true;
-        e->n_locked_elsewhere++;
+        e->s.n_locked_elsewhere++;
         pthread_cond_signal(&e->poller_cv);
         return job;
     }
@@ -155,14 +161,14 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
      * stored the chunk's results and let the lock go since. A look now, under the lock, so
      * that they are not computed again (two system calls when nothing changed; the caller's
      * look, outside the engine's lock, did the scanning). */
-    store_refresh(cache_store(e->c));
-    if (lock >= 0 && !replaced && cache_chunk_exists(e->c, id)) {
+    store_refresh(cache_store(e->f.c));
+    if (lock >= 0 && !replaced && cache_chunk_exists(e->f.c, id)) {
         /* Absent at the caller's look, there now: another process made it and let the lock
          * go meanwhile. Made again, its file would change under readers that know it by size
          * and mtime (a second mount taking this one as input computes its ROIs again). The
          * poller checks it as a lock taken over (lock_taken_over), outside this lock. */
         job->locked_elsewhere = true;
-        e->n_locked_elsewhere++;
+        e->s.n_locked_elsewhere++;
         pthread_cond_signal(&e->poller_cv);
         return job;
     }
@@ -178,16 +184,16 @@ void engine_job_promote(struct engine *e, struct chunk_job *job)
     if (!job->scheduled)
         return; /* its ROIs are asked for, with demand priority, once the lock is ours */
     for (size_t i = 0; i < job->nrois; i++)
-        if (e->rois[job->rois[i]].state == RS_QUEUED)
-            request_roi(e, job->rois[i], e->rois[job->rois[i]].key, PRIO_DEMAND);
+        if (e->s.rois[job->rois[i]].state == RS_QUEUED)
+            request_roi(e, job->rois[i], e->s.rois[job->rois[i]].key, PRIO_DEMAND);
 }
 
 bool engine_has_failed_roi(struct engine *e, size_t row)
 {
     size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, row, &n);
+    const uint32_t *rois = roi_index_rois(e->f.t->index, row, &n);
     for (size_t i = 0; i < n; i++)
-        if (e->rois[rois[i]].state == RS_FAILED)
+        if (e->s.rois[rois[i]].state == RS_FAILED)
             return true;
     return false;
 }
@@ -199,9 +205,10 @@ bool engine_has_failed_roi(struct engine *e, size_t row)
 static void lock_taken_over(struct engine *e, struct chunk_job *job)
 {
     int fd = -1;
-    enum cache_chunk_state st = cache_chunk_open_current(e->c, job->id, job->want.chunk, &fd, NULL);
+    enum cache_chunk_state st =
+        cache_chunk_open_current(e->f.c, job->id, job->want.chunk, &fd, NULL);
     if (st != CHUNK_CURRENT)
-        store_refresh(cache_store(e->c)); /* results it made on the way */
+        store_refresh(cache_store(e->f.c)); /* results it made on the way */
     pthread_mutex_lock(&e->lock);
     if (st == CHUNK_CURRENT) {
         job->cached_already = true;
@@ -220,27 +227,25 @@ void *engine_poller_main(void *arg)
 {
     struct engine *e = arg;
     pthread_mutex_lock(&e->lock);
-    while (!e->stopping) {
-        if (e->n_locked_elsewhere == 0) {
+    while (!e->s.stopping) {
+        if (e->s.n_locked_elsewhere == 0) {
             pthread_cond_wait(&e->poller_cv, &e->lock);
             continue;
         }
         struct chunk_job *got = NULL;
-        size_t it = 0;
-        void *v;
-        while (e->n_locked_elsewhere && !e->stopping && map_next(&e->jobs, &it, NULL, &v)) {
-            struct chunk_job *job = *(struct chunk_job **)v;
-            if (!job->locked_elsewhere)
-                continue;
-            int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->c, job->id, false);
-            if (lock == -EWOULDBLOCK)
-                continue;
-            job->locked_elsewhere = false;
-            e->n_locked_elsewhere--;
-            job->lock = lock >= 0 ? lock : -1;
-            job->qnext = got; /* the job stays in the table: nobody else starts it */
-            got = job;
-        }
+        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->s.n_locked_elsewhere && !e->s.stopping; b++)
+            for (struct chunk_job *job = e->s.jobs[b]; job; job = job->hnext) {
+                if (!job->locked_elsewhere)
+                    continue;
+                int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->f.c, job->id, false);
+                if (lock == -EWOULDBLOCK)
+                    continue;
+                job->locked_elsewhere = false;
+                e->s.n_locked_elsewhere--;
+                job->lock = lock >= 0 ? lock : -1;
+                job->qnext = got; /* the job stays in the table: nobody else starts it */
+                got = job;
+            }
         pthread_mutex_unlock(&e->lock);
         while (got) {
             struct chunk_job *next = got->qnext;
@@ -248,9 +253,15 @@ void *engine_poller_main(void *arg)
             got = next;
         }
         pthread_mutex_lock(&e->lock);
-        if (!e->n_locked_elsewhere || e->stopping)
+        if (!e->s.n_locked_elsewhere || e->s.stopping)
             continue;
-        struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns(50 * 1000 * 1000));
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
         pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
     }
     pthread_mutex_unlock(&e->lock);
@@ -264,7 +275,7 @@ void *engine_poller_main(void *arg)
 static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
 {
     uint32_t r = job->rois[i];
-    struct roi_slot *s = &e->rois[r];
+    struct roi_slot *s = &e->s.rois[r];
     job->attempts++;
     if (s->state == RS_DONE && key_eq(s->key, job->use[i]))
         slot_forget(e, r);
@@ -286,16 +297,16 @@ static void job_retry_roi(struct engine *e, struct chunk_job *job, size_t i)
 static int write_counted(struct engine *e, uint64_t id, const void *data, size_t len,
                          struct key128 key, int *fd)
 {
-    bool absent = !cache_chunk_exists(e->c, id);
+    bool absent = !cache_chunk_exists(e->f.c, id);
     if (absent) {
         pthread_mutex_lock(&e->lock);
-        e->n_cached++;
+        e->s.n_cached++;
         pthread_mutex_unlock(&e->lock);
     }
-    int w = cache_chunk_write(e->c, id, data, len, key, fd);
+    int w = cache_chunk_write(e->f.c, id, data, len, key, fd);
     if ((absent && w < 0) || (!absent && w == 0)) { /* failed; or gone meanwhile */
         pthread_mutex_lock(&e->lock);
-        e->n_cached += w == 0 ? 1 : -1;
+        e->s.n_cached += w == 0 ? 1 : -1;
         pthread_mutex_unlock(&e->lock);
     }
     return w;
@@ -351,7 +362,7 @@ static size_t mark_outdated(struct engine *e, struct chunk_job *job)
         if (!memo)
             memo = zarr_sigmemo_new();
         uint32_t r = job->rois[i];
-        struct key128 now = engine_roi_key(e->t, r, engine_roi_sig_now(e->t, r, memo));
+        struct key128 now = engine_roi_key(e->f.t, r, engine_roi_sig_now(e->f.t, r, memo));
         if (key_eq(now, job->use[i]))
             job->recheck[i] = 0;
         else
@@ -370,7 +381,7 @@ static void job_refresh_rois(struct engine *e, struct chunk_job *job)
             continue;
         job->recheck[i] = 0;
         uint32_t r = job->rois[i];
-        struct roi_slot *s = &e->rois[r];
+        struct roi_slot *s = &e->s.rois[r];
         if (s->state == RS_DONE && key_eq(s->key, job->use[i]))
             slot_forget(e, r);
         if (s->state == RS_DONE) {
@@ -424,9 +435,9 @@ struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
     bool budget = false;
     /* counted by write_counted, or at the start; a stale one was taken out of the count */
     if (rc == 0 && e->nstale && engine_stale_take(e, id))
-        e->n_cached++;
-    if (rc == 0 && !job->cached_already && e->evict) {
-        evict_add(e->evict, id, len, ino);
+        e->s.n_cached++;
+    if (rc == 0 && !job->cached_already && e->s.evict) {
+        evict_add(e->s.evict, id, len, ino);
         budget = true;
     }
     int flags = job->cached_already ? 0 : ENGINE_COMPUTED;
@@ -449,8 +460,8 @@ struct waiter *engine_run_assembly(struct engine *e, struct chunk_job *job)
 
 bool engine_pop_roi(struct engine *e, uint32_t *r)
 {
-    while (queue_pop(&e->demand, r) || queue_pop(&e->ahead, r))
-        if (e->rois[*r].state == RS_QUEUED)
+    while (queue_pop(&e->s.demand, r) || queue_pop(&e->s.ahead, r))
+        if (e->s.rois[*r].state == RS_QUEUED)
             return true;
     return false;
 }
@@ -460,18 +471,18 @@ bool engine_pop_roi(struct engine *e, uint32_t *r)
  * a round trip each: python). */
 size_t engine_pop_batch(struct engine *e, uint32_t r, uint32_t *batch)
 {
-    size_t n = 1, share = (e->demand.len + e->ahead.len) / (size_t)e->nthreads;
+    size_t n = 1, share = (e->s.demand.len + e->s.ahead.len) / (size_t)e->f.nthreads;
     batch[0] = r;
-    while (n < PROC_BATCH_MAX && n <= share && e->demand.len + e->ahead.len > 0) {
-        struct roi_queue *q = e->demand.len ? &e->demand : &e->ahead;
+    while (n < PROC_BATCH_MAX && n <= share && e->s.demand.len + e->s.ahead.len > 0) {
+        struct roi_queue *q = e->s.demand.len ? &e->s.demand : &e->s.ahead;
         uint32_t next = q->buf[q->head];
-        if (e->rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))
+        if (e->s.rois[next].state == RS_QUEUED && !engine_roi_batchable(e, next))
             break;
         queue_pop(q, &next);
-        if (e->rois[next].state != RS_QUEUED)
+        if (e->s.rois[next].state != RS_QUEUED)
             continue; /* as engine_pop_roi: queued twice, or done meanwhile */
-        e->rois[next].state = RS_RUNNING;
-        e->n_running++;
+        e->s.rois[next].state = RS_RUNNING;
+        e->s.n_running++;
         batch[n++] = next;
     }
     return n;

@@ -4,6 +4,9 @@
  * jobs.c (which creates and assembles jobs) and compute.c (which hands over outcomes); all of
  * it under the engine's lock but engine_notify. */
 #include "engine_internal.h"
+#include "jobs.h"
+#include "outcome.h"
+#include "results.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,14 +16,17 @@
 
 #include "../nd.h"
 
-void engine_job_add(struct engine *e, struct chunk_job *job)
+struct chunk_job **engine_job_slot(struct engine *e, uint64_t id)
 {
-    *(struct chunk_job **)map_put(&e->jobs, job->id, 0, NULL) = job;
+    struct chunk_job **p = &e->s.jobs[(id * 0x9E3779B97F4A7C15ULL) >> 52];
+    while (*p && (*p)->id != id)
+        p = &(*p)->hnext;
+    return p;
 }
 
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id)
 {
-    return map_get_ptr(&e->jobs, id, 0);
+    return *engine_job_slot(e, id);
 }
 
 size_t engine_job_index_of(const struct chunk_job *job, uint32_t r)
@@ -39,16 +45,18 @@ size_t engine_job_index_of(const struct chunk_job *job, uint32_t r)
 /* Unlinks job from the table, releases its lock and pins and returns its waiters. */
 struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
 {
-    map_del(&e->jobs, job->id, 0, NULL);
-    e->jobs_ended++;
+    struct chunk_job **p = engine_job_slot(e, job->id);
+    *p = job->hnext;
+    e->s.njobs--;
+    e->s.jobs_ended++;
     if (job->locked_elsewhere)
-        e->n_locked_elsewhere--;
-    cache_unlock(e->c, job->lock);
+        e->s.n_locked_elsewhere--;
+    cache_unlock(e->f.c, job->lock);
     if (job->fd >= 0)
         close(job->fd); /* its waiters failed before it was served */
     if (job->scheduled)
         for (size_t i = 0; i < job->nrois; i++) {
-            e->rois[job->rois[i]].pins--;
+            e->s.rois[job->rois[i]].pins--;
             slot_settle(e, job->rois[i]);
         }
     struct waiter *w = job->waiters;
@@ -64,24 +72,24 @@ struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
 void engine_asm_enqueue(struct engine *e, struct chunk_job *job)
 {
     job->qnext = NULL;
-    if (e->asm_tail)
-        e->asm_tail->qnext = job;
+    if (e->s.asm_tail)
+        e->s.asm_tail->qnext = job;
     else
-        e->asm_head = job;
-    e->asm_tail = job;
+        e->s.asm_head = job;
+    e->s.asm_tail = job;
     pthread_cond_signal(&e->work_cv);
 }
 
 void engine_record_error(struct engine *e, size_t roi, const char *msg)
 {
     struct engine_error *slot;
-    if (e->nerrors < ENGINE_MAX_ERRORS) {
-        slot = &e->errors[(e->err_head + e->nerrors) % ENGINE_MAX_ERRORS];
-        e->nerrors++;
+    if (e->s.nerrors < ENGINE_MAX_ERRORS) {
+        slot = &e->s.errors[(e->s.err_head + e->s.nerrors) % ENGINE_MAX_ERRORS];
+        e->s.nerrors++;
     } else {
-        slot = &e->errors[e->err_head];
+        slot = &e->s.errors[e->s.err_head];
         free(slot->message);
-        e->err_head = (e->err_head + 1) % ENGINE_MAX_ERRORS;
+        e->s.err_head = (e->s.err_head + 1) % ENGINE_MAX_ERRORS;
     }
     slot->roi = roi;
     slot->message = xstrdup(msg);
@@ -112,15 +120,15 @@ void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flag
 void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, bool stored,
                        bool reused, const char *errmsg)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->rois.ndim;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
     roi_chunk_range(&t->rois, r, t->out.chunks, c0, c1);
     struct waiter *failed = NULL;
 
     pthread_mutex_lock(&e->lock);
-    struct roi_slot *s = &e->rois[r];
-    e->n_running--;
+    struct roi_slot *s = &e->s.rois[r];
+    e->s.n_running--;
     roi_result_unref(s->result); /* none, normally: it was forgotten or never made */
     s->result = NULL;
     s->flushing = false;
@@ -128,16 +136,16 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
         s->state = RS_DONE;
         s->key = res->key;
         s->stored = stored;
-        e->n_done++;
-        e->n_reused += reused;
-        e->n_computed += !reused;
+        e->s.n_done++;
+        e->s.n_reused += reused;
+        e->s.n_computed += !reused;
         if (stored) /* shared by chunks read apart: pasted from the store, memory stays bounded */
             roi_result_unref(res);
         else
             s->result = res;
     } else {
         s->state = RS_FAILED;
-        e->n_failed++;
+        e->s.n_failed++;
         engine_record_error(e, r, errmsg);
     }
     memcpy(idx, c0, sizeof(uint64_t) * nd);

@@ -17,8 +17,10 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
-#include "keyset.h"
-#include "store.h"
+#include "compute.h"
+#include "jobs.h"
+#include "results.h"
+#include "../cache/cache.h"
 
 /* Counts known to this process, by ROI (valid for the result key noted). */
 struct labels_counts {
@@ -47,26 +49,26 @@ static struct key128 count_key(struct key128 result)
 static struct labels_counts *counts_of(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    if (!e->label_counts) {
+    if (!e->s.label_counts) {
         struct labels_counts *c = xcalloc(1, sizeof *c);
-        size_t n = e->t->rois.n ? e->t->rois.n : 1;
+        size_t n = e->f.t->rois.n ? e->f.t->rois.n : 1;
         pthread_mutex_init(&c->lock, NULL);
         c->key = xcalloc(n, sizeof *c->key);
         c->count = xcalloc(n, sizeof *c->count);
         c->known = xcalloc(n, 1);
-        e->label_counts = c;
+        e->s.label_counts = c;
     }
     pthread_mutex_unlock(&e->lock);
-    return e->label_counts;
+    return e->s.label_counts;
 }
 
 /* |D_s| from ROI s's box result: in memory when a slot holds it, else from the store. */
 static int count_from_result(struct engine *e, uint32_t s, struct key128 k, uint64_t *count)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     size_t n = engine_roi_result_nbytes(t, s);
     pthread_mutex_lock(&e->lock);
-    struct roi_result *res = e->rois[s].result;
+    struct roi_result *res = e->s.rois[s].result;
     if (res && key_eq(res->key, k) && res->len == n)
         res->refs++;
     else
@@ -76,7 +78,7 @@ static int count_from_result(struct engine *e, uint32_t s, struct key128 k, uint
     const void *data = res ? res->data : NULL;
     if (!res) {
         data = tmp = xmalloc(n ? n : 1);
-        if (store_get(cache_store(e->c), k, tmp, n) < 0) {
+        if (store_get(cache_store(e->f.c), k, tmp, n) < 0) {
             free(tmp);
             return -ENOENT;
         }
@@ -104,10 +106,10 @@ static int count_roi(struct engine *e, uint32_t s, struct key128 *k, uint64_t *c
         if (attempt == 3)
             return err_set(err, -EIO, "roi %u: its result cannot be read from the store", s);
         pthread_mutex_lock(&e->lock); /* gone from the store: compute it again */
-        if (e->rois[s].state == RS_DONE && key_eq(e->rois[s].key, *k) && !e->rois[s].pins)
+        if (e->s.rois[s].state == RS_DONE && key_eq(e->s.rois[s].key, *k) && !e->s.rois[s].pins)
             slot_forget(e, s);
         pthread_mutex_unlock(&e->lock);
-        store_refresh(cache_store(e->c));
+        store_refresh(cache_store(e->f.c));
     }
 }
 
@@ -122,7 +124,7 @@ static int roi_count(struct engine *e, struct labels_counts *c, uint32_t s, stru
     pthread_mutex_unlock(&c->lock);
     if (known)
         return 0;
-    struct store *st = cache_store(e->c);
+    struct store *st = cache_store(e->f.c);
     struct key128 ck = count_key(k);
     if (!store_has(st, ck))
         store_refresh(st);
@@ -146,7 +148,7 @@ static int roi_count(struct engine *e, struct labels_counts *c, uint32_t s, stru
 int engine_labels_prepare(struct engine *e, const struct chunk_job *job, struct labels_paste **lp,
                           struct errbuf *err)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     *lp = NULL;
     if (!engine_labels_mapping(t) || job->nrois == 0)
         return 0;
@@ -263,7 +265,7 @@ void engine_labels_live_mapping(const struct task *t, struct zarr_sigmemo *memo,
 void engine_labels_free(struct engine *e)
 {
     engine_stitch_free(e);
-    struct labels_counts *c = e->label_counts;
+    struct labels_counts *c = e->s.label_counts;
     if (!c)
         return;
     pthread_mutex_destroy(&c->lock);
@@ -271,5 +273,5 @@ void engine_labels_free(struct engine *e)
     free(c->count);
     free(c->known);
     free(c);
-    e->label_counts = NULL;
+    e->s.label_counts = NULL;
 }

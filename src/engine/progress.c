@@ -1,6 +1,7 @@
 /* progress.c: read-only views of the engine's state for the command line: counter snapshots,
  * the failed ROIs with their messages, and the time since the engine started. */
 #include "engine_internal.h"
+#include "progress.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -9,14 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "../cache/cache.h"
 
 void engine_progress(struct engine *e, struct engine_progress *p)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     memset(p, 0, sizeof *p);
     struct store_stats ss;
-    store_get_stats(cache_store(e->c), &ss);
+    store_get_stats(cache_store(e->f.c), &ss);
     p->results_stored = ss.results;
     p->results_damaged = ss.damaged;
     p->rois_total = t->rois.n;
@@ -24,27 +25,27 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->chunks_present = task_chunks_present(t);
     p->calls = t->proc->calls; /* atomic: counted outside the engine's lock */
     pthread_mutex_lock(&e->lock);
-    p->rois_done = e->n_done;
-    p->rois_failed = e->n_failed;
-    p->rois_running = e->n_running;
-    p->rois_pending = p->rois_total - e->n_running - e->n_done - e->n_failed;
-    p->chunks_cached = e->n_cached;
-    p->rois_computed = e->n_computed;
-    p->results_reused = e->n_reused;
-    p->results_at_start = e->n_at_start;
-    p->made_min = e->made_min;
-    p->made_max = e->made_max;
-    p->started_at = e->started_at;
-    p->queue_demand = e->demand.len;
-    p->queue_readahead = e->ahead.len;
-    p->chunk_jobs = map_count(&e->jobs);
-    p->chunks_elsewhere = e->n_locked_elsewhere;
-    p->cache_limited = e->evict != NULL;
-    if (e->evict) {
-        evict_stats(e->evict, &p->cache_bytes, &p->cache_max_size, &p->cache_evicted);
-        p->cache_chunk_bytes = evict_chunk_bytes(e->evict);
+    p->rois_done = e->s.n_done;
+    p->rois_failed = e->s.n_failed;
+    p->rois_running = e->s.n_running;
+    p->rois_pending = p->rois_total - e->s.n_running - e->s.n_done - e->s.n_failed;
+    p->chunks_cached = e->s.n_cached;
+    p->rois_computed = e->s.n_computed;
+    p->results_reused = e->s.n_reused;
+    p->results_at_start = e->s.n_at_start;
+    p->made_min = e->s.made_min;
+    p->made_max = e->s.made_max;
+    p->started_at = e->f.started_at;
+    p->queue_demand = e->s.demand.len;
+    p->queue_readahead = e->s.ahead.len;
+    p->chunk_jobs = e->s.njobs;
+    p->chunks_elsewhere = e->s.n_locked_elsewhere;
+    p->cache_limited = e->s.evict != NULL;
+    if (e->s.evict) {
+        evict_stats(e->s.evict, &p->cache_bytes, &p->cache_max_size, &p->cache_evicted);
+        p->cache_chunk_bytes = evict_chunk_bytes(e->s.evict);
         p->cache_result_bytes = p->cache_bytes - p->cache_chunk_bytes;
-        p->results_evicted = e->results_evicted;
+        p->results_evicted = e->s.results_evicted;
     }
     pthread_mutex_unlock(&e->lock);
     p->uptime = engine_uptime(e);
@@ -53,8 +54,8 @@ void engine_progress(struct engine *e, struct engine_progress *p)
 /* The most recent message recorded for roi (lock held), or NULL. */
 static const char *latest_error(const struct engine *e, size_t roi)
 {
-    for (size_t i = e->nerrors; i-- > 0;) {
-        const struct engine_error *er = &e->errors[(e->err_head + i) % ENGINE_MAX_ERRORS];
+    for (size_t i = e->s.nerrors; i-- > 0;) {
+        const struct engine_error *er = &e->s.errors[(e->s.err_head + i) % ENGINE_MAX_ERRORS];
         if (er->roi == roi)
             return er->message;
     }
@@ -70,8 +71,8 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
     } *list = NULL;
     size_t n = 0, cap = 0;
     pthread_mutex_lock(&e->lock);
-    for (size_t r = 0; r < e->t->rois.n; r++) {
-        if (e->rois[r].state != RS_FAILED)
+    for (size_t r = 0; r < e->f.t->rois.n; r++) {
+        if (e->s.rois[r].state != RS_FAILED)
             continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -95,40 +96,40 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
 
 bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
 {
-    int64_t k = roi_index_find(e->t->index, id);
+    int64_t k = roi_index_find(e->f.t->index, id);
     if (k < 0)
         return false;
     size_t n;
-    const uint32_t *rois = roi_index_rois(e->t->index, (size_t)k, &n);
+    const uint32_t *rois = roi_index_rois(e->f.t->index, (size_t)k, &n);
     bool failed = false;
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < n && !failed; i++)
-        failed = e->rois[rois[i]].state == RS_FAILED;
+        failed = e->s.rois[rois[i]].state == RS_FAILED;
     pthread_mutex_unlock(&e->lock);
     return failed;
 }
 
 void engine_note_made(struct engine *e, uint32_t made)
 {
-    if (made && (!e->made_min || made < e->made_min))
-        e->made_min = made;
-    if (made > e->made_max)
-        e->made_max = made;
+    if (made && (!e->s.made_min || made < e->s.made_min))
+        e->s.made_min = made;
+    if (made > e->s.made_max)
+        e->s.made_max = made;
 }
 
 struct cache *engine_cache(struct engine *e)
 {
-    return e->c;
+    return e->f.c;
 }
 
 const struct task *engine_task(const struct engine *e)
 {
-    return e->t;
+    return e->f.t;
 }
 
 /* ---- uptime ---- */
 
 double engine_uptime(struct engine *e)
 {
-    return now_monotonic() - e->started;
+    return now_monotonic() - e->f.started;
 }

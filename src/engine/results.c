@@ -9,7 +9,9 @@
 
 #include "../nd.h"
 #include "engine_internal.h"
-#include "store.h"
+#include "jobs.h"
+#include "results.h"
+#include "../cache/cache.h"
 
 struct roi_result *roi_result_new(struct key128 key, size_t len)
 {
@@ -36,7 +38,7 @@ struct unstored {
 
 void slot_settle(struct engine *e, uint32_t r)
 {
-    struct roi_slot *s = &e->rois[r];
+    struct roi_slot *s = &e->s.rois[r];
     if (s->pins || !s->result || s->flushing)
         return;
     if (s->state == RS_DONE && !s->stored) {
@@ -45,8 +47,8 @@ void slot_settle(struct engine *e, uint32_t r)
         u->roi = r;
         u->res = s->result;
         u->res->refs++;
-        u->next = e->unstored;
-        e->unstored = u;
+        u->next = e->s.unstored;
+        e->s.unstored = u;
         s->flushing = true;
         return;
     }
@@ -56,16 +58,16 @@ void slot_settle(struct engine *e, uint32_t r)
 
 void slot_forget(struct engine *e, uint32_t r)
 {
-    struct roi_slot *s = &e->rois[r];
+    struct roi_slot *s = &e->s.rois[r];
     if (s->state != RS_DONE)
         return;
     roi_result_unref(s->result); /* a store under way holds a reference of its own */
     s->result = NULL;
     s->flushing = false;
     s->state = RS_IDLE;
-    e->n_unused += s->stored; /* its stored result is no current ROI's any more */
+    e->s.n_unused += s->stored; /* its stored result is no current ROI's any more */
     s->stored = false;
-    e->n_done--;
+    e->s.n_done--;
 }
 
 /* Stores the results res[i] of ROIs rois[i] (each referenced by the caller, and its slot
@@ -79,20 +81,20 @@ static void store_and_settle(struct engine *e, size_t n, const uint32_t *rois,
     for (size_t i = 0; i < n; i++)
         items[i] = (struct store_item){res[i]->key, res[i]->data, res[i]->len, true, res[i]->crc};
     struct errbuf err = {{0}};
-    int rc = store_put_many(cache_store(e->c), n, items, e->t->out.dtype.size, &err);
+    int rc = store_put_many(cache_store(e->f.c), n, items, e->f.t->out.dtype.size, &err);
     free(items);
     if (rc < 0) /* the chunks waiting have them; later ones compute them again */
         log_error("cannot store %zu ROI result%s: %s", n, n == 1 ? "" : "s", err.msg);
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < n; i++) {
-        struct roi_slot *s = &e->rois[rois[i]];
+        struct roi_slot *s = &e->s.rois[rois[i]];
         if (s->result == res[i]) {
             s->flushing = false;
             s->stored = rc == 0;
             if (s->pins == 0) {
                 if (!s->stored) { /* nobody waits for it: computed again when wanted */
                     s->state = RS_IDLE;
-                    e->n_done--;
+                    e->s.n_done--;
                 }
                 roi_result_unref(s->result);
                 s->result = NULL;
@@ -110,7 +112,7 @@ void engine_store_job_results(struct engine *e, const struct chunk_job *job)
     size_t n = 0;
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < job->nrois; i++) {
-        struct roi_slot *s = &e->rois[job->rois[i]];
+        struct roi_slot *s = &e->s.rois[job->rois[i]];
         if (s->state != RS_DONE || s->stored || !s->result || s->flushing)
             continue;
         s->flushing = true;
@@ -127,8 +129,8 @@ void engine_store_job_results(struct engine *e, const struct chunk_job *job)
 void engine_flush_unstored(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    struct unstored *u = e->unstored;
-    e->unstored = NULL;
+    struct unstored *u = e->s.unstored;
+    e->s.unstored = NULL;
     pthread_mutex_unlock(&e->lock);
     size_t n = 0;
     for (struct unstored *v = u; v; v = v->next)
@@ -168,7 +170,7 @@ size_t engine_roi_result_nbytes(const struct task *t, size_t r)
 
 bool engine_roi_batchable(const struct engine *e, uint32_t r)
 {
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     if (!t->proc->ops->run_many || roi_index_roi_nchunks(t->index, r) > 1)
         return false;
     uint64_t rstart[ROIFS_MAX_DIM], rshape[ROIFS_MAX_DIM];

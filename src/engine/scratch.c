@@ -2,10 +2,13 @@
  * input block, its result when there is a halo, a chunk's assembly buffer, a stored result
  * read back), so that a run of ROIs of one size allocates nothing. A buffer beyond
  * SCRATCH_KEEP is freed when it is given back: one huge ROI does not pin its memory. */
+#include "scratch.h"
+
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
-#include "engine_internal.h"
+#include "../util.h"
 
 /* At most this much is kept per buffer and thread (4 buffers: 64 MiB per thread at most),
  * beside what glibc's heap keeps anyway (main.c: trim threshold 256 MiB). */

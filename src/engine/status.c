@@ -13,8 +13,8 @@ static json_t *recent_errors(struct engine *e)
 {
     json_t *errors = json_array();
     pthread_mutex_lock(&e->lock);
-    for (size_t i = 0; i < e->nerrors; i++) {
-        const struct engine_error *er = &e->errors[(e->err_head + i) % ENGINE_MAX_ERRORS];
+    for (size_t i = 0; i < e->s.nerrors; i++) {
+        const struct engine_error *er = &e->s.errors[(e->s.err_head + i) % ENGINE_MAX_ERRORS];
         json_array_append_new(
             errors, json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi, "message", er->message));
     }

@@ -12,10 +12,11 @@
 #include "../labels/stitch.h"
 #include "../nd.h"
 #include "engine_internal.h"
+#include "compute.h"
 #include "label_rules.h"
 #include "stitch.h"
 #include "strips.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 struct stitch_state {
     pthread_mutex_t lock;
@@ -30,8 +31,8 @@ struct stitch_state {
 static void *load_strips(struct engine *e, uint32_t r, struct key128 k, uint64_t total,
                          struct errbuf *err)
 {
-    struct store *st = cache_store(e->c);
-    size_t len = total * e->t->out.dtype.size;
+    struct store *st = cache_store(e->f.c);
+    size_t len = total * e->f.t->out.dtype.size;
     void *buf = xmalloc(len ? len : 1);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (engine_roi_ensure(e, r, &k, attempt > 0, err) < 0)
@@ -121,7 +122,7 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
                              struct errbuf *err)
 {
     double t0 = now_monotonic();
-    const struct task *t = e->t;
+    const struct task *t = e->f.t;
     int nd = t->rois.ndim;
     size_t isz = t->out.dtype.size;
     int rc = 0;
@@ -177,9 +178,9 @@ static uint64_t *global_pass(struct engine *e, struct key128 *keys, size_t *len,
  * lock (so made once, whichever process or thread comes first). */
 static uint64_t *mapping_for(struct engine *e, struct key128 mk, size_t *len, struct errbuf *err)
 {
-    struct store *st = cache_store(e->c);
-    const struct task *t = e->t;
-    int lock = cache_lock_result(e->c, mk);
+    struct store *st = cache_store(e->f.c);
+    const struct task *t = e->f.t;
+    int lock = cache_lock_result(e->f.c, mk);
     if (lock < 0)
         log_warn("stitching: cannot take the mapping's lock (%s); making it unlocked",
                  strerror(-lock));
@@ -212,26 +213,26 @@ static uint64_t *mapping_for(struct engine *e, struct key128 mk, size_t *len, st
                 log_error("stitching: cannot store the id mapping: %s", serr.msg);
         }
     }
-    cache_unlock(e->c, lock);
+    cache_unlock(e->f.c, lock);
     return rec;
 }
 
 static struct stitch_state *state_of(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    if (!e->stitch) {
-        e->stitch = xcalloc(1, sizeof *e->stitch);
-        pthread_mutex_init(&e->stitch->lock, NULL);
+    if (!e->s.stitch) {
+        e->s.stitch = xcalloc(1, sizeof *e->s.stitch);
+        pthread_mutex_init(&e->s.stitch->lock, NULL);
     }
     pthread_mutex_unlock(&e->lock);
-    return e->stitch;
+    return e->s.stitch;
 }
 
 int engine_stitch_mapping(struct engine *e, const uint64_t **pairs, size_t *n, struct errbuf *err)
 {
     struct stitch_state *ss = state_of(e);
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    struct key128 mk = engine_stitch_map_key(e->t, memo);
+    struct key128 mk = engine_stitch_map_key(e->f.t, memo);
     zarr_sigmemo_free(memo);
     /* one thread of this process makes or loads it; the others wait for that */
     pthread_mutex_lock(&ss->lock);
@@ -261,10 +262,10 @@ int engine_stitch_mapping(struct engine *e, const uint64_t **pairs, size_t *n, s
 
 void engine_stitch_free(struct engine *e)
 {
-    if (!e->stitch)
+    if (!e->s.stitch)
         return;
-    pthread_mutex_destroy(&e->stitch->lock);
-    free(e->stitch->pairs);
-    free(e->stitch);
-    e->stitch = NULL;
+    pthread_mutex_destroy(&e->s.stitch->lock);
+    free(e->s.stitch->pairs);
+    free(e->s.stitch);
+    e->s.stitch = NULL;
 }

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 
 #include "../nd.h"
-#include "engine_internal.h"
+#include "engine_fixed.h"
 #include "label_rules.h"
-#include "store.h"
+#include "../cache/cache.h"
 
 static struct key128 derived(struct key128 k, const char *what)
 {
@@ -43,7 +43,7 @@ uint64_t engine_stitch_zone_elems(int nd, const uint64_t *z0, const uint64_t *z1
 void engine_stitch_strips(struct engine *e, uint32_t r, const void *out, const uint64_t *rstart,
                           const uint64_t *rshape, struct key128 key)
 {
-    const struct task *t = e->t;
+    const struct task *t = engine_fixed(e)->t;
     if (!engine_labels_stitching(t)) /* (stitch = iou needs ids = unique) */
         return;
     int nd = t->rois.ndim;
@@ -67,8 +67,8 @@ void engine_stitch_strips(struct engine *e, uint32_t r, const void *out, const u
         p += engine_stitch_zone_elems(nd, z0, z1) * isz;
     }
     struct errbuf err = {{0}};
-    if (store_put(cache_store(e->c), derived(key, "roifs stitch strips"), rec, total * isz, isz,
-                  &err) < 0)
+    if (store_put(cache_store(engine_fixed(e)->c), derived(key, "roifs stitch strips"), rec,
+                  total * isz, isz, &err) < 0)
         log_error("roi %u: cannot store its stitching strips: %s", r, err.msg);
     free(rec);
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "../arrays/arrayset.h"
-#include "../engine/cache.h"
+#include "../cache/cache.h"
 #include "../task.h"
 #include "../tree/namespace.h"
 #include "../util.h"

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../crc32c.h" /* zarr_crc32c: the v3 crc32c codec, shard indexes */
 #include "../dtype.h"
 #include "../util.h"
 
@@ -183,11 +184,6 @@ int zarr_shard_encode(const struct zarr_meta *m, const void *buf, void **out, si
                       struct errbuf *err);
 int zarr_shard_decode(const struct zarr_meta *m, const void *src, size_t len, void *dst,
                       struct errbuf *err);
-/* CRC-32C (Castagnoli) of len bytes, continuing from crc (start with 0): with the SSE4.2
- * instruction where the CPU has it. */
-uint32_t zarr_crc32c(uint32_t crc, const void *buf, size_t len);
-/* The same, always table-driven (to test the fast path against). */
-uint32_t zarr_crc32c_portable(uint32_t crc, const void *buf, size_t len);
 
 /* The input array: metadata plus a thread-safe, bounded LRU of decoded chunks. */
 struct zarr_input;

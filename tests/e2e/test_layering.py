@@ -1,8 +1,9 @@
-"""The layering docs/design.md ("Modules and layering") states, read from the sources: the engine
-reads no configuration (no file of src/engine/ names `cfg` or includes config.h: [labels] comes
-resolved as the task's struct label_rules, mask_input as the mask's value), and the values
-task_open composes (channel.c, mask.c, codeid.c, provenance.c, labels/) know nothing of struct task, so that
-no call loop runs through task.c. Nothing here needs a build or a mount."""
+"""The layering docs/design.md ("Modules and layering") states, read from the sources: the
+cache (src/cache/) includes nothing of the engine; the engine reads no configuration (no file
+of src/engine/ names `cfg` or includes config.h: [labels] comes resolved as the task's struct
+label_rules, mask_input as the mask's value), and the values task_open composes (channel.c,
+mask.c, codeid.c, provenance.c, labels/) know nothing of struct task, so that no call loop
+runs through task.c. Nothing here needs a build or a mount."""
 import re
 from pathlib import Path
 
@@ -38,3 +39,21 @@ def test_values_task_open_composes_know_no_task():
         assert f.exists(), f
         assert "task.h" not in [Path(i).name for i in includes(f)], f"{f.name} includes task.h"
         assert not re.search(r"\bstruct task\b", code(f)), f"{f.name} names struct task"
+
+
+def test_the_cache_includes_nothing_of_the_engine():
+    """src/cache/ (the cache directory and the result store) sits under the engine, beside
+    task.c: its files include only each other, the base utilities and zarr/ (below task.c),
+    never src/engine/, task.h or anything above, and only src/cache/ includes its private
+    headers."""
+    files = sorted((SRC / "cache").glob("*.[ch]"))
+    assert len(files) > 10, files  # the cache is still where this test looks
+    own = {f.name for f in files}
+    base = {"../key.h", "../util.h", "../idlru.h", "../crc32c.h", "../zarr/zarr.h"}
+    bad = [f"{f.name}: {i}" for f in files for i in includes(f) if i not in own and i not in base]
+    assert bad == [], f"src/cache/ includes what is above it: {bad}"
+    private = {"cache_internal.h", "store_internal.h"}
+    outside = [f"{f.relative_to(REPO)}: {i}" for d in (SRC, REPO / "tests", REPO / "fuzz")
+               for f in d.rglob("*.[ch]") if f.parent != SRC / "cache"
+               for i in includes(f) if Path(i).name in private]
+    assert outside == [], f"private headers of src/cache/ included from outside: {outside}"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "engine/cache.h"
+#include "cache/cache.h"
 #include "engine/engine.h"
 #include "task.h"
 

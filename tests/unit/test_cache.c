@@ -1,4 +1,4 @@
-/* test_cache.c: the cache directory (src/engine/cache.c, chunkfile.c): trust checks, the
+/* test_cache.c: the cache directory (src/cache/cache.c, chunkfile.c): trust checks, the
  * format marker and the conversion of the older layout, one configuration at a time (users/),
  * chunk locks, chunk files and their records (current, stale, damaged, a symbolic link in
  * place), descriptors of written chunks that outlive their name, and removals that leave a
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/cache.h"
+#include "cache/cache.h"
 #include "key.h"
 #include "scratch.h"
 

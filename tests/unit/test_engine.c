@@ -19,7 +19,9 @@
 
 #include "check.h"
 #include "engine/gc.h"
+#include "engine/ahead.h"
 #include "engine/engine_internal.h"
+#include "engine/jobs.h"
 #include "engine_harness.h"
 
 static char dir[256];
@@ -456,8 +458,8 @@ static void settle(struct engine *e)
     for (int i = 0; i < 2000; i++) {
         bool busy = false;
         pthread_mutex_lock(&e->lock);
-        for (size_t r = 0; r < e->t->rois.n; r++)
-            busy = busy || e->rois[r].state == RS_QUEUED || e->rois[r].state == RS_RUNNING;
+        for (size_t r = 0; r < e->f.t->rois.n; r++)
+            busy = busy || e->s.rois[r].state == RS_QUEUED || e->s.rois[r].state == RS_RUNNING;
         pthread_mutex_unlock(&e->lock);
         if (!busy)
             return;
@@ -641,7 +643,7 @@ static void open_before_read_ahead(struct engine *e, uint64_t id)
 static size_t jobs_now(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    size_t n = map_count(&e->jobs);
+    size_t n = e->s.njobs;
     pthread_mutex_unlock(&e->lock);
     return n;
 }

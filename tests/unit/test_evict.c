@@ -1,12 +1,12 @@
 /* test_evict.c: unit tests of the least-recently-used order behind [cache] max_size
- * (src/engine/evict.c), against a plain array model under random operations. */
+ * (src/cache/evict.c), against a plain array model under random operations. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "engine/evict.h"
+#include "cache/cache.h"
 
 /* The model: ids from least to most recently used, with their sizes. */
 struct model {

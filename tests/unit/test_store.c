@@ -1,4 +1,4 @@
-/* test_store.c: the result store (src/engine/store.c, store_gc.c) and what it rests on:
+/* test_store.c: the result store (src/cache/store.c, store_gc.c) and what it rests on:
  * records appended and found again after a reopen, a torn tail dropped and truncated by the
  * next writer, damaged records refused, packs rolling over, writers in several processes at
  * once; compaction keeping exactly what is wanted, seen by a store opened before it, killed at
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/store.h"
+#include "cache/cache.h"
 #include "key.h"
 #include "zarr/zarr.h"
 

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../zarr/zarr.h"
+#include "../crc32c.h"
 
 #define SCAN_WINDOW (256u << 10)
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../zarr/zarr.h"
+#include "../crc32c.h"
 
 uint64_t store_pack_limit = 1ULL << 30;
 

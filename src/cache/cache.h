@@ -17,6 +17,34 @@
  * and nobody else may write there; every entry is opened relative to it without following
  * symbolic links. Keys name what every result was made from, so nothing made for another
  * configuration or input is ever taken for current. */
+/* src/cache/: the cache directory and the result store, the one header other modules include
+ * (the result store, store.h; the key set, keyset.h; the order of eviction, evict.h, are its
+ * parts, included below; cache_internal.h and store_internal.h are private to src/cache/).
+ * It includes nothing of src/engine/. What it promises (docs/design.md, "The cache
+ * directory" and the items after it):
+ * - Layout: the one above, named by DIR/format; a directory of an older layout is emptied at
+ *   cache_open, any other non-empty directory that is not a roifs cache is refused; the
+ *   directory and its subdirectories are used only when they belong to the user and nobody
+ *   else may write there, every entry opened relative to it with O_NOFOLLOW.
+ * - Exactly once between processes: computing chunk id holds its byte of locks/all
+ *   (cache_lock_chunk), a ROI result that spans chunks the byte chosen by its key
+ *   (cache_lock_result), an append to the store byte 0; all are open-file-description locks,
+ *   which the kernel drops when their process dies, so a killed holder's work is taken over,
+ *   never waited on forever.
+ * - Atomic appearance: every file appears by rename of a complete temporary file (chunk
+ *   files, their sidecars, the format marker), so a reader never sees a partial one; results
+ *   are appended records, a torn tail of which the next writer truncates.
+ * - Checked: every chunk file carries its record {version, chunk key, length, inode, stamp,
+ *   crc32c}, every stored result its header {key, raw and stored length, codec, crc32c of the
+ *   stored bytes, crc32c of the header}; what does not verify (or has no record) is never
+ *   served as current: it is logged and made again.
+ * - kill -9 at any moment leaves a cache from which a remount serves only correct data: the
+ *   chunk files renamed into place and the results appended whole survive; a temporary file,
+ *   a torn record or an interrupted compaction (the old pack is unlinked only once the copy is
+ *   durable) loses nothing kept.
+ * - Not promised: a file altered and then given back its exact modification time on purpose,
+ *   and damage below the file system that changes no time (they pass the stamp; see
+ *   cache_chunk_open_current). */
 #ifndef ROIFS_CACHE_H
 #define ROIFS_CACHE_H
 
@@ -29,6 +57,9 @@
 
 #include "../key.h"
 #include "../util.h"
+#include "evict.h"
+#include "keyset.h"
+#include "store.h"
 
 struct cache;
 struct store;
@@ -107,6 +138,9 @@ int cache_chunk_remove_if(struct cache *c, uint64_t id, uint64_t ino);
 int cache_chunk_remove(struct cache *c, uint64_t id);
 /* Calls fn for every chunk file's id. */
 int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *ctx);
+/* Removes what writers that died left in chunks/: temporary files older than an hour and
+ * sidecars whose data file is gone (roifs clean --unused). Returns how many. */
+size_t cache_chunk_remove_leftovers(struct cache *c);
 
 /* ---- locks ---- */
 

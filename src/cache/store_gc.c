@@ -10,7 +10,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../zarr/zarr.h"
+#include "../crc32c.h"
 
 void (*store_compact_hook)(int step);
 

@@ -3,10 +3,11 @@
  * three independent streams at once (its latency is three times its throughput) whose
  * results are combined with precomputed "append N zero bytes" tables; elsewhere it is
  * table-driven, eight bytes per step ("slicing by 8"). */
-#include <pthread.h>
-#include <string.h>
+#include "crc32c.h"
 
-#include "zarr.h"
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the eight-byte steps below assume a little-endian host"

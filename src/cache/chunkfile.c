@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../zarr/zarr.h"
+#include "../crc32c.h"
 
 #define META_VERSION 3
 
@@ -537,4 +537,41 @@ int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *
     }
     closedir(d);
     return 0;
+}
+
+/* Temporary files older than this were left by a writer that died. */
+#define LEFTOVER_AGE_S 3600
+
+/* cache_chunk_remove_leftovers (moved from src/engine/gc.c, which may not see struct cache). */
+size_t cache_chunk_remove_leftovers(struct cache *c)
+{
+    DIR *d = opendir_at(c->chunks_fd, ".");
+    if (!d)
+        return 0;
+    size_t n = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        struct stat st;
+        if (fstatat(c->chunks_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        bool gone = false;
+        if (strncmp(name, ".tmp.", 5) == 0 || strncmp(name, ".probe.", 7) == 0) {
+            gone = now - st.st_mtime > LEFTOVER_AGE_S;
+        } else {
+            const char *dot = strstr(name, ".meta");
+            uint64_t id;
+            char data[32];
+            if (dot && strcmp(dot, ".meta") == 0 && (size_t)(dot - name) < sizeof data) {
+                snprintf(data, sizeof data, "%.*s", (int)(dot - name), name);
+                gone = parse_u64(data, &id) == 0 && !cache_chunk_exists(c, id) &&
+                       now - st.st_mtime > LEFTOVER_AGE_S;
+            }
+        }
+        if (gone && unlinkat(c->chunks_fd, name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
 }
