@@ -110,21 +110,11 @@ static bool record_v2_read(const void *buf, size_t len, bool sidecar, uint64_t i
 
 /* ---- the verified chunks of this process ---- */
 
-static size_t ver_slot(const struct cache *c, uint64_t id)
-{
-    size_t i = (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 17) & (c->ver_cap - 1);
-    while (c->ver[i].used && c->ver[i].id != id)
-        i = (i + 1) & (c->ver_cap - 1);
-    return i;
-}
-
 static bool is_verified_locked(struct cache *c, uint64_t id, const struct stat *st,
                                struct key128 key)
 {
-    if (!c->ver_cap)
-        return false;
-    const struct verified *v = &c->ver[ver_slot(c, id)];
-    return v->used && v->ino == (uint64_t)st->st_ino && v->mtime_ns == mtime_of(st) &&
+    const struct verified *v = map_get(&c->ver, id, 0);
+    return v && v->ino == (uint64_t)st->st_ino && v->mtime_ns == mtime_of(st) &&
            key_eq(v->key, key);
 }
 
@@ -176,21 +166,8 @@ static void end_verify(struct cache *c, uint64_t id, const struct stat *st, stru
 static void set_verified(struct cache *c, uint64_t id, const struct stat *st, struct key128 key)
 {
     pthread_mutex_lock(&c->verified_lock);
-    if (2 * (c->nver + 1) > c->ver_cap) {
-        struct verified *old = c->ver;
-        size_t ocap = c->ver_cap;
-        c->ver_cap = ocap ? 2 * ocap : 256;
-        c->ver = xcalloc(c->ver_cap, sizeof *c->ver);
-        for (size_t i = 0; i < ocap; i++)
-            if (old[i].used)
-                c->ver[ver_slot(c, old[i].id)] = old[i];
-        free(old);
-    }
-    struct verified *v = &c->ver[ver_slot(c, id)];
-    if (!v->used)
-        c->nver++;
-    *v = (struct verified){
-        .id = id, .ino = (uint64_t)st->st_ino, .mtime_ns = mtime_of(st), .key = key, .used = true};
+    *(struct verified *)map_put(&c->ver, id, 0, NULL) =
+        (struct verified){.ino = (uint64_t)st->st_ino, .mtime_ns = mtime_of(st), .key = key};
     pthread_mutex_unlock(&c->verified_lock);
 }
 
