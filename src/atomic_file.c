@@ -69,8 +69,14 @@ int atomic_commit(struct atomic_file *a, unsigned flags)
     int r = atomic_close(a, flags);
     if (r < 0)
         return r;
-    if (renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0)
-        return -errno;
+    if (renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0) {
+        if (!(flags & ATOMIC_OVER_DIR) ||
+            (errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST) ||
+            unlinkat(a->dirfd, a->name, AT_REMOVEDIR) < 0)
+            return -errno;
+        if (renameat(a->dirfd, a->tmp, a->dirfd, a->name) < 0)
+            return -errno;
+    }
     a->made = false;
     return flags & ATOMIC_FSYNC_DIR ? fsync_dir_of(a->dirfd, a->name) : 0;
 }

@@ -1,7 +1,7 @@
 /* atomic_file.h: the one way roifs writes a file that readers must see whole or not at all: a
  * temporary file beside it that the caller fills (data, extended attributes), then a rename
- * over the name. Used by file_write_atomic (util.h), the engine's chunk files, export's files
- * and `roifs apply`'s input files and marker. */
+ * over the name. Used by file_write_atomic (util.h), the cache's chunk files and their sidecar
+ * records, export's files and `roifs apply`'s input files and marker. */
 #ifndef ROIFS_ATOMIC_FILE_H
 #define ROIFS_ATOMIC_FILE_H
 
@@ -13,6 +13,7 @@
 /* atomic_commit's flags */
 #define ATOMIC_FSYNC     1u /* the file's data made durable before the rename */
 #define ATOMIC_FSYNC_DIR 2u /* the directory made durable after it */
+#define ATOMIC_OVER_DIR  4u /* an empty directory left at the name is removed for the rename */
 
 struct atomic_file {
     int dirfd;                  /* borrowed */

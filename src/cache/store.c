@@ -31,7 +31,7 @@ static void discover_packs(struct store *s)
 static int64_t dir_mtime(int fd)
 {
     struct stat st;
-    return fstat(fd, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : -1;
+    return fstat(fd, &st) == 0 ? ts_to_ns(st.st_mtim) : -1;
 }
 
 /* Opens every pack of the directory not known yet (scan lock held). Numbers only grow (a
