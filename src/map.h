@@ -4,8 +4,8 @@
  * and emptied again keeps its probes short); iteration in slot order (no order promised).
  * Not thread-safe: callers hold their own lock. A value's address holds until the next
  * map_put or map_del. Used by idlru.c, the labels' union-find, the overlay tables' boxes, the
- * input's signature memo and kept content hashes, the live tree's entries and the engine's
- * sets of keys. */
+ * input's signature memo and kept content hashes, the live tree's entries, the engine's chunk
+ * jobs, the cache's verified chunks, the result store's index and keyset.c. */
 #ifndef ROIFS_MAP_H
 #define ROIFS_MAP_H
 
