@@ -17,10 +17,7 @@ struct ref {
 static uint64_t rng = 88172645463325252ULL;
 static uint64_t next_rand(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return check_xorshift(&rng);
 }
 
 static struct ref *ref_find(struct ref *r, size_t n, struct map_key k)
