@@ -554,7 +554,12 @@ int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t 
         if (r < 0)
             return r;
     } while (nd_next_index(ci, c0, c1, nd));
-    if (input_dir_generation(in->dir) != generation) /* chunks of two directories, maybe */
+    /* A look again: the directory read may have been replaced (and its files removed, read as
+     * fill values) with no other look to notice it during the read. Either way chunks of two
+     * directories, maybe: read again. */
+    if ((r = input_dir_look(in, err)) < 0)
+        return r;
+    if (input_dir_generation(in->dir) != generation)
         return err_set(err, -EAGAIN, "%s: the input's directory was replaced while being read",
                        in->path);
     return 0;
