@@ -301,7 +301,7 @@ uint64_t mask_signature(struct mask *m, const uint64_t *start, const uint64_t *s
 uint64_t mask_mix_sig(uint64_t input_sig, uint64_t label, uint64_t mask_sig)
 {
     uint64_t v[3] = {input_sig, label, mask_sig};
-    return fnv64(FNV64_INIT, v, sizeof v);
+    return hash64(HASH64_INIT, v, sizeof v);
 }
 
 /* ---- applying selections ---- */

@@ -14,6 +14,7 @@
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "atomic_file.h"
 
@@ -587,6 +588,11 @@ int parse_size(const char *s, uint64_t *out)
         return -ERANGE;
     *out = v * mult;
     return 0;
+}
+
+uint64_t hash64(uint64_t h, const void *data, size_t len)
+{
+    return (uint64_t)XXH3_64bits_withSeed(data, len, (XXH64_hash_t)h);
 }
 
 uint64_t fnv64(uint64_t h, const void *data, size_t len)

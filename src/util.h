@@ -159,7 +159,14 @@ int parse_u64_list(const char *s, uint64_t *out, int max);
 /* Parses a size with optional K/M/G/T suffix (powers of 1024). */
 int parse_size(const char *s, uint64_t *out);
 
-/* 64-bit FNV-1a over data, continuing from h (start with FNV64_INIT). */
+/* XXH3-64 (libxxhash) of data seeded with h, so that calls chain into one hash of several
+ * pieces (start with HASH64_INIT): input signatures, fingerprints, records' checksums. */
+#define HASH64_INIT 0x9e3779b97f4a7c15ULL
+uint64_t hash64(uint64_t h, const void *data, size_t len);
+
+/* 64-bit FNV-1a over data, continuing from h (start with FNV64_INIT): only for the default
+ * cache directory's name, which must stay what earlier versions named it (an older layout
+ * there is emptied and used again, never left behind beside a new directory). */
 #define FNV64_INIT 0xcbf29ce484222325ULL
 uint64_t fnv64(uint64_t h, const void *data, size_t len);
 

@@ -178,7 +178,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
     uint64_t count = n;
     sb_append(&sb, (const char *)&count, sizeof count);
     sb_append(&sb, (const char *)rows, n * sizeof *rows);
-    uint64_t sum = fnv64(FNV64_INIT, sb.buf, sb.len);
+    uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
     sb_append(&sb, (const char *)&sum, sizeof sum);
     char *path = record_path(t);
     int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -203,7 +203,7 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
         memcpy(&count, data + strlen(RECORD_MAGIC), sizeof count);
         memcpy(&sum, data + len - sizeof sum, sizeof sum);
         if (count <= TABLE_MAX_ROWS && len == head + count * sizeof *rows + sizeof sum &&
-            fnv64(FNV64_INIT, data, len - sizeof sum) == sum) {
+            hash64(HASH64_INIT, data, len - sizeof sum) == sum) {
             rows = xmalloc((count ? count : 1) * sizeof *rows);
             memcpy(rows, data + head, count * sizeof *rows);
             *n = count;

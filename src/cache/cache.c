@@ -289,7 +289,7 @@ static int register_user(struct cache *c, const char *config_path, struct errbuf
         return users_fd;
     char mine[24];
     snprintf(mine, sizeof mine, "%016" PRIx64 "-",
-             fnv64(FNV64_INIT, config_path, strlen(config_path)));
+             hash64(HASH64_INIT, config_path, strlen(config_path)));
     int lock = take_lock(c, LOCK_USERS, F_WRLCK, true);
     int r = lock < 0 ? err_set(err, lock, "%s/locks/all: %s", c->path, strerror(-lock)) : 0;
     if (r == 0)

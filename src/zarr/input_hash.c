@@ -31,7 +31,7 @@ uint64_t input_hash_bytes(const void *p, size_t n)
 uint64_t input_identity_value(const struct file_id *fid)
 {
     uint64_t rec[5] = {fid->size, fid->mtime_ns, fid->ctime_ns, fid->ino, 0x6964656e74ULL};
-    return fnv64(FNV64_INIT, rec, sizeof rec);
+    return hash64(HASH64_INIT, rec, sizeof rec);
 }
 
 bool input_by_identity(const struct zarr_input *in)
@@ -202,8 +202,8 @@ static int read_kept(int dirfd, const char *name, uint64_t max, char **data, siz
 int zarr_input_keep_hashes(struct zarr_input *in, int dirfd)
 {
     struct input_hashes *h = &in->hashes;
-    uint64_t id = fnv64(FNV64_INIT, in->path, strlen(in->path) + 1);
-    id = fnv64(id, in->zarray, strlen(in->zarray));
+    uint64_t id = hash64(HASH64_INIT, in->path, strlen(in->path) + 1);
+    id = hash64(id, in->zarray, strlen(in->zarray));
     int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -317,9 +317,9 @@ int input_hash_fd(int fd, uint64_t size, const struct range_check *chk, size_t n
 /* A value no read gives, for a file that could not be hashed: any key made with it is new. */
 static uint64_t unreadable(const struct file_id *fid)
 {
-    uint64_t h = fnv64(FNV64_INIT, "roifs unreadable", 16);
-    h = fnv64(h, fid, sizeof *fid);
-    return fnv64(h, &(uint64_t){input_now_ns()}, 8);
+    uint64_t h = hash64(HASH64_INIT, "roifs unreadable", 16);
+    h = hash64(h, fid, sizeof *fid);
+    return hash64(h, &(uint64_t){input_now_ns()}, 8);
 }
 
 uint64_t input_hash_now(struct zarr_input *in, uint64_t sid, const struct file_id *fid,

@@ -52,7 +52,7 @@ static uint64_t signature_of(struct zarr_input *in, const uint64_t *start, const
     int nd = in->meta.ndim;
     uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], s1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
     /* "content": no signature of the identities that named files before can equal one */
-    uint64_t h = fnv64(in->meta_hash, "content", 7);
+    uint64_t h = hash64(in->meta_hash, "content", 7);
     storage_range(in, start, shape, s0, sn);
     for (int d = 0; d < nd; d++)
         s1[d] = s0[d] + sn[d];
@@ -63,7 +63,7 @@ static uint64_t signature_of(struct zarr_input *in, const uint64_t *start, const
         uint64_t id = nd_linear(ci, in->grid, nd);
         uint64_t content = fn(ctx, id, pos++, &exists);
         uint64_t rec[3] = {id, exists, exists ? content : 0};
-        h = fnv64(h, rec, sizeof rec);
+        h = hash64(h, rec, sizeof rec);
     } while (nd_next_index(ci, s0, s1, nd));
     return h;
 }
@@ -190,7 +190,7 @@ int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, cons
                               struct zarr_sigmemo *memo, uint64_t *sig)
 {
     if (input_gone(in, memo)) { /* a signature no read gives: nothing stored is current */
-        *sig = fnv64(in->meta_hash, "gone", 4);
+        *sig = hash64(in->meta_hash, "gone", 4);
         return -EIO;
     }
     int r = input_check_box(in, start, shape, NULL);
