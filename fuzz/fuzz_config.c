@@ -39,7 +39,8 @@ static void check_config(const struct config *cfg)
     FUZZ_ASSERT(cfg->rois_kind != ROIS_FILE || (cfg->rois_file && cfg->rois_file[0] == '/'),
                 "rois file");
     FUZZ_ASSERT(cfg->threads >= 1 && cfg->threads <= 1024, "threads %d", cfg->threads);
-    FUZZ_ASSERT(cfg->readahead >= 0, "readahead %d", cfg->readahead);
+    FUZZ_ASSERT(cfg->readahead >= 0 || cfg->readahead == READAHEAD_AUTO, "readahead %d",
+                cfg->readahead);
     FUZZ_ASSERT(cfg->format == 2 || cfg->format == 3, "format %d", cfg->format);
     FUZZ_ASSERT(cfg->dimension_separator == '.' || cfg->dimension_separator == '/', "separator");
     FUZZ_ASSERT(cfg->timeout >= 0, "timeout");

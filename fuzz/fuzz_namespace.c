@@ -83,7 +83,7 @@ static void walk(const struct ns *ns, const struct task *t, const char *path)
     }
     if (n.kind == NS_DIR) {
         struct listing l = {ns, dir, 0};
-        FUZZ_ASSERT(ns_readdir(ns, dir, 0, check_entry, &l) == 0, "readdir");
+        FUZZ_ASSERT(ns_readdir(ns, dir, 0, NULL, check_entry, &l) == 0, "readdir");
     }
 }
 
@@ -142,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     path[len] = '\0';
     walk(ns, &t, path);
     struct listing l = {ns, NS_INO_ROOT, 0};
-    FUZZ_ASSERT(ns_readdir(ns, NS_INO_ROOT, 0, check_entry, &l) == 0, "readdir of the root");
+    FUZZ_ASSERT(ns_readdir(ns, NS_INO_ROOT, 0, NULL, check_entry, &l) == 0, "readdir of the root");
     free(path);
     ns_free(ns);
     roi_index_free(t.index);

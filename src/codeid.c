@@ -65,8 +65,8 @@ static void stat_of(const struct stat *st, struct code_stat *cs)
         .dev = (uint64_t)st->st_dev,
         .ino = (uint64_t)st->st_ino,
         .size = (uint64_t)st->st_size,
-        .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
-        .ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec,
+        .mtime_ns = ts_to_ns(st->st_mtim),
+        .ctime_ns = ts_to_ns(st->st_ctim),
     };
 }
 

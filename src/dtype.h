@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -48,6 +49,62 @@ void dtype_from_ldouble(const struct dtype *dt, const long double *src, void *ds
  * give what the double conversions give for the same exact integer values. */
 bool dtype_to_int64(const struct dtype *dt, const void *src, int64_t *dst, size_t n);
 bool dtype_from_int64(const struct dtype *dt, const int64_t *src, void *dst, size_t n);
+
+/* The integer of size bytes (1, 2, 4 or 8; native order) at p, zero-extended: its bits. */
+static inline uint64_t dtype_load_bits(const void *p, unsigned size)
+{
+    switch (size) {
+    case 1:
+        return *(const uint8_t *)p;
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    }
+}
+
+/* The low size bytes of bits (as dtype_load_bits gives them) as a signed integer. */
+static inline int64_t dtype_sign_extend(uint64_t bits, unsigned size)
+{
+    if (size >= 8)
+        return (int64_t)bits;
+    uint64_t sign = 1ULL << (8 * size - 1);
+    return (int64_t)((bits ^ sign) - sign);
+}
+
+/* Stores the low size bytes (1, 2, 4 or 8) of v at p, in native order. */
+static inline void dtype_store_bits(void *p, unsigned size, uint64_t v)
+{
+    switch (size) {
+    case 1:
+        *(uint8_t *)p = (uint8_t)v;
+        break;
+    case 2: {
+        uint16_t x = (uint16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case 4: {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    default:
+        memcpy(p, &v, 8);
+        break;
+    }
+}
 
 /* Parses a fill value given as text in a config file ("0", "-3", "1.5", "nan", "inf",
  * "-inf", "true", "false") into one native-order element. 0 or -EINVAL / -ERANGE. */

@@ -3,22 +3,22 @@
  * IDLRU_ENTRY. A node may be in the table without being in the order (an entry being loaded,
  * say). Not thread-safe: callers hold their own lock. Used by the input reader's cache of
  * decoded chunks, the engine's [cache] max_size accounting and the FUSE side's backing
- * files. */
+ * files. The table is map.h's; the order of use a list through the nodes. */
 #ifndef ROIFS_IDLRU_H
 #define ROIFS_IDLRU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "map.h"
+
 struct idlru_node {
     uint64_t id;
-    struct idlru_node *hnext;       /* hash chain */
     struct idlru_node *prev, *next; /* order of use; NULL when not in it */
 };
 
 struct idlru {
-    struct idlru_node **buckets;
-    size_t nbuckets, count;
+    struct map by_id;        /* id -> struct idlru_node * */
     struct idlru_node order; /* sentinel: order.next is the most recently used */
 };
 

@@ -232,32 +232,8 @@ static void match_label(const struct dtype *dt, const void *raw, size_t n, uint6
     const unsigned char *p = raw;
     bool is_signed = dt->kind == DT_INT;
     for (size_t k = 0; k < n; k++, p += dt->size) {
-        int64_t s;
-        uint64_t u;
-        switch (dt->size) {
-        case 1:
-            u = *p;
-            s = (int8_t)*p;
-            break;
-        case 2: {
-            uint16_t v;
-            memcpy(&v, p, 2);
-            u = v;
-            s = (int16_t)v;
-            break;
-        }
-        case 4: {
-            uint32_t v;
-            memcpy(&v, p, 4);
-            u = v;
-            s = (int32_t)v;
-            break;
-        }
-        default:
-            memcpy(&u, p, 8);
-            s = (int64_t)u;
-            break;
-        }
+        uint64_t u = dtype_load_bits(p, dt->size);
+        int64_t s = dtype_sign_extend(u, dt->size);
         match[k] = is_signed ? s > 0 && (uint64_t)s == label : u == label;
     }
 }
@@ -325,7 +301,7 @@ uint64_t mask_signature(struct mask *m, const uint64_t *start, const uint64_t *s
 uint64_t mask_mix_sig(uint64_t input_sig, uint64_t label, uint64_t mask_sig)
 {
     uint64_t v[3] = {input_sig, label, mask_sig};
-    return fnv64(FNV64_INIT, v, sizeof v);
+    return hash64(HASH64_INIT, v, sizeof v);
 }
 
 /* ---- applying selections ---- */

@@ -503,7 +503,7 @@ static void build_manifest(struct task *t)
         sb_append(&sb, "\n", 1);
     }
     t->manifest = sb.buf;
-    t->fingerprint = fnv64(FNV64_INIT, sb.buf, sb.len);
+    t->fingerprint = hash64(HASH64_INIT, sb.buf, sb.len);
     build_result_identity(t);
 }
 

@@ -14,6 +14,9 @@
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
+
+#include "atomic_file.h"
 
 int err_set(struct errbuf *err, int code, const char *fmt, ...)
 {
@@ -347,23 +350,15 @@ int pread_full(int fd, void *buf, size_t n, uint64_t off, size_t *got)
 
 int file_write_atomic(int dirfd, const char *name, const void *data, size_t len, bool durable)
 {
-    static _Atomic unsigned long counter;
-    char tmp[512];
-    const char *slash = strrchr(name, '/');
-    int dirlen = slash ? (int)(slash - name + 1) : 0;
-    snprintf(tmp, sizeof tmp, "%.*s.tmp.%ld.%lu", dirlen, name, (long)getpid(), ++counter);
-    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    int r = write_full(fd, data, len);
-    if (r == 0 && durable && fsync(fd) < 0)
-        r = -errno;
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
-        r = -errno;
+    struct atomic_file a;
+    int r = atomic_begin(&a, dirfd, name, NULL, ".tmp.", 0600);
     if (r < 0)
-        unlinkat(dirfd, tmp, 0);
+        return r;
+    r = write_full(a.fd, data, len);
+    if (r == 0)
+        r = atomic_commit(&a, durable ? ATOMIC_FSYNC : 0);
+    if (r < 0)
+        atomic_abort(&a);
     return r;
 }
 
@@ -439,6 +434,20 @@ uint64_t mem_physical_bytes(void)
         bytes = (uint64_t)1 << 40;
     known = bytes;
     return bytes;
+}
+
+int64_t clock_ns(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return ts_to_ns(t);
+}
+
+struct timespec deadline_in(clockid_t clk, struct timespec d)
+{
+    struct timespec now;
+    clock_gettime(clk, &now);
+    return ts_add(now, d);
 }
 
 double now_monotonic(void)
@@ -579,6 +588,11 @@ int parse_size(const char *s, uint64_t *out)
         return -ERANGE;
     *out = v * mult;
     return 0;
+}
+
+uint64_t hash64(uint64_t h, const void *data, size_t len)
+{
+    return (uint64_t)XXH3_64bits_withSeed(data, len, (XXH64_hash_t)h);
 }
 
 uint64_t fnv64(uint64_t h, const void *data, size_t len)

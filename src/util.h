@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define ROIFS_MAX_DIM 32
 
@@ -99,6 +100,50 @@ uint64_t mem_physical_bytes(void);
  * when it cannot. */
 DIR *opendir_at(int dirfd, const char *rel);
 
+/* ---- time: nanoseconds as int64_t (292 years either side of the epoch or the boot) ---- */
+
+#define NS_PER_SEC 1000000000LL
+
+static inline int64_t ts_to_ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * NS_PER_SEC + t.tv_nsec;
+}
+
+static inline struct timespec ts_from_ns(int64_t ns)
+{
+    struct timespec t = {.tv_sec = (time_t)(ns / NS_PER_SEC), .tv_nsec = (long)(ns % NS_PER_SEC)};
+    if (t.tv_nsec < 0) {
+        t.tv_sec--;
+        t.tv_nsec += NS_PER_SEC;
+    }
+    return t;
+}
+
+/* s seconds (s >= 0): whole seconds, then the fraction's nanoseconds (truncated). */
+static inline struct timespec ts_from_seconds(double s)
+{
+    time_t whole = (time_t)s;
+    return (struct timespec){.tv_sec = whole, .tv_nsec = (long)((s - (double)whole) * 1e9)};
+}
+
+/* a + b, both normalised (0 <= tv_nsec < 1e9). */
+static inline struct timespec ts_add(struct timespec a, struct timespec b)
+{
+    a.tv_sec += b.tv_sec;
+    a.tv_nsec += b.tv_nsec;
+    if (a.tv_nsec >= NS_PER_SEC) {
+        a.tv_sec++;
+        a.tv_nsec -= NS_PER_SEC;
+    }
+    return a;
+}
+
+/* clk's time now, in nanoseconds. */
+int64_t clock_ns(clockid_t clk);
+/* clk's time after d from now: the deadline of a wait timed by clk (pthread_cond_timedwait
+ * with the clock of cond_init_monotonic or the default CLOCK_REALTIME, pthread_timedjoin_np). */
+struct timespec deadline_in(clockid_t clk, struct timespec d);
+
 /* Monotonic clock in seconds. */
 double now_monotonic(void);
 /* Initialises cv to time its waits (pthread_cond_timedwait) by CLOCK_MONOTONIC, which a
@@ -114,7 +159,14 @@ int parse_u64_list(const char *s, uint64_t *out, int max);
 /* Parses a size with optional K/M/G/T suffix (powers of 1024). */
 int parse_size(const char *s, uint64_t *out);
 
-/* 64-bit FNV-1a over data, continuing from h (start with FNV64_INIT). */
+/* XXH3-64 (libxxhash) of data seeded with h, so that calls chain into one hash of several
+ * pieces (start with HASH64_INIT): input signatures, fingerprints, records' checksums. */
+#define HASH64_INIT 0x9e3779b97f4a7c15ULL
+uint64_t hash64(uint64_t h, const void *data, size_t len);
+
+/* 64-bit FNV-1a over data, continuing from h (start with FNV64_INIT): only for the default
+ * cache directory's name, which must stay what earlier versions named it (an older layout
+ * there is emptied and used again, never left behind beside a new directory). */
 #define FNV64_INIT 0xcbf29ce484222325ULL
 uint64_t fnv64(uint64_t h, const void *data, size_t len);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../atomic_file.h"
 #include "../key.h"
 
 #define MARKER_MAX 65536
@@ -44,11 +45,6 @@ void apply_marker_free(struct apply_marker *m)
     free(m->cache);
     free(m->config);
     memset(m, 0, sizeof *m);
-}
-
-static int fsync_dirfd(int dirfd)
-{
-    return fsync(dirfd) < 0 ? -errno : 0;
 }
 
 int apply_marker_read(int dirfd, struct apply_marker *m, struct errbuf *err)
@@ -91,22 +87,15 @@ int apply_marker_write(int dirfd, const struct apply_marker *m, struct errbuf *e
     json_decref(o);
     if (!text)
         return err_set(err, -EINVAL, "%s: cannot encode (a path that is not UTF-8?)", APPLY_MARKER);
-    int r = 0, fd = openat(dirfd, APPLY_MARKER_TMP,
-                           O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0)
-        r = -errno;
+    struct atomic_file a;
+    int r = atomic_begin(&a, dirfd, APPLY_MARKER, APPLY_MARKER_TMP, NULL, 0644);
     if (r == 0)
-        r = write_full(fd, text, strlen(text));
-    if (r == 0 && fsync(fd) < 0)
-        r = -errno;
-    if (fd >= 0 && close(fd) < 0 && r == 0)
-        r = -errno;
+        r = write_full(a.fd, text, strlen(text));
     free(text);
-    if (r == 0 && renameat(dirfd, APPLY_MARKER_TMP, dirfd, APPLY_MARKER) < 0)
-        r = -errno;
     if (r == 0)
-        r = fsync_dirfd(dirfd);
+        r = atomic_commit(&a, ATOMIC_FSYNC | ATOMIC_FSYNC_DIR);
     if (r < 0) {
+        atomic_abort(&a);
         unlinkat(dirfd, APPLY_MARKER_TMP, 0);
         return err_set(err, r, "%s: cannot write: %s", APPLY_MARKER, strerror(-r));
     }
@@ -118,6 +107,6 @@ int apply_marker_remove(int dirfd, struct errbuf *err)
     unlinkat(dirfd, APPLY_MARKER_TMP, 0); /* a kill between its write and its rename */
     int r = unlinkat(dirfd, APPLY_MARKER, 0) < 0 && errno != ENOENT ? -errno : 0;
     if (r == 0)
-        r = fsync_dirfd(dirfd);
+        r = fsync_dir_of(dirfd, APPLY_MARKER);
     return r < 0 ? err_set(err, r, "%s: cannot remove: %s", APPLY_MARKER, strerror(-r)) : 0;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../engine/engine.h"
+#include "../atomic_file.h"
 #include "../cache/cache.h"
 #include "../nd.h"
 #include "internal.h"
@@ -143,16 +144,6 @@ static void key_paths(const char *key, char *dir, size_t dlen, char *tmp, size_t
              slash ? slash + 1 : key);
 }
 
-static int fsync_dir(int infd, const char *dir)
-{
-    int d = openat(infd, *dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (d < 0)
-        return -errno;
-    int r = fsync(d) < 0 ? -errno : 0;
-    close(d);
-    return r;
-}
-
 /* Replaces input file id with the assembled chunk in fd: a temporary file beside it, made
  * durable, journaled as intended, renamed over it, the directory made durable, journaled as
  * replaced (lock held). */
@@ -172,29 +163,27 @@ static int replace_file(struct apply *a, uint64_t id, int fd, struct errbuf *err
     mode_t mode = fstatat(a->infd, key, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode)
                       ? old.st_mode & 07777
                       : 0666;
-    int out = openat(a->infd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (out < 0)
-        return err_set(err, -errno, "%s/%s: %s", a->input_path, tmp, strerror(errno));
+    struct atomic_file f;
+    int r = atomic_begin(&f, a->infd, key, tmp, NULL, mode);
+    if (r < 0)
+        return err_set(err, r, "%s/%s: %s", a->input_path, tmp, strerror(-r));
     uint64_t len = 0;
     uint32_t crc = 0;
-    int r = copy_crc(out, fd, &len, &crc);
-    if (r == 0 && fsync(out) < 0)
-        r = -errno;
-    if (close(out) < 0 && r == 0)
-        r = -errno;
+    r = copy_crc(f.fd, fd, &len, &crc);
+    if (r == 0)
+        r = atomic_close(&f, ATOMIC_FSYNC);
     if (r < 0) {
-        unlinkat(a->infd, tmp, 0);
+        atomic_abort(&f);
         return err_set(err, r, "%s/%s: cannot write: %s", a->input_path, tmp, strerror(-r));
     }
     apply_fault_point("tmp");
     if ((r = journal_intent(&a->j, id, len, crc, err)) < 0)
         return r;
     apply_fault_point("intent");
-    if (renameat(a->infd, tmp, a->infd, key) < 0)
-        return err_set(err, -errno, "%s/%s: cannot replace: %s", a->input_path, key,
-                       strerror(errno));
+    if ((r = atomic_commit(&f, 0)) < 0) /* the journal accounts for the temporary file */
+        return err_set(err, r, "%s/%s: cannot replace: %s", a->input_path, key, strerror(-r));
     apply_fault_point("rename");
-    if ((r = fsync_dir(a->infd, dir)) < 0)
+    if ((r = fsync_dir_of(a->infd, key)) < 0)
         return err_set(err, r, "%s/%s: %s", a->input_path, *dir ? dir : ".", strerror(-r));
     if ((r = journal_replaced(&a->j, id, err)) < 0)
         return r;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../key.h"
+#include "../map.h"
 #include "../nd.h"
 #include "upread.h"
 
@@ -28,11 +29,9 @@ struct waiter {
     struct waiter *next;
 };
 
-/* The bounding boxes seen so far: an open-addressing map from label to box (z, y, x). */
-struct boxes {
-    uint64_t *label; /* 0: empty slot */
-    uint64_t (*lo)[3], (*hi)[3];
-    size_t cap, n;
+/* The bounding boxes seen so far: a map.h table from label to box (z, y, x). */
+struct box {
+    uint64_t lo[3], hi[3];
 };
 
 struct otable {
@@ -47,7 +46,7 @@ struct otable {
     struct waiter *waiters;
     size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
     bool failed;
-    struct boxes boxes;
+    struct map boxes;         /* label -> struct box */
     struct key128 record_key; /* RUNNING: the key of the label chunks being scanned */
     /* The last table made (have_files), from the label chunks of files_key; DONE: they are the
      * chunks as they were at the last request, so its sizes are exact. */
@@ -59,86 +58,29 @@ struct otable {
 
 /* ---- the boxes ---- */
 
-static size_t slot_of(const struct boxes *b, uint64_t label)
-{
-    size_t i = (size_t)((label * 0x9E3779B97F4A7C15ull) >> 7) & (b->cap - 1);
-    while (b->label[i] && b->label[i] != label)
-        i = (i + 1) & (b->cap - 1);
-    return i;
-}
-
-static void boxes_grow(struct boxes *b)
-{
-    struct boxes old = *b;
-    b->cap = old.cap ? 2 * old.cap : 1024;
-    b->label = xcalloc(b->cap, sizeof *b->label);
-    b->lo = xmalloc(b->cap * sizeof *b->lo);
-    b->hi = xmalloc(b->cap * sizeof *b->hi);
-    for (size_t i = 0; i < old.cap; i++) {
-        if (!old.label[i])
-            continue;
-        size_t s = slot_of(b, old.label[i]);
-        b->label[s] = old.label[i];
-        memcpy(b->lo[s], old.lo[i], sizeof b->lo[s]);
-        memcpy(b->hi[s], old.hi[i], sizeof b->hi[s]);
-    }
-    free(old.label);
-    free(old.lo);
-    free(old.hi);
-}
-
-static void boxes_free(struct boxes *b)
-{
-    free(b->label);
-    free(b->lo);
-    free(b->hi);
-    memset(b, 0, sizeof *b);
-}
-
 /* Adds element pos[z, y, x] of label to its box. */
-static void boxes_add(struct boxes *b, uint64_t label, const uint64_t *pos)
+static void boxes_add(struct map *boxes, uint64_t label, const uint64_t *pos)
 {
-    if ((b->n + 1) * 2 > b->cap)
-        boxes_grow(b);
-    size_t s = slot_of(b, label);
-    if (!b->label[s]) {
-        b->label[s] = label;
-        b->n++;
-        memcpy(b->lo[s], pos, sizeof b->lo[s]);
-        memcpy(b->hi[s], pos, sizeof b->hi[s]);
+    bool added;
+    struct box *b = map_put(boxes, label, 0, &added);
+    if (added) {
+        memcpy(b->lo, pos, sizeof b->lo);
+        memcpy(b->hi, pos, sizeof b->hi);
         return;
     }
     for (int a = 0; a < 3; a++) {
-        if (pos[a] < b->lo[s][a])
-            b->lo[s][a] = pos[a];
-        if (pos[a] > b->hi[s][a])
-            b->hi[s][a] = pos[a];
+        if (pos[a] < b->lo[a])
+            b->lo[a] = pos[a];
+        if (pos[a] > b->hi[a])
+            b->hi[a] = pos[a];
     }
 }
 
 /* Element e of a decoded chunk as a label; 0 for background and negative values. */
 static uint64_t label_at(const struct dtype *dt, const unsigned char *p)
 {
-    switch (dt->size) {
-    case 1:
-        return dt->kind == DT_INT ? (uint64_t)(*(const int8_t *)p > 0 ? *(const int8_t *)p : 0)
-                                  : *p;
-    case 2: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        return dt->kind == DT_INT && (int16_t)v < 0 ? 0 : v;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        return dt->kind == DT_INT && (int32_t)v < 0 ? 0 : v;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        return dt->kind == DT_INT && (int64_t)v < 0 ? 0 : v;
-    }
-    }
+    uint64_t u = dtype_load_bits(p, dt->size);
+    return dt->kind == DT_INT && dtype_sign_extend(u, dt->size) < 0 ? 0 : u;
 }
 
 /* Adds the labels of chunk id (decoded in buf) to the boxes. Lock held. */
@@ -172,18 +114,20 @@ static void scan_chunk(struct otable *t, uint64_t id, const unsigned char *buf)
 /* The rows of the boxes, in micrometres (malloc'd, *n of them). */
 static struct table_row *rows_of(const struct otable *t, size_t *n)
 {
-    const struct boxes *b = &t->boxes;
-    struct table_row *rows = xmalloc((b->n ? b->n : 1) * sizeof *rows);
+    size_t count = map_count(&t->boxes);
+    struct table_row *rows = xmalloc((count ? count : 1) * sizeof *rows);
     *n = 0;
-    for (size_t s = 0; s < b->cap; s++) {
-        if (!b->label[s])
-            continue;
+    size_t it = 0;
+    struct map_key label;
+    void *v;
+    while (map_next(&t->boxes, &it, &label, &v)) {
+        const struct box *b = v;
         struct table_row *r = &rows[(*n)++];
-        r->label = b->label[s];
+        r->label = label.lo;
         for (int a = 0; a < 3; a++) {
             int ax = t->g.axis[a];
-            r->start[a] = ax < 0 ? 0 : t->g.translation[ax] + (double)b->lo[s][a] * t->g.scale[ax];
-            r->length[a] = ax < 0 ? 1 : (double)(b->hi[s][a] + 1 - b->lo[s][a]) * t->g.scale[ax];
+            r->start[a] = ax < 0 ? 0 : t->g.translation[ax] + (double)b->lo[a] * t->g.scale[ax];
+            r->length[a] = ax < 0 ? 1 : (double)(b->hi[a] + 1 - b->lo[a]) * t->g.scale[ax];
         }
     }
     return rows;
@@ -234,7 +178,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
     uint64_t count = n;
     sb_append(&sb, (const char *)&count, sizeof count);
     sb_append(&sb, (const char *)rows, n * sizeof *rows);
-    uint64_t sum = fnv64(FNV64_INIT, sb.buf, sb.len);
+    uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
     sb_append(&sb, (const char *)&sum, sizeof sum);
     char *path = record_path(t);
     int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -259,7 +203,7 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
         memcpy(&count, data + strlen(RECORD_MAGIC), sizeof count);
         memcpy(&sum, data + len - sizeof sum, sizeof sum);
         if (count <= TABLE_MAX_ROWS && len == head + count * sizeof *rows + sizeof sum &&
-            fnv64(FNV64_INIT, data, len - sizeof sum) == sum) {
+            hash64(HASH64_INIT, data, len - sizeof sum) == sum) {
             rows = xmalloc((count ? count : 1) * sizeof *rows);
             memcpy(rows, data + head, count * sizeof *rows);
             *n = count;
@@ -286,7 +230,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     }
     free(rows);
     pthread_mutex_lock(&t->m);
-    boxes_free(&t->boxes);
+    map_destroy(&t->boxes);
     t->state = ok ? DONE : IDLE;
     if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
         struct table_files old = t->files;
@@ -412,6 +356,7 @@ void otable_request(struct otable *t, otable_cb cb, void *ctx)
 int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err)
 {
     struct otable *t = xcalloc(1, sizeof *t);
+    map_init(&t->boxes, sizeof(struct box), 512);
     t->ov = ov;
     overlay_geometry(ov, &t->g);
     const struct config *c = &t->g.t->cfg;
@@ -439,7 +384,7 @@ void otable_free(struct otable *t)
         return;
     table_files_free(&t->names);
     table_files_free(&t->files);
-    boxes_free(&t->boxes);
+    map_destroy(&t->boxes);
     for (struct waiter *w = t->waiters, *next; w; w = next) {
         next = w->next;
         free(w);

@@ -111,14 +111,14 @@ int upread_decode_fd(const struct task *up, struct cache *cache, uint64_t id, in
 static uint64_t level_sig(const struct task *up, const uint64_t *c0, const uint64_t *c1,
                           const struct key128 *keys)
 {
-    uint64_t h = fnv64(FNV64_INIT, "level 2", 7), idx[ROIFS_MAX_DIM];
+    uint64_t h = hash64(HASH64_INIT, "level 2", 7), idx[ROIFS_MAX_DIM];
     int nd = up->out.ndim;
     size_t i = 0;
     memcpy(idx, c0, sizeof(uint64_t) * nd);
     do {
         uint64_t id = nd_linear(idx, up->grid, nd);
-        h = fnv64(h, &id, sizeof id);
-        h = fnv64(h, &keys[i], sizeof keys[i]);
+        h = hash64(h, &id, sizeof id);
+        h = hash64(h, &keys[i], sizeof keys[i]);
         i++;
     } while (nd_next_index(idx, c0, c1, nd));
     return h;
@@ -162,7 +162,7 @@ int upread_each(const struct upread *lv, const uint64_t *f0, const uint64_t *fsh
     int nd = up->out.ndim;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
     if (sig)
-        *sig = fnv64(FNV64_INIT, "level 2", 7);
+        *sig = hash64(HASH64_INIT, "level 2", 7);
     if (!up_range(up, f0, fshape, c0, c1))
         return 0;
     memcpy(idx, c0, sizeof(uint64_t) * nd);
@@ -203,7 +203,7 @@ uint64_t upread_signature(const struct task *up, const uint64_t *f0, const uint6
 {
     int nd = up->out.ndim;
     uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], idx[ROIFS_MAX_DIM];
-    uint64_t sig = fnv64(FNV64_INIT, "level 2", 7);
+    uint64_t sig = hash64(HASH64_INIT, "level 2", 7);
     if (!f0 || !up_range(up, f0, fshape, c0, c1))
         return sig;
     struct key128 *keys = xcalloc(range_count(c0, c1, nd), sizeof *keys);

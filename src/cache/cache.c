@@ -289,7 +289,7 @@ static int register_user(struct cache *c, const char *config_path, struct errbuf
         return users_fd;
     char mine[24];
     snprintf(mine, sizeof mine, "%016" PRIx64 "-",
-             fnv64(FNV64_INIT, config_path, strlen(config_path)));
+             hash64(HASH64_INIT, config_path, strlen(config_path)));
     int lock = take_lock(c, LOCK_USERS, F_WRLCK, true);
     int r = lock < 0 ? err_set(err, lock, "%s/locks/all: %s", c->path, strerror(-lock)) : 0;
     if (r == 0)
@@ -414,6 +414,7 @@ int cache_open(const char *dir, const char *config_path, uint64_t version, struc
     c->user_fd = c->users_fd = -1;
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
+    map_init(&c->ver, sizeof(struct verified), 128);
     pthread_cond_init(&c->verified_cv, NULL);
     c->dirfd = c->chunks_fd = c->results_fd = c->locks_fd = -1;
     int r = mkdir_p(c->path, 0700), fds[3] = {-1, -1, -1};
@@ -473,7 +474,7 @@ void cache_close(struct cache *c)
     for (int i = 0; i < c->nold; i++)
         close(c->old_fds[i]);
     free(c->verifying); /* the chunk files chunkfile.c verified */
-    free(c->ver);
+    map_destroy(&c->ver);
     pthread_mutex_destroy(&c->repair_lock);
     pthread_mutex_destroy(&c->verified_lock);
     pthread_cond_destroy(&c->verified_cv);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "../map.h"
 #include "cache.h"
 
 #define CACHE_MAX_OLD     64
@@ -12,10 +13,9 @@
 
 /* A chunk file this process has verified (or written): trusted until its inode changes. */
 struct verified {
-    uint64_t id, ino;
+    uint64_t ino;
     int64_t mtime_ns; /* the file's state when its checksum was checked */
     struct key128 key;
-    bool used;
 };
 
 struct cache {
@@ -37,8 +37,7 @@ struct cache {
     /* chunk files verified by this process, and those being verified (by id) */
     pthread_mutex_t verified_lock;
     pthread_cond_t verified_cv;
-    struct verified *ver;
-    size_t nver, ver_cap;
+    struct map ver; /* chunk id -> struct verified */
     uint64_t *verifying;
     size_t nverifying, verifying_cap;
 };

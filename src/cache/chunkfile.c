@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../atomic_file.h"
 #include "../crc32c.h"
 
 #define META_VERSION 3
@@ -52,7 +53,7 @@ static void sidecar_of(uint64_t id, char *buf, size_t len)
 
 static int64_t mtime_of(const struct stat *st)
 {
-    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    return ts_to_ns(st->st_mtim);
 }
 
 static void record_fill(struct chunk_record *rec, const struct cache_chunk_meta *m,
@@ -110,21 +111,11 @@ static bool record_v2_read(const void *buf, size_t len, bool sidecar, uint64_t i
 
 /* ---- the verified chunks of this process ---- */
 
-static size_t ver_slot(const struct cache *c, uint64_t id)
-{
-    size_t i = (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 17) & (c->ver_cap - 1);
-    while (c->ver[i].used && c->ver[i].id != id)
-        i = (i + 1) & (c->ver_cap - 1);
-    return i;
-}
-
 static bool is_verified_locked(struct cache *c, uint64_t id, const struct stat *st,
                                struct key128 key)
 {
-    if (!c->ver_cap)
-        return false;
-    const struct verified *v = &c->ver[ver_slot(c, id)];
-    return v->used && v->ino == (uint64_t)st->st_ino && v->mtime_ns == mtime_of(st) &&
+    const struct verified *v = map_get(&c->ver, id, 0);
+    return v && v->ino == (uint64_t)st->st_ino && v->mtime_ns == mtime_of(st) &&
            key_eq(v->key, key);
 }
 
@@ -176,21 +167,8 @@ static void end_verify(struct cache *c, uint64_t id, const struct stat *st, stru
 static void set_verified(struct cache *c, uint64_t id, const struct stat *st, struct key128 key)
 {
     pthread_mutex_lock(&c->verified_lock);
-    if (2 * (c->nver + 1) > c->ver_cap) {
-        struct verified *old = c->ver;
-        size_t ocap = c->ver_cap;
-        c->ver_cap = ocap ? 2 * ocap : 256;
-        c->ver = xcalloc(c->ver_cap, sizeof *c->ver);
-        for (size_t i = 0; i < ocap; i++)
-            if (old[i].used)
-                c->ver[ver_slot(c, old[i].id)] = old[i];
-        free(old);
-    }
-    struct verified *v = &c->ver[ver_slot(c, id)];
-    if (!v->used)
-        c->nver++;
-    *v = (struct verified){
-        .id = id, .ino = (uint64_t)st->st_ino, .mtime_ns = mtime_of(st), .key = key, .used = true};
+    *(struct verified *)map_put(&c->ver, id, 0, NULL) =
+        (struct verified){.ino = (uint64_t)st->st_ino, .mtime_ns = mtime_of(st), .key = key};
     pthread_mutex_unlock(&c->verified_lock);
 }
 
@@ -373,7 +351,7 @@ int cache_chunk_stat(struct cache *c, uint64_t id, uint64_t *size, int64_t *mtim
     if (!S_ISREG(st.st_mode))
         return -ENOENT; /* never the size of what a link points to */
     *size = (uint64_t)st.st_size;
-    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    *mtime_ns = ts_to_ns(st.st_mtim);
     if (ino)
         *ino = (uint64_t)st.st_ino;
     return 0;
@@ -387,17 +365,6 @@ bool cache_chunk_exists(struct cache *c, uint64_t id)
 }
 
 /* ---- writing ---- */
-
-/* Renames tmp over name in the chunk directory, also over a directory left there. */
-static int rename_in(int dirfd, const char *tmp, const char *name)
-{
-    if (renameat(dirfd, tmp, dirfd, name) == 0)
-        return 0;
-    if ((errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST) ||
-        unlinkat(dirfd, name, AT_REMOVEDIR) < 0)
-        return -errno;
-    return renameat(dirfd, tmp, dirfd, name) < 0 ? -errno : 0;
-}
 
 /* Sets fd's modification time to the precise clock's now, and *st to the file's state after.
  * A write(2) to the file later stamps it with the coarse clock (the time of the last tick,
@@ -414,57 +381,53 @@ static int stamp(int fd, struct stat *st)
 static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size_t len,
                             struct key128 key, bool *replaced, int *fd_out)
 {
-    static _Atomic unsigned long counter;
-    char name[32], tmp[96], side[40], side_tmp[112];
+    char name[32], side[40];
     name_of(id, name, sizeof name);
-    snprintf(tmp, sizeof tmp, ".tmp.%ld.%lu", (long)getpid(), ++counter);
     int dirfd = c->chunks_fd;
-    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
+    struct atomic_file a;
+    int r = atomic_begin(&a, dirfd, name, NULL, ".tmp.", 0600);
+    if (r < 0)
+        return r;
     struct cache_chunk_meta m = {.key = key, .length = len, .crc = zarr_crc32c(0, data, len)};
     struct chunk_record rec;
     struct stat st;
-    int r = write_full(fd, data, len);
+    r = write_full(a.fd, data, len);
     if (r == 0)
-        r = stamp(fd, &st);
-    bool side_written = false;
+        r = stamp(a.fd, &st);
     if (r == 0 && !c->sidecar) {
         record_fill(&rec, &m, &st);
-        if (fsetxattr(fd, CACHE_CHUNK_XATTR, &rec, sizeof rec, 0) < 0)
+        if (fsetxattr(a.fd, CACHE_CHUNK_XATTR, &rec, sizeof rec, 0) < 0)
             r = -errno;
     } else if (r == 0) {
         record_fill(&rec, &m, &st);
         sidecar_of(id, side, sizeof side);
-        snprintf(side_tmp, sizeof side_tmp, "%s.tmp", tmp);
-        int sfd =
-            openat(dirfd, side_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        r = sfd < 0 ? -errno : write_full(sfd, &rec, sizeof rec);
-        if (sfd >= 0 && close(sfd) < 0 && r == 0)
-            r = -errno;
-        /* the record first: a data file without its record is only ever "not current" */
+        struct atomic_file sa;
+        r = atomic_begin(&sa, dirfd, side, NULL, ".tmp.", 0600);
         if (r == 0)
-            r = rename_in(dirfd, side_tmp, side);
-        side_written = r == 0;
+            r = write_full(sa.fd, &rec, sizeof rec);
+        /* the record first: a data file without its record is only ever "not current" (and a
+         * sidecar naming a file that never appeared is never valid) */
+        if (r == 0)
+            r = atomic_commit(&sa, ATOMIC_OVER_DIR);
         if (r < 0)
-            unlinkat(dirfd, side_tmp, 0);
+            atomic_abort(&sa);
     }
-    if (close(fd) < 0 && r == 0)
-        r = -errno;
+    int cr = atomic_close(&a, 0);
+    if (r == 0)
+        r = cr;
     /* read-only, and opened before the rename: whoever removes or replaces the name later,
      * the caller still has the bytes it wrote */
-    int rfd = r < 0 || !fd_out ? -1 : openat(dirfd, tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int rfd = r < 0 || !fd_out ? -1 : openat(dirfd, a.tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (r == 0 && fd_out && rfd < 0)
         r = -errno;
     struct stat old;
     *replaced = fstatat(dirfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0;
     if (r == 0)
-        r = rename_in(dirfd, tmp, name);
+        r = atomic_commit(&a, ATOMIC_OVER_DIR);
     if (r < 0) {
         if (rfd >= 0)
             close(rfd);
-        unlinkat(dirfd, tmp, 0);
-        (void)side_written; /* a sidecar naming a file that never appeared is never valid */
+        atomic_abort(&a);
         return r;
     }
     set_verified(c, id, &st, key);

@@ -1,4 +1,4 @@
-/* keyset.h: a set of 128-bit keys (open addressing): the keys of current results, which gc
+/* keyset.h: a set of 128-bit keys (a map.h table): the keys of current results, which gc
  * keeps and the rest of which it removes. */
 #ifndef ROIFS_KEYSET_H
 #define ROIFS_KEYSET_H

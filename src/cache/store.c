@@ -31,7 +31,7 @@ static void discover_packs(struct store *s)
 static int64_t dir_mtime(int fd)
 {
     struct stat st;
-    return fstat(fd, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : -1;
+    return fstat(fd, &st) == 0 ? ts_to_ns(st.st_mtim) : -1;
 }
 
 /* Opens every pack of the directory not known yet (scan lock held). Numbers only grow (a
@@ -85,6 +85,7 @@ int store_open(int results_fd, int locks_fd, const char *path, struct store **ou
     pthread_mutex_init(&s->append_lock, NULL);
     pthread_mutex_init(&s->scan_lock, NULL);
     pthread_mutex_init(&s->index_lock, NULL);
+    map_init(&s->index, sizeof(struct entry), 512);
     pthread_rwlock_init(&s->fd_lock, NULL);
     /* Every pack there is, also after a gap in the numbers. */
     pthread_mutex_lock(&s->scan_lock);
@@ -113,7 +114,7 @@ void store_close(struct store *s)
         if (s->packs[n].fd >= 0)
             close(s->packs[n].fd);
     free(s->packs);
-    free(s->tab);
+    map_destroy(&s->index);
     pthread_mutex_destroy(&s->append_lock);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->index_lock);
@@ -125,7 +126,7 @@ void store_close(struct store *s)
 bool store_has(struct store *s, struct key128 k)
 {
     pthread_mutex_lock(&s->index_lock);
-    bool yes = s->cap && s->tab[store_slot_of(s, k)].used;
+    bool yes = store_index_get(s, k) != NULL;
     pthread_mutex_unlock(&s->index_lock);
     return yes;
 }
@@ -404,9 +405,8 @@ int store_get(struct store *s, struct key128 k, void *data, size_t len)
 {
     pthread_rwlock_rdlock(&s->fd_lock); /* the pack's descriptor stays open while we read */
     pthread_mutex_lock(&s->index_lock);
-    struct entry e = {0};
-    if (s->cap)
-        e = s->tab[store_slot_of(s, k)];
+    const struct entry *in = store_index_get(s, k);
+    struct entry e = in ? *in : (struct entry){0};
     int fd = e.used && e.pack < s->npacks ? s->packs[e.pack].fd : -1;
     pthread_mutex_unlock(&s->index_lock);
     int r = !e.used ? -ENOENT : e.raw_len != len ? -EBADMSG : 0;
@@ -421,9 +421,8 @@ int store_get(struct store *s, struct key128 k, void *data, size_t len)
 bool store_lookup(struct store *s, struct key128 k, struct store_info *info)
 {
     pthread_mutex_lock(&s->index_lock);
-    struct entry e = {0};
-    if (s->cap)
-        e = s->tab[store_slot_of(s, k)];
+    const struct entry *in = store_index_get(s, k);
+    struct entry e = in ? *in : (struct entry){0};
     pthread_mutex_unlock(&s->index_lock);
     if (e.used && info)
         *info = (struct store_info){.stored_len = e.stored_len + sizeof(struct rec_header),
@@ -437,10 +436,11 @@ void store_each(struct store *s, void (*fn)(void *ctx, struct key128 k, const st
 {
     pthread_mutex_lock(&s->index_lock);
     size_t n = 0;
-    struct entry *copy = xmalloc((s->n ? s->n : 1) * sizeof *copy);
-    for (size_t i = 0; i < s->cap; i++)
-        if (s->tab[i].used)
-            copy[n++] = s->tab[i];
+    struct entry *copy = xmalloc((map_count(&s->index) ? map_count(&s->index) : 1) * sizeof *copy);
+    size_t it = 0;
+    void *v;
+    while (map_next(&s->index, &it, NULL, &v))
+        copy[n++] = *(const struct entry *)v;
     pthread_mutex_unlock(&s->index_lock);
     for (size_t i = 0; i < n; i++) {
         struct store_info info = {.stored_len = copy[i].stored_len + sizeof(struct rec_header),
@@ -462,7 +462,7 @@ void store_get_stats(struct store *s, struct store_stats *st)
         }
     pthread_mutex_unlock(&s->scan_lock);
     pthread_mutex_lock(&s->index_lock);
-    st->results = s->n;
+    st->results = map_count(&s->index);
     st->damaged = s->damaged;
     pthread_mutex_unlock(&s->index_lock);
 }

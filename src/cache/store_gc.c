@@ -41,9 +41,11 @@ static struct entry *wanted_records(struct store *s, uint32_t n, store_live_fn l
     *kept_bytes = 0;
     *indexed = 0;
     pthread_mutex_lock(&s->index_lock);
-    for (size_t i = 0; i < s->cap; i++) {
-        const struct entry *e = &s->tab[i];
-        if (!e->used || e->pack != n)
+    size_t it = 0;
+    void *v;
+    while (map_next(&s->index, &it, NULL, &v)) {
+        const struct entry *e = v;
+        if (e->pack != n)
             continue;
         ++*indexed;
         if (!live(ctx, e->key))

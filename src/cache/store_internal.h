@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../map.h"
 #include "store.h"
 
 #define STORE_MAGIC       "roifsP1"
@@ -35,7 +36,7 @@ struct entry {
     uint64_t off, stored_len, raw_len;
     uint32_t pack;
     uint32_t made;
-    bool used;
+    bool used; /* true in the index; a copy of no entry has it false */
 };
 
 struct pack {
@@ -52,8 +53,7 @@ struct store {
     pthread_rwlock_t fd_lock;
     struct pack *packs; /* by number; packs[0] unused */
     uint32_t npacks;    /* highest number + 1 */
-    struct entry *tab;
-    size_t cap, n;
+    struct map index;   /* key -> struct entry: the results by key */
     uint64_t damaged;
     int64_t dir_mtime_ns; /* of the directory at the last full look (scan lock) */
     /* records still to store raw without trying to compress them (see encode) */
@@ -69,8 +69,8 @@ struct pending {
 
 /* ---- store_pack.c: the index and the packs, for store.c and store_gc.c ---- */
 
-/* The index slot of k (index lock held). */
-size_t store_slot_of(const struct store *s, struct key128 k);
+/* The index's entry of k, or NULL (index lock held). */
+const struct entry *store_index_get(const struct store *s, struct key128 k);
 /* Puts e in the index, replacing what it held for e's key (index lock held). */
 void store_index_put(struct store *s, const struct entry *e);
 /* Removes k when it still points at (pack, off) (index lock held). */

@@ -18,48 +18,24 @@
 
 /* ---- the index (index_lock held) ---- */
 
-size_t store_slot_of(const struct store *s, struct key128 k)
+const struct entry *store_index_get(const struct store *s, struct key128 k)
 {
-    size_t i = (size_t)(k.lo ^ (k.hi >> 7)) & (s->cap - 1);
-    while (s->tab[i].used && !key_eq(s->tab[i].key, k))
-        i = (i + 1) & (s->cap - 1);
-    return i;
+    return map_get(&s->index, k.lo, k.hi);
 }
 
 void store_index_put(struct store *s, const struct entry *e)
 {
-    if (2 * (s->n + 1) > s->cap) {
-        struct entry *old = s->tab;
-        size_t ocap = s->cap;
-        s->cap = s->cap ? 2 * s->cap : 1024;
-        s->tab = xcalloc(s->cap, sizeof *s->tab);
-        for (size_t i = 0; i < ocap; i++)
-            if (old[i].used)
-                s->tab[store_slot_of(s, old[i].key)] = old[i];
-        free(old);
-    }
-    size_t i = store_slot_of(s, e->key);
-    if (!s->tab[i].used)
-        s->n++;
-    s->tab[i] = *e; /* a later record of the same key replaces the earlier one */
-    s->tab[i].used = true;
+    struct entry *in = map_put(&s->index, e->key.lo, e->key.hi, NULL);
+    *in = *e; /* a later record of the same key replaces the earlier one */
+    in->used = true;
 }
 
-/* Removes k when it still points at (pack, off): backward-shift deletion keeps probing exact. */
+/* Removes k when it still points at (pack, off). */
 void store_index_drop(struct store *s, struct key128 k, uint32_t pack, uint64_t off)
 {
-    if (!s->cap)
-        return;
-    size_t i = store_slot_of(s, k);
-    if (!s->tab[i].used || s->tab[i].pack != pack || s->tab[i].off != off)
-        return;
-    s->tab[i].used = false;
-    s->n--;
-    for (size_t j = (i + 1) & (s->cap - 1); s->tab[j].used; j = (j + 1) & (s->cap - 1)) {
-        struct entry e = s->tab[j];
-        s->tab[j].used = false;
-        s->tab[store_slot_of(s, e.key)] = e;
-    }
+    const struct entry *e = store_index_get(s, k);
+    if (e && e->pack == pack && e->off == off)
+        map_del(&s->index, k.lo, k.hi, NULL);
 }
 
 /* ---- records ---- */
@@ -197,9 +173,11 @@ void store_retire_unlinked(struct store *s)
     pthread_mutex_lock(&s->index_lock);
     size_t nd = 0;
     struct dropped *d = NULL;
-    for (size_t i = 0, cap = 0; i < s->cap; i++) {
-        const struct entry *e = &s->tab[i];
-        if (!e->used || !s->packs[e->pack].unlinked)
+    size_t it = 0, cap = 0;
+    void *v;
+    while (map_next(&s->index, &it, NULL, &v)) {
+        const struct entry *e = v;
+        if (!s->packs[e->pack].unlinked)
             continue;
         if (nd == cap) {
             cap = cap ? 2 * cap : 64;

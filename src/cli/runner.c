@@ -200,11 +200,7 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
 
 static void wait_a_tick(struct run_state *st, double seconds)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long ns = ts.tv_nsec + (long)(seconds * 1e9);
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
+    struct timespec ts = deadline_in(CLOCK_MONOTONIC, ts_from_ns((int64_t)(seconds * 1e9)));
     pthread_cond_timedwait(&st->cv, &st->lock, &ts);
 }
 

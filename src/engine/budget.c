@@ -45,10 +45,13 @@ static struct keyset *live_keys(struct engine *e)
     for (size_t r = 0; r < t->rois.n; r++)
         if (e->s.rois[r].state != RS_IDLE && e->s.rois[r].state != RS_FAILED)
             keyset_add(ks, e->s.rois[r].key);
-    for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
-        for (struct chunk_job *job = e->s.jobs[b]; job; job = job->hnext)
-            for (size_t i = 0; i < job->nrois && job->scheduled; i++)
-                keyset_add(ks, job->use[i]);
+    size_t it = 0;
+    void *v;
+    while (map_next(&e->s.jobs, &it, NULL, &v)) {
+        const struct chunk_job *job = *(struct chunk_job **)v;
+        for (size_t i = 0; i < job->nrois && job->scheduled; i++)
+            keyset_add(ks, job->use[i]);
+    }
     pthread_mutex_unlock(&e->lock);
     gc_current_results(t, NULL, ks);
     return ks;

@@ -298,6 +298,7 @@ int engine_create(struct task *t, struct cache *c, const struct engine_opts *o, 
     e->f.started = now_monotonic();
     e->f.started_at = (int64_t)time(NULL);
     pthread_mutex_init(&e->lock, NULL);
+    map_init(&e->s.jobs, sizeof(struct chunk_job *), 0);
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     pthread_cond_init(&e->poller_cv, NULL);
@@ -352,13 +353,7 @@ static void join_waking(struct engine *e, pthread_t th)
         for (struct engine_reader *r = e->s.readers; r; r = r->next)
             pthread_kill(r->thread, ENGINE_WAKE_SIGNAL);
         pthread_mutex_unlock(&e->lock);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += ENGINE_WAKE_EVERY_NS;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        struct timespec until = deadline_in(CLOCK_REALTIME, ts_from_ns(ENGINE_WAKE_EVERY_NS));
         if (pthread_timedjoin_np(th, NULL, &until) != ETIMEDOUT)
             return;
     }
@@ -377,9 +372,11 @@ void engine_destroy(struct engine *e)
     if (e->f.poller_started)
         pthread_join(e->f.poller_thread, NULL);
     free(e->f.threads);
-    for (size_t b = 0; b < ENGINE_JOB_BUCKETS; b++)
-        while (e->s.jobs[b])
-            engine_notify(e, engine_job_remove(e, e->s.jobs[b]), -1, -EIO, 0);
+    size_t it;
+    void *v;
+    while (it = 0, map_next(&e->s.jobs, &it, NULL, &v)) /* each job out, the first left */
+        engine_notify(e, engine_job_remove(e, *(struct chunk_job **)v), -1, -EIO, 0);
+    map_destroy(&e->s.jobs);
     engine_flush_unstored(e); /* finished results survive the unmount */
     for (size_t r = 0; r < e->f.t->rois.n; r++)
         roi_result_unref(e->s.rois[r].result);

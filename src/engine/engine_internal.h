@@ -21,6 +21,7 @@
 #include "../cache/cache.h"
 #include "../idlru.h"
 #include "../key.h"
+#include "../map.h"
 #include "engine_fixed.h"
 
 enum roi_state { RS_IDLE, RS_QUEUED, RS_RUNNING, RS_DONE, RS_FAILED };
@@ -43,7 +44,6 @@ struct roi_queue {
     size_t cap, head, len;
 };
 
-#define ENGINE_JOB_BUCKETS   4096
 #define ENGINE_VERIFY_AHEAD  64 /* cached chunks waiting to be checked ahead of their open */
 #define ENGINE_VERIFY_WINDOW 16 /* how far ahead cached chunks are checked, at most */
 #define ENGINE_MAX_ERRORS    100
@@ -78,8 +78,7 @@ struct engine_locked {
     size_t verify_seen_next;
     /* chunk jobs (jobtable.c, jobs.c) */
     struct chunk_job *asm_head, *asm_tail; /* the assembly queue */
-    struct chunk_job *jobs[ENGINE_JOB_BUCKETS];
-    size_t njobs;
+    struct map jobs;                       /* chunk id -> struct chunk_job * */
     /* Jobs ended so far: a job that ends has made its chunk, so a look at the cache taken
      * before a change of this count may be out of date (ahead.c). */
     uint64_t jobs_ended;

@@ -144,8 +144,7 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
     job->replaced = replaced;
     job->lock = -1;
     job->fd = -1;
-    *engine_job_slot(e, id) = job;
-    e->s.njobs++;
+    engine_job_add(e, job);
     int lock = cache_lock_chunk(e->f.c, id, false);
     if (lock == -EWOULDBLOCK) {
         job->locked_elsewhere = true;
@@ -233,19 +232,21 @@ void *engine_poller_main(void *arg)
             continue;
         }
         struct chunk_job *got = NULL;
-        for (size_t b = 0; b < ENGINE_JOB_BUCKETS && e->s.n_locked_elsewhere && !e->s.stopping; b++)
-            for (struct chunk_job *job = e->s.jobs[b]; job; job = job->hnext) {
-                if (!job->locked_elsewhere)
-                    continue;
-                int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->f.c, job->id, false);
-                if (lock == -EWOULDBLOCK)
-                    continue;
-                job->locked_elsewhere = false;
-                e->s.n_locked_elsewhere--;
-                job->lock = lock >= 0 ? lock : -1;
-                job->qnext = got; /* the job stays in the table: nobody else starts it */
-                got = job;
-            }
+        size_t it = 0;
+        void *v;
+        while (e->s.n_locked_elsewhere && !e->s.stopping && map_next(&e->s.jobs, &it, NULL, &v)) {
+            struct chunk_job *job = *(struct chunk_job **)v;
+            if (!job->locked_elsewhere)
+                continue;
+            int lock = job->lock >= 0 ? job->lock : cache_lock_chunk(e->f.c, job->id, false);
+            if (lock == -EWOULDBLOCK)
+                continue;
+            job->locked_elsewhere = false;
+            e->s.n_locked_elsewhere--;
+            job->lock = lock >= 0 ? lock : -1;
+            job->qnext = got; /* the job stays in the table: nobody else starts it */
+            got = job;
+        }
         pthread_mutex_unlock(&e->lock);
         while (got) {
             struct chunk_job *next = got->qnext;
@@ -255,13 +256,7 @@ void *engine_poller_main(void *arg)
         pthread_mutex_lock(&e->lock);
         if (!e->s.n_locked_elsewhere || e->s.stopping)
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns(50 * 1000 * 1000));
         pthread_cond_timedwait(&e->poller_cv, &e->lock, &ts);
     }
     pthread_mutex_unlock(&e->lock);

@@ -45,14 +45,13 @@ struct chunk_job {
     bool replaced;         /* a cached version that was not current is being replaced */
     int attempts;          /* assemblies redone because a stored result vanished */
     struct waiter *waiters;
-    struct chunk_job *hnext; /* hash chain */
     struct chunk_job *qnext; /* assembly queue */
 };
 
 /* The job of chunk id, or NULL (lock held). */
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id);
-/* Where the job of chunk id is, or goes (lock held). */
-struct chunk_job **engine_job_slot(struct engine *e, uint64_t id);
+/* Puts job in the table (lock held; none there for its chunk). */
+void engine_job_add(struct engine *e, struct chunk_job *job);
 /* Where ROI r is in job's list, or job->nrois. */
 size_t engine_job_index_of(const struct chunk_job *job, uint32_t r);
 /* Unlinks job from the table, releases its lock and pins, frees it and returns its waiters

@@ -16,17 +16,14 @@
 
 #include "../nd.h"
 
-struct chunk_job **engine_job_slot(struct engine *e, uint64_t id)
+void engine_job_add(struct engine *e, struct chunk_job *job)
 {
-    struct chunk_job **p = &e->s.jobs[(id * 0x9E3779B97F4A7C15ULL) >> 52];
-    while (*p && (*p)->id != id)
-        p = &(*p)->hnext;
-    return p;
+    *(struct chunk_job **)map_put(&e->s.jobs, job->id, 0, NULL) = job;
 }
 
 struct chunk_job *engine_job_find(struct engine *e, uint64_t id)
 {
-    return *engine_job_slot(e, id);
+    return map_get_ptr(&e->s.jobs, id, 0);
 }
 
 size_t engine_job_index_of(const struct chunk_job *job, uint32_t r)
@@ -45,9 +42,7 @@ size_t engine_job_index_of(const struct chunk_job *job, uint32_t r)
 /* Unlinks job from the table, releases its lock and pins and returns its waiters. */
 struct waiter *engine_job_remove(struct engine *e, struct chunk_job *job)
 {
-    struct chunk_job **p = engine_job_slot(e, job->id);
-    *p = job->hnext;
-    e->s.njobs--;
+    map_del(&e->s.jobs, job->id, 0, NULL);
     e->s.jobs_ended++;
     if (job->locked_elsewhere)
         e->s.n_locked_elsewhere--;

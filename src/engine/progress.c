@@ -38,7 +38,7 @@ void engine_progress(struct engine *e, struct engine_progress *p)
     p->started_at = e->f.started_at;
     p->queue_demand = e->s.demand.len;
     p->queue_readahead = e->s.ahead.len;
-    p->chunk_jobs = e->s.njobs;
+    p->chunk_jobs = map_count(&e->s.jobs);
     p->chunks_elsewhere = e->s.n_locked_elsewhere;
     p->cache_limited = e->s.evict != NULL;
     if (e->s.evict) {

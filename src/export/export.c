@@ -14,6 +14,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "../atomic_file.h"
 #include "../zarr/zarr.h"
 #include "export.h"
 
@@ -144,23 +145,18 @@ static bool dest_is_current(struct export *x, const char *rel, const struct cach
 static int write_atomic(struct export *x, const char *rel, int fd, off_t size, const char *data,
                         const struct cache_chunk_meta *meta, struct errbuf *err)
 {
-    static atomic_ulong counter;
-    const char *slash = strrchr(rel, '/');
-    int dirlen = slash ? (int)(slash - rel + 1) : 0;
-    char *tmp = xasprintf("%.*s" TMP_PREFIX "%ld.%lu", dirlen, rel, (long)getpid(),
-                          (unsigned long)++counter);
-    int out = openat(x->destfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    int r = out < 0 ? -errno : 0;
+    struct atomic_file a;
+    int r = atomic_begin(&a, x->destfd, rel, NULL, TMP_PREFIX, 0666);
     uint32_t crc = 0;
     if (r == 0)
-        r = data ? write_full(out, data, (size_t)size)
-                 : copy_and_crc(out, fd, (uint64_t)size, &crc);
+        r = data ? write_full(a.fd, data, (size_t)size)
+                 : copy_and_crc(a.fd, fd, (uint64_t)size, &crc);
     if (r == 0 && meta && crc != meta->crc)
         r = -EBADMSG; /* the cache's copy does not match its record */
     if (r == 0 && meta) {
         struct export_record rec;
         record_fill(&rec, meta);
-        if (fsetxattr(out, EXPORT_XATTR, &rec, sizeof rec, 0) < 0 && !x->warned_xattr) {
+        if (fsetxattr(a.fd, EXPORT_XATTR, &rec, sizeof rec, 0) < 0 && !x->warned_xattr) {
             x->warned_xattr = true; /* resuming then rewrites every chunk */
             warn(x,
                  "roifs: %s: cannot record what chunk files are made of (%s); an "
@@ -168,17 +164,13 @@ static int write_atomic(struct export *x, const char *rel, int fd, off_t size, c
                  x->dest, strerror(errno));
         }
     }
-    if (out >= 0 && close(out) < 0 && r == 0)
-        r = -errno;
-    if (r == 0 && renameat(x->destfd, tmp, x->destfd, rel) < 0)
-        r = -errno;
+    if (r == 0)
+        r = atomic_commit(&a, 0);
     if (r < 0) {
-        if (out >= 0)
-            unlinkat(x->destfd, tmp, 0);
+        atomic_abort(&a);
         err_set(err, r, "%s/%s: cannot write: %s", x->dest, rel,
                 r == -EBADMSG ? "the cached chunk does not match its checksum" : strerror(-r));
     }
-    free(tmp);
     return r;
 }
 

@@ -89,13 +89,6 @@ static const char *const op_names[NOPS] = {
     [52] = "STATX",
 };
 
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 struct devio *devio_new(struct pt *pt, unsigned poll_us)
 {
     struct devio *d = xcalloc(1, sizeof *d);
@@ -136,7 +129,7 @@ static void poll_briefly(struct devio *d, int fd)
 {
     if (d->poll_ns <= 0)
         return;
-    int64_t t0 = now_ns();
+    int64_t t0 = clock_ns(CLOCK_MONOTONIC);
     if (atomic_load_explicit(&d->gap_ns, memory_order_relaxed) > d->poll_ns ||
         t0 - atomic_load_explicit(&d->last_ns, memory_order_relaxed) > d->poll_ns ||
         t0 < atomic_load_explicit(&d->paused_until, memory_order_relaxed))
@@ -152,9 +145,9 @@ static void poll_briefly(struct devio *d, int fd)
             hit = true; /* a request, an error or the unmount: the read sees which */
             break;
         }
-        t = now_ns();
+        t = clock_ns(CLOCK_MONOTONIC);
     }
-    t = now_ns();
+    t = clock_ns(CLOCK_MONOTONIC);
     if (preempted() != sw0) {
         d->backoff_ns = d->backoff_ns ? d->backoff_ns * 2 : BACKOFF_MIN_NS;
         if (d->backoff_ns > BACKOFF_MAX_NS)
@@ -174,7 +167,7 @@ static void poll_briefly(struct devio *d, int fd)
 static void saw_request(struct devio *d, uint32_t opcode)
 {
     atomic_fetch_add_explicit(&d->count[opcode < NOPS ? opcode : NOPS], 1, memory_order_relaxed);
-    int64_t t = now_ns();
+    int64_t t = clock_ns(CLOCK_MONOTONIC);
     int64_t prev = atomic_exchange_explicit(&d->last_ns, t, memory_order_relaxed);
     atomic_store_explicit(&d->gap_ns, t - prev, memory_order_relaxed);
 }

@@ -119,8 +119,7 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
         /* Before it is computed: the mount's time. Opening it makes it (or finds it made) and
          * drops the kernel's attributes of it (open.c), so the change is seen. */
         if (made > 0) {
-            st->st_mtim.tv_sec = made / 1000000000;
-            st->st_mtim.tv_nsec = made % 1000000000;
+            st->st_mtim = ts_from_ns(made);
             st->st_ctim = st->st_mtim;
         }
         break;
@@ -540,7 +539,7 @@ static void state_init(struct fs *fs, struct arrayset *set, const struct fs_opti
     fs->handles.next = fs->handles.prev = &fs->handles;
     fs->status.next = fs->status.prev = &fs->status;
     clock_gettime(CLOCK_REALTIME, &fs->mtime);
-    fs->started_ns = (int64_t)fs->mtime.tv_sec * 1000000000 + fs->mtime.tv_nsec;
+    fs->started_ns = ts_to_ns(fs->mtime);
     fs->pt = pt_new(arrayset_array(set, 0)->task->cfg.passthrough);
     fs->dio = devio_new(fs->pt, poll_window_us());
     fs->vt = vt_new(backing_open, backing_close, fs->pt);
@@ -597,9 +596,7 @@ struct stopper {
 static void *stop_watch(void *arg)
 {
     struct stopper *s = arg;
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += STOP_GRACE_S;
+    struct timespec deadline = deadline_in(CLOCK_MONOTONIC, (struct timespec){STOP_GRACE_S, 0});
     pthread_mutex_lock(&s->lock);
     while (!s->done)
         if (pthread_cond_timedwait(&s->cv, &s->lock, &deadline) == ETIMEDOUT)

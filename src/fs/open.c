@@ -123,12 +123,12 @@ static void reply_chunk(struct fs *fs, struct pending_open *po, int fd, int flag
         fuse_reply_err(po->req, EIO);
         return;
     }
-    int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    int64_t changed = ts_to_ns(st.st_ctim);
     struct vt_file f = {.dev = (uint64_t)st.st_dev,
                         .ino = (uint64_t)st.st_ino,
                         .size = (uint64_t)st.st_size,
                         .ctime_ns = changed,
-                        .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                        .mtime_ns = ts_to_ns(st.st_mtim),
                         .fresh = (flags & ENGINE_REPLACED) || changed >= fs->started_ns};
     struct vt_grant g;
     int r = vt_open(fs->vt, po->ino, po->base, fd, &f, &g);
@@ -258,7 +258,7 @@ static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
         fuse_reply_err(req, e == ENOENT || e == EACCES || e == EPERM || e == ESTALE ? e : EIO);
         return;
     }
-    int64_t changed = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    int64_t changed = ts_to_ns(st.st_ctim);
     struct vt_file f = {.dev = (uint64_t)st.st_dev,
                         .ino = (uint64_t)st.st_ino,
                         .size = (uint64_t)st.st_size,
@@ -351,13 +351,6 @@ static char *status_snapshot(struct fs *fs)
     return text;
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 size_t fs_status_size(struct fs *fs, pid_t pid)
 {
     pthread_mutex_lock(&fs->handles_lock);
@@ -373,7 +366,7 @@ size_t fs_status_size(struct fs *fs, pid_t pid)
     free(doc);
     /* Kept for pid's next open, in pid's record (which stays as it is while the document
      * fits: the open's own permission check asks again), else a free or the oldest one. */
-    int64_t now = mono_ns();
+    int64_t now = clock_ns(CLOCK_MONOTONIC);
     pthread_mutex_lock(&fs->handles_lock);
     struct status_seen *slot = &fs->seen[0];
     for (int i = 0; i < STATUS_SEEN; i++) {
@@ -399,7 +392,7 @@ static char *status_for_open(struct fs *fs, pid_t pid, size_t *len)
     char *doc = status_snapshot(fs);
     *len = strlen(doc);
     size_t shown = 0;
-    int64_t now = mono_ns();
+    int64_t now = clock_ns(CLOCK_MONOTONIC);
     pthread_mutex_lock(&fs->handles_lock);
     for (int i = 0; i < STATUS_SEEN; i++) {
         struct status_seen *s = &fs->seen[i];

@@ -77,78 +77,19 @@ void labels_identity(const struct label_rules *lr, struct strbuf *sb)
 /* Element i of buf as a signed value (*neg) and magnitude. */
 static uint64_t get(const struct dtype *dt, const void *buf, size_t i, bool *neg)
 {
-    const unsigned char *p = (const unsigned char *)buf + i * dt->size;
-    int64_t s = 0;
-    uint64_t u = 0;
+    uint64_t u = dtype_load_bits((const unsigned char *)buf + i * dt->size, dt->size);
     *neg = false;
     if (dt->kind == DT_INT) {
-        switch (dt->size) {
-        case 1:
-            s = *(const int8_t *)p;
-            break;
-        case 2: {
-            int16_t v;
-            memcpy(&v, p, 2);
-            s = v;
-            break;
-        }
-        case 4: {
-            int32_t v;
-            memcpy(&v, p, 4);
-            s = v;
-            break;
-        }
-        default:
-            memcpy(&s, p, 8);
-            break;
-        }
+        int64_t s = dtype_sign_extend(u, dt->size);
         *neg = s < 0;
         return *neg ? 0 - (uint64_t)s : (uint64_t)s;
-    }
-    switch (dt->size) {
-    case 1:
-        u = *p;
-        break;
-    case 2: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        u = v;
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, p, 4);
-        u = v;
-        break;
-    }
-    default:
-        memcpy(&u, p, 8);
-        break;
     }
     return u;
 }
 
 static void put(const struct dtype *dt, void *buf, size_t i, uint64_t v)
 {
-    unsigned char *p = (unsigned char *)buf + i * dt->size;
-    switch (dt->size) {
-    case 1:
-        *p = (unsigned char)v;
-        break;
-    case 2: {
-        uint16_t x = (uint16_t)v;
-        memcpy(p, &x, 2);
-        break;
-    }
-    case 4: {
-        uint32_t x = (uint32_t)v;
-        memcpy(p, &x, 4);
-        break;
-    }
-    default:
-        memcpy(p, &v, 8);
-        break;
-    }
+    dtype_store_bits((unsigned char *)buf + i * dt->size, dt->size, v);
 }
 
 uint64_t labels_get(const struct dtype *dt, const void *buf, size_t i)

@@ -1,26 +1,23 @@
 /* stitch.c: IoU stitching (docs/labels.md, Stitching): per overlap zone, the pairs of objects whose
- * IoU in the zone reaches the threshold; a union-find (open addressing over the ids merged) keeping
- * the smallest id as each object's representative; and the resulting id mapping. */
+ * IoU in the zone reaches the threshold; a union-find (a map.h table of the ids merged) keeping the
+ * smallest id as each object's representative; and the resulting id mapping. */
 #include "stitch.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../map.h"
 #include "ids.h"
 
 struct stitch_uf {
-    uint64_t *id; /* hash table of ids, 0 = empty slot (0 is never an object) */
-    uint64_t *parent;
-    size_t cap, n;
+    struct map parent; /* id -> its parent id (its own when it represents its object) */
 };
 
 struct stitch_uf *stitch_uf_new(void)
 {
     struct stitch_uf *uf = xcalloc(1, sizeof *uf);
-    uf->cap = 1024;
-    uf->id = xcalloc(uf->cap, sizeof *uf->id);
-    uf->parent = xcalloc(uf->cap, sizeof *uf->parent);
+    map_init(&uf->parent, sizeof(uint64_t), 512);
     return uf;
 }
 
@@ -28,64 +25,37 @@ void stitch_uf_free(struct stitch_uf *uf)
 {
     if (!uf)
         return;
-    free(uf->id);
-    free(uf->parent);
+    map_destroy(&uf->parent);
     free(uf);
 }
 
-static size_t slot_of(const struct stitch_uf *uf, uint64_t x)
+/* Adds x as its own object when new. */
+static void node(struct stitch_uf *uf, uint64_t x)
 {
-    uint64_t h = x * 0x9e3779b97f4a7c15ULL;
-    size_t i = (size_t)(h ^ (h >> 29)) & (uf->cap - 1);
-    while (uf->id[i] && uf->id[i] != x)
-        i = (i + 1) & (uf->cap - 1);
-    return i;
+    bool added;
+    uint64_t *p = map_put(&uf->parent, x, 0, &added);
+    if (added)
+        *p = x;
 }
 
-static void grow(struct stitch_uf *uf)
+static uint64_t *parent_of(struct stitch_uf *uf, uint64_t x)
 {
-    uint64_t *id = uf->id, *parent = uf->parent;
-    size_t cap = uf->cap;
-    uf->cap *= 2;
-    uf->id = xcalloc(uf->cap, sizeof *uf->id);
-    uf->parent = xcalloc(uf->cap, sizeof *uf->parent);
-    for (size_t i = 0; i < cap; i++)
-        if (id[i]) {
-            size_t j = slot_of(uf, id[i]);
-            uf->id[j] = id[i];
-            uf->parent[j] = parent[i];
-        }
-    free(id);
-    free(parent);
-}
-
-/* The slot of x, added as its own object when new. */
-static size_t node(struct stitch_uf *uf, uint64_t x)
-{
-    if (2 * (uf->n + 1) > uf->cap)
-        grow(uf);
-    size_t i = slot_of(uf, x);
-    if (!uf->id[i]) {
-        uf->id[i] = x;
-        uf->parent[i] = x;
-        uf->n++;
-    }
-    return i;
+    return map_get(&uf->parent, x, 0);
 }
 
 static uint64_t find(struct stitch_uf *uf, uint64_t x)
 {
     uint64_t root = x;
     for (;;) {
-        size_t i = slot_of(uf, root);
-        if (!uf->id[i] || uf->parent[i] == root)
+        uint64_t *p = parent_of(uf, root);
+        if (!p || *p == root)
             break;
-        root = uf->parent[i];
+        root = *p;
     }
     while (x != root) { /* path compression */
-        size_t i = slot_of(uf, x);
-        uint64_t next = uf->parent[i];
-        uf->parent[i] = root;
+        uint64_t *p = parent_of(uf, x);
+        uint64_t next = *p;
+        *p = root;
         x = next;
     }
     return root;
@@ -99,7 +69,7 @@ void stitch_uf_union(struct stitch_uf *uf, uint64_t x, uint64_t y)
     if (rx == ry)
         return;
     /* the smaller id represents the merged object */
-    uf->parent[slot_of(uf, rx > ry ? rx : ry)] = rx < ry ? rx : ry;
+    *parent_of(uf, rx > ry ? rx : ry) = rx < ry ? rx : ry;
 }
 
 static int cmp_pair(const void *a, const void *b)
@@ -112,10 +82,10 @@ uint64_t *stitch_uf_mapping(struct stitch_uf *uf, size_t *n)
 {
     uint64_t *pairs = NULL;
     size_t k = 0;
-    for (size_t i = 0; i < uf->cap; i++) {
-        if (!uf->id[i])
-            continue;
-        uint64_t x = uf->id[i], r = find(uf, x);
+    size_t it = 0;
+    struct map_key key;
+    while (map_next(&uf->parent, &it, &key, NULL)) {
+        uint64_t x = key.lo, r = find(uf, x);
         if (r == x)
             continue;
         pairs = xrealloc(pairs, (k + 1) * 2 * sizeof *pairs);

@@ -301,15 +301,7 @@ static int run_gaussian(const struct builtin *b, const struct proc_request *rq, 
 /* Sleeps for the delay parameter; a shutdown wakes it (and any later call) with -ECANCELED. */
 static int builtin_delay(struct builtin *b, struct errbuf *err)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    double whole = floor(b->delay);
-    until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((b->delay - whole) * 1e9);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = deadline_in(CLOCK_MONOTONIC, ts_from_seconds(b->delay));
     pthread_mutex_lock(&b->lock);
     while (b->delay > 0 && !b->stopping)
         if (pthread_cond_timedwait(&b->wake, &b->lock, &until) == ETIMEDOUT)

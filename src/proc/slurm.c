@@ -234,7 +234,7 @@ static bool has_exited(pid_t pid)
 
 static void sleep_for(double secs)
 {
-    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    struct timespec ts = ts_from_seconds(secs);
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
 }

@@ -1,8 +1,9 @@
 /* live.c: entries that follow directories of the file system as they are now (see live.h).
  * A name has an inode made from a hash of (parent, name, kind), so that a listing and a later
  * lookup agree without an entry kept for every name listed; only names the kernel holds
- * (looked up and not forgotten yet) have an entry, in two chained hash tables: by inode, and
- * by (parent, name) for the entry a name has now. */
+ * (looked up and not forgotten yet) have an entry, in two map.h tables: by inode, and by
+ * (parent, hash of the name) for the entry a name has now (a list of the names that share that
+ * hash, as rare as a collision of 64-bit hashes). */
 #include "live.h"
 
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../map.h"
 #include "../util.h"
 
 #define LIVE_RANGE (1ULL << 62) /* inodes [ino0, ino0 + LIVE_RANGE) */
@@ -22,7 +24,7 @@ struct entry {
     bool dir;
     bool current; /* in by_name: the name's entry now (not one of the other kind before) */
     int depth;
-    struct entry *next_name, *next_ino; /* chains */
+    struct entry *next_name; /* the next name of the same hash in by_name */
 };
 
 struct listed {
@@ -45,8 +47,8 @@ struct live_listing {
 struct live {
     pthread_mutex_t lock;
     uint64_t ino0;
-    struct entry **by_name, **by_ino;
-    size_t nb, count; /* buckets of each table; entries (in by_ino) */
+    struct map by_name; /* (parent, name_hash) -> struct entry *: a list by next_name */
+    struct map by_ino;  /* inode -> struct entry *: every entry */
 };
 
 static uint64_t mix(uint64_t parent, const char *name, bool dir)
@@ -59,14 +61,9 @@ static uint64_t mix(uint64_t parent, const char *name, bool dir)
     return h ^ (h >> 29);
 }
 
-static size_t name_hash(uint64_t parent, const char *name, size_t nb)
+static uint64_t name_hash(uint64_t parent, const char *name)
 {
-    return (size_t)mix(parent, name, false) & (nb - 1);
-}
-
-static size_t ino_hash(uint64_t ino, size_t nb)
-{
-    return (size_t)((ino * 0x9E3779B97F4A7C15ULL) >> 20) & (nb - 1);
+    return mix(parent, name, false);
 }
 
 struct live *live_new(uint64_t ino0)
@@ -74,9 +71,8 @@ struct live *live_new(uint64_t ino0)
     struct live *l = xcalloc(1, sizeof *l);
     pthread_mutex_init(&l->lock, NULL);
     l->ino0 = ino0;
-    l->nb = 64;
-    l->by_name = xcalloc(l->nb, sizeof *l->by_name);
-    l->by_ino = xcalloc(l->nb, sizeof *l->by_ino);
+    map_init(&l->by_name, sizeof(struct entry *), 0);
+    map_init(&l->by_ino, sizeof(struct entry *), 0);
     return l;
 }
 
@@ -94,15 +90,16 @@ void live_free(struct live *l)
 {
     if (!l)
         return;
-    for (size_t b = 0; b < l->nb; b++)
-        for (struct entry *e = l->by_ino[b], *next; e; e = next) {
-            next = e->next_ino;
-            free(e->name);
-            free(e->path);
-            free(e);
-        }
-    free(l->by_name);
-    free(l->by_ino);
+    size_t it = 0;
+    void *v;
+    while (map_next(&l->by_ino, &it, NULL, &v)) {
+        struct entry *e = *(struct entry **)v;
+        free(e->name);
+        free(e->path);
+        free(e);
+    }
+    map_destroy(&l->by_name);
+    map_destroy(&l->by_ino);
     pthread_mutex_destroy(&l->lock);
     free(l);
 }
@@ -115,7 +112,7 @@ bool live_in_range(const struct live *l, uint64_t ino)
 size_t live_count(struct live *l)
 {
     pthread_mutex_lock(&l->lock);
-    size_t n = l->count;
+    size_t n = map_count(&l->by_ino);
     pthread_mutex_unlock(&l->lock);
     return n;
 }
@@ -124,15 +121,13 @@ size_t live_count(struct live *l)
 
 static struct entry *find_ino(const struct live *l, uint64_t ino)
 {
-    for (struct entry *e = l->by_ino[ino_hash(ino, l->nb)]; e; e = e->next_ino)
-        if (e->ino == ino)
-            return e;
-    return NULL;
+    return map_get_ptr(&l->by_ino, ino, 0);
 }
 
 static struct entry *find_name(const struct live *l, uint64_t parent, const char *name)
 {
-    for (struct entry *e = l->by_name[name_hash(parent, name, l->nb)]; e; e = e->next_name)
+    for (struct entry *e = map_get_ptr(&l->by_name, name_hash(parent, name), parent); e;
+         e = e->next_name)
         if (e->parent == parent && strcmp(e->name, name) == 0)
             return e;
     return NULL;
@@ -151,39 +146,16 @@ static uint64_t ino_for(const struct live *l, uint64_t parent, const char *name,
     return ino;
 }
 
-/* Doubles both tables. */
-static void grow(struct live *l)
-{
-    size_t nb = 2 * l->nb;
-    struct entry **by_name = xcalloc(nb, sizeof *by_name), **by_ino = xcalloc(nb, sizeof *by_ino);
-    for (size_t b = 0; b < l->nb; b++) {
-        for (struct entry *e = l->by_name[b], *next; e; e = next) {
-            next = e->next_name;
-            size_t h = name_hash(e->parent, e->name, nb);
-            e->next_name = by_name[h];
-            by_name[h] = e;
-        }
-        for (struct entry *e = l->by_ino[b], *next; e; e = next) {
-            next = e->next_ino;
-            size_t h = ino_hash(e->ino, nb);
-            e->next_ino = by_ino[h];
-            by_ino[h] = e;
-        }
-    }
-    free(l->by_name);
-    free(l->by_ino);
-    l->by_name = by_name;
-    l->by_ino = by_ino;
-    l->nb = nb;
-}
-
 static void unlink_name(struct live *l, struct entry *e)
 {
-    struct entry **p = &l->by_name[name_hash(e->parent, e->name, l->nb)];
-    while (*p && *p != e)
+    uint64_t h = name_hash(e->parent, e->name);
+    struct entry **head = map_get(&l->by_name, h, e->parent), **p = head;
+    while (p && *p && *p != e)
         p = &(*p)->next_name;
-    if (*p)
+    if (p && *p)
         *p = e->next_name;
+    if (head && !*head)
+        map_del(&l->by_name, h, e->parent, NULL);
     e->current = false;
 }
 
@@ -191,12 +163,7 @@ static void drop(struct live *l, struct entry *e)
 {
     if (e->current)
         unlink_name(l, e);
-    struct entry **p = &l->by_ino[ino_hash(e->ino, l->nb)];
-    while (*p && *p != e)
-        p = &(*p)->next_ino;
-    if (*p)
-        *p = e->next_ino;
-    l->count--;
+    map_del(&l->by_ino, e->ino, 0, NULL);
     free(e->name);
     free(e->path);
     free(e);
@@ -223,8 +190,6 @@ static void looked_up(struct live *l, uint64_t parent, const char *dir_path, int
     }
     if (cur)
         unlink_name(l, cur);
-    if (l->count >= l->nb)
-        grow(l);
     struct entry *e = xmalloc(sizeof *e);
     *e = (struct entry){.ino = ino_for(l, parent, name, dir),
                         .parent = parent,
@@ -234,13 +199,10 @@ static void looked_up(struct live *l, uint64_t parent, const char *dir_path, int
                         .dir = dir,
                         .current = true,
                         .depth = depth + 1};
-    size_t h = name_hash(parent, name, l->nb);
-    e->next_name = l->by_name[h];
-    l->by_name[h] = e;
-    h = ino_hash(e->ino, l->nb);
-    e->next_ino = l->by_ino[h];
-    l->by_ino[h] = e;
-    l->count++;
+    struct entry **head = map_put(&l->by_name, name_hash(parent, name), parent, NULL);
+    e->next_name = *head;
+    *head = e;
+    *(struct entry **)map_put(&l->by_ino, e->ino, 0, NULL) = e;
     node_of(e, out);
     pthread_mutex_unlock(&l->lock);
 }

@@ -685,7 +685,7 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
         return r;
     }
     zarr_meta_grid(&in->meta, in->grid);
-    in->meta_hash = fnv64(FNV64_INIT, in->zarray, strlen(in->zarray));
+    in->meta_hash = hash64(HASH64_INIT, in->zarray, strlen(in->zarray));
     /* two read units, and a shard index that stays while its inner chunks are read */
     size_t min_cap = 2 * (in->chunk_nbytes + sizeof(struct chunk)) + in->index_nbytes;
     in->cap = lru_bytes > min_cap ? lru_bytes : min_cap;

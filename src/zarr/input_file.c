@@ -17,8 +17,8 @@ void input_fid_of(const struct stat *st, struct file_id *fid)
     if (S_ISREG(st->st_mode)) {
         fid->exists = true;
         fid->size = (uint64_t)st->st_size;
-        fid->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
-        fid->ctime_ns = (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+        fid->mtime_ns = (uint64_t)ts_to_ns(st->st_mtim);
+        fid->ctime_ns = (uint64_t)ts_to_ns(st->st_ctim);
         fid->ino = (uint64_t)st->st_ino;
     }
 }

@@ -31,7 +31,7 @@ uint64_t input_hash_bytes(const void *p, size_t n)
 uint64_t input_identity_value(const struct file_id *fid)
 {
     uint64_t rec[5] = {fid->size, fid->mtime_ns, fid->ctime_ns, fid->ino, 0x6964656e74ULL};
-    return fnv64(FNV64_INIT, rec, sizeof rec);
+    return hash64(HASH64_INIT, rec, sizeof rec);
 }
 
 bool input_by_identity(const struct zarr_input *in)
@@ -60,9 +60,7 @@ uint64_t input_max_file_size(const struct zarr_input *in)
 
 uint64_t input_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return (uint64_t)clock_ns(CLOCK_REALTIME);
 }
 
 bool input_racy(const struct zarr_input *in, const struct file_id *fid, uint64_t start)
@@ -79,43 +77,16 @@ void input_hashes_init(struct input_hashes *h)
 {
     memset(h, 0, sizeof *h);
     pthread_mutex_init(&h->lock, NULL);
-    h->cap = 64;
-    h->e = xcalloc(h->cap, sizeof *h->e);
-    h->used = xcalloc(h->cap, sizeof *h->used);
+    map_init(&h->e, sizeof(struct hash_entry), 0);
     h->dirfd = -1;
     h->margin_ns = RACY_MARGIN_NS;
 }
 
 /* ---- the table (lock held) ---- */
 
-static size_t slot_of(const struct input_hashes *h, uint64_t sid)
-{
-    size_t i = (size_t)((sid * 0x9E3779B97F4A7C15ULL) >> 20) & (h->cap - 1);
-    while (h->used[i] && h->e[i].sid != sid)
-        i = (i + 1) & (h->cap - 1);
-    return i;
-}
-
 static void put_locked(struct input_hashes *h, const struct hash_entry *e)
 {
-    if (2 * (h->n + 1) >= h->cap) {
-        struct hash_entry *old = h->e;
-        bool *oused = h->used;
-        size_t ocap = h->cap;
-        h->cap *= 2;
-        h->n = 0;
-        h->e = xcalloc(h->cap, sizeof *h->e);
-        h->used = xcalloc(h->cap, sizeof *h->used);
-        for (size_t i = 0; i < ocap; i++)
-            if (oused[i])
-                put_locked(h, &old[i]);
-        free(old);
-        free(oused);
-    }
-    size_t i = slot_of(h, e->sid);
-    h->n += !h->used[i];
-    h->used[i] = true;
-    h->e[i] = *e;
+    *(struct hash_entry *)map_put(&h->e, e->sid, 0, NULL) = *e;
 }
 
 bool input_hash_known(struct zarr_input *in, uint64_t sid, const struct file_id *fid,
@@ -125,10 +96,10 @@ bool input_hash_known(struct zarr_input *in, uint64_t sid, const struct file_id 
     if (h->verify || !fid->exists)
         return false;
     pthread_mutex_lock(&h->lock);
-    size_t i = slot_of(h, sid);
-    bool ok = h->used[i] && input_same_file(&h->e[i].fid, fid);
+    const struct hash_entry *e = map_get(&h->e, sid, 0);
+    bool ok = e && input_same_file(&e->fid, fid);
     if (ok)
-        *hash = h->e[i].hash;
+        *hash = e->hash;
     pthread_mutex_unlock(&h->lock);
     return ok;
 }
@@ -142,13 +113,13 @@ struct hash_rec {
 /* The entries as the bytes of their file (lock held); malloc'd, *len its length. */
 static char *encode_locked(const struct input_hashes *h, size_t *len)
 {
-    size_t n = 8 + h->n * sizeof(struct hash_rec);
+    size_t n = 8 + map_count(&h->e) * sizeof(struct hash_rec);
     char *buf = xmalloc(n + 4), *p = buf + 8;
     memcpy(buf, HASHES_MAGIC, 8);
-    for (size_t i = 0; i < h->cap; i++) {
-        if (!h->used[i])
-            continue;
-        const struct hash_entry *e = &h->e[i];
+    size_t it = 0;
+    void *v;
+    while (map_next(&h->e, &it, NULL, &v)) {
+        const struct hash_entry *e = v;
         struct hash_rec r = {e->sid,          e->fid.ino,      e->fid.size,
                              e->fid.mtime_ns, e->fid.ctime_ns, e->hash};
         memcpy(p, &r, sizeof r);
@@ -190,8 +161,8 @@ void input_hash_note(struct zarr_input *in, uint64_t sid, const struct file_id *
         return;
     struct hash_entry e = {.sid = sid, .hash = hash, .fid = *fid};
     pthread_mutex_lock(&h->lock);
-    size_t i = slot_of(h, sid);
-    bool same = h->used[i] && input_same_file(&h->e[i].fid, fid) && h->e[i].hash == hash;
+    const struct hash_entry *old = map_get(&h->e, sid, 0);
+    bool same = old && input_same_file(&old->fid, fid) && old->hash == hash;
     if (!same) {
         put_locked(h, &e);
         h->dirty = true;
@@ -231,8 +202,8 @@ static int read_kept(int dirfd, const char *name, uint64_t max, char **data, siz
 int zarr_input_keep_hashes(struct zarr_input *in, int dirfd)
 {
     struct input_hashes *h = &in->hashes;
-    uint64_t id = fnv64(FNV64_INIT, in->path, strlen(in->path) + 1);
-    id = fnv64(id, in->zarray, strlen(in->zarray));
+    uint64_t id = hash64(HASH64_INIT, in->path, strlen(in->path) + 1);
+    id = hash64(id, in->zarray, strlen(in->zarray));
     int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -290,8 +261,7 @@ void input_hashes_destroy(struct input_hashes *h)
     save(h, true);
     if (h->dirfd >= 0)
         close(h->dirfd);
-    free(h->e);
-    free(h->used);
+    map_destroy(&h->e);
     pthread_mutex_destroy(&h->lock);
 }
 
@@ -347,9 +317,9 @@ int input_hash_fd(int fd, uint64_t size, const struct range_check *chk, size_t n
 /* A value no read gives, for a file that could not be hashed: any key made with it is new. */
 static uint64_t unreadable(const struct file_id *fid)
 {
-    uint64_t h = fnv64(FNV64_INIT, "roifs unreadable", 16);
-    h = fnv64(h, fid, sizeof *fid);
-    return fnv64(h, &(uint64_t){input_now_ns()}, 8);
+    uint64_t h = hash64(HASH64_INIT, "roifs unreadable", 16);
+    h = hash64(h, fid, sizeof *fid);
+    return hash64(h, &(uint64_t){input_now_ns()}, 8);
 }
 
 uint64_t input_hash_now(struct zarr_input *in, uint64_t sid, const struct file_id *fid,

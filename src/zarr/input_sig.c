@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../map.h"
 #include "../nd.h"
 #include "input_state.h"
 
@@ -51,7 +52,7 @@ static uint64_t signature_of(struct zarr_input *in, const uint64_t *start, const
     int nd = in->meta.ndim;
     uint64_t s0[ROIFS_MAX_DIM], sn[ROIFS_MAX_DIM], s1[ROIFS_MAX_DIM], ci[ROIFS_MAX_DIM];
     /* "content": no signature of the identities that named files before can equal one */
-    uint64_t h = fnv64(in->meta_hash, "content", 7);
+    uint64_t h = hash64(in->meta_hash, "content", 7);
     storage_range(in, start, shape, s0, sn);
     for (int d = 0; d < nd; d++)
         s1[d] = s0[d] + sn[d];
@@ -62,7 +63,7 @@ static uint64_t signature_of(struct zarr_input *in, const uint64_t *start, const
         uint64_t id = nd_linear(ci, in->grid, nd);
         uint64_t content = fn(ctx, id, pos++, &exists);
         uint64_t rec[3] = {id, exists, exists ? content : 0};
-        h = fnv64(h, rec, sizeof rec);
+        h = hash64(h, rec, sizeof rec);
     } while (nd_next_index(ci, s0, s1, nd));
     return h;
 }
@@ -116,35 +117,21 @@ int zarr_input_read_sig(struct zarr_input *in, const uint64_t *start, const uint
 
 /* ---- signatures ---- */
 
-/* Content hashes by storage id, open addressing; each file looked at once per memo. */
-struct zarr_sigmemo {
-    size_t cap, n; /* cap a power of two, n < cap / 2 */
-    uint64_t *ids, *hashes;
-    bool *exists, *used;
-    bool looked, gone; /* the input's path looked at once per memo (input_dir_look) */
+/* Content hashes by storage id (a map.h table); each file looked at once per memo. */
+struct memo_val {
+    uint64_t hash;
+    bool exists;
 };
 
-static void memo_alloc(struct zarr_sigmemo *m)
-{
-    m->ids = xcalloc(m->cap, sizeof *m->ids);
-    m->hashes = xcalloc(m->cap, sizeof *m->hashes);
-    m->exists = xcalloc(m->cap, sizeof *m->exists);
-    m->used = xcalloc(m->cap, sizeof *m->used);
-}
-
-static void memo_release(struct zarr_sigmemo *m)
-{
-    free(m->ids);
-    free(m->hashes);
-    free(m->exists);
-    free(m->used);
-}
+struct zarr_sigmemo {
+    struct map hashes; /* storage id -> struct memo_val */
+    bool looked, gone; /* the input's path looked at once per memo (input_dir_look) */
+};
 
 struct zarr_sigmemo *zarr_sigmemo_new(void)
 {
     struct zarr_sigmemo *m = xcalloc(1, sizeof *m);
-    m->cap = 64;
-    memo_alloc(m);
+    map_init(&m->hashes, sizeof(struct memo_val), 0);
     return m;
 }
 
@@ -152,36 +139,8 @@ void zarr_sigmemo_free(struct zarr_sigmemo *m)
 {
     if (!m)
         return;
-    memo_release(m);
+    map_destroy(&m->hashes);
     free(m);
-}
-
-static size_t memo_slot(const struct zarr_sigmemo *m, uint64_t id)
-{
-    size_t i = (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 20) & (m->cap - 1);
-    while (m->used[i] && m->ids[i] != id)
-        i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static void memo_put(struct zarr_sigmemo *m, uint64_t id, uint64_t hash, bool exists)
-{
-    if (2 * (m->n + 1) >= m->cap) {
-        struct zarr_sigmemo old = *m;
-        m->cap *= 2;
-        m->n = 0;
-        memo_alloc(m);
-        for (size_t i = 0; i < old.cap; i++)
-            if (old.used[i])
-                memo_put(m, old.ids[i], old.hashes[i], old.exists[i]);
-        memo_release(&old);
-    }
-    size_t i = memo_slot(m, id);
-    m->n += !m->used[i];
-    m->used[i] = true;
-    m->ids[i] = id;
-    m->hashes[i] = hash;
-    m->exists[i] = exists;
 }
 
 struct memo_ctx {
@@ -200,17 +159,17 @@ static uint64_t hash_from_memo(void *ctx, uint64_t sid, size_t pos, bool *exists
     }
     struct zarr_sigmemo *m = c->memo;
     if (m) {
-        size_t i = memo_slot(m, sid);
-        if (m->used[i]) {
-            *exists = m->exists[i];
-            return m->hashes[i];
+        const struct memo_val *v = map_get(&m->hashes, sid, 0);
+        if (v) {
+            *exists = v->exists;
+            return v->hash;
         }
     }
     struct file_id fid;
     input_stat_storage(c->in, sid, &fid);
     uint64_t h = input_hash_now(c->in, sid, &fid, exists);
     if (m)
-        memo_put(m, sid, h, *exists);
+        *(struct memo_val *)map_put(&m->hashes, sid, 0, NULL) = (struct memo_val){h, *exists};
     return h;
 }
 
@@ -231,7 +190,7 @@ int zarr_input_signature_memo(struct zarr_input *in, const uint64_t *start, cons
                               struct zarr_sigmemo *memo, uint64_t *sig)
 {
     if (input_gone(in, memo)) { /* a signature no read gives: nothing stored is current */
-        *sig = fnv64(in->meta_hash, "gone", 4);
+        *sig = hash64(in->meta_hash, "gone", 4);
         return -EIO;
     }
     int r = input_check_box(in, start, shape, NULL);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "../idlru.h"
+#include "../map.h"
 #include "zarr.h"
 
 /* Identity of a chunk file as it was read: a rewrite changes it, so nothing decoded from an
@@ -44,9 +45,7 @@ struct hash_entry {
 };
 struct input_hashes {
     pthread_mutex_t lock;
-    size_t cap, n; /* cap a power of two, n < cap / 2 */
-    struct hash_entry *e;
-    bool *used;
+    struct map e;       /* storage id -> struct hash_entry */
     int dirfd;          /* where they are kept, or -1 */
     char name[24];      /* their file there */
     bool dirty;         /* entries not yet written */

@@ -287,12 +287,17 @@ TESTS_README = REPO / "tests" / "README.md"
 @functools.lru_cache(maxsize=None)
 def defined_tests():
     """{file name: test names}: the test functions of tests/e2e/test_*.py and the RUN(...)
-    of tests/unit/test_*.c."""
+    of tests/unit/test_*.c (or, in a file without RUN, the test_ functions its main calls)."""
     tests = {}
     for p in sorted((REPO / "tests" / "e2e").glob("test_*.py")):
         tests[p.name] = re.findall(r"^(?:    )?def (test_\w+)\(", p.read_text(), re.M)
     for p in sorted((REPO / "tests" / "unit").glob("test_*.c")):
-        tests[p.name] = re.findall(r"\bRUN\(\s*(\w+)\s*\)", p.read_text())
+        text = p.read_text()
+        names = re.findall(r"\bRUN\(\s*(\w+)\s*\)", text)
+        if not names:  # a file without RUN: the test_ functions its main() calls
+            main = re.search(r"^int main\(.*?^\}", text, re.S | re.M)
+            names = re.findall(r"\b(test_\w+)\(", main.group(0)) if main else []
+        tests[p.name] = names
     return tests
 
 

@@ -240,8 +240,42 @@ static void test_parse_value(void)
     CHECK_STR_CONTAINS(err.msg, "maybe");
 }
 
+/* dtype_load_bits / dtype_sign_extend / dtype_store_bits at every size, against the C types. */
+static void test_load_store_bits(void)
+{
+    int8_t i1 = -5;
+    int16_t i2 = -300;
+    int32_t i4 = -70000;
+    int64_t i8 = INT64_MIN + 3;
+    CHECK(dtype_load_bits(&i1, 1) == (uint8_t)i1 &&
+          dtype_sign_extend(dtype_load_bits(&i1, 1), 1) == i1);
+    CHECK(dtype_load_bits(&i2, 2) == (uint16_t)i2 &&
+          dtype_sign_extend(dtype_load_bits(&i2, 2), 2) == i2);
+    CHECK(dtype_load_bits(&i4, 4) == (uint32_t)i4 &&
+          dtype_sign_extend(dtype_load_bits(&i4, 4), 4) == i4);
+    CHECK(dtype_load_bits(&i8, 8) == (uint64_t)i8 &&
+          dtype_sign_extend(dtype_load_bits(&i8, 8), 8) == i8);
+    uint8_t u1 = 0x7f;
+    uint16_t u2 = 0x7fff;
+    CHECK(dtype_sign_extend(dtype_load_bits(&u1, 1), 1) == 0x7f);
+    CHECK(dtype_sign_extend(dtype_load_bits(&u2, 2), 2) == 0x7fff);
+    unsigned char buf[8];
+    memset(buf, 0xee, sizeof buf);
+    dtype_store_bits(buf, 2, 0x12345678u);
+    uint16_t got2;
+    memcpy(&got2, buf, 2);
+    CHECK(got2 == 0x5678 && buf[2] == 0xee);
+    dtype_store_bits(buf, 4, 0xffffffff00000001ULL);
+    CHECK(dtype_load_bits(buf, 4) == 1 && buf[4] == 0xee);
+    dtype_store_bits(buf, 1, 0x1ff);
+    CHECK(dtype_load_bits(buf, 1) == 0xff);
+    dtype_store_bits(buf, 8, UINT64_MAX - 1);
+    CHECK(dtype_load_bits(buf, 8) == UINT64_MAX - 1);
+}
+
 int main(void)
 {
+    RUN(test_load_store_bits);
     RUN(test_parse_typestr_round_trip);
     RUN(test_parse_errors);
     RUN(test_cast_rounding_clipping);

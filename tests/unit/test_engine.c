@@ -643,7 +643,7 @@ static void open_before_read_ahead(struct engine *e, uint64_t id)
 static size_t jobs_now(struct engine *e)
 {
     pthread_mutex_lock(&e->lock);
-    size_t n = e->s.njobs;
+    size_t n = map_count(&e->s.jobs);
     pthread_mutex_unlock(&e->lock);
     return n;
 }
