@@ -46,14 +46,6 @@ static void evict(struct zarr_input *in)
 
 /* ---- loading one chunk ---- */
 
-/* The storage key (chunk or shard file) of storage grid index sid. */
-static void storage_key(const struct zarr_input *in, uint64_t sid, char *key, size_t len)
-{
-    uint64_t idx[ROIFS_MAX_DIM];
-    nd_unlinear(sid, in->grid, in->meta.ndim, idx);
-    zarr_meta_chunk_key(&in->meta, idx, key, len);
-}
-
 /* The storage grid index holding read unit uid; *pos gets its place inside the shard. */
 uint64_t input_storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64_t *pos)
 {
@@ -77,8 +69,8 @@ uint64_t input_storage_of_unit(const struct zarr_input *in, uint64_t uid, uint64
 static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_t len)
 {
     uint64_t pos;
-    storage_key(in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : input_storage_of_unit(in, id, &pos), key,
-                len);
+    zarr_input_storage_key(
+        in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : input_storage_of_unit(in, id, &pos), key, len);
 }
 
 /* Identity of the file holding LRU entry id. */
@@ -93,7 +85,7 @@ static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id 
 void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
 {
     char key[ROIFS_MAX_DIM * 24 + 4];
-    storage_key(in, sid, key, sizeof key);
+    zarr_input_storage_key(in, sid, key, sizeof key);
     input_stat_key(in, key, fid);
 }
 
@@ -203,7 +195,7 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct re
 {
     const struct zarr_meta *m = &in->meta;
     char key[ROIFS_MAX_DIM * 24 + 4];
-    storage_key(in, sid, key, sizeof key);
+    zarr_input_storage_key(in, sid, key, sizeof key);
     *out = NULL;
     uint64_t start = input_now_ns();
     /* as read_chunk_file: never block in open, read regular files only */
@@ -273,7 +265,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct re
     }
     uint64_t off = e[0], n = e[1];
     char key[ROIFS_MAX_DIM * 24 + 4];
-    storage_key(in, sid, key, sizeof key);
+    zarr_input_storage_key(in, sid, key, sizeof key);
     int fd = input_open_key(in, key);
     struct stat st;
     struct file_id now = {0};
@@ -703,11 +695,6 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
 const struct zarr_meta *zarr_input_meta(const struct zarr_input *in)
 {
     return &in->meta;
-}
-
-void zarr_input_storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len)
-{
-    storage_key(in, sid, buf, len);
 }
 
 const char *zarr_input_path(const struct zarr_input *in)

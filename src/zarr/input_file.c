@@ -11,6 +11,14 @@
 #include "../nd.h"
 #include "input_state.h"
 
+/* The name of storage file sid (a chunk, or a shard) in the input's directory. */
+void zarr_input_storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len)
+{
+    uint64_t idx[ROIFS_MAX_DIM];
+    nd_unlinear(sid, in->grid, in->meta.ndim, idx);
+    zarr_meta_chunk_key(&in->meta, idx, buf, len);
+}
+
 void input_fid_of(const struct stat *st, struct file_id *fid)
 {
     memset(fid, 0, sizeof *fid);
