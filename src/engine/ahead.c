@@ -118,6 +118,7 @@ void engine_read_ahead(struct engine *e, uint64_t id)
          * would change under a reader that knows it by size and mtime (a second mount taking
          * this one as input, which would then compute its ROIs again). */
         if (!e->s.stopping && !engine_job_find(e, next[i]) &&
+            !engine_has_failed_roi(e, k0 + (size_t)at[i]) && /* failed during the look */
             (e->s.jobs_ended == ended || !cache_chunk_exists(e->f.c, next[i])))
             engine_job_create(e, next[i], false, false, &keys);
         pthread_mutex_unlock(&e->lock);
