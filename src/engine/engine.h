@@ -105,6 +105,16 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
 /* True when a ROI that touches chunk id has failed: opening the chunk would try it again. */
 bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
 
+/* What a status picture shows of chunk id (engine_chunk_state): nothing made yet, being
+ * made (a job of it exists), made and current in the cache, or a ROI of it failed. */
+enum engine_chunk_look {
+    ENGINE_CHUNK_IDLE,
+    ENGINE_CHUNK_BUSY,
+    ENGINE_CHUNK_DONE,
+    ENGINE_CHUNK_FAILED
+};
+enum engine_chunk_look engine_chunk_state(struct engine *e, uint64_t id);
+
 /* The task and the cache an engine serves. */
 const struct task *engine_task(const struct engine *e);
 struct cache *engine_cache(struct engine *e);

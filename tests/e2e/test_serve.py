@@ -1,0 +1,216 @@
+"""roifs serve (docs/serve.md): the tree a mount presents, over HTTP. Zarr over HTTP reads the
+same array; ranges, ETag/304, 404 for chunks no ROI touches and for directories, 500 with the
+reason for a failed ROI, CORS, the bearer token, TLS; a slow ROI holds no server thread; the
+status page; SIGINT and SIGTERM stop it with exit status 0."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import fsspec
+import numpy as np
+import pytest
+import zarr
+
+from conftest import PY, make_task, run_roifs
+from serving import served
+
+# Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists; ROI 1 fails while
+# the file `fail` exists. Each call appends its ROI to `calls`.
+TIMES10 = """\
+import array, os, sys, time
+d = sys.argv[1]
+data = sys.stdin.buffer.read()
+roi = os.environ["ROIFS_ROI"]
+with open(os.path.join(d, "calls"), "a") as f:
+    f.write(roi + "\\n")
+if roi == "0" and os.path.exists(os.path.join(d, "slow")):
+    time.sleep(20)
+if roi == "1" and os.path.exists(os.path.join(d, "fail")):
+    sys.stderr.write("boom: roi 1 failed on purpose\\n")
+    sys.exit(3)
+a = array.array("i")
+a.frombytes(data)
+sys.stdout.buffer.write(array.array("i", (10 * x for x in a)).tobytes())
+"""
+
+# 8x8 in 2x2 chunks (16); ROI i is chunk i for i < 12; chunks 12..15 have no ROI.
+ROIS = [((2 * (i // 4), 2 * (i // 4) + 2), (2 * (i % 4), 2 * (i % 4) + 2)) for i in range(12)]
+
+
+def job(tmp_path, compressor="blosc", threads=2):
+    script = tmp_path / "times10.py"
+    script.write_text(TIMES10)
+    data = np.arange(1, 65, dtype="<i4").reshape(8, 8)
+    task = make_task(tmp_path, data, (2, 2), rois=ROIS,
+                     process={"command": f"{PY} {script} {tmp_path}", "threads": threads},
+                     output={"compressor": compressor, "fill_value": 0})
+    want = np.zeros((8, 8), "<i4")
+    want[:6] = data[:6] * 10
+    return task, want
+
+
+def calls(tmp_path):
+    p = tmp_path / "calls"
+    return p.read_text().split() if p.exists() else []
+
+
+@pytest.mark.timeout(60)
+def test_zarr_over_http_and_the_http_semantics(tmp_path, roifs_bin):
+    task, want = job(tmp_path)
+    with served(roifs_bin, task.config) as s:
+        # zarr-python through fsspec's HTTP store: 404 chunks read as the fill value
+        store = fsspec.get_mapper(s.url)
+        np.testing.assert_array_equal(zarr.open(store, mode="r")[...], want)
+        st, h, meta = s.request("/.zarray")
+        assert st == 200 and json.loads(meta)["chunks"] == [2, 2]
+        assert h["content-type"] == "application/json"
+        # a chunk no ROI touches, directories and unknown names: 404; only GET and HEAD
+        for path in ("/3.0", "/3.3", "/.roifs", "/.roifs/", "/0.0/", "/0.9", "/00.0", "/x"):
+            assert s.request(path)[0] == 404, path
+        assert s.request("/0.0", method="POST")[0] == 405
+        # exact length, HEAD alike, ranges
+        st, h, body = s.request("/1.1")
+        assert st == 200 and int(h["content-length"]) == len(body) > 0
+        assert h["accept-ranges"] == "bytes"
+        st, hh, nobody = s.request("/1.1", method="HEAD")
+        assert st == 200 and nobody == b"" and hh["content-length"] == h["content-length"]
+        n = len(body)
+        st, hr, part = s.request("/1.1", headers={"Range": "bytes=2-5"})
+        assert st == 206 and part == body[2:6] and hr["content-range"] == f"bytes 2-5/{n}"
+        st, hr, part = s.request("/1.1", headers={"Range": "bytes=-3"})
+        assert st == 206 and part == body[-3:] and hr["content-length"] == "3"
+        st, hr, part = s.request("/1.1", headers={"Range": "bytes=4-"})
+        assert st == 206 and part == body[4:]
+        st, hr, _ = s.request("/1.1", headers={"Range": f"bytes={n}-"})
+        assert st == 416 and hr["content-range"] == f"bytes */{n}"
+        # ETag from the chunk's key; 304 when it matches, 200 otherwise
+        etag = h["etag"]
+        assert etag.startswith('"') and len(etag) == 34
+        st, h304, b304 = s.request("/1.1", headers={"If-None-Match": etag})
+        assert st == 304 and b304 == b"" and h304["etag"] == etag
+        assert s.request("/1.1", headers={"If-None-Match": '"0"'})[0] == 200
+        assert s.request("/1.2")[1]["etag"] != etag
+        # the status document and the page
+        st, h, doc = s.request("/.roifs/status")
+        doc = json.loads(doc)
+        assert st == 200 and doc["rois"]["done"] == 12 and doc["chunks"]["cached"] == 12
+        st, h, page = s.request("/")
+        assert st == 200 and h["content-type"].startswith("text/html")
+        assert b'id="n-done">12<' in page and b'http-equiv="refresh"' in page
+    assert sorted(map(int, calls(tmp_path))) == list(range(12))  # each ROI once
+
+
+@pytest.mark.timeout(90)
+def test_a_slow_roi_holds_no_server_thread(tmp_path, roifs_bin):
+    """ROI 0 takes 20 s: 8 readers of its chunk (twice the server's 4 threads) wait, and every
+    other chunk and the status are answered at once meanwhile; SIGTERM then answers the
+    waiting readers and stops the server with exit status 0."""
+    task, want = job(tmp_path, threads=3)
+    (tmp_path / "slow").touch()
+    with served(roifs_bin, task.config) as s:
+        results = []
+
+        def slow_reader():
+            try:
+                results.append(s.request("/0.0", timeout=40)[0])
+            except Exception as e:  # the server may close the connection at its stop
+                results.append(repr(e))
+
+        readers = [threading.Thread(target=slow_reader) for _ in range(8)]
+        for t in readers:
+            t.start()
+        deadline = time.monotonic() + 10
+        while "0" not in calls(tmp_path):
+            assert time.monotonic() < deadline, "ROI 0 never started"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        for i in range(1, 12):
+            st, _, body = s.request(f"/{i // 4}.{i % 4}", timeout=5)
+            assert st == 200 and body
+        st, _, doc = s.request("/.roifs/status", timeout=5)
+        assert st == 200 and json.loads(doc)["rois"]["running"] >= 1
+        assert s.request("/", timeout=5)[0] == 200
+        took = time.monotonic() - t0
+        assert took < 4, f"other chunks took {took:.1f} s behind the slow ROI"
+        assert not results, "the slow chunk was answered before its ROI ended"
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(15) == 0
+        for t in readers:
+            t.join(10)
+        assert time.monotonic() - t0 < 12
+        assert len(results) == 8 and all(r != 200 for r in results), results
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_roi_is_500_with_its_reason(tmp_path, roifs_bin):
+    task, want = job(tmp_path)
+    (tmp_path / "fail").touch()
+    with served(roifs_bin, task.config) as s:
+        t0 = time.monotonic()
+        st, h, body = s.request("/0.1")
+        assert st == 500 and b"boom: roi 1 failed on purpose" in body and b"ROI 1" in body
+        assert time.monotonic() - t0 < 5
+        assert s.request("/0.0")[0] == 200 and s.request("/0.2")[0] == 200
+        st, _, page = s.request("/")
+        assert b'id="n-failed">1<' in page and b"boom: roi 1 failed" in page
+        (tmp_path / "fail").unlink()
+        st, _, body = s.request("/0.1")  # tried again on demand, retry_after unset here
+        assert st == 200, body
+
+
+@pytest.mark.timeout(60)
+def test_token_and_cors(tmp_path, roifs_bin):
+    task, want = job(tmp_path)
+    tok = tmp_path / "token"
+    tok.write_text("s3cret-token\n")
+    os.chmod(tok, 0o640)
+    r = run_roifs(roifs_bin, "serve", "--token-file", tok, task.config)
+    assert r.returncode == 2 and "chmod 600" in r.stderr
+    os.chmod(tok, 0o600)
+    args = ["--token-file", tok, "--cors", "https://viewer.example, http://localhost:3000"]
+    with served(roifs_bin, task.config, args) as s:
+        ok = {"Authorization": "Bearer s3cret-token"}
+        assert s.request("/.zarray")[0] == 401
+        assert s.request("/.zarray", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert s.request("/.zarray", headers={"Authorization": "Bearer s3cret-token2"})[0] == 401
+        assert s.request("/0.0", headers=ok)[0] == 200
+        origin = {"Origin": "http://localhost:3000"}
+        st, h, _ = s.request("/0.0", headers={**ok, **origin})
+        assert st == 200 and h["access-control-allow-origin"] == "http://localhost:3000"
+        assert "ETag" in h["access-control-expose-headers"]
+        st, h, _ = s.request("/0.0", headers=origin)  # errors carry it too
+        assert st == 401 and h["access-control-allow-origin"] == "http://localhost:3000"
+        st, h, _ = s.request("/0.0", headers={**ok, "Origin": "https://evil.example"})
+        assert st == 200 and "access-control-allow-origin" not in h
+        pre = {"Origin": "https://viewer.example", "Access-Control-Request-Method": "GET",
+               "Access-Control-Request-Headers": "authorization, range"}
+        st, h, _ = s.request("/0.0", method="OPTIONS", headers=pre)  # no token needed
+        assert st == 204 and h["access-control-allow-origin"] == "https://viewer.example"
+        assert "GET" in h["access-control-allow-methods"]
+        assert "range" in h["access-control-allow-headers"]
+        assert "s3cret" not in s.log_text()
+        assert "s3cret" not in s.request("/.roifs/status", headers=ok)[2].decode()
+    with served(roifs_bin, task.config) as s:  # no --cors: no CORS header at all
+        st, h, _ = s.request("/0.0", headers={"Origin": "http://localhost:3000"})
+        assert st == 200 and "access-control-allow-origin" not in h
+
+
+@pytest.mark.timeout(60)
+def test_tls_and_sigint(tmp_path, roifs_bin):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1"], check=True,
+                   capture_output=True, timeout=60)
+    task, want = job(tmp_path)
+    r = run_roifs(roifs_bin, "serve", "--tls-cert", cert, task.config)
+    assert r.returncode == 2 and "--tls-key" in r.stderr
+    with served(roifs_bin, task.config, ["--tls-cert", cert, "--tls-key", key]) as s:
+        assert s.scheme == "https"
+        st, h, body = s.request("/0.0")
+        assert st == 200 and int(h["content-length"]) == len(body)
+        s.proc.send_signal(signal.SIGINT)
+        assert s.proc.wait(15) == 0
