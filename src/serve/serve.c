@@ -11,6 +11,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@
 #include "../util.h"
 
 #define PAGE_URL "/"
+/* At a stop, how long the requests still waiting for a chunk have to receive their answer. */
+#define STOP_ANSWER_NS 3000000000LL
 
 struct server {
     struct arrayset *set;
@@ -30,6 +33,7 @@ struct server {
     struct MHD_Daemon *d;
     pthread_rwlock_t run; /* read: a request using the engines; write: stopping them */
     bool stopping;        /* under run */
+    atomic_int waiting;   /* requests that were suspended and are not answered yet */
 };
 
 /* One request's state (MHD's con_cls): what it asked for and, once the engine answered, the
@@ -41,6 +45,7 @@ struct sreq {
     bool asked;     /* the engine (or the table) was asked */
     bool done;      /* it answered: err, fd, flags */
     bool suspended; /* the connection waits for that answer */
+    bool counted;   /* in srv->waiting until it is completed */
     int err, fd;
     struct ns_node node;
 };
@@ -319,6 +324,8 @@ static bool ask(struct sreq *q)
     bool done = q->done;
     if (!done) {
         q->suspended = true;
+        q->counted = true;
+        atomic_fetch_add(&srv->waiting, 1);
         MHD_suspend_connection(q->conn);
     }
     pthread_mutex_unlock(&q->lock);
@@ -551,6 +558,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct sreq *q = *con_cls;
     if (!q)
         return;
+    if (q->counted)
+        atomic_fetch_sub(&q->srv->waiting, 1);
     if (q->fd >= 0)
         close(q->fd);
     pthread_mutex_destroy(&q->lock);
@@ -649,10 +658,10 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
         {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)o->tls_key},
         {MHD_OPTION_END, 0, NULL}};
     srv.d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, &srv, MHD_OPTION_SOCK_ADDR, &o->addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(o->threads > 0 ? o->threads : 1),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, &srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, &o->addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(o->threads > 0 ? o->threads : 1), MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        &srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (!srv.d) {
         arrayset_stop(s);
         pthread_rwlock_destroy(&srv.run);
@@ -675,6 +684,10 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
     srv.stopping = true;
     pthread_rwlock_unlock(&srv.run);
     arrayset_stop(s);
+    /* The requests the engines' stop resumed get their 503 before the connections close. */
+    int64_t until = clock_ns(CLOCK_MONOTONIC) + STOP_ANSWER_NS;
+    while (atomic_load(&srv.waiting) > 0 && clock_ns(CLOCK_MONOTONIC) < until)
+        usleep(10000);
     MHD_stop_daemon(srv.d);
     pthread_rwlock_destroy(&srv.run);
     return 0;
