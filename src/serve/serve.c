@@ -3,13 +3,14 @@
  * answer at once the connection is suspended (MHD_suspend_connection) and the engine's
  * callback resumes it, so that no server thread waits for a computation. Metadata, the status
  * and generated files are answered at once; the masking table's files wait the same way. */
-#include "serve.h"
+#include "serve_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,238 +27,49 @@
 /* At a stop, how long the requests still waiting for a chunk have to receive their answer. */
 #define STOP_ANSWER_NS 3000000000LL
 
-struct server {
-    struct arrayset *set;
-    const struct ns *ns;
-    const struct serve_opts *o;
-    struct MHD_Daemon *d;
-    pthread_rwlock_t run; /* read: a request using the engines; write: stopping them */
-    bool stopping;        /* under run */
-    atomic_int waiting;   /* requests that were suspended and are not answered yet */
-};
-
-/* One request's state (MHD's con_cls): what it asked for and, once the engine answered, the
- * answer. */
-struct sreq {
-    struct server *srv;
-    struct MHD_Connection *conn;
-    pthread_mutex_t lock;
-    bool asked;     /* the engine (or the table) was asked */
-    bool done;      /* it answered: err, fd, flags */
-    bool suspended; /* the connection waits for that answer */
-    bool counted;   /* in srv->waiting until it is completed */
-    int err, fd;
-    struct ns_node node;
-};
-
-/* ---- answers ---- */
-
-static const char *header(struct MHD_Connection *c, const char *name)
-{
-    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
-}
-
-/* The origin allowed to read this answer (the request's Origin when --cors lists it), or
- * NULL. */
-static const char *cors_origin(const struct server *srv, struct MHD_Connection *c)
-{
-    const char *list = srv->o->cors, *origin = header(c, "Origin");
-    if (!list || !origin)
-        return NULL;
-    if (strcmp(list, "*") == 0)
-        return "*";
-    size_t n = strlen(origin);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len && (*p == ' '))
-            p++, len--;
-        while (len && p[len - 1] == ' ')
-            len--;
-        if (len == n && strncmp(p, origin, n) == 0)
-            return origin;
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    return NULL;
-}
-
-/* Queues resp with status, after the headers every answer carries; destroys resp. */
-static enum MHD_Result reply(struct server *srv, struct MHD_Connection *c, unsigned status,
-                             struct MHD_Response *resp)
-{
-    const char *origin = cors_origin(srv, c);
-    if (origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers",
-                                "Content-Length, Content-Range, ETag, Accept-Ranges");
-        if (strcmp(origin, "*") != 0)
-            MHD_add_response_header(resp, "Vary", "Origin");
-    }
-    enum MHD_Result r = MHD_queue_response(c, status, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
-
-static enum MHD_Result send_text(struct server *srv, struct MHD_Connection *c, unsigned status,
-                                 const char *text)
-{
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
-    MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-    return reply(srv, c, status, resp);
-}
-
-/* Parses a single Range of a body of size bytes: 0 (whole body: no header or not one single
- * bytes range, which may be ignored), 1 (*off, *len set), or -1 (unsatisfiable: 416). */
-static int parse_range(const char *h, uint64_t size, uint64_t *off, uint64_t *len)
-{
-    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ','))
-        return 0;
-    const char *p = h + 6;
-    char *end;
-    if (*p == '-') { /* suffix: the last N bytes */
-        errno = 0;
-        unsigned long long n = strtoull(p + 1, &end, 10);
-        if (errno || end == p + 1 || *end)
-            return 0;
-        if (n == 0 || size == 0)
-            return -1;
-        *len = n < size ? n : size;
-        *off = size - *len;
-        return 1;
-    }
-    if (*p < '0' || *p > '9')
-        return 0;
-    errno = 0;
-    unsigned long long a = strtoull(p, &end, 10), b = UINT64_MAX;
-    if (errno || *end != '-')
-        return 0;
-    const char *q = end + 1;
-    if (*q) {
-        if (*q < '0' || *q > '9')
-            return 0;
-        b = strtoull(q, &end, 10);
-        if (errno || *end || b < a)
-            return 0;
-    }
-    if (a >= size)
-        return -1;
-    if (b >= size)
-        b = size - 1;
-    *off = a;
-    *len = b - a + 1;
-    return 1;
-}
-
-/* True when If-None-Match names etag (or is "*"). */
-static bool etag_matches(const char *inm, const char *etag)
-{
-    if (!inm)
-        return false;
-    if (strcmp(inm, "*") == 0)
-        return true;
-    size_t n = strlen(etag);
-    for (const char *p = strstr(inm, etag); p; p = strstr(p + 1, etag))
-        if ((p == inm || p[-1] == ' ' || p[-1] == ',' || p[-1] == '/') &&
-            (p[n] == '\0' || p[n] == ',' || p[n] == ' '))
-            return true;
-    return false;
-}
-
-/* Answers with the bytes of fd (taken: closed by MHD or here), honouring Range and, when etag
- * is not NULL, If-None-Match. */
-static enum MHD_Result send_fd(struct server *srv, struct MHD_Connection *c, int fd,
-                               const char *type, const char *etag)
-{
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return send_text(srv, c, MHD_HTTP_INTERNAL_SERVER_ERROR, strerror(e));
-    }
-    uint64_t size = (uint64_t)st.st_size, off = 0, len = size;
-    struct MHD_Response *resp;
-    unsigned status = MHD_HTTP_OK;
-    char range[96];
-    if (etag && etag_matches(header(c, "If-None-Match"), etag)) {
-        close(fd);
-        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, "ETag", etag);
-        return reply(srv, c, MHD_HTTP_NOT_MODIFIED, resp);
-    }
-    int r = parse_range(header(c, "Range"), size, &off, &len);
-    if (r < 0) {
-        close(fd);
-        snprintf(range, sizeof range, "bytes */%llu", (unsigned long long)size);
-        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, "Content-Range", range);
-        return reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
-    }
-    if (r > 0) {
-        status = MHD_HTTP_PARTIAL_CONTENT;
-        snprintf(range, sizeof range, "bytes %llu-%llu/%llu", (unsigned long long)off,
-                 (unsigned long long)(off + len - 1), (unsigned long long)size);
-    }
-    resp = MHD_create_response_from_fd_at_offset64(len, fd, off);
-    if (!resp) {
-        close(fd);
-        return MHD_NO;
-    }
-    if (r > 0)
-        MHD_add_response_header(resp, "Content-Range", range);
-    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
-    MHD_add_response_header(resp, "Content-Type", type);
-    if (etag) {
-        MHD_add_response_header(resp, "ETag", etag);
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    }
-    return reply(srv, c, status, resp);
-}
-
-/* The same for bytes in memory (buf taken: freed by MHD). */
-static enum MHD_Result send_buf(struct server *srv, struct MHD_Connection *c, char *buf,
-                                size_t size, const char *type)
-{
-    uint64_t off = 0, len = size;
-    int r = parse_range(header(c, "Range"), size, &off, &len);
-    char range[96];
-    struct MHD_Response *resp;
-    if (r < 0) {
-        free(buf);
-        snprintf(range, sizeof range, "bytes */%zu", size);
-        resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, "Content-Range", range);
-        return reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
-    }
-    if (r > 0) {
-        memmove(buf, buf + off, (size_t)len);
-        snprintf(range, sizeof range, "bytes %llu-%llu/%zu", (unsigned long long)off,
-                 (unsigned long long)(off + len - 1), size);
-    }
-    resp = MHD_create_response_from_buffer((size_t)len, buf, MHD_RESPMEM_MUST_FREE);
-    if (r > 0)
-        MHD_add_response_header(resp, "Content-Range", range);
-    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
-    MHD_add_response_header(resp, "Content-Type", type);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    return reply(srv, c, r > 0 ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp);
-}
-
 /* ---- chunks and tables: asked, then answered (maybe after a suspension) ---- */
+
+/* srv->lock held. */
+static void unlist(struct server *srv, struct sreq *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        srv->suspended = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    q->prev = q->next = NULL;
+    q->suspended = false;
+}
+
+/* Drops a reference (srv->lock held): true when q is to be freed. */
+static bool unref(struct sreq *q)
+{
+    return --q->refs == 0;
+}
+
+static void sreq_free(struct sreq *q)
+{
+    if (q->fd >= 0)
+        close(q->fd);
+    free(q);
+}
 
 static void answered(struct sreq *q, int err, int fd)
 {
-    pthread_mutex_lock(&q->lock);
+    struct server *srv = q->srv;
+    pthread_mutex_lock(&srv->lock);
     q->done = true;
     q->err = err;
     q->fd = fd;
     if (q->suspended) {
-        q->suspended = false;
+        unlist(srv, q);
         MHD_resume_connection(q->conn);
     }
-    pthread_mutex_unlock(&q->lock);
+    bool last = unref(q);
+    pthread_mutex_unlock(&srv->lock);
+    if (last) /* the client went away: nobody takes the answer */
+        sreq_free(q);
 }
 
 static void chunk_cb(void *ctx, int err, int fd, int flags)
@@ -315,20 +127,27 @@ static bool ask(struct sreq *q)
 {
     struct server *srv = q->srv;
     q->asked = true;
+    pthread_mutex_lock(&srv->lock);
+    q->refs++;
+    pthread_mutex_unlock(&srv->lock);
     if (q->node.kind == NS_CHUNK)
         engine_open_chunk(arrayset_array(srv->set, (size_t)q->node.array)->engine, q->node.chunk,
                           chunk_cb, q);
     else
         otable_request(arrayset_table(srv->set), table_cb, q);
-    pthread_mutex_lock(&q->lock);
+    pthread_mutex_lock(&srv->lock);
     bool done = q->done;
     if (!done) {
         q->suspended = true;
+        q->next = srv->suspended;
+        if (q->next)
+            q->next->prev = q;
+        srv->suspended = q;
         q->counted = true;
         atomic_fetch_add(&srv->waiting, 1);
         MHD_suspend_connection(q->conn);
     }
-    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_unlock(&srv->lock);
     return done;
 }
 
@@ -426,6 +245,10 @@ static enum MHD_Result send_input(struct server *srv, struct MHD_Connection *c, 
 static char *status_text(struct server *srv, size_t *len)
 {
     json_t *doc = arrayset_status(srv->set);
+    json_object_set_new(
+        doc, "http",
+        json_pack("{s:I, s:i, s:I}", "requests", (json_int_t)atomic_load(&srv->requests), "waiting",
+                  atomic_load(&srv->waiting), "gone", (json_int_t)atomic_load(&srv->gone)));
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     *len = strlen(text);
@@ -512,6 +335,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct sreq *q = *con_cls;
     if (*upload_data_size) /* a body: not ours to take */
         return send_text(srv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only\n");
+    if (q && q->gone) /* resumed because the client went away: close */
+        return MHD_NO;
     if (q && q->asked) { /* resumed: the engine answered */
         pthread_rwlock_rdlock(&srv->run);
         enum MHD_Result r = answer_asked(q);
@@ -537,7 +362,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q->srv = srv;
         q->conn = c;
         q->fd = -1;
-        pthread_mutex_init(&q->lock, NULL);
+        q->refs = 1;
         *con_cls = q;
     }
     log_debug("serve: %s %s", method, url);
@@ -558,13 +383,70 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct sreq *q = *con_cls;
     if (!q)
         return;
+    struct server *srv = q->srv;
     if (q->counted)
-        atomic_fetch_sub(&q->srv->waiting, 1);
-    if (q->fd >= 0)
-        close(q->fd);
-    pthread_mutex_destroy(&q->lock);
-    free(q);
+        atomic_fetch_sub(&srv->waiting, 1);
+    if (!q->gone)
+        atomic_fetch_add(&srv->requests, 1);
+    pthread_mutex_lock(&srv->lock);
+    bool last = unref(q);
+    pthread_mutex_unlock(&srv->lock);
+    if (last)
+        sreq_free(q);
     *con_cls = NULL;
+}
+
+/* ---- clients that go away while they wait ---- */
+
+/* A suspended connection's socket is not watched by libmicrohttpd: every WATCH_MS this thread
+ * looks for those whose client hung up, and resumes them to be closed; the engine's answer
+ * then goes to nobody (the chunk still lands in the cache). */
+#define WATCH_MS  100
+#define WATCH_MAX 1024
+
+static void *watch_gone(void *arg)
+{
+    struct server *srv = arg;
+    struct pollfd fds[WATCH_MAX];
+    struct sreq *qs[WATCH_MAX];
+    for (;;) {
+        pthread_mutex_lock(&srv->lock);
+        bool stop = srv->stopping;
+        size_t n = 0;
+        for (struct sreq *q = srv->suspended; q && n < WATCH_MAX; q = q->next) {
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+            if (!ci)
+                continue;
+            fds[n] = (struct pollfd){.fd = ci->connect_fd, .events = POLLRDHUP};
+            qs[n++] = q;
+        }
+        pthread_mutex_unlock(&srv->lock);
+        if (stop)
+            return NULL;
+        if (n == 0 || poll(fds, n, 0) <= 0) {
+            usleep(WATCH_MS * 1000);
+            continue;
+        }
+        pthread_mutex_lock(&srv->lock);
+        for (size_t i = 0; i < n; i++) {
+            if (!(fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                continue;
+            struct sreq *q = srv->suspended; /* still suspended (not answered meanwhile)? */
+            while (q && q != qs[i])
+                q = q->next;
+            if (!q)
+                continue;
+            q->gone = true;
+            unlist(srv, q);
+            atomic_fetch_add(&srv->gone, 1);
+            log_debug("serve: a client waiting for chunk %llu went away",
+                      (unsigned long long)q->node.chunk);
+            MHD_resume_connection(q->conn);
+        }
+        pthread_mutex_unlock(&srv->lock);
+        usleep(WATCH_MS * 1000);
+    }
 }
 
 /* ---- the server ---- */
@@ -645,9 +527,11 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
 {
     struct server srv = {.set = s, .ns = arrayset_tree(s), .o = o};
     pthread_rwlock_init(&srv.run, NULL);
+    pthread_mutex_init(&srv.lock, NULL);
     int r = arrayset_start(s, err);
     if (r < 0) {
         pthread_rwlock_destroy(&srv.run);
+        pthread_mutex_destroy(&srv.lock);
         return r;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
@@ -665,11 +549,15 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
     if (!srv.d) {
         arrayset_stop(s);
         pthread_rwlock_destroy(&srv.run);
+        pthread_mutex_destroy(&srv.lock);
         return err_set(err, -EADDRNOTAVAIL,
                        "cannot listen there (address in use, not this host's, or a TLS "
                        "certificate or key libmicrohttpd refused)");
     }
     say_where(&srv);
+    int wr = pthread_create(&srv.watcher, NULL, watch_gone, &srv);
+    if (wr != 0)
+        log_warn("serve: no watch of clients that go away while they wait: %s", strerror(wr));
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
@@ -681,8 +569,12 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
     /* No request uses an engine from here on; the engines' stop answers every request still
      * waiting (suspended connections are resumed with an error), then the server stops. */
     pthread_rwlock_wrlock(&srv.run);
+    pthread_mutex_lock(&srv.lock);
     srv.stopping = true;
+    pthread_mutex_unlock(&srv.lock);
     pthread_rwlock_unlock(&srv.run);
+    if (wr == 0)
+        pthread_join(srv.watcher, NULL);
     arrayset_stop(s);
     /* The requests the engines' stop resumed get their 503 before the connections close. */
     int64_t until = clock_ns(CLOCK_MONOTONIC) + STOP_ANSWER_NS;
@@ -690,5 +582,6 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
         usleep(10000);
     MHD_stop_daemon(srv.d);
     pthread_rwlock_destroy(&srv.run);
+    pthread_mutex_destroy(&srv.lock);
     return 0;
 }

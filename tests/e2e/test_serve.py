@@ -5,6 +5,7 @@ status page; SIGINT and SIGTERM stop it with exit status 0."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -17,7 +18,8 @@ import zarr
 from conftest import PY, make_task, run_roifs
 from serving import served
 
-# Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists; ROI 1 fails while
+# Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists (the seconds it
+# holds, 20 when empty); ROI 1 fails while
 # the file `fail` exists. Each call appends its ROI to `calls`.
 TIMES10 = """\
 import array, os, sys, time
@@ -27,7 +29,7 @@ roi = os.environ["ROIFS_ROI"]
 with open(os.path.join(d, "calls"), "a") as f:
     f.write(roi + "\\n")
 if roi == "0" and os.path.exists(os.path.join(d, "slow")):
-    time.sleep(20)
+    time.sleep(float(open(os.path.join(d, "slow")).read() or 20))
 if roi == "1" and os.path.exists(os.path.join(d, "fail")):
     sys.stderr.write("boom: roi 1 failed on purpose\\n")
     sys.exit(3)
@@ -214,3 +216,38 @@ def test_tls_and_sigint(tmp_path, roifs_bin):
         assert st == 200 and int(h["content-length"]) == len(body)
         s.proc.send_signal(signal.SIGINT)
         assert s.proc.wait(15) == 0
+
+
+def http_status(s):
+    return json.loads(s.request("/.roifs/status", timeout=5)[2])["http"]
+
+
+@pytest.mark.timeout(60)
+def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
+    """A client that hangs up while its chunk computes is noticed and its connection closed at
+    once (the status's http.waiting back to 0, http.gone 1); the chunk still lands in the cache,
+    computed once, and the server serves on and stops with exit status 0."""
+    task, want = job(tmp_path)
+    (tmp_path / "slow").write_text("3")
+    with served(roifs_bin, task.config) as s:
+        c = socket.create_connection((s.host, s.port), timeout=5)
+        c.sendall(b"GET /0.0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while http_status(s)["waiting"] != 1:
+            assert time.monotonic() < deadline, "the request never waited"
+            time.sleep(0.05)
+        c.close()
+        t0 = time.monotonic()
+        while http_status(s)["waiting"] != 0:
+            assert time.monotonic() - t0 < 2, "the server did not let the client go"
+            time.sleep(0.05)
+        assert http_status(s)["gone"] == 1
+        assert s.request("/1.1")[0] == 200
+        deadline = time.monotonic() + 10
+        while json.loads(s.request("/.roifs/status")[2])["rois"]["running"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        st, _, body = s.request("/0.0")
+        assert st == 200 and time.monotonic() - t0 < 1
+    assert calls(tmp_path).count("0") == 1
