@@ -15,7 +15,7 @@
 #include "cli.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
-#define SERVE_THREADS  4
+#define SERVE_THREADS  8 /* the engine's open of a cached chunk makes a few system calls */
 #define TOKEN_MAX      4096
 
 struct serve_args {
