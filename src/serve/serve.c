@@ -186,35 +186,49 @@ static enum MHD_Result answer_asked(struct sreq *q)
 
 /* ---- the tree ---- */
 
-/* Resolves url ("/a/b/c") in the tree: 0 and *n, or -ENOENT. */
-static int resolve(const struct ns *ns, const char *url, struct ns_node *n)
+/* Resolves url ("/a/b/c") in the tree: 0 and *n, or -ENOENT (-EISDIR: a directory's URL
+ * with a trailing slash). A name found in a mirrored directory (ome = labels: the input's own
+ * files) is held while the next one is looked up in it, and let go before this returns: for
+ * an input file, *path (malloc'd) is its path in the file system, which the node no longer
+ * keeps then. */
+static int resolve(const struct ns *ns, const char *url, struct ns_node *n, char **path)
 {
-    if (url[0] != '/')
+    *path = NULL;
+    if (url[0] != '/' || ns_get(ns, NS_INO_ROOT, n) < 0)
         return -ENOENT;
-    uint64_t ino = NS_INO_ROOT;
-    if (ns_get(ns, ino, n) < 0)
-        return -ENOENT;
-    const char *p = url + 1;
-    while (*p) {
+    uint64_t held = 0; /* a live node whose lookup this holds */
+    int r = 0;
+    for (const char *p = url + 1; *p;) {
         const char *end = strchr(p, '/');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == 0 || len > 255 || n->kind != NS_DIR)
-            return -ENOENT;
         char name[256];
+        if (len == 0 || len >= sizeof name || n->kind != NS_DIR) {
+            r = -ENOENT;
+            break;
+        }
         memcpy(name, p, len);
         name[len] = '\0';
-        if (ns_lookup(ns, ino, name, n) < 0)
-            return -ENOENT;
-        if (n->live)
-            ns_forget(ns, n->ino, 1); /* the lookup's hold: nothing keeps this node */
-        ino = n->ino;
+        uint64_t dir = n->ino;
+        if (ns_lookup(ns, dir, name, n) < 0) {
+            r = -ENOENT;
+            break;
+        }
+        if (held)
+            ns_forget(ns, held, 1);
+        held = n->live ? n->ino : 0;
         if (!end)
             break;
         p = end + 1;
-        if (!*p) /* a trailing slash: only directories, which are not served */
-            return n->kind == NS_DIR ? -EISDIR : -ENOENT;
+        if (!*p) { /* a trailing slash: only directories, which are not served */
+            r = n->kind == NS_DIR ? -EISDIR : -ENOENT;
+            break;
+        }
     }
-    return 0;
+    if (r == 0 && n->kind == NS_INPUT && n->text)
+        *path = xstrdup(n->text);
+    if (held)
+        ns_forget(ns, held, 1);
+    return r;
 }
 
 static const char *content_type(const char *url)
@@ -232,7 +246,7 @@ static const char *content_type(const char *url)
  * regular file. */
 static enum MHD_Result send_input(struct server *srv, struct MHD_Connection *c, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    int fd = path ? open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) : -1;
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
@@ -267,7 +281,8 @@ static enum MHD_Result answer_node(struct sreq *q, const char *url)
         char *page = serve_page(srv->set, &len);
         return send_buf(srv, c, page, len, "text/html; charset=utf-8");
     }
-    if (resolve(srv->ns, url, &q->node) < 0 || q->node.kind == NS_DIR)
+    char *path = NULL;
+    if (resolve(srv->ns, url, &q->node, &path) < 0 || q->node.kind == NS_DIR)
         return send_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
     switch (q->node.kind) {
     case NS_META: {
@@ -283,8 +298,11 @@ static enum MHD_Result answer_node(struct sreq *q, const char *url)
         char *text = arrayset_generated(srv->set, q->node.chunk, &len);
         return send_buf(srv, c, text, len, content_type(url));
     }
-    case NS_INPUT:
-        return send_input(srv, c, q->node.text);
+    case NS_INPUT: {
+        enum MHD_Result r = send_input(srv, c, path);
+        free(path);
+        return r;
+    }
     case NS_CHUNK:
     case NS_TABLE:
         if (!ask(q))

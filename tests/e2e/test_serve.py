@@ -9,13 +9,14 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import fsspec
 import numpy as np
 import pytest
 import zarr
 
-from conftest import PY, make_task, run_roifs
+from conftest import PY, make_task, mounted, run_roifs
 from serving import served
 
 # Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists (the seconds it
@@ -251,3 +252,50 @@ def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
         st, _, body = s.request("/0.0")
         assert st == 200 and time.monotonic() - t0 < 1
     assert calls(tmp_path).count("0") == 1
+
+
+def tree_of(root):
+    """(files, directories) under root, relative, sorted."""
+    files, dirs = [], []
+    for p in sorted(Path(root).rglob("*")):
+        (files if p.is_file() else dirs).append(p.relative_to(root).as_posix())
+    return files, dirs
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("kind", ["pyramid", "overlay"])
+def test_the_tree_a_mount_presents(tmp_path, roifs_bin, kind):
+    """Every file of a mount of the same job (an OME-Zarr image with its pyramid; a label
+    overlay with the input's files, the label image and its masking table) is served with
+    the same bytes, every directory is 404, and serve and the mount share the cache: each
+    ROI computed once between them."""
+    if kind == "pyramid":
+        data = np.arange(40 * 36, dtype="<u2").reshape(40, 36)
+        rois = [((y, y + 10), (x, x + 12)) for y in range(0, 40, 10) for x in range(0, 36, 12)]
+        task = make_task(tmp_path, data, (8, 8), rois=rois,
+                         process={"builtin": "add", "param.value": 1},
+                         output={"ome": "true", "levels": 3})
+        config, array = task.config, "0"
+    else:
+        from test_overlay import make_image, overlay_config
+        img, _ = make_image(tmp_path, "0.4")
+        config, array = overlay_config(tmp_path, img, table="seg_table"), "labels/seg/0"
+    with served(roifs_bin, config) as s:
+        over_http = zarr.open(fsspec.get_mapper(f"{s.url}/{array}"), mode="r")[...]
+        with mounted(roifs_bin, config) as m:
+            files, dirs = tree_of(m.path)
+            assert len(files) > 10 and dirs
+            for rel in files:
+                if rel == ".roifs/status":
+                    continue
+                st, h, body = s.request("/" + rel)
+                assert st == 200, rel
+                assert body == (m.path / rel).read_bytes(), rel
+            for rel in dirs:
+                assert s.request("/" + rel)[0] == 404, rel
+                assert s.request("/" + rel + "/")[0] == 404, rel
+            np.testing.assert_array_equal(over_http, zarr.open(str(m.path / array))[...])
+            mount_calls = m.status()["calls"]
+        served_calls = json.loads(s.request("/.roifs/status")[2])["calls"]
+        total = json.loads(s.request("/.roifs/status")[2])["rois"]["total"]
+    assert served_calls + mount_calls == total
