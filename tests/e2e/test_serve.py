@@ -171,7 +171,7 @@ def test_token_and_cors(tmp_path, roifs_bin):
     tok = tmp_path / "token"
     tok.write_text("s3cret-token\n")
     os.chmod(tok, 0o640)
-    r = run_roifs(roifs_bin, "serve", "--token-file", tok, task.config)
+    r = run_roifs(roifs_bin, "serve", task.config, "--token-file", tok)  # options after CONFIG
     assert r.returncode == 2 and "chmod 600" in r.stderr
     os.chmod(tok, 0o600)
     args = ["--token-file", tok, "--cors", "https://viewer.example, http://localhost:3000"]
