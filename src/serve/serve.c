@@ -598,6 +598,16 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
     int64_t until = clock_ns(CLOCK_MONOTONIC) + STOP_ANSWER_NS;
     while (atomic_load(&srv.waiting) > 0 && clock_ns(CLOCK_MONOTONIC) < until)
         usleep(10000);
+    /* libmicrohttpd aborts a stop with connections still suspended: any left (nothing
+     * answered them) are closed as if their clients had gone. */
+    pthread_mutex_lock(&srv.lock);
+    while (srv.suspended) {
+        struct sreq *q = srv.suspended;
+        q->gone = true;
+        unlist(&srv, q);
+        MHD_resume_connection(q->conn);
+    }
+    pthread_mutex_unlock(&srv.lock);
     MHD_stop_daemon(srv.d);
     pthread_rwlock_destroy(&srv.run);
     pthread_mutex_destroy(&srv.lock);
