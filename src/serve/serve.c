@@ -83,7 +83,8 @@ static void table_cb(void *ctx, int err)
     answered(ctx, err, -1);
 }
 
-/* The reasons of the failed ROIs of chunk id of array a, one line each. */
+/* The reasons of the failed ROIs among rois[0..n) (every failed ROI when rois is NULL), one
+ * line each. */
 struct reasons {
     const uint32_t *rois;
     size_t n;
@@ -93,8 +94,8 @@ struct reasons {
 static void add_reason(void *ctx, size_t roi, const char *msg)
 {
     struct reasons *r = ctx;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->rois[i] == roi) {
+    for (size_t i = 0; i < (r->rois ? r->n : 1); i++)
+        if (!r->rois || r->rois[i] == roi) {
             char *t = xasprintf("%sROI %zu failed: %s\n", r->text ? r->text : "", roi,
                                 msg ? msg : "(no message kept)");
             free(r->text);
@@ -103,20 +104,23 @@ static void add_reason(void *ctx, size_t roi, const char *msg)
         }
 }
 
+/* Why q's node failed: its chunk's failed ROIs; for a file of the masking table (made from
+ * every chunk of the label image, array 0), every failed ROI. */
 static char *failure_reason(struct server *srv, const struct ns_node *n, int err)
 {
-    struct engine *e = arrayset_array(srv->set, (size_t)n->array)->engine;
+    bool chunk = n->kind == NS_CHUNK;
+    struct engine *e = arrayset_array(srv->set, chunk ? (size_t)n->array : 0)->engine;
     const struct task *t = engine_task(e);
     struct reasons r = {0};
-    int64_t k = roi_index_find(t->index, n->chunk);
-    if (k >= 0) {
+    int64_t k = chunk ? roi_index_find(t->index, n->chunk) : -1;
+    if (k >= 0)
         r.rois = roi_index_rois(t->index, (size_t)k, &r.n);
+    if (k >= 0 || !chunk)
         engine_failed_rois(e, add_reason, &r);
-    }
     if (!r.text) {
         char *ie = engine_input_error(e);
-        r.text =
-            xasprintf("chunk %llu: %s\n", (unsigned long long)n->chunk, ie ? ie : strerror(-err));
+        r.text = xasprintf("%s %llu: %s\n", chunk ? "chunk" : "table file",
+                           (unsigned long long)n->chunk, ie ? ie : strerror(-err));
         free(ie);
     }
     return r.text;

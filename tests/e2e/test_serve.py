@@ -299,3 +299,18 @@ def test_the_tree_a_mount_presents(tmp_path, roifs_bin, kind):
         served_calls = json.loads(s.request("/.roifs/status")[2])["calls"]
         total = json.loads(s.request("/.roifs/status")[2])["rois"]["total"]
     assert served_calls + mount_calls == total
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_label_image_fails_its_table_with_the_reason(tmp_path, roifs_bin):
+    """ome = labels with a masking table whose ROIs all fail: a file of the table is a 500
+    naming the failed ROIs (the table is made from every chunk of the label image)."""
+    from test_overlay import make_image, overlay_config
+    img, _ = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img, table="seg_table")
+    text = config.read_text().replace("builtin = label", "command = sh -c 'echo nope >&2; exit 3'")
+    config.write_text("\n".join(l for l in text.splitlines() if not l.startswith("param.")) + "\n")
+    with served(roifs_bin, config) as s:
+        st, _, body = s.request("/tables/seg_table/.zattrs", timeout=20)
+        assert st == 500 and b"ROI 0 failed" in body and b"nope" in body, body
+        assert s.request("/.zattrs")[0] == 200  # the input's own files still served
