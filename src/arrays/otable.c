@@ -15,6 +15,7 @@
 
 #include "../key.h"
 #include "../map.h"
+#include "../measure/measure.h"
 #include "../nd.h"
 #include "upread.h"
 
@@ -54,6 +55,9 @@ struct otable {
     bool have_files;
     struct key128 files_key;
     uint64_t scans, records;
+    /* [measure]: the table is the feature table of the merged partials (measure.h) */
+    struct measure *ms;
+    struct mstats stats;
 };
 
 /* ---- the boxes ---- */
@@ -139,7 +143,7 @@ static char *record_path(const struct otable *t)
 {
     char hex[33];
     key_hex(t->record_key, hex);
-    return xasprintf("%s/table-%s.rows", t->g.t->cache_dir, hex);
+    return xasprintf("%s/%s-%s.rows", t->g.t->cache_dir, t->ms ? "features" : "table", hex);
 }
 
 /* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
@@ -168,7 +172,14 @@ static struct key128 key_now(const struct overlay_geometry *g)
 
 static struct key128 record_key_now(const struct otable *t)
 {
-    return key_now(&t->g);
+    struct key128 k = key_now(&t->g);
+    if (!t->ms)
+        return k;
+    struct keyhash h; /* the feature table's: the label chunks', [measure]'s and the input's */
+    key_init(&h, "roifs-feature-partials 1");
+    key_add_key(&h, k);
+    measure_identity(t->ms, &h);
+    return key_final(&h);
 }
 
 static void record_write(const struct otable *t, const struct table_row *rows, size_t n)
@@ -216,6 +227,58 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
     return rows;
 }
 
+/* The partials' record ([measure]): its name as the rows' (record_path), its content the
+ * merged partials, so that a later mount makes the table without a label chunk. */
+static void stats_record_write(const struct otable *t)
+{
+    char *path = record_path(t);
+    int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || measure_record_write(&t->stats, dfd, strrchr(path, '/') + 1) < 0)
+        log_warn("%s: cannot write the feature table's record", path);
+    if (dfd >= 0)
+        close(dfd);
+    free(path);
+}
+
+/* 0 when the record was read into t->stats (then complete); else t->stats stays empty. */
+static int stats_record_read(struct otable *t)
+{
+    char *path = record_path(t);
+    int r = measure_record_read(&t->stats, path);
+    if (r == -EIO)
+        log_warn("%s: damaged; the table is computed again", path);
+    if (r < 0) {
+        mstats_destroy(&t->stats);
+        measure_stats_init(t->ms, &t->stats);
+    }
+    free(path);
+    return r;
+}
+
+/* A decoded chunk at the edge of the array holds ext elements per dimension at the strides of
+ * a whole chunk: moved together in place (C order over ext), as measure_piece reads it. */
+static void compact_chunk(const struct task *k, const uint64_t *ext, unsigned char *buf)
+{
+    int nd = k->out.ndim;
+    bool whole = true;
+    for (int d = 0; d < nd; d++)
+        whole = whole && ext[d] == k->out.chunks[d];
+    if (whole)
+        return;
+    uint64_t stride[ROIFS_MAX_DIM], i[ROIFS_MAX_DIM] = {0}, n = nd_prod(ext, nd);
+    for (int d = nd - 1; d >= 0; d--)
+        stride[d] = d == nd - 1 ? 1 : stride[d + 1] * k->out.chunks[d + 1];
+    size_t es = k->out.dtype.size;
+    for (uint64_t e = 0; e < n; e++) {
+        uint64_t off = 0;
+        for (int d = 0; d < nd; d++)
+            off += i[d] * stride[d];
+        memmove(buf + e * es, buf + off * es, es); /* off >= e: nothing unread is overwritten */
+        for (int d = nd - 1; d >= 0 && ++i[d] == ext[d]; d--)
+            i[d] = 0;
+    }
+}
+
 /* ---- requests ---- */
 
 /* Encodes rows (made from the label chunks of key) as the table, replacing the one before, and
@@ -224,13 +287,18 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
-    if (ok && table_encode(&t->spec, rows, n, &files, &err) < 0) {
-        log_error("%s: the masking table: %s", t->g.t->cfg.path, err.msg);
+    if (ok && (t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
+                     : table_encode(&t->spec, rows, n, &files, &err)) < 0) {
+        log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
     }
     free(rows);
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
+    if (t->ms) {
+        mstats_destroy(&t->stats);
+        measure_stats_init(t->ms, &t->stats);
+    }
     t->state = ok ? DONE : IDLE;
     if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
         struct table_files old = t->files;
@@ -262,12 +330,16 @@ static void release(struct otable *t)
     if (!last)
         return;
     size_t n = 0;
-    struct table_row *rows = ok ? rows_of(t, &n) : NULL;
+    struct table_row *rows = ok && !t->ms ? rows_of(t, &n) : NULL;
     /* The record only when the chunks scanned are those of its name: had the input changed
      * during the scan, the rows could be of newer chunks (the next request, seeing another
      * key, makes the table again). */
-    if (ok && key_eq(record_key_now(t), t->record_key))
-        record_write(t, rows, n);
+    if (ok && key_eq(record_key_now(t), t->record_key)) {
+        if (t->ms)
+            stats_record_write(t);
+        else
+            record_write(t, rows, n);
+    }
     finish(t, rows, n, t->record_key, ok);
 }
 
@@ -284,12 +356,26 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
         err = upread_decode_fd(k, engine_cache(overlay_engine(t->ov)), id, fd, buf, NULL, &e);
         close(fd);
     }
+    struct mstats piece;
+    bool have_piece = !err && t->ms;
+    if (have_piece) { /* the chunk's partial, outside the lock: then merged */
+        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+        engine_chunk_box(k, id, c0, c1, ext);
+        compact_chunk(k, ext, buf);
+        measure_stats_init(t->ms, &piece);
+        if ((err = measure_piece(t->ms, c0, ext, buf, &piece, &e)) < 0)
+            log_error("%s: the feature table: %s", k->cfg.path, e.msg);
+    }
     pthread_mutex_lock(&t->m);
     if (err)
         t->failed = true;
+    else if (t->ms)
+        mstats_merge(&t->stats, &piece);
     else
         scan_chunk(t, id, buf);
     pthread_mutex_unlock(&t->m);
+    if (have_piece)
+        mstats_destroy(&piece);
     free(buf);
     release(t);
 }
@@ -299,7 +385,14 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
 static void start(struct otable *t)
 {
     size_t n = 0;
-    struct table_row *rows = record_read(t, &n);
+    struct table_row *rows = t->ms ? NULL : record_read(t, &n);
+    if (t->ms && stats_record_read(t) == 0) {
+        pthread_mutex_lock(&t->m);
+        t->records++;
+        pthread_mutex_unlock(&t->m);
+        finish(t, NULL, 0, t->record_key, true);
+        return;
+    }
     if (rows) {
         pthread_mutex_lock(&t->m);
         t->records++;
@@ -363,10 +456,24 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
     t->region = xasprintf("../labels/%s", c->label_name);
     t->spec = (struct table_spec){.zarr_format = t->g.t->out.format,
                                   .backend = c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
-                                  .region_path = t->region};
+                                  .region_path = t->region,
+                                  .type = c->measure ? "feature_table" : NULL};
     struct table_row one = {.label = 1, .length = {1, 1, 1}};
-    int r = table_encode(&t->spec, &one, 1, &t->names, err);
+    int r = c->measure ? measure_new(t->g.t, &t->ms, err) : 0;
+    if (r == 0 && t->ms) { /* the files of a table of one row (any values) */
+        struct mstats s;
+        measure_stats_init(t->ms, &s);
+        struct mobj *o = map_put(&s.objs, 1, 0, &(bool){false});
+        memset(o, 0, s.rec);
+        o->n = 1;
+        r = measure_encode(t->ms, &t->spec, &s, &t->names, err);
+        mstats_destroy(&s);
+        measure_stats_init(t->ms, &t->stats);
+    } else if (r == 0) {
+        r = table_encode(&t->spec, &one, 1, &t->names, err);
+    }
     if (r < 0) {
+        measure_free(t->ms);
         free(t->region);
         free(t);
         return r;
@@ -385,6 +492,9 @@ void otable_free(struct otable *t)
     table_files_free(&t->names);
     table_files_free(&t->files);
     map_destroy(&t->boxes);
+    if (t->ms)
+        mstats_destroy(&t->stats);
+    measure_free(t->ms);
     for (struct waiter *w = t->waiters, *next; w; w = next) {
         next = w->next;
         free(w);
@@ -437,7 +547,8 @@ uint64_t otable_size(struct otable *t, size_t i, bool *exact)
     *exact = f != NULL;
     if (f)
         return len;
-    return t->names.v[i].len + ROW_BOUND * (t->nmax + 1);
+    uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0);
+    return t->names.v[i].len + row * (t->nmax + 1);
 }
 
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
