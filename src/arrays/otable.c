@@ -58,6 +58,9 @@ struct otable {
     /* [measure]: the table is the feature table of the merged partials (measure.h) */
     struct measure *ms;
     struct mstats stats;
+    /* label chunks measured, and partials read from their records; objects of the last table
+     * made; requests that failed */
+    uint64_t pieces, pieces_recorded, objects, failures;
 };
 
 /* ---- the boxes ---- */
@@ -295,6 +298,10 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     free(rows);
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
+    if (t->ms && ok)
+        t->objects = map_count(&t->stats.objs);
+    else if (t->ms)
+        t->failures++;
     if (t->ms) {
         mstats_destroy(&t->stats);
         measure_stats_init(t->ms, &t->stats);
@@ -343,11 +350,37 @@ static void release(struct otable *t)
     finish(t, rows, n, t->record_key, ok);
 }
 
+/* A label chunk asked for: [measure] also names its partial's record. */
+struct ask {
+    struct otable *t;
+    uint64_t id;
+    struct key128 piece;
+};
+
+static char *piece_path(const struct otable *t, struct key128 key)
+{
+    char hex[33];
+    key_hex(key, hex);
+    return xasprintf("%s/mpiece-%s.rows", t->g.t->cache_dir, hex);
+}
+
+static void piece_write(const struct otable *t, struct key128 key, const struct mstats *piece)
+{
+    char *path = piece_path(t, key);
+    int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || measure_record_write(piece, dfd, strrchr(path, '/') + 1) < 0)
+        log_warn("%s: cannot write a chunk's partial statistics", path);
+    if (dfd >= 0)
+        close(dfd);
+    free(path);
+}
+
 static void chunk_answered(void *ctx, int err, int fd, int flags)
 {
     (void)flags;
-    struct otable *t = ((void **)ctx)[0];
-    uint64_t id = (uint64_t)(uintptr_t)((void **)ctx)[1];
+    struct ask ask = *(struct ask *)ctx;
+    struct otable *t = ask.t;
+    uint64_t id = ask.id;
     free(ctx);
     const struct task *k = t->g.t;
     unsigned char *buf = err ? NULL : xmalloc(k->chunk_nbytes);
@@ -365,12 +398,14 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
         measure_stats_init(t->ms, &piece);
         if ((err = measure_piece(t->ms, c0, ext, buf, &piece, &e)) < 0)
             log_error("%s: the feature table: %s", k->cfg.path, e.msg);
+        else
+            piece_write(t, ask.piece, &piece);
     }
     pthread_mutex_lock(&t->m);
     if (err)
         t->failed = true;
     else if (t->ms)
-        mstats_merge(&t->stats, &piece);
+        mstats_merge(&t->stats, &piece), t->pieces++;
     else
         scan_chunk(t, id, buf);
     pthread_mutex_unlock(&t->m);
@@ -379,6 +414,8 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
     free(buf);
     release(t);
 }
+
+static void start_measure(struct otable *t);
 
 /* A request that finds no table of the label chunks as they are now (t->record_key): the
  * record, or every chunk. */
@@ -400,6 +437,10 @@ static void start(struct otable *t)
         finish(t, rows, n, t->record_key, true);
         return;
     }
+    if (t->ms) {
+        start_measure(t);
+        return;
+    }
     const struct task *k = t->g.t;
     pthread_mutex_lock(&t->m);
     t->scans++;
@@ -412,11 +453,54 @@ static void start(struct otable *t)
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
             continue;
-        void **ctx = xmalloc(2 * sizeof *ctx);
-        ctx[0] = t;
-        ctx[1] = (void *)(uintptr_t)id;
-        engine_open_chunk(e, id, chunk_answered, ctx);
+        struct ask *ask = xmalloc(sizeof *ask);
+        *ask = (struct ask){t, id, {0}};
+        engine_open_chunk(e, id, chunk_answered, ask);
     }
+    release(t);
+}
+
+/* [measure]'s request without a record of the whole table: each label chunk's partial from its
+ * record when the chunk and the intensities of its box are as they were (no label chunk read),
+ * else from the chunk as the engine serves it (then recorded). */
+static void start_measure(struct otable *t)
+{
+    const struct task *k = t->g.t;
+    pthread_mutex_lock(&t->m);
+    t->scans++;
+    t->failed = false;
+    t->outstanding = 1;
+    pthread_mutex_unlock(&t->m);
+    struct engine *e = overlay_engine(t->ov);
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    for (uint64_t id = 0; id < k->nchunks; id++) {
+        if (!task_chunk_present(k, id))
+            continue;
+        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+        engine_chunk_box(k, id, c0, c1, ext);
+        struct chunk_keys ck;
+        engine_chunk_keys_now(k, id, memo, &ck);
+        struct key128 key = measure_piece_key(t->ms, ck.chunk, c0, ext, memo);
+        chunk_keys_free(&ck);
+        struct mstats piece;
+        measure_stats_init(t->ms, &piece);
+        char *path = piece_path(t, key);
+        bool have = measure_record_read(&piece, path) == 0;
+        free(path);
+        pthread_mutex_lock(&t->m);
+        if (have)
+            mstats_merge(&t->stats, &piece), t->pieces_recorded++;
+        else
+            t->outstanding++;
+        pthread_mutex_unlock(&t->m);
+        mstats_destroy(&piece);
+        if (have)
+            continue;
+        struct ask *ask = xmalloc(sizeof *ask);
+        *ask = (struct ask){t, id, key};
+        engine_open_chunk(e, id, chunk_answered, ask);
+    }
+    zarr_sigmemo_free(memo);
     release(t);
 }
 
@@ -590,4 +674,14 @@ int otable_clean_records(const struct overlay *ov, size_t *removed)
     closedir(d);
     free(keep);
     return r;
+}
+
+bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out)
+{
+    if (!t->ms)
+        return false;
+    pthread_mutex_lock(&t->m);
+    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures};
+    pthread_mutex_unlock(&t->m);
+    return true;
 }

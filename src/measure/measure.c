@@ -199,6 +199,24 @@ void measure_stats_init(const struct measure *m, struct mstats *s)
 
 /* ---- pieces ---- */
 
+/* The input's box of the label box [c0, c0 + ext): every channel. */
+static int input_box(const struct measure *m, const uint64_t *c0, const uint64_t *ext,
+                     uint64_t *start, uint64_t *shape)
+{
+    int in_nd = 0;
+    for (int d = 0; d <= m->nd; d++) {
+        if (in_nd == m->cax) {
+            start[in_nd] = 0;
+            shape[in_nd++] = m->nc;
+        }
+        if (d < m->nd) {
+            start[in_nd] = c0[d];
+            shape[in_nd++] = ext[d];
+        }
+    }
+    return in_nd;
+}
+
 int measure_piece(struct measure *m, const uint64_t *c0, const uint64_t *ext, const void *labels,
                   struct mstats *s, struct errbuf *err)
 {
@@ -213,17 +231,7 @@ int measure_piece(struct measure *m, const uint64_t *c0, const uint64_t *ext, co
     double *planes = NULL;
     if (s->nch) {
         uint64_t start[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM];
-        int in_nd = 0;
-        for (int d = 0; d <= m->nd; d++) {
-            if (in_nd == m->cax) {
-                start[in_nd] = 0;
-                shape[in_nd++] = m->nc;
-            }
-            if (d < m->nd) {
-                start[in_nd] = c0[d];
-                shape[in_nd++] = ext[d];
-            }
-        }
+        input_box(m, c0, ext, start, shape);
         uint64_t total = n * m->nc;
         void *raw = xmalloc(total * m->in_dtype.size + 1);
         int r = zarr_input_read(m->t->reader, start, shape, raw, err);
@@ -248,6 +256,31 @@ int measure_piece(struct measure *m, const uint64_t *c0, const uint64_t *ext, co
     mstats_piece(s, &m->t->out.dtype, labels, c0, ext, planes);
     free(planes);
     return 0;
+}
+
+static void add_setup(const struct measure *m, struct keyhash *h)
+{
+    key_add_str(h, "measure 1");
+    key_add_u64(h, m->features);
+    for (int c = 0; c < m->nch; c++)
+        key_add_u64(h, m->chan[c]);
+    for (size_t i = 0; i < m->ncols; i++)
+        key_add_str(h, m->cols[i]);
+}
+
+struct key128 measure_piece_key(struct measure *m, struct key128 chunk, const uint64_t *c0,
+                                const uint64_t *ext, struct zarr_sigmemo *memo)
+{
+    struct keyhash h;
+    key_init(&h, "roifs-measure-piece 1");
+    key_add_key(&h, chunk);
+    add_setup(m, &h);
+    uint64_t start[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM], sig = 0;
+    input_box(m, c0, ext, start, shape);
+    if (m->features & MEASURE_INTENSITY)
+        zarr_input_signature_memo(m->t->reader, start, shape, memo, &sig);
+    key_add_u64(&h, sig);
+    return key_final(&h);
 }
 
 void measure_identity(struct measure *m, struct keyhash *h)

@@ -34,6 +34,12 @@ int measure_piece(struct measure *m, const uint64_t *c0, const uint64_t *ext, co
  * input's content as it is now (its signature). */
 void measure_identity(struct measure *m, struct keyhash *h);
 
+/* The name of one label chunk's partial in the cache: what it depends on (the chunk's key,
+ * which follows the label image's ids as the engine makes them; the features and channels; the
+ * signature of the intensities of its box [c0, c0 + ext) as they are now, through memo). */
+struct key128 measure_piece_key(struct measure *m, struct key128 chunk, const uint64_t *c0,
+                                const uint64_t *ext, struct zarr_sigmemo *memo);
+
 size_t measure_ncols(const struct measure *m);
 const char *const *measure_colnames(const struct measure *m);
 /* One object's features (measure_ncols values) from its merged partial. */

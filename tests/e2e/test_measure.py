@@ -5,6 +5,7 @@ skimage.measure.regionprops_table and numpy over the object's pixels to 1e-9 rel
 AnnData (read by anndata) and csv (read by pandas); each ROI computed once; kept in the cache
 (a remount reads the merged partials' record: no ROI, no label chunk)."""
 import json
+from pathlib import Path
 
 import anndata
 import numpy as np
@@ -176,28 +177,46 @@ def test_masked_rois(tmp_path, roifs_bin):
 
 
 def test_record_and_incremental(tmp_path, roifs_bin):
-    """A remount of the same labels and intensities reads the merged partials' record: no ROI
-    computed, no label chunk read (scans 0); an edit of the intensity channel alone (the labels
-    do not change) makes the table again with the new values; the input's other files as
-    they were."""
+    """A remount of the same labels and intensities reads the whole table's record: no ROI
+    computed, no label chunk read. An edit of the intensity channel alone measures again only
+    the label chunk whose box it touches (the others' partials from their records; no ROI
+    computed); an edit of the segmented channel computes again only the ROIs it touches and
+    measures only the label chunks whose keys changed. Every table exact."""
     img, data = make_image(tmp_path, (40, 36))
     config = config_of(tmp_path, img, (16, 16), {"ids": "unique", "block": 1000},
                        {"table_format": "csv"})
+    path = Path("tables") / "feat"
     with mounted(roifs_bin, config) as m:
         lab = zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...]
-        check_table(m.path / "tables" / "feat", "csv", lab, data)
-        assert m.status()["table"] == {"scans": 1, "from_record": 0}
+        check_table(m.path / path, "csv", lab, data)
+        st = m.status()
+        assert st["table"] == {"scans": 1, "from_record": 0}
+        nchunks, nrois = st["measure"]["pieces"], st["rois"]["total"]
+        assert nchunks == 12 and st["measure"]["objects"] == len(np.unique(lab)) - 1, st
     with mounted(roifs_bin, config) as m:
-        check_table(m.path / "tables" / "feat", "csv", lab, data)
+        check_table(m.path / path, "csv", lab, data)
         st = m.status()
         assert st["calls"] == 0 and st["table"] == {"scans": 0, "from_record": 1}, st
+        assert st["measure"]["pieces"] == 0 and st["measure"]["pieces_from_record"] == 0, st
     arr = zarr.open_array(str(img / "0"), mode="r+")
-    arr[1, :8, :8] = arr[1, :8, :8] + 7
+    arr[1, :8, :8] = data[1, :8, :8] + 7  # inside label chunk (0, 0) only (chunks 13 x 12)
     data[1, :8, :8] += 7
     with mounted(roifs_bin, config) as m:
-        check_table(m.path / "tables" / "feat", "csv", lab, data)
+        check_table(m.path / path, "csv", lab, data)
         st = m.status()
         assert st["calls"] == 0 and st["table"]["scans"] == 1, st
+        assert st["measure"]["pieces"] == 1, st
+        assert st["measure"]["pieces_from_record"] == nchunks - 1, st
+    data[0, 30:, 30:] = 0  # ROIs (1, 1), (1, 2), (2, 1), (2, 2) change
+    arr[0, 30:, 30:] = 0
+    with mounted(roifs_bin, config) as m:
+        lab2 = zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...]
+        assert (lab2 != lab).any()
+        check_table(m.path / path, "csv", lab2, data)
+        st = m.status()
+        assert st["calls"] == 4 < nrois, st
+        assert 0 < st["measure"]["pieces"] < nchunks, st
+        assert st["measure"]["pieces"] + st["measure"]["pieces_from_record"] == nchunks, st
 
 
 @pytest.mark.parametrize("measure, output, message", [
