@@ -299,7 +299,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
     if (t->ms && ok)
-        t->objects = map_count(&t->stats.objs);
+        t->objects = t->stats.n;
     else if (t->ms)
         t->failures++;
     if (t->ms) {
@@ -460,9 +460,33 @@ static void start(struct otable *t)
     release(t);
 }
 
+/* The label chunks a [measure] request asks for, shared by the threads that ask: a chunk the
+ * engine has cached is answered (and measured) in the asking thread, so several ask at once. */
+struct asking {
+    struct otable *t;
+    struct ask **asks;
+    size_t n, next;
+    pthread_mutex_t m;
+};
+
+static void *ask_some(void *arg)
+{
+    struct asking *a = arg;
+    struct engine *e = overlay_engine(a->t->ov);
+    for (;;) {
+        pthread_mutex_lock(&a->m);
+        size_t i = a->next++;
+        pthread_mutex_unlock(&a->m);
+        if (i >= a->n)
+            return NULL;
+        engine_open_chunk(e, a->asks[i]->id, chunk_answered, a->asks[i]);
+    }
+}
+
 /* [measure]'s request without a record of the whole table: each label chunk's partial from its
  * record when the chunk and the intensities of its box are as they were (no label chunk read),
- * else from the chunk as the engine serves it (then recorded). */
+ * else from the chunk as the engine serves it (then recorded), by up to [process] threads
+ * asking at once. */
 static void start_measure(struct otable *t)
 {
     const struct task *k = t->g.t;
@@ -471,7 +495,7 @@ static void start_measure(struct otable *t)
     t->failed = false;
     t->outstanding = 1;
     pthread_mutex_unlock(&t->m);
-    struct engine *e = overlay_engine(t->ov);
+    struct asking a = {.t = t, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -496,11 +520,21 @@ static void start_measure(struct otable *t)
         mstats_destroy(&piece);
         if (have)
             continue;
-        struct ask *ask = xmalloc(sizeof *ask);
-        *ask = (struct ask){t, id, key};
-        engine_open_chunk(e, id, chunk_answered, ask);
+        a.asks[a.n] = xmalloc(sizeof **a.asks);
+        *a.asks[a.n++] = (struct ask){t, id, key};
     }
     zarr_sigmemo_free(memo);
+    pthread_mutex_init(&a.m, NULL);
+    size_t nthreads = k->cfg.threads > 1 ? (size_t)k->cfg.threads - 1 : 0, started = 0;
+    pthread_t th[64];
+    while (started < nthreads && started < 64 && started + 1 < a.n &&
+           pthread_create(&th[started], NULL, ask_some, &a) == 0)
+        started++;
+    ask_some(&a);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&a.m);
+    free(a.asks);
     release(t);
 }
 
@@ -547,9 +581,7 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
     if (r == 0 && t->ms) { /* the files of a table of one row (any values) */
         struct mstats s;
         measure_stats_init(t->ms, &s);
-        struct mobj *o = map_put(&s.objs, 1, 0, &(bool){false});
-        memset(o, 0, s.rec);
-        o->n = 1;
+        mstats_put(&s, 1, &(bool){false})->n = 1;
         r = measure_encode(t->ms, &t->spec, &s, &t->names, err);
         mstats_destroy(&s);
         measure_stats_init(t->ms, &t->stats);

@@ -217,44 +217,52 @@ static int input_box(const struct measure *m, const uint64_t *c0, const uint64_t
     return in_nd;
 }
 
+/* A piece's intensities as read: every channel of its box, in the input's dtype. */
+struct raw {
+    const struct measure *m;
+    const unsigned char *buf;
+    uint64_t inner; /* elements of the piece after the c axis (all of them without one) */
+};
+
+static void load_raw(void *ctx, int c, uint64_t e0, size_t n, double *dst)
+{
+    const struct raw *r = ctx;
+    const struct measure *m = r->m;
+    size_t es = m->in_dtype.size;
+    while (n) { /* runs of elements contiguous in the input's box */
+        uint64_t o = e0 / r->inner, i = e0 % r->inner;
+        size_t run = r->inner - i < n ? (size_t)(r->inner - i) : n;
+        dtype_to_double(&m->in_dtype, r->buf + ((o * m->nc + m->chan[c]) * r->inner + i) * es, dst,
+                        run);
+        dst += run;
+        e0 += run;
+        n -= run;
+    }
+}
+
 int measure_piece(struct measure *m, const uint64_t *c0, const uint64_t *ext, const void *labels,
                   struct mstats *s, struct errbuf *err)
 {
-    uint64_t n = 1, outer = 1, inner = 1;
+    uint64_t n = 1, inner = 1;
     for (int d = 0; d < m->nd; d++) {
         n *= ext[d];
-        if (d < m->cax)
-            outer *= ext[d];
-        else
+        if (d >= m->cax)
             inner *= ext[d];
     }
-    double *planes = NULL;
+    void *buf = NULL;
     if (s->nch) {
         uint64_t start[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM];
         input_box(m, c0, ext, start, shape);
-        uint64_t total = n * m->nc;
-        void *raw = xmalloc(total * m->in_dtype.size + 1);
-        int r = zarr_input_read(m->t->reader, start, shape, raw, err);
+        buf = xmalloc(n * m->nc * m->in_dtype.size + 1);
+        int r = zarr_input_read(m->t->reader, start, shape, buf, err);
         if (r < 0) {
-            free(raw);
+            free(buf);
             return r;
         }
-        double *all = xmalloc(total * sizeof *all + 1);
-        dtype_to_double(&m->in_dtype, raw, all, total);
-        free(raw);
-        if (m->cax < 0 && m->nch == 1) {
-            planes = all;
-        } else {
-            planes = xmalloc((uint64_t)s->nch * n * sizeof *planes);
-            for (int c = 0; c < s->nch; c++)
-                for (uint64_t o = 0; o < outer; o++)
-                    memcpy(planes + (uint64_t)c * n + o * inner,
-                           all + (o * m->nc + m->chan[c]) * inner, inner * sizeof *all);
-            free(all);
-        }
     }
-    mstats_piece(s, &m->t->out.dtype, labels, c0, ext, planes);
-    free(planes);
+    struct raw raw = {m, buf, inner};
+    mstats_piece(s, &m->t->out.dtype, labels, c0, ext, load_raw, &raw);
+    free(buf);
     return 0;
 }
 
@@ -345,16 +353,13 @@ static int by_id(const void *a, const void *b)
 int measure_encode(const struct measure *m, const struct table_spec *spec, const struct mstats *s,
                    struct table_files *out, struct errbuf *err)
 {
-    size_t n = map_count(&s->objs), it = 0, k = 0;
+    size_t n = s->n;
     uint64_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
-    struct map_key key;
-    void *v;
-    while (map_next(&s->objs, &it, &key, &v))
-        ids[k++] = key.lo;
+    memcpy(ids, s->ids, n * sizeof *ids);
     qsort(ids, n, sizeof *ids, by_id);
     double *vals = xmalloc((n ? n : 1) * (m->ncols ? m->ncols : 1) * sizeof *vals);
     for (size_t i = 0; i < n; i++)
-        measure_row(m, map_get(&s->objs, ids[i], 0), vals + i * m->ncols);
+        measure_row(m, mstats_get(s, ids[i]), vals + i * m->ncols);
     int r = table_encode_features(spec, ids, n, measure_colnames(m), m->ncols, vals, out, err);
     free(vals);
     free(ids);
@@ -369,14 +374,11 @@ int measure_record_write(const struct mstats *s, int dirfd, const char *name)
 {
     struct strbuf sb = {0};
     sb_append(&sb, RECORD_MAGIC, strlen(RECORD_MAGIC));
-    uint64_t head[3] = {(uint64_t)s->ndim, (uint64_t)s->nch, map_count(&s->objs)};
+    uint64_t head[3] = {(uint64_t)s->ndim, (uint64_t)s->nch, (uint64_t)s->n};
     sb_append(&sb, (const char *)head, sizeof head);
-    size_t it = 0;
-    struct map_key key;
-    void *v;
-    while (map_next(&s->objs, &it, &key, &v)) {
-        sb_append(&sb, (const char *)&key.lo, sizeof key.lo);
-        sb_append(&sb, v, s->rec);
+    for (size_t i = 0; i < s->n; i++) {
+        sb_append(&sb, (const char *)&s->ids[i], sizeof s->ids[i]);
+        sb_append(&sb, (const char *)mstats_obj(s, i), s->rec);
     }
     uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
     sb_append(&sb, (const char *)&sum, sizeof sum);
@@ -403,13 +405,17 @@ int measure_record_read(struct mstats *s, const char *path)
             len == magic + sizeof head + head[2] * each + sizeof sum &&
             hash64(HASH64_INIT, data, len - sizeof sum) == sum) {
             const char *p = data + magic + sizeof head;
-            for (uint64_t i = 0; i < head[2]; i++, p += each) {
+            r = 0;
+            for (uint64_t i = 0; i < head[2] && r == 0; i++, p += each) {
                 uint64_t id;
                 bool added;
                 memcpy(&id, p, sizeof id);
-                memcpy(map_put(&s->objs, id, 0, &added), p + sizeof id, s->rec);
+                struct mobj *o = mstats_put(s, id, &added);
+                if (added)
+                    memcpy(o, p + sizeof id, s->rec);
+                else
+                    r = -EIO; /* an id twice: damaged */
             }
-            r = 0;
         }
     }
     free(data);

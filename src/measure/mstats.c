@@ -1,6 +1,7 @@
 /* mstats.c: the partial statistics of [measure] and their merging (see mstats.h). */
 #include "mstats.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void mstats_init(struct mstats *s, int ndim, int nch)
@@ -8,12 +9,47 @@ void mstats_init(struct mstats *s, int ndim, int nch)
     s->ndim = ndim;
     s->nch = nch;
     s->rec = sizeof(struct mobj) + (size_t)nch * sizeof(struct mchan);
-    map_init(&s->objs, s->rec, 64);
+    map_init(&s->idx, sizeof(uint64_t), 64);
+    s->blocks = NULL;
+    s->ids = NULL;
+    s->n = s->cap = 0;
 }
 
 void mstats_destroy(struct mstats *s)
 {
-    map_destroy(&s->objs);
+    map_destroy(&s->idx);
+    for (size_t b = 0; b < s->cap / MSTATS_BLOCK; b++)
+        free(s->blocks[b]);
+    free(s->blocks);
+    free(s->ids);
+    s->blocks = NULL;
+    s->ids = NULL;
+    s->n = s->cap = 0;
+}
+
+struct mobj *mstats_get(const struct mstats *s, uint64_t id)
+{
+    const uint64_t *i = map_get(&s->idx, id, 0);
+    return i ? mstats_obj(s, *i) : NULL;
+}
+
+struct mobj *mstats_put(struct mstats *s, uint64_t id, bool *added)
+{
+    uint64_t *i = map_put(&s->idx, id, 0, added);
+    if (!*added)
+        return mstats_obj(s, *i);
+    if (s->n == s->cap) {
+        size_t nb = s->cap / MSTATS_BLOCK;
+        s->blocks = xrealloc(s->blocks, (nb + 1) * sizeof *s->blocks);
+        s->blocks[nb] = xmalloc(MSTATS_BLOCK * s->rec);
+        s->cap += MSTATS_BLOCK;
+        s->ids = xrealloc(s->ids, s->cap * sizeof *s->ids);
+    }
+    *i = s->n;
+    s->ids[s->n] = id;
+    struct mobj *o = mstats_obj(s, s->n++);
+    memset(o, 0, s->rec);
+    return o;
 }
 
 static uint64_t label_at(const struct dtype *dt, const unsigned char *p)
@@ -22,47 +58,42 @@ static uint64_t label_at(const struct dtype *dt, const unsigned char *p)
     return dt->kind == DT_INT && dtype_sign_extend(u, dt->size) < 0 ? 0 : u;
 }
 
-void mstats_piece(struct mstats *s, const struct dtype *dt, const void *labels,
-                  const uint64_t *origin, const uint64_t *shape, const double *inten)
+#define BLOCK 4096 /* elements whose intensities are loaded at once */
+
+/* Pass 1 over elements [e0, e0 + m) of block vals: counts, boxes, coordinate sums, sums, min and
+ * max. i is element e0's index (advanced past the block); *last and *o the object at hand. */
+static void pass1(struct mstats *s, const struct dtype *dt, const unsigned char *lab,
+                  const uint64_t *origin, const uint64_t *shape, uint64_t e0, size_t m,
+                  const double *vals, uint64_t *i, uint64_t *last, struct mobj **o)
 {
     int nd = s->ndim, nch = s->nch;
-    uint64_t n = 1, i[ROIFS_MAX_DIM] = {0};
-    for (int d = 0; d < nd; d++)
-        n *= shape[d];
-    const unsigned char *lab = labels;
-    /* Pass 1: counts, boxes, coordinate sums, sums, min and max. The last object seen is kept
-     * at hand: neighbouring pixels are mostly of the same object. */
-    uint64_t last = 0;
-    struct mobj *o = NULL;
-    for (uint64_t e = 0; e < n; e++) {
-        uint64_t id = label_at(dt, lab + e * dt->size);
+    for (size_t b = 0; b < m; b++) {
+        uint64_t id = label_at(dt, lab + (e0 + b) * dt->size);
         if (id) {
             bool added = false;
-            if (id != last || !o) {
-                o = map_put(&s->objs, id, 0, &added);
-                last = id;
+            if (id != *last || !*o) {
+                *o = mstats_put(s, id, &added);
+                *last = id;
             }
+            struct mobj *ob = *o;
             if (added) {
-                memset(o, 0, s->rec);
                 for (int d = 0; d < nd; d++)
-                    o->lo[d] = o->hi[d] = origin[d] + i[d];
-                for (int c = 0; c < nch; c++) {
-                    struct mchan *ch = mstats_chan(o, c);
-                    ch->min = ch->max = inten[(uint64_t)c * n + e];
-                }
+                    ob->lo[d] = ob->hi[d] = origin[d] + i[d];
+                for (int c = 0; c < nch; c++)
+                    mstats_chan(ob, c)->min = mstats_chan(ob, c)->max = vals[c * BLOCK + b];
             }
-            o->n++;
+            ob->n++;
             for (int d = 0; d < nd; d++) {
                 uint64_t p = origin[d] + i[d];
-                o->csum[d] += p;
-                if (p < o->lo[d])
-                    o->lo[d] = p;
-                if (p > o->hi[d])
-                    o->hi[d] = p;
+                ob->csum[d] += p;
+                if (p < ob->lo[d])
+                    ob->lo[d] = p;
+                if (p > ob->hi[d])
+                    ob->hi[d] = p;
             }
             for (int c = 0; c < nch; c++) {
-                struct mchan *ch = mstats_chan(o, c);
-                double x = inten[(uint64_t)c * n + e];
+                struct mchan *ch = mstats_chan(ob, c);
+                double x = vals[c * BLOCK + b];
                 ch->sum += x;
                 if (x < ch->min)
                     ch->min = x;
@@ -73,33 +104,60 @@ void mstats_piece(struct mstats *s, const struct dtype *dt, const void *labels,
         for (int d = nd - 1; d >= 0 && ++i[d] == shape[d]; d--)
             i[d] = 0;
     }
-    if (!nch)
-        return;
-    size_t it = 0;
-    struct map_key k;
-    void *v;
-    while (map_next(&s->objs, &it, &k, &v)) {
-        struct mobj *ob = v;
-        for (int c = 0; c < nch; c++)
-            mstats_chan(ob, c)->mean = mstats_chan(ob, c)->sum / (double)ob->n;
-    }
-    /* Pass 2: the squared deviations from the piece's own mean. */
-    last = 0;
-    o = NULL;
-    for (uint64_t e = 0; e < n; e++) {
-        uint64_t id = label_at(dt, lab + e * dt->size);
+}
+
+/* Pass 2: the squared deviations from the piece's own mean. */
+static void pass2(struct mstats *s, const struct dtype *dt, const unsigned char *lab, uint64_t e0,
+                  size_t m, const double *vals, uint64_t *last, struct mobj **o)
+{
+    for (size_t b = 0; b < m; b++) {
+        uint64_t id = label_at(dt, lab + (e0 + b) * dt->size);
         if (!id)
             continue;
-        if (id != last || !o) {
-            o = map_get(&s->objs, id, 0);
-            last = id;
+        if (id != *last || !*o) {
+            *o = mstats_get(s, id);
+            *last = id;
         }
-        for (int c = 0; c < nch; c++) {
-            struct mchan *ch = mstats_chan(o, c);
-            double dx = inten[(uint64_t)c * n + e] - ch->mean;
+        for (int c = 0; c < s->nch; c++) {
+            struct mchan *ch = mstats_chan(*o, c);
+            double dx = vals[c * BLOCK + b] - ch->mean;
             ch->m2 += dx * dx;
         }
     }
+}
+
+void mstats_piece(struct mstats *s, const struct dtype *dt, const void *labels,
+                  const uint64_t *origin, const uint64_t *shape, mstats_load load, void *ctx)
+{
+    int nd = s->ndim, nch = s->nch;
+    uint64_t n = 1, i[ROIFS_MAX_DIM] = {0};
+    for (int d = 0; d < nd; d++)
+        n *= shape[d];
+    double *vals = xmalloc(((size_t)nch * BLOCK + 1) * sizeof *vals);
+    uint64_t last = 0;
+    struct mobj *o = NULL;
+    for (uint64_t e0 = 0; e0 < n; e0 += BLOCK) {
+        size_t m = n - e0 < BLOCK ? (size_t)(n - e0) : BLOCK;
+        for (int c = 0; c < nch; c++)
+            load(ctx, c, e0, m, vals + (size_t)c * BLOCK);
+        pass1(s, dt, labels, origin, shape, e0, m, vals, i, &last, &o);
+    }
+    if (nch) {
+        for (size_t j = 0; j < s->n; j++) {
+            struct mobj *ob = mstats_obj(s, j);
+            for (int c = 0; c < nch; c++)
+                mstats_chan(ob, c)->mean = mstats_chan(ob, c)->sum / (double)ob->n;
+        }
+        last = 0;
+        o = NULL;
+        for (uint64_t e0 = 0; e0 < n; e0 += BLOCK) {
+            size_t m = n - e0 < BLOCK ? (size_t)(n - e0) : BLOCK;
+            for (int c = 0; c < nch; c++)
+                load(ctx, c, e0, m, vals + (size_t)c * BLOCK);
+            pass2(s, dt, labels, e0, m, vals, &last, &o);
+        }
+    }
+    free(vals);
 }
 
 void mstats_merge_one(struct mobj *a, const struct mobj *b, int ndim, int nch)
@@ -129,15 +187,12 @@ void mstats_merge_one(struct mobj *a, const struct mobj *b, int ndim, int nch)
 
 void mstats_merge(struct mstats *into, const struct mstats *from)
 {
-    size_t it = 0;
-    struct map_key k;
-    void *v;
-    while (map_next(&from->objs, &it, &k, &v)) {
+    for (size_t j = 0; j < from->n; j++) {
         bool added;
-        struct mobj *a = map_put(&into->objs, k.lo, k.hi, &added);
+        struct mobj *a = mstats_put(into, from->ids[j], &added);
         if (added)
-            memcpy(a, v, into->rec);
+            memcpy(a, mstats_obj(from, j), into->rec);
         else
-            mstats_merge_one(a, v, into->ndim, into->nch);
+            mstats_merge_one(a, mstats_obj(from, j), into->ndim, into->nch);
     }
 }
