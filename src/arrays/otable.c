@@ -675,36 +675,94 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
     pthread_mutex_unlock(&t->m);
 }
 
+/* A record's name (its key's 32 hexadecimal digits) as a map.h key. */
+static void keep_name(struct map *keep, struct key128 key)
+{
+    char hex[33];
+    key_hex(key, hex);
+    map_put(keep, hash64(HASH64_INIT, hex, 32), hash64(1, hex, 32), &(bool){false});
+}
+
+/* The names of the records a [measure] table of ov needs now: its whole record's and every
+ * label chunk's partial's (a map.h set of their hexadecimal keys). 0 or -EINVAL (the
+ * configuration). */
+static int measure_names_now(const struct overlay_geometry *g, struct map *keep)
+{
+    struct measure *ms;
+    struct errbuf err = {{0}};
+    int r = measure_new(g->t, &ms, &err);
+    if (r < 0)
+        return r;
+    const struct task *k = g->t;
+    struct keyhash h;
+    key_init(&h, "roifs-feature-partials 1");
+    key_add_key(&h, key_now(g));
+    measure_identity(ms, &h);
+    keep_name(keep, key_final(&h));
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    for (uint64_t id = 0; id < k->nchunks; id++) {
+        if (!task_chunk_present(k, id))
+            continue;
+        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+        engine_chunk_box(k, id, c0, c1, ext);
+        struct chunk_keys ck;
+        engine_chunk_keys_now(k, id, memo, &ck);
+        keep_name(keep, measure_piece_key(ms, ck.chunk, c0, ext, memo));
+        chunk_keys_free(&ck);
+    }
+    zarr_sigmemo_free(memo);
+    measure_free(ms);
+    return 0;
+}
+
+/* Whether a file of the cache directory is a table record that the names keep (the masking
+ * table's record of now, or [measure]'s records of now) leave out: "table-", "features-" or
+ * "mpiece-", 32 hexadecimal digits, ".rows". */
+static bool stale_record(const char *name, const char *table_keep, const struct map *keep)
+{
+    static const char *const prefix[] = {"table-", "features-", "mpiece-"};
+    size_t n = strlen(name);
+    for (int p = 0; p < 3; p++) {
+        size_t l = strlen(prefix[p]);
+        if (n != l + 32 + 5 || strncmp(name, prefix[p], l) != 0 || strcmp(name + n - 5, ".rows"))
+            continue;
+        if (p == 0)
+            return strcmp(name, table_keep) != 0;
+        const char *hex = name + l;
+        return !map_get(keep, hash64(HASH64_INIT, hex, 32), hash64(1, hex, 32));
+    }
+    return false;
+}
+
 int otable_clean_records(const struct overlay *ov, size_t *removed)
 {
     struct overlay_geometry g;
     overlay_geometry(ov, &g);
     char hex[33];
     key_hex(key_now(&g), hex);
-    char *keep = xasprintf("table-%s.rows", hex);
+    char *table_keep = xasprintf("table-%s.rows", hex);
+    struct map keep;
+    map_init(&keep, 0, 64);
     *removed = 0;
-    int r = 0;
-    DIR *d = opendir(g.t->cache_dir);
-    if (!d) {
-        free(keep);
-        return errno == ENOENT ? 0 : -errno;
-    }
+    int r = g.t->cfg.measure ? measure_names_now(&g, &keep) : 0;
+    DIR *d = r < 0 ? NULL : opendir(g.t->cache_dir);
+    if (r == 0 && !d)
+        r = errno == ENOENT ? 0 : -errno;
     struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        size_t n = strlen(name);
-        if (n != strlen(keep) || strncmp(name, "table-", 6) != 0 ||
-            strcmp(name + n - 5, ".rows") != 0 || strcmp(name, keep) == 0)
+    while (d && (de = readdir(d))) {
+        if (!stale_record(de->d_name, table_keep, &keep))
             continue;
-        if (unlinkat(dirfd(d), name, 0) == 0)
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
             ++*removed;
         else if (errno != ENOENT) {
             r = -errno;
             break;
         }
     }
-    closedir(d);
-    free(keep);
+    if (d)
+        closedir(d);
+    map_destroy(&keep);
+    free(table_keep);
     return r;
 }
 

@@ -4,6 +4,7 @@ skimage.measure.regionprops_table and numpy over the object's pixels to 1e-9 rel
 3-D, several channels (one of large intensities, where a raw sum of squares loses the std), as
 AnnData (read by anndata) and csv (read by pandas); each ROI computed once; kept in the cache
 (a remount reads the merged partials' record: no ROI, no label chunk)."""
+import errno
 import json
 from pathlib import Path
 
@@ -236,3 +237,50 @@ def test_refusals(tmp_path, roifs_bin, measure, output, message):
         "cache": {"dir": tmp_path / "cache"}})
     r = run_roifs(roifs_bin, "check", config)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_failed_roi_fails_the_table(tmp_path, roifs_bin):
+    """A ROI that fails (ids = unique, a ROI with more objects than block) fails the table's
+    files with EIO, logged, counted in status measure.failed; no record is written, and a
+    later read tries again (and fails again)."""
+    img, _ = make_image(tmp_path, (40, 36))
+    config = config_of(tmp_path, img, (16, 16), {"ids": "unique", "block": 2})
+    with mounted(roifs_bin, config) as m:
+        x = m.path / "tables" / "feat" / "X" / "0.0"
+        for attempt in (1, 2):
+            with pytest.raises(OSError) as e:
+                x.read_bytes()
+            assert e.value.errno == errno.EIO
+            assert m.status()["measure"]["failed"] == attempt
+        assert "feature table" in m.log_text() or "block" in m.log_text()
+    assert not list((tmp_path / "cache").glob("features-*.rows"))
+
+
+def test_clean_unused_keeps_only_current_records(tmp_path, roifs_bin):
+    """`roifs clean --unused` removes the feature table's records of an earlier input (the
+    whole table's and the partial of the chunk whose intensities changed) and keeps those of
+    the input as it is now: a remount then reads the table from its record."""
+    img, data = make_image(tmp_path, (40, 36))
+    config = config_of(tmp_path, img, (16, 16), {"ids": "unique", "block": 1000})
+    cache = tmp_path / "cache"
+    with mounted(roifs_bin, config) as m:
+        (m.path / "tables" / "feat" / "X" / "0.0").read_bytes()
+    first = {p.name for p in cache.glob("*.rows")}
+    assert len([n for n in first if n.startswith("mpiece-")]) == 12, first
+    arr = zarr.open_array(str(img / "0"), mode="r+")
+    arr[1, :8, :8] = data[1, :8, :8] + 7
+    with mounted(roifs_bin, config) as m:
+        (m.path / "tables" / "feat" / "X" / "0.0").read_bytes()
+    both = {p.name for p in cache.glob("*.rows")}
+    new = both - first
+    assert len(new) == 2, new  # the whole table's record and chunk (0, 0)'s partial
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    left = {p.name for p in cache.glob("*.rows")}
+    gone = both - left
+    assert new <= left and gone <= first, (gone, new)
+    assert sorted(n.split("-")[0] for n in gone) == ["features", "mpiece"], gone
+    with mounted(roifs_bin, config) as m:
+        (m.path / "tables" / "feat" / "X" / "0.0").read_bytes()
+        st = m.status()
+        assert st["table"] == {"scans": 0, "from_record": 1}, st
