@@ -284,3 +284,17 @@ def test_clean_unused_keeps_only_current_records(tmp_path, roifs_bin):
         (m.path / "tables" / "feat" / "X" / "0.0").read_bytes()
         st = m.status()
         assert st["table"] == {"scans": 0, "from_record": 1}, st
+
+
+def test_export_into_writes_the_feature_table(tmp_path, roifs_bin):
+    """roifs export --into IMAGE writes labels/seg and the feature table tables/feat into the
+    image and lists them; the table read back with anndata equals regionprops / numpy."""
+    img, data = make_image(tmp_path, (40, 36))
+    config = config_of(tmp_path, img, (16, 16), {"ids": "unique", "block": 1000})
+    r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert zarr.open_group(str(img / "tables"), mode="r").attrs["tables"] == ["feat"]
+    assert json.loads((img / "tables" / "feat" / ".zattrs").read_text())["type"] == \
+        "feature_table"
+    lab = zarr.open_array(str(img / "labels" / "seg" / "0"), mode="r")[...]
+    check_table(img / "tables" / "feat", "anndata", lab, data)
