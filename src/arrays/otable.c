@@ -1,6 +1,7 @@
 /* otable.c: the masking ROI table of ome = labels (see otable.h): the bounding box of every
  * label id of the computed level, from its chunks as the engine serves them, and the
- * record of the rows in the cache. */
+ * record of the rows in the cache; with [measure], the feature table made the same way
+ * (otable_measure.c, src/measure/). */
 #include "otable.h"
 
 #include <dirent.h>
@@ -13,55 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../key.h"
-#include "../map.h"
-#include "../measure/measure.h"
 #include "../nd.h"
+#include "otable_internal.h"
 #include "upread.h"
 
 #define RECORD_MAGIC "roifs-table-rows 1\n"
 #define ROW_BOUND    256 /* bytes a row adds to any file of the table, at most */
-
-enum state { IDLE, RUNNING, DONE };
-
-struct waiter {
-    otable_cb cb;
-    void *ctx;
-    struct waiter *next;
-};
-
-/* The bounding boxes seen so far: a map.h table from label to box (z, y, x). */
-struct box {
-    uint64_t lo[3], hi[3];
-};
-
-struct otable {
-    const struct overlay *ov;
-    struct overlay_geometry g;
-    struct table_spec spec;
-    char *region;
-    struct table_files names; /* the files of a table of one row: the names and sizes */
-    uint64_t nmax;            /* rows at most */
-    pthread_mutex_t m;
-    enum state state;
-    struct waiter *waiters;
-    size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
-    bool failed;
-    struct map boxes;         /* label -> struct box */
-    struct key128 record_key; /* RUNNING: the key of the label chunks being scanned */
-    /* The last table made (have_files), from the label chunks of files_key; DONE: they are the
-     * chunks as they were at the last request, so its sizes are exact. */
-    struct table_files files;
-    bool have_files;
-    struct key128 files_key;
-    uint64_t scans, records;
-    /* [measure]: the table is the feature table of the merged partials (measure.h) */
-    struct measure *ms;
-    struct mstats stats;
-    /* label chunks measured, and partials read from their records; objects of the last table
-     * made; requests that failed */
-    uint64_t pieces, pieces_recorded, objects, failures;
-};
 
 /* ---- the boxes ---- */
 
@@ -142,7 +100,7 @@ static struct table_row *rows_of(const struct otable *t, size_t *n)
 
 /* ---- the record of the rows ---- */
 
-static char *record_path(const struct otable *t)
+char *otable_record_path(const struct otable *t)
 {
     char hex[33];
     key_hex(t->record_key, hex);
@@ -151,7 +109,7 @@ static char *record_path(const struct otable *t)
 
 /* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
  * with the input and with whatever else the label chunks follow; the geometry). */
-static struct key128 key_now(const struct overlay_geometry *g)
+struct key128 otable_key_now(const struct overlay_geometry *g)
 {
     const struct task *k = g->t;
     struct keyhash h;
@@ -175,7 +133,7 @@ static struct key128 key_now(const struct overlay_geometry *g)
 
 static struct key128 record_key_now(const struct otable *t)
 {
-    struct key128 k = key_now(&t->g);
+    struct key128 k = otable_key_now(&t->g);
     if (!t->ms)
         return k;
     struct keyhash h; /* the feature table's: the label chunks', [measure]'s and the input's */
@@ -194,7 +152,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
     sb_append(&sb, (const char *)rows, n * sizeof *rows);
     uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
     sb_append(&sb, (const char *)&sum, sizeof sum);
-    char *path = record_path(t);
+    char *path = otable_record_path(t);
     int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     const char *name = strrchr(path, '/') + 1;
     if (dfd < 0 || file_write_atomic(dfd, name, sb.buf, sb.len, false) < 0)
@@ -208,7 +166,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
 /* The rows of the record, or NULL when there is none or it is damaged. */
 static struct table_row *record_read(const struct otable *t, size_t *n)
 {
-    char *path = record_path(t), *data = NULL;
+    char *path = otable_record_path(t), *data = NULL;
     size_t len = 0, head = strlen(RECORD_MAGIC) + sizeof(uint64_t);
     struct table_row *rows = NULL;
     uint64_t count, sum;
@@ -228,58 +186,6 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
     free(data);
     free(path);
     return rows;
-}
-
-/* The partials' record ([measure]): its name as the rows' (record_path), its content the
- * merged partials, so that a later mount makes the table without a label chunk. */
-static void stats_record_write(const struct otable *t)
-{
-    char *path = record_path(t);
-    int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || measure_record_write(&t->stats, dfd, strrchr(path, '/') + 1) < 0)
-        log_warn("%s: cannot write the feature table's record", path);
-    if (dfd >= 0)
-        close(dfd);
-    free(path);
-}
-
-/* 0 when the record was read into t->stats (then complete); else t->stats stays empty. */
-static int stats_record_read(struct otable *t)
-{
-    char *path = record_path(t);
-    int r = measure_record_read(&t->stats, path);
-    if (r == -EIO)
-        log_warn("%s: damaged; the table is computed again", path);
-    if (r < 0) {
-        mstats_destroy(&t->stats);
-        measure_stats_init(t->ms, &t->stats);
-    }
-    free(path);
-    return r;
-}
-
-/* A decoded chunk at the edge of the array holds ext elements per dimension at the strides of
- * a whole chunk: moved together in place (C order over ext), as measure_piece reads it. */
-static void compact_chunk(const struct task *k, const uint64_t *ext, unsigned char *buf)
-{
-    int nd = k->out.ndim;
-    bool whole = true;
-    for (int d = 0; d < nd; d++)
-        whole = whole && ext[d] == k->out.chunks[d];
-    if (whole)
-        return;
-    uint64_t stride[ROIFS_MAX_DIM], i[ROIFS_MAX_DIM] = {0}, n = nd_prod(ext, nd);
-    for (int d = nd - 1; d >= 0; d--)
-        stride[d] = d == nd - 1 ? 1 : stride[d + 1] * k->out.chunks[d + 1];
-    size_t es = k->out.dtype.size;
-    for (uint64_t e = 0; e < n; e++) {
-        uint64_t off = 0;
-        for (int d = 0; d < nd; d++)
-            off += i[d] * stride[d];
-        memmove(buf + e * es, buf + off * es, es); /* off >= e: nothing unread is overwritten */
-        for (int d = nd - 1; d >= 0 && ++i[d] == ext[d]; d--)
-            i[d] = 0;
-    }
 }
 
 /* ---- requests ---- */
@@ -328,7 +234,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 }
 
 /* One chunk fewer to wait for; the last one finishes the table. */
-static void release(struct otable *t)
+void otable_release(struct otable *t)
 {
     pthread_mutex_lock(&t->m);
     bool last = --t->outstanding == 0;
@@ -343,39 +249,14 @@ static void release(struct otable *t)
      * key, makes the table again). */
     if (ok && key_eq(record_key_now(t), t->record_key)) {
         if (t->ms)
-            stats_record_write(t);
+            otable_stats_record_write(t);
         else
             record_write(t, rows, n);
     }
     finish(t, rows, n, t->record_key, ok);
 }
 
-/* A label chunk asked for: [measure] also names its partial's record. */
-struct ask {
-    struct otable *t;
-    uint64_t id;
-    struct key128 piece;
-};
-
-static char *piece_path(const struct otable *t, struct key128 key)
-{
-    char hex[33];
-    key_hex(key, hex);
-    return xasprintf("%s/mpiece-%s.rows", t->g.t->cache_dir, hex);
-}
-
-static void piece_write(const struct otable *t, struct key128 key, const struct mstats *piece)
-{
-    char *path = piece_path(t, key);
-    int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || measure_record_write(piece, dfd, strrchr(path, '/') + 1) < 0)
-        log_warn("%s: cannot write a chunk's partial statistics", path);
-    if (dfd >= 0)
-        close(dfd);
-    free(path);
-}
-
-static void chunk_answered(void *ctx, int err, int fd, int flags)
+void otable_chunk_answered(void *ctx, int err, int fd, int flags)
 {
     (void)flags;
     struct ask ask = *(struct ask *)ctx;
@@ -394,12 +275,14 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
     if (have_piece) { /* the chunk's partial, outside the lock: then merged */
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         engine_chunk_box(k, id, c0, c1, ext);
-        compact_chunk(k, ext, buf);
+        otable_compact_chunk(k, ext, buf);
         measure_stats_init(t->ms, &piece);
         if ((err = measure_piece(t->ms, c0, ext, buf, &piece, &e)) < 0)
             log_error("%s: the feature table: %s", k->cfg.path, e.msg);
-        else
-            piece_write(t, ask.piece, &piece);
+        else if (key_eq(otable_piece_key_now(t, id, c0, ext), ask.piece))
+            otable_piece_write(t, ask.piece,
+                               &piece); /* else the input changed meanwhile: the
+                                         * partial may be of newer data than its name */
     }
     pthread_mutex_lock(&t->m);
     if (err)
@@ -412,10 +295,8 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
     if (have_piece)
         mstats_destroy(&piece);
     free(buf);
-    release(t);
+    otable_release(t);
 }
-
-static void start_measure(struct otable *t);
 
 /* A request that finds no table of the label chunks as they are now (t->record_key): the
  * record, or every chunk. */
@@ -423,7 +304,7 @@ static void start(struct otable *t)
 {
     size_t n = 0;
     struct table_row *rows = t->ms ? NULL : record_read(t, &n);
-    if (t->ms && stats_record_read(t) == 0) {
+    if (t->ms && otable_stats_record_read(t) == 0) {
         pthread_mutex_lock(&t->m);
         t->records++;
         pthread_mutex_unlock(&t->m);
@@ -438,7 +319,7 @@ static void start(struct otable *t)
         return;
     }
     if (t->ms) {
-        start_measure(t);
+        otable_start_measure(t);
         return;
     }
     const struct task *k = t->g.t;
@@ -455,87 +336,9 @@ static void start(struct otable *t)
             continue;
         struct ask *ask = xmalloc(sizeof *ask);
         *ask = (struct ask){t, id, {0}};
-        engine_open_chunk(e, id, chunk_answered, ask);
+        engine_open_chunk(e, id, otable_chunk_answered, ask);
     }
-    release(t);
-}
-
-/* The label chunks a [measure] request asks for, shared by the threads that ask: a chunk the
- * engine has cached is answered (and measured) in the asking thread, so several ask at once. */
-struct asking {
-    struct otable *t;
-    struct ask **asks;
-    size_t n, next;
-    pthread_mutex_t m;
-};
-
-static void *ask_some(void *arg)
-{
-    struct asking *a = arg;
-    struct engine *e = overlay_engine(a->t->ov);
-    for (;;) {
-        pthread_mutex_lock(&a->m);
-        size_t i = a->next++;
-        pthread_mutex_unlock(&a->m);
-        if (i >= a->n)
-            return NULL;
-        engine_open_chunk(e, a->asks[i]->id, chunk_answered, a->asks[i]);
-    }
-}
-
-/* [measure]'s request without a record of the whole table: each label chunk's partial from its
- * record when the chunk and the intensities of its box are as they were (no label chunk read),
- * else from the chunk as the engine serves it (then recorded), by up to [process] threads
- * asking at once. */
-static void start_measure(struct otable *t)
-{
-    const struct task *k = t->g.t;
-    pthread_mutex_lock(&t->m);
-    t->scans++;
-    t->failed = false;
-    t->outstanding = 1;
-    pthread_mutex_unlock(&t->m);
-    struct asking a = {.t = t, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    for (uint64_t id = 0; id < k->nchunks; id++) {
-        if (!task_chunk_present(k, id))
-            continue;
-        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-        engine_chunk_box(k, id, c0, c1, ext);
-        struct chunk_keys ck;
-        engine_chunk_keys_now(k, id, memo, &ck);
-        struct key128 key = measure_piece_key(t->ms, ck.chunk, c0, ext, memo);
-        chunk_keys_free(&ck);
-        struct mstats piece;
-        measure_stats_init(t->ms, &piece);
-        char *path = piece_path(t, key);
-        bool have = measure_record_read(&piece, path) == 0;
-        free(path);
-        pthread_mutex_lock(&t->m);
-        if (have)
-            mstats_merge(&t->stats, &piece), t->pieces_recorded++;
-        else
-            t->outstanding++;
-        pthread_mutex_unlock(&t->m);
-        mstats_destroy(&piece);
-        if (have)
-            continue;
-        a.asks[a.n] = xmalloc(sizeof **a.asks);
-        *a.asks[a.n++] = (struct ask){t, id, key};
-    }
-    zarr_sigmemo_free(memo);
-    pthread_mutex_init(&a.m, NULL);
-    size_t nthreads = k->cfg.threads > 1 ? (size_t)k->cfg.threads - 1 : 0, started = 0;
-    pthread_t th[64];
-    while (started < nthreads && started < 64 && started + 1 < a.n &&
-           pthread_create(&th[started], NULL, ask_some, &a) == 0)
-        started++;
-    ask_some(&a);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&a.m);
-    free(a.asks);
-    release(t);
+    otable_release(t);
 }
 
 void otable_request(struct otable *t, otable_cb cb, void *ctx)
@@ -675,46 +478,6 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
     pthread_mutex_unlock(&t->m);
 }
 
-/* A record's name (its key's 32 hexadecimal digits) as a map.h key. */
-static void keep_name(struct map *keep, struct key128 key)
-{
-    char hex[33];
-    key_hex(key, hex);
-    map_put(keep, hash64(HASH64_INIT, hex, 32), hash64(1, hex, 32), &(bool){false});
-}
-
-/* The names of the records a [measure] table of ov needs now: its whole record's and every
- * label chunk's partial's (a map.h set of their hexadecimal keys). 0 or -EINVAL (the
- * configuration). */
-static int measure_names_now(const struct overlay_geometry *g, struct map *keep)
-{
-    struct measure *ms;
-    struct errbuf err = {{0}};
-    int r = measure_new(g->t, &ms, &err);
-    if (r < 0)
-        return r;
-    const struct task *k = g->t;
-    struct keyhash h;
-    key_init(&h, "roifs-feature-partials 1");
-    key_add_key(&h, key_now(g));
-    measure_identity(ms, &h);
-    keep_name(keep, key_final(&h));
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    for (uint64_t id = 0; id < k->nchunks; id++) {
-        if (!task_chunk_present(k, id))
-            continue;
-        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-        engine_chunk_box(k, id, c0, c1, ext);
-        struct chunk_keys ck;
-        engine_chunk_keys_now(k, id, memo, &ck);
-        keep_name(keep, measure_piece_key(ms, ck.chunk, c0, ext, memo));
-        chunk_keys_free(&ck);
-    }
-    zarr_sigmemo_free(memo);
-    measure_free(ms);
-    return 0;
-}
-
 /* Whether a file of the cache directory is a table record that the names keep (the masking
  * table's record of now, or [measure]'s records of now) leave out: "table-", "features-" or
  * "mpiece-", 32 hexadecimal digits, ".rows". */
@@ -729,7 +492,7 @@ static bool stale_record(const char *name, const char *table_keep, const struct 
         if (p == 0)
             return strcmp(name, table_keep) != 0;
         const char *hex = name + l;
-        return !map_get(keep, hash64(HASH64_INIT, hex, 32), hash64(1, hex, 32));
+        return !otable_kept(keep, hex);
     }
     return false;
 }
@@ -739,12 +502,12 @@ int otable_clean_records(const struct overlay *ov, size_t *removed)
     struct overlay_geometry g;
     overlay_geometry(ov, &g);
     char hex[33];
-    key_hex(key_now(&g), hex);
+    key_hex(otable_key_now(&g), hex);
     char *table_keep = xasprintf("table-%s.rows", hex);
     struct map keep;
     map_init(&keep, 0, 64);
     *removed = 0;
-    int r = g.t->cfg.measure ? measure_names_now(&g, &keep) : 0;
+    int r = g.t->cfg.measure ? otable_measure_names_now(&g, &keep) : 0;
     DIR *d = r < 0 ? NULL : opendir(g.t->cache_dir);
     if (r == 0 && !d)
         r = errno == ENOENT ? 0 : -errno;
