@@ -298,3 +298,34 @@ def test_export_into_writes_the_feature_table(tmp_path, roifs_bin):
         "feature_table"
     lab = zarr.open_array(str(img / "labels" / "seg" / "0"), mode="r")[...]
     check_table(img / "tables" / "feat", "anndata", lab, data)
+
+
+def test_one_channel_input_and_chosen_features(tmp_path, roifs_bin):
+    """An input without a c axis is one channel, named 0; features = area, intensity gives
+    only those columns (area, then 0-sum, 0-mean, 0-min, 0-max, 0-std), equal to the
+    references."""
+    img, data = make_image(tmp_path, (40, 36))
+    one = tmp_path / "one.zarr"
+    g = zarr.open_group(str(one), mode="w")
+    g.create_dataset("0", data=data[0], chunks=(13, 12))
+    ms = dict(zarr.open_group(str(img), mode="r").attrs["multiscales"][0])
+    ms["axes"] = ms["axes"][1:]
+    ms["datasets"] = [{"path": "0", "coordinateTransformations": [
+        {"type": "scale", "scale": [1.0, 1.0]}]}]
+    g.attrs["multiscales"] = [ms]
+    config = write_config(tmp_path / "seg.ini", {
+        "input": {"path": one},
+        "rois": {"grid": "16,16"},
+        "process": {"builtin": "label", "param.value": THRESHOLD},
+        "output": {"ome": "labels", "dtype": "<u4"},
+        "measure": {"table_name": "feat", "features": "intensity, area",
+                    "table_format": "csv"},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, config) as m:
+        lab = zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...]
+        ids, cols, x = read_table(m.path / "tables" / "feat", "csv")
+    assert cols == ["area", "0-sum", "0-mean", "0-min", "0-max", "0-std"], cols
+    want_ids, want = reference(lab, data[:1], channels=("0",), chan_idx=(0,))
+    np.testing.assert_array_equal(ids, want_ids)
+    for j, c in enumerate(cols):
+        np.testing.assert_allclose(x[:, j], want[c], rtol=1e-9, atol=0, err_msg=c)
