@@ -350,16 +350,24 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+size_t measure_rows(const struct measure *m, const struct mstats *s, uint64_t **ids, double **vals)
+{
+    size_t n = s->n;
+    *ids = xmalloc((n ? n : 1) * sizeof **ids);
+    memcpy(*ids, s->ids, n * sizeof **ids);
+    qsort(*ids, n, sizeof **ids, by_id);
+    *vals = xmalloc((n ? n : 1) * (m->ncols ? m->ncols : 1) * sizeof **vals);
+    for (size_t i = 0; i < n; i++)
+        measure_row(m, mstats_get(s, (*ids)[i]), *vals + i * m->ncols);
+    return n;
+}
+
 int measure_encode(const struct measure *m, const struct table_spec *spec, const struct mstats *s,
                    struct table_files *out, struct errbuf *err)
 {
-    size_t n = s->n;
-    uint64_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
-    memcpy(ids, s->ids, n * sizeof *ids);
-    qsort(ids, n, sizeof *ids, by_id);
-    double *vals = xmalloc((n ? n : 1) * (m->ncols ? m->ncols : 1) * sizeof *vals);
-    for (size_t i = 0; i < n; i++)
-        measure_row(m, mstats_get(s, ids[i]), vals + i * m->ncols);
+    uint64_t *ids;
+    double *vals;
+    size_t n = measure_rows(m, s, &ids, &vals);
     int r = table_encode_features(spec, ids, n, measure_colnames(m), m->ncols, vals, out, err);
     free(vals);
     free(ids);

@@ -45,6 +45,10 @@ const char *const *measure_colnames(const struct measure *m);
 /* One object's features (measure_ncols values) from its merged partial. */
 void measure_row(const struct measure *m, const struct mobj *o, double *row);
 
+/* The rows of the merged partials s, sorted by id: *ids (n ids) and *vals (n rows of
+ * measure_ncols values), both malloc'd; returns n. What a layer over several images
+ * concatenates (with the image's own columns) before table_encode_features. */
+size_t measure_rows(const struct measure *m, const struct mstats *s, uint64_t **ids, double **vals);
 /* The table of the merged partials s: one row per object, sorted by id. 0 or -errno. */
 int measure_encode(const struct measure *m, const struct table_spec *spec, const struct mstats *s,
                    struct table_files *out, struct errbuf *err);
