@@ -242,6 +242,13 @@ json_t *arrayset_status(struct arrayset *s)
         json_object_set_new(doc, "table",
                             json_pack("{s:I, s:I}", "scans", (json_int_t)scans, "from_record",
                                       (json_int_t)records));
+        struct otable_measure_counts mc;
+        if (otable_measure_counts(s->table, &mc))
+            json_object_set_new(doc, "measure",
+                                json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)mc.objects,
+                                          "pieces", (json_int_t)mc.pieces, "pieces_from_record",
+                                          (json_int_t)mc.pieces_recorded, "failed",
+                                          (json_int_t)mc.failed));
     }
     return doc;
 }
