@@ -34,6 +34,19 @@ def browser_node():
     return node
 
 
+def in_the_page(node, s, spec, png=None):
+    """The arrays zarrita.js read in chromium (tests/js/serve_browser.mjs), as numpy arrays."""
+    r = subprocess.run([node, str(REPO / "tests/js/serve_browser.mjs"), s.url, json.dumps(spec)]
+                       + ([str(png)] if png else []), capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    out = []
+    for a in json.loads(r.stdout.strip().splitlines()[-1]):
+        data = np.array(a["data"])
+        out.append(np.lib.stride_tricks.as_strided(
+            data, a["shape"], [k * data.itemsize for k in a["stride"]]).copy())
+    return out
+
+
 @pytest.mark.timeout(120)
 def test_zarrita_in_chromium_and_the_status_picture(tmp_path, roifs_bin):
     node = browser_node()
@@ -49,15 +62,8 @@ def test_zarrita_in_chromium_and_the_status_picture(tmp_path, roifs_bin):
         t = threading.Thread(target=lambda: waiting.append(s.request("/0.0", timeout=40)[0]))
         t.start()
         assert s.request("/0.1")[0] == 500
-        r = subprocess.run([node, str(REPO / "tests/js/serve_browser.mjs"), s.url, "2", str(png)],
-                           capture_output=True, text=True, timeout=90)
-        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
-        got = json.loads(r.stdout.strip().splitlines()[-1])
-        assert got["shape"] == [6, 8]
-        data = np.array(got["data"], "<i4")
-        stride = got["stride"]
-        view = np.lib.stride_tricks.as_strided(data, (6, 8), (stride[0] * 4, stride[1] * 4))
-        np.testing.assert_array_equal(view, want[2:])
+        got, = in_the_page(node, s, [{"path": "", "row0": 2}], png)
+        np.testing.assert_array_equal(got, want[2:])
         assert "0" in calls(tmp_path) and "2" not in calls(tmp_path)
         assert not waiting
     t.join(10)
@@ -74,3 +80,22 @@ def test_zarrita_in_chromium_and_the_status_picture(tmp_path, roifs_bin):
     want_states.update({(y, x): "done" for y in (1, 2) for x in range(4)})
     want_states.update({(3, x): "none" for x in range(4)})
     assert states == want_states
+
+
+@pytest.mark.timeout(120)
+def test_zarrita_in_chromium_reads_a_label_overlay_and_its_levels(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image: zarrita.js in chromium reads the label image's
+    levels 0 and 1 (the computed labels and their nearest-neighbour level) and the input's own
+    level 2 through roifs serve, equal to numpy's labels, their nearest level, and the input."""
+    from test_overlay import expected_labels, make_image, nearest, overlay_config
+    node = browser_node()
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    with served(roifs_bin, config, ["--cors", "http://localhost:8999"]) as s:
+        l0, l1, in2 = in_the_page(node, s, [{"path": "labels/seg/0", "row0": 0},
+                                             {"path": "labels/seg/1", "row0": 0},
+                                             {"path": "2", "row0": 0}])
+    want0 = expected_labels(levels[0])
+    np.testing.assert_array_equal(l0, want0)
+    np.testing.assert_array_equal(l1, nearest(want0, levels[1].shape))
+    np.testing.assert_array_equal(in2, levels[2])

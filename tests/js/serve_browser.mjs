@@ -1,17 +1,18 @@
 // serve_browser.mjs: what a browser viewer does with `roifs serve` (tests/e2e/test_serve_browser.py):
 // Debian's chromium, driven by playwright-core (never a browser download), opens a page of
 // another origin (VIEWER: a loopback server of this script's own, serving this directory's
-// node_modules with an import map) in which zarrita.js reads rows ROW0.. of the served array over HTTP (CORS);
-// then it opens the status page and takes a screenshot of its chunk grid.
-//   node serve_browser.mjs SERVER_URL ROW0 GRID_PNG
-// prints one JSON line {"shape", "data", "stride"} of what zarrita read in the page.
+// node_modules with an import map) in which zarrita.js reads served arrays over HTTP (CORS);
+// then, given GRID_PNG, it opens the status page and takes a screenshot of its chunk grid.
+//   node serve_browser.mjs SERVER_URL '[{"path": "labels/seg/0", "row0": 0}, ...]' [GRID_PNG]
+// prints one JSON line, a list of {"shape", "data", "stride"}: what zarrita read in the page,
+// rows row0.. of the array at each path.
 import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { chromium } from "playwright-core";
 
-const [server, row0, png] = process.argv.slice(2);
-if (!server || !row0 || !png) {
-	console.error("usage: node serve_browser.mjs SERVER_URL ROW0 GRID_PNG");
+const [server, spec, png] = process.argv.slice(2);
+if (!server || !spec) {
+	console.error("usage: node serve_browser.mjs SERVER_URL ARRAYS_JSON [GRID_PNG]");
 	process.exit(2);
 }
 const VIEWER_PORT = 8999;
@@ -33,9 +34,15 @@ const page_html = `<!DOCTYPE html><html><head>
 <script type="module">
 import * as zarr from "zarrita";
 try {
-	const arr = await zarr.open(new zarr.FetchStore(${JSON.stringify(server)}), { kind: "array" });
-	const { data, shape, stride } = await zarr.get(arr, [zarr.slice(${Number(row0)}, null), null]);
-	window.result = { data: Array.from(data), shape, stride };
+	const out = [];
+	for (const { path, row0 } of ${JSON.stringify(JSON.parse(spec))}) {
+		const url = ${JSON.stringify(server)} + (path ? "/" + path : "");
+		const arr = await zarr.open(new zarr.FetchStore(url), { kind: "array" });
+		const sel = [zarr.slice(row0, null), ...arr.shape.slice(1).map(() => null)];
+		const { data, shape, stride } = await zarr.get(arr, sel);
+		out.push({ data: Array.from(data), shape, stride });
+	}
+	window.result = out;
 } catch (e) {
 	window.result = { error: String(e && e.stack || e) };
 }
@@ -68,9 +75,11 @@ try {
 	await page.waitForFunction(() => window.result !== undefined, null, { timeout: 20000 });
 	const result = await page.evaluate(() => window.result);
 	if (result.error) throw new Error(`zarrita in the page: ${result.error}`);
-	const status = await browser.newPage();
-	await status.goto(`${server}/`);
-	await status.locator("#grid").screenshot({ path: png });
+	if (png) {
+		const status = await browser.newPage();
+		await status.goto(`${server}/`);
+		await status.locator("#grid").screenshot({ path: png });
+	}
 	console.log(JSON.stringify(result));
 } finally {
 	await browser.close();
