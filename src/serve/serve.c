@@ -355,11 +355,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)upload_data;
     struct server *srv = cls;
     struct sreq *q = *con_cls;
-    if (*upload_data_size) /* a body: not ours to take */
-        return send_text(srv, c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only\n");
-    if (q && q->gone) /* resumed because the client went away: close */
+    if (!q) { /* the headers are in: answered at the next call, once the request is whole (an
+                 answer queued now would close the connection: no keep-alive) */
+        q = xcalloc(1, sizeof *q);
+        q->srv = srv;
+        q->conn = c;
+        q->fd = -1;
+        q->refs = 1;
+        *con_cls = q;
+        return MHD_YES;
+    }
+    if (*upload_data_size) { /* a body: read and dropped, the method is refused below */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (q->gone) /* resumed because the client went away: close */
         return MHD_NO;
-    if (q && q->asked) { /* resumed: the engine answered */
+    if (q->asked) { /* resumed: the engine answered */
         pthread_rwlock_rdlock(&srv->run);
         enum MHD_Result r = answer_asked(q);
         pthread_rwlock_unlock(&srv->run);
@@ -378,14 +390,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_create_response_from_buffer(14, (void *)"unauthorized\n\n", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
         return reply(srv, c, MHD_HTTP_UNAUTHORIZED, resp);
-    }
-    if (!q) {
-        q = xcalloc(1, sizeof *q);
-        q->srv = srv;
-        q->conn = c;
-        q->fd = -1;
-        q->refs = 1;
-        *con_cls = q;
     }
     log_debug("serve: %s %s", method, url);
     pthread_rwlock_rdlock(&srv->run);

@@ -89,6 +89,17 @@ def test_zarr_over_http_and_the_http_semantics(tmp_path, roifs_bin):
         assert st == 206 and part == body[4:]
         st, hr, _ = s.request("/1.1", headers={"Range": f"bytes={n}-"})
         assert st == 416 and hr["content-range"] == f"bytes */{n}"
+        # keep-alive: one connection for several requests (also after a 404)
+        c = s.conn()
+        socks = []
+        for path in ("/1.1", "/3.3", "/1.2", "/.zarray"):
+            c.request("GET", path)
+            r = c.getresponse()
+            r.read()
+            assert r.getheader("Connection") != "close", path
+            socks.append(c.sock)
+        c.close()
+        assert all(k is socks[0] for k in socks)
         # ETag from the chunk's key; 304 when it matches, 200 otherwise
         etag = h["etag"]
         assert etag.startswith('"') and len(etag) == 34
