@@ -12,14 +12,14 @@
 
 #include "../util.h"
 
-const char *header(struct MHD_Connection *c, const char *name)
+const char *serve_header(struct MHD_Connection *c, const char *name)
 {
     return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 }
 
-const char *cors_origin(const struct server *srv, struct MHD_Connection *c)
+const char *serve_cors_origin(const struct server *srv, struct MHD_Connection *c)
 {
-    const char *list = srv->o->cors, *origin = header(c, "Origin");
+    const char *list = srv->o->cors, *origin = serve_header(c, "Origin");
     if (!list || !origin)
         return NULL;
     if (strcmp(list, "*") == 0)
@@ -41,10 +41,10 @@ const char *cors_origin(const struct server *srv, struct MHD_Connection *c)
     return NULL;
 }
 
-enum MHD_Result reply(struct server *srv, struct MHD_Connection *c, unsigned status,
-                      struct MHD_Response *resp)
+enum MHD_Result serve_reply(struct server *srv, struct MHD_Connection *c, unsigned status,
+                            struct MHD_Response *resp)
 {
-    const char *origin = cors_origin(srv, c);
+    const char *origin = serve_cors_origin(srv, c);
     if (origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(resp, "Access-Control-Expose-Headers",
@@ -57,13 +57,13 @@ enum MHD_Result reply(struct server *srv, struct MHD_Connection *c, unsigned sta
     return r;
 }
 
-enum MHD_Result send_text(struct server *srv, struct MHD_Connection *c, unsigned status,
-                          const char *text)
+enum MHD_Result serve_text(struct server *srv, struct MHD_Connection *c, unsigned status,
+                           const char *text)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(resp, "Content-Type", "text/plain; charset=utf-8");
-    return reply(srv, c, status, resp);
+    return serve_reply(srv, c, status, resp);
 }
 
 /* Parses a single Range of a body of size bytes: 0 (whole body: no header or not one single
@@ -123,32 +123,32 @@ static bool etag_matches(const char *inm, const char *etag)
     return false;
 }
 
-enum MHD_Result send_fd(struct server *srv, struct MHD_Connection *c, int fd, const char *type,
-                        const char *etag)
+enum MHD_Result serve_fd(struct server *srv, struct MHD_Connection *c, int fd, const char *type,
+                         const char *etag)
 {
     struct stat st;
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
-        return send_text(srv, c, MHD_HTTP_INTERNAL_SERVER_ERROR, strerror(e));
+        return serve_text(srv, c, MHD_HTTP_INTERNAL_SERVER_ERROR, strerror(e));
     }
     uint64_t size = (uint64_t)st.st_size, off = 0, len = size;
     struct MHD_Response *resp;
     unsigned status = MHD_HTTP_OK;
     char range[96];
-    if (etag && etag_matches(header(c, "If-None-Match"), etag)) {
+    if (etag && etag_matches(serve_header(c, "If-None-Match"), etag)) {
         close(fd);
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "ETag", etag);
-        return reply(srv, c, MHD_HTTP_NOT_MODIFIED, resp);
+        return serve_reply(srv, c, MHD_HTTP_NOT_MODIFIED, resp);
     }
-    int r = parse_range(header(c, "Range"), size, &off, &len);
+    int r = parse_range(serve_header(c, "Range"), size, &off, &len);
     if (r < 0) {
         close(fd);
         snprintf(range, sizeof range, "bytes */%llu", (unsigned long long)size);
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Content-Range", range);
-        return reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+        return serve_reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
     }
     if (r > 0) {
         status = MHD_HTTP_PARTIAL_CONTENT;
@@ -168,14 +168,14 @@ enum MHD_Result send_fd(struct server *srv, struct MHD_Connection *c, int fd, co
         MHD_add_response_header(resp, "ETag", etag);
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     }
-    return reply(srv, c, status, resp);
+    return serve_reply(srv, c, status, resp);
 }
 
-enum MHD_Result send_buf(struct server *srv, struct MHD_Connection *c, char *buf, size_t size,
-                         const char *type)
+enum MHD_Result serve_buf(struct server *srv, struct MHD_Connection *c, char *buf, size_t size,
+                          const char *type)
 {
     uint64_t off = 0, len = size;
-    int r = parse_range(header(c, "Range"), size, &off, &len);
+    int r = parse_range(serve_header(c, "Range"), size, &off, &len);
     char range[96];
     struct MHD_Response *resp;
     if (r < 0) {
@@ -183,7 +183,7 @@ enum MHD_Result send_buf(struct server *srv, struct MHD_Connection *c, char *buf
         snprintf(range, sizeof range, "bytes */%zu", size);
         resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Content-Range", range);
-        return reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
+        return serve_reply(srv, c, MHD_HTTP_RANGE_NOT_SATISFIABLE, resp);
     }
     if (r > 0) {
         memmove(buf, buf + off, (size_t)len);
@@ -196,5 +196,5 @@ enum MHD_Result send_buf(struct server *srv, struct MHD_Connection *c, char *buf
     MHD_add_response_header(resp, "Accept-Ranges", "bytes");
     MHD_add_response_header(resp, "Content-Type", type);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
-    return reply(srv, c, r > 0 ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp);
+    return serve_reply(srv, c, r > 0 ? MHD_HTTP_PARTIAL_CONTENT : MHD_HTTP_OK, resp);
 }

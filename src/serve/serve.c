@@ -160,11 +160,11 @@ static enum MHD_Result answer_asked(struct sreq *q)
     struct server *srv = q->srv;
     struct MHD_Connection *c = q->conn;
     if (srv->stopping) /* the engines are gone */
-        return send_text(srv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping\n");
+        return serve_text(srv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping\n");
     if (q->err) {
         char *why = failure_reason(srv, &q->node, q->err);
         log_debug("serve: %s", why);
-        enum MHD_Result r = send_text(srv, c, MHD_HTTP_INTERNAL_SERVER_ERROR, why);
+        enum MHD_Result r = serve_text(srv, c, MHD_HTTP_INTERNAL_SERVER_ERROR, why);
         free(why);
         return r;
     }
@@ -172,8 +172,8 @@ static enum MHD_Result answer_asked(struct sreq *q)
         size_t len = 0;
         char *data = otable_copy(arrayset_table(srv->set), q->node.chunk, &len);
         if (!data)
-            return send_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
-        return send_buf(srv, c, data, len, "application/octet-stream");
+            return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+        return serve_buf(srv, c, data, len, "application/octet-stream");
     }
     int fd = q->fd;
     q->fd = -1;
@@ -185,7 +185,7 @@ static enum MHD_Result answer_asked(struct sreq *q)
         key_hex(meta.key, hex);
         snprintf(etag, sizeof etag, "\"%s\"", hex);
     }
-    return send_fd(srv, c, fd, "application/octet-stream", etag[0] ? etag : NULL);
+    return serve_fd(srv, c, fd, "application/octet-stream", etag[0] ? etag : NULL);
 }
 
 /* ---- the tree ---- */
@@ -255,9 +255,9 @@ static enum MHD_Result send_input(struct server *srv, struct MHD_Connection *c, 
     if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
             close(fd);
-        return send_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+        return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
     }
-    return send_fd(srv, c, fd, content_type(path), NULL);
+    return serve_fd(srv, c, fd, content_type(path), NULL);
 }
 
 static char *status_text(struct server *srv, size_t *len)
@@ -283,24 +283,24 @@ static enum MHD_Result answer_node(struct sreq *q, const char *url)
     size_t len;
     if (strcmp(url, PAGE_URL) == 0) {
         char *page = serve_page(srv->set, &len);
-        return send_buf(srv, c, page, len, "text/html; charset=utf-8");
+        return serve_buf(srv, c, page, len, "text/html; charset=utf-8");
     }
     char *path = NULL;
     if (resolve(srv->ns, url, &q->node, &path) < 0 || q->node.kind == NS_DIR)
-        return send_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+        return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
     switch (q->node.kind) {
     case NS_META: {
         char *copy = xmalloc(q->node.len + 1);
         memcpy(copy, q->node.text, q->node.len);
-        return send_buf(srv, c, copy, q->node.len, content_type(url));
+        return serve_buf(srv, c, copy, q->node.len, content_type(url));
     }
     case NS_STATUS: {
         char *text = status_text(srv, &len);
-        return send_buf(srv, c, text, len, "application/json");
+        return serve_buf(srv, c, text, len, "application/json");
     }
     case NS_GEN: {
         char *text = arrayset_generated(srv->set, q->node.chunk, &len);
-        return send_buf(srv, c, text, len, content_type(url));
+        return serve_buf(srv, c, text, len, content_type(url));
     }
     case NS_INPUT: {
         enum MHD_Result r = send_input(srv, c, path);
@@ -313,7 +313,7 @@ static enum MHD_Result answer_node(struct sreq *q, const char *url)
             return MHD_YES; /* suspended: the engine's callback resumes it */
         return answer_asked(q);
     default:
-        return send_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+        return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
     }
 }
 
@@ -323,7 +323,7 @@ static bool token_ok(const struct server *srv, struct MHD_Connection *c)
 {
     if (!srv->o->token)
         return true;
-    const char *h = header(c, "Authorization");
+    const char *h = serve_header(c, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return false;
     const char *given = h + 7, *want = srv->o->token;
@@ -336,15 +336,15 @@ static bool token_ok(const struct server *srv, struct MHD_Connection *c)
 
 static enum MHD_Result preflight(struct server *srv, struct MHD_Connection *c)
 {
-    if (!cors_origin(srv, c))
-        return send_text(srv, c, MHD_HTTP_FORBIDDEN, "origin not allowed\n");
+    if (!serve_cors_origin(srv, c))
+        return serve_text(srv, c, MHD_HTTP_FORBIDDEN, "origin not allowed\n");
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, OPTIONS");
-    const char *asked = header(c, "Access-Control-Request-Headers");
+    const char *asked = serve_header(c, "Access-Control-Request-Headers");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                             asked ? asked : "Range, Authorization, If-None-Match");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    return reply(srv, c, MHD_HTTP_NO_CONTENT, resp);
+    return serve_reply(srv, c, MHD_HTTP_NO_CONTENT, resp);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -383,18 +383,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(10, (void *)"read-only\n", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Allow", "GET, HEAD, OPTIONS");
-        return reply(srv, c, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+        return serve_reply(srv, c, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
     }
     if (!token_ok(srv, c)) {
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(14, (void *)"unauthorized\n\n", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-        return reply(srv, c, MHD_HTTP_UNAUTHORIZED, resp);
+        return serve_reply(srv, c, MHD_HTTP_UNAUTHORIZED, resp);
     }
     log_debug("serve: %s %s", method, url);
     pthread_rwlock_rdlock(&srv->run);
     enum MHD_Result r = srv->stopping
-                            ? send_text(srv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping\n")
+                            ? serve_text(srv, c, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping\n")
                             : answer_node(q, url);
     pthread_rwlock_unlock(&srv->run);
     return r;

@@ -45,21 +45,21 @@ struct sreq {
 /* ---- reply.c ---- */
 
 /* A request header's value, or NULL. */
-const char *header(struct MHD_Connection *c, const char *name);
+const char *serve_header(struct MHD_Connection *c, const char *name);
 /* The origin allowed to read this answer (the request's Origin when --cors lists it, or "*"),
  * or NULL. */
-const char *cors_origin(const struct server *srv, struct MHD_Connection *c);
+const char *serve_cors_origin(const struct server *srv, struct MHD_Connection *c);
 /* Queues resp with status, after the headers every answer carries (CORS); destroys resp. */
-enum MHD_Result reply(struct server *srv, struct MHD_Connection *c, unsigned status,
-                      struct MHD_Response *resp);
-enum MHD_Result send_text(struct server *srv, struct MHD_Connection *c, unsigned status,
-                          const char *text);
+enum MHD_Result serve_reply(struct server *srv, struct MHD_Connection *c, unsigned status,
+                            struct MHD_Response *resp);
+enum MHD_Result serve_text(struct server *srv, struct MHD_Connection *c, unsigned status,
+                           const char *text);
 /* Answers with the bytes of fd (taken), honouring a single Range and, when etag is not NULL,
  * If-None-Match (304). */
-enum MHD_Result send_fd(struct server *srv, struct MHD_Connection *c, int fd, const char *type,
-                        const char *etag);
+enum MHD_Result serve_fd(struct server *srv, struct MHD_Connection *c, int fd, const char *type,
+                         const char *etag);
 /* The same for bytes in memory (buf taken). */
-enum MHD_Result send_buf(struct server *srv, struct MHD_Connection *c, char *buf, size_t size,
-                         const char *type);
+enum MHD_Result serve_buf(struct server *srv, struct MHD_Connection *c, char *buf, size_t size,
+                          const char *type);
 
 #endif
