@@ -77,7 +77,14 @@ static void open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
         engine_read_ahead(e, id);
         return;
     }
+    /* a ROI of the chunk failed since this open began, or within retry_after: EIO at once,
+     * without a look at the keys */
+    bool stands = !e->s.stopping && engine_chunk_failure_stands(e, id, NULL, began);
     pthread_mutex_unlock(&e->lock);
+    if (stands) {
+        cb(ctx, -EIO, -1, 0);
+        return;
+    }
     struct chunk_keys keys;
     engine_chunk_keys_now(e->f.t, id, NULL, &keys);
     bool replaced = false;

@@ -1,6 +1,7 @@
 /* test_engine_fail.c: when an open tries a failed ROI again (docs/reliability.md): only a
  * failure older than the open is retried; one that came while the open was in flight (its
- * look at the keys, slow for input written under 2 s ago) answers it with EIO. */
+ * look at the keys, slow for input written under 2 s ago) answers it with EIO; and none
+ * within [process] retry_after seconds of the failure, which the status's retry_at names. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -162,6 +163,37 @@ static void test_open_in_flight_gets_the_failure(void)
     }
 }
 
+/* With [process] retry_after = 1, a failed ROI is not tried again for a second: opens of its
+ * chunks get EIO at once, and the status says when it will be tried (retry_at); a second
+ * later an open runs it again. */
+static void test_retry_after_holds_a_failure(void)
+{
+    write_file("hold.go", "", 0); /* the ROI fails at once */
+    struct harness_rig g;
+    if (!rig_open_failing(&g, "hold", "retry_after = 1\n"))
+        return;
+    struct harness_open o;
+    open_start(&o, g.e, 0);
+    CHECK_EQ_INT(open_end(&o), -EIO);
+    int64_t failed = clock_ns(CLOCK_REALTIME);
+    for (uint64_t id = 0; id < 2; id++) {
+        open_start(&o, g.e, id);
+        CHECK_EQ_INT(open_end(&o), -EIO);
+    }
+    CHECK_EQ_INT(g.t->proc->calls, 1);
+    json_t *doc = engine_status(g.e);
+    json_t *er = json_array_get(json_object_get(doc, "errors"), 0);
+    double at = json_number_value(json_object_get(er, "retry_at"));
+    CHECK(at > (double)failed / 1e9 + 0.5 && at < (double)failed / 1e9 + 1.1);
+    json_decref(doc);
+    while ((double)clock_ns(CLOCK_REALTIME) / 1e9 < at + 0.05)
+        usleep(10000);
+    open_start(&o, g.e, 1);
+    CHECK_EQ_INT(open_end(&o), -EIO);
+    CHECK_EQ_INT(g.t->proc->calls, 2);
+    harness_rig_close(&g);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "engine_fail"))
@@ -169,6 +201,7 @@ int main(void)
     log_open_stderr(false);
     make_input();
     RUN(test_open_in_flight_gets_the_failure);
+    RUN(test_retry_after_holds_a_failure);
     check_rmtree(dir);
     return check_done();
 }
