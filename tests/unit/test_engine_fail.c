@@ -1,7 +1,8 @@
 /* test_engine_fail.c: when an open tries a failed ROI again (docs/reliability.md): only a
  * failure older than the open is retried; one that came while the open was in flight (its
  * look at the keys, slow for input written under 2 s ago) answers it with EIO; and none
- * within [process] retry_after seconds of the failure, which the status's retry_at names. */
+ * within [process] retry_after seconds of the failure, which the status's retry_at names, also
+ * for a ROI whose result the ids of other chunks need. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -194,6 +195,32 @@ static void test_retry_after_holds_a_failure(void)
     harness_rig_close(&g);
 }
 
+/* [labels] ids = sequential: chunk 1's ids depend on ROI 0 (in chunk 0), which fails. Within
+ * retry_after an open of chunk 1 gets EIO without running ROI 0 again (the count of its ids
+ * used to run it at every open, retry_after or not). */
+static void test_retry_after_holds_ids_depending_on_a_failure(void)
+{
+    write_file("rois2.txt", "0:4, 0:4\n0:4, 4:8\n", 18);
+    static const char ini[] = "[input]\npath = in.zarr\n[rois]\nfile = rois2.txt\n[process]\n"
+                              "command = if [ $ROIFS_ROI = 0 ]; then exit 3; fi; cat\n"
+                              "threads = 1\nreadahead = 0\nretry_after = 30\n"
+                              "[labels]\nids = sequential\n[cache]\ndir = cache-ids\n";
+    write_file("task.ini", ini, strlen(ini));
+    char *p = path_join(dir, "task.ini");
+    struct harness_rig g;
+    bool ok = harness_rig_open(&g, p);
+    free(p);
+    if (!ok)
+        return;
+    struct harness_open o;
+    for (int i = 0; i < 3; i++) {
+        open_start(&o, g.e, 1);
+        CHECK_EQ_INT(open_end(&o), -EIO);
+    }
+    CHECK_EQ_INT(g.t->proc->calls, 2); /* ROI 1, and ROI 0 once */
+    harness_rig_close(&g);
+}
+
 int main(void)
 {
     if (check_mkdtemp(dir, sizeof dir, "engine_fail"))
@@ -202,6 +229,7 @@ int main(void)
     make_input();
     RUN(test_open_in_flight_gets_the_failure);
     RUN(test_retry_after_holds_a_failure);
+    RUN(test_retry_after_holds_ids_depending_on_a_failure);
     check_rmtree(dir);
     return check_done();
 }
