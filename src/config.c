@@ -293,6 +293,7 @@ static void set_defaults(struct config *cfg)
     cfg->lines = xcalloc(1, sizeof *cfg->lines);
     cfg->rounding = ROUNDING_FRACTAL;
     cfg->readahead = READAHEAD_AUTO; /* measured: bench/scaling.py, docs/performance.md */
+    cfg->retry_after = -1;           /* unset: 0 for mounts, warm and export, 10 for serve */
     cfg->executor = EXECUTOR_LOCAL;
     cfg->format = 2;
     cfg->fill_value = xstrdup("0");

@@ -80,6 +80,8 @@ struct config {
     bool readahead_is_threads; /* -1 in the file: follows a command line's -j too */
     double timeout;            /* seconds, 0 = none */
     int retries;
+    double retry_after; /* seconds before a failed ROI is tried again on demand; -1: unset (the
+                         * command's default: arrayset_opts.retry_after_unset) */
     enum executor_kind executor;
     struct config_param *params;
     int nparams;

@@ -144,7 +144,9 @@ static int set_seconds(struct loader *ld, const struct key_spec *k, const char *
     if (parse_double(v, &x) < 0 || !isfinite(x))
         return config_bad_value(ld, k, "'%s' is not a number of seconds", v);
     if (x < 0)
-        return config_bad_value(ld, k, "%s is negative (0 means no limit)", v);
+        return config_bad_value(ld, k, "%s is negative (0 means %s)", v,
+                                k->off == offsetof(struct config, retry_after) ? "at once"
+                                                                               : "no limit");
     *(double *)field(ld, k->off) = x;
     return 0;
 }
@@ -356,6 +358,7 @@ static const struct key_spec keys[] = {
     {"process", "readahead", .set = set_readahead, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
     {"process", "retries", .set = set_int, .off = F(retries), .min = 0, .max = INT_MAX},
+    {"process", "retry_after", .set = set_seconds, .off = F(retry_after)},
     {"process", "executor", .set = set_choice_int, .off = F(executor), .choices = "local|slurm"},
     {"output", "format", .set = set_int, .off = F(format), .min = 2, .max = 3},
     {"output", "dtype", .set = set_str, .off = F(dtype)},

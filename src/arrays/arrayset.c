@@ -25,12 +25,16 @@ struct arrayset {
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
 
-/* The engine options of the configuration, with the command line's thread count. */
-static void engine_opts_of(const struct config *cfg, int threads, struct engine_opts *o)
+/* The engine options of the configuration, with the command line's thread count and the
+ * command's retry_after when the configuration sets none. */
+static void engine_opts_of(const struct config *cfg, int threads, double retry_after_unset,
+                           struct engine_opts *o)
 {
     *o = (struct engine_opts){.threads = cfg->threads,
                               .readahead = cfg->readahead,
                               .retries = cfg->retries,
+                              .retry_after =
+                                  cfg->retry_after >= 0 ? cfg->retry_after : retry_after_unset,
                               .max_size = cfg->max_size};
     if (threads <= 0)
         return;
@@ -113,7 +117,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
 {
     struct arrayset *s = xcalloc(1, sizeof *s);
     struct engine_opts eo;
-    engine_opts_of(&t->cfg, o->threads, &eo);
+    engine_opts_of(&t->cfg, o->threads, o->retry_after_unset, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
     s->overwrite = o->overlay_overwrite;
     s->n = 1;
