@@ -17,6 +17,9 @@
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 #define SERVE_THREADS  8 /* the engine's open of a cached chunk makes a few system calls */
 #define TOKEN_MAX      4096
+/* [process] retry_after when the configuration leaves it unset: a viewer asks for a failed
+ * ROI's tiles again and again, each ask would run it (docs/configuration.md) */
+#define SERVE_RETRY_AFTER 10.0
 
 struct serve_args {
     const char *listen, *token_file, *cors, *cert, *key, *config;
@@ -125,6 +128,20 @@ static int read_pem(const char *path, char **text)
     return 0;
 }
 
+/* The set with the status file and serve's retry_after: 0, EXIT_USAGE or EXIT_RUNTIME. */
+static int open_arrays(struct task *t, struct arrayset **s)
+{
+    struct errbuf err = {{0}};
+    struct arrayset_opts o = {.status_file = true, .retry_after_unset = SERVE_RETRY_AFTER};
+    int r = arrayset_open(t, &o, s, &err);
+    if (r < 0) {
+        *s = NULL;
+        fprintf(stderr, "roifs: %s\n", err.msg);
+        return r == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct serve_args a;
@@ -147,7 +164,7 @@ int cmd_serve(int argc, char **argv)
     o.token = token;
     o.tls_cert = cert;
     o.tls_key = key;
-    if ((r = cli_load_task(a.config, &t)) || (r = cli_open_arrays(t, 0, true, &s)))
+    if ((r = cli_load_task(a.config, &t)) || (r = open_arrays(t, &s)))
         goto out;
     if (t->cfg.log_path && log_open_file(t->cfg.log_path, a.debug) < 0) {
         fprintf(stderr, "roifs: %s: cannot open the log: %s\n", t->cfg.log_path, strerror(errno));

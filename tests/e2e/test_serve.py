@@ -161,6 +161,9 @@ def test_a_slow_roi_holds_no_server_thread(tmp_path, roifs_bin):
 
 @pytest.mark.timeout(60)
 def test_a_failed_roi_is_500_with_its_reason(tmp_path, roifs_bin):
+    """A failed ROI: 500 with its reason at once, the other chunks served; its chunk is not
+    computed again for [process] retry_after seconds (10 for serve when unset: the status says
+    when), then it is."""
     task, want = job(tmp_path)
     (tmp_path / "fail").touch()
     with served(roifs_bin, task.config) as s:
@@ -168,12 +171,33 @@ def test_a_failed_roi_is_500_with_its_reason(tmp_path, roifs_bin):
         st, h, body = s.request("/0.1")
         assert st == 500 and b"boom: roi 1 failed on purpose" in body and b"ROI 1" in body
         assert time.monotonic() - t0 < 5
+        failed_at = time.time()
         assert s.request("/0.0")[0] == 200 and s.request("/0.2")[0] == 200
         st, _, page = s.request("/")
         assert b'id="n-failed">1<' in page and b"boom: roi 1 failed" in page
         (tmp_path / "fail").unlink()
-        st, _, body = s.request("/0.1")  # tried again on demand, retry_after unset here
+        for _ in range(3):  # within the 10 s: 500 again at once, without running it
+            st, _, body = s.request("/0.1")
+            assert st == 500 and b"boom" in body
+        assert calls(tmp_path).count("1") == 1
+        err, = json.loads(s.request("/.roifs/status")[2])["errors"]
+        assert 8 < err["retry_at"] - failed_at <= 10.5
+    set_option_in(task.config, "process", "retry_after = 1")
+    (tmp_path / "fail").touch()
+    with served(roifs_bin, task.config) as s:
+        assert s.request("/0.1")[0] == 500
+        (tmp_path / "fail").unlink()
+        assert s.request("/0.1")[0] == 500  # held for 1 s
+        time.sleep(1.2)
+        st, _, body = s.request("/0.1")  # then tried again on demand
         assert st == 200, body
+    assert calls(tmp_path).count("1") == 3
+
+
+def set_option_in(config, section, line):
+    """Adds line to [section] of config."""
+    text = config.read_text()
+    config.write_text(text.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1))
 
 
 @pytest.mark.timeout(60)
