@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../task.h"
 #include "../util.h"
@@ -145,6 +146,13 @@ char *serve_page(struct arrayset *s, size_t *len)
         put(&o, "<li>ROI %lld: ", (long long)json_integer_value(json_object_get(er, "roi")));
         const char *msg = json_string_value(json_object_get(er, "message"));
         put_escaped(&o, msg ? msg : "");
+        json_t *at = json_object_get(er, "retry_at"); /* [process] retry_after */
+        time_t when = (time_t)json_number_value(at);
+        struct tm tm;
+        char hms[16];
+        if (at && when > time(NULL) && localtime_r(&when, &tm) &&
+            strftime(hms, sizeof hms, "%H:%M:%S", &tm))
+            put(&o, " <i>(not tried again before %s)</i>", hms);
         put(&o, "</li>");
     }
     put(&o, "</ul>\n<p><a href=\".roifs/status\">status (JSON)</a></p></body></html>\n");

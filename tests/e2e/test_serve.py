@@ -182,6 +182,7 @@ def test_a_failed_roi_is_500_with_its_reason(tmp_path, roifs_bin):
         assert calls(tmp_path).count("1") == 1
         err, = json.loads(s.request("/.roifs/status")[2])["errors"]
         assert 8 < err["retry_at"] - failed_at <= 10.5
+        assert b"not tried again before" in s.request("/")[2]
     set_option_in(task.config, "process", "retry_after = 1")
     (tmp_path / "fail").touch()
     with served(roifs_bin, task.config) as s:
