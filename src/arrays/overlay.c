@@ -45,8 +45,7 @@ struct overlay {
 static bool exists(const char *dir, const char *a, const char *b)
 {
     char *p = xasprintf("%s/%s/%s", dir, a, b);
-    struct stat st;
-    bool r = stat(p, &st) == 0;
+    bool r = zarr_store_exists(p);
     free(p);
     return r;
 }
@@ -381,7 +380,7 @@ static json_t *json_file(const char *dir, const char *rel)
     char *p = path_join(dir, rel), *text = NULL;
     size_t len;
     json_t *j = NULL;
-    if (file_read_all(p, &text, &len) == 0)
+    if (zarr_store_read(p, &text, &len, NULL) == 0)
         j = json_loadb(text, len, 0, NULL);
     free(text);
     free(p);
