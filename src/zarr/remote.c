@@ -406,10 +406,10 @@ int remote_request(const char *url, const char *range, bool head, const char *if
         backoff(i);
     }
     give_back(h);
-    if (r == -EAGAIN) {
+    if (r < 0 && r != -ENOENT)
         atomic_fetch_add(&R.failed, 1);
+    if (r == -EAGAIN)
         r = err_prefix(err, -EIO, "after %d attempts", R.o.retries + 1);
-    }
     if (r < 0 || head || o->status == 304) {
         free(a.buf);
         return r;

@@ -50,8 +50,11 @@ int zarr_store_read_optional(const char *dir, const char *name, char **data, siz
 
 bool zarr_store_node_exists(const char *path)
 {
-    if (!remote_is_url(path) || zarr_store_exists(path))
-        return zarr_store_exists(path);
+    if (zarr_store_exists(path)) /* a file, or an object */
+        return true;
+    if (!remote_is_url(path))
+        return false;
+    /* a URL of a Zarr node (an object store has no "directory" to ask for) */
     static const char *const names[] = {".zattrs", ".zarray", ".zgroup", "zarr.json"};
     bool found = false;
     for (size_t i = 0; !found && i < sizeof names / sizeof *names; i++) {

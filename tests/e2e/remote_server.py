@@ -173,19 +173,25 @@ class FaultProxy:
         self.server.server_close()
         self.thread.join(10)
 
-    def schedule(self, pattern, *actions):
+    def schedule(self, pattern, *actions, method=None):
+        """method: only requests of that method (GET, HEAD) take the actions."""
         with self.lock:
-            self.actions[pattern].extend(actions)
+            self.actions[(pattern, method)].extend(actions)
+
+    def clear(self):
+        """No more scheduled faults: every request gets the upstream's answer."""
+        with self.lock:
+            self.actions.clear()
 
     def count(self, pattern, method=None):
         with self.lock:
             return sum(n for (m, p), n in self.counts.items()
                        if re.search(pattern, p) and (method is None or m == method))
 
-    def _next_action(self, path):
+    def _next_action(self, method, path):
         with self.lock:
-            for pattern, acts in self.actions.items():
-                if acts and re.search(pattern, path):
+            for (pattern, m), acts in self.actions.items():
+                if acts and re.search(pattern, path) and m in (None, method):
                     return acts.pop(0)
         return "ok"
 
@@ -193,7 +199,7 @@ class FaultProxy:
         with self.lock:
             self.counts[(method, h.path)] += 1
             self.requests.append((method, h.path, h.headers.get("Range")))
-        action = self._next_action(h.path)
+        action = self._next_action(method, h.path)
         if self.latency:
             time.sleep(self.latency)
         if action.startswith("delay:"):
