@@ -409,7 +409,7 @@ int remote_request(const char *url, const char *range, bool head, const char *if
     if (r < 0 && r != -ENOENT)
         atomic_fetch_add(&R.failed, 1);
     if (r == -EAGAIN)
-        r = err_prefix(err, -EIO, "after %d attempts", R.o.retries + 1);
+        r = err_prefix(err, -EIO, "after %d attempt%s", R.o.retries + 1, R.o.retries ? "s" : "");
     if (r < 0 || head || o->status == 304) {
         free(a.buf);
         return r;

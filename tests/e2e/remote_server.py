@@ -140,6 +140,7 @@ class FaultProxy:
         self.latency = latency
         self.counts = Counter()
         self.requests = []  # (method, path, Range header or None), in order
+        self.conditional = 0  # requests with If-None-Match
         self.actions = defaultdict(list)
         self.lock = threading.Lock()
         proxy = self
@@ -199,6 +200,7 @@ class FaultProxy:
         with self.lock:
             self.counts[(method, h.path)] += 1
             self.requests.append((method, h.path, h.headers.get("Range")))
+            self.conditional += "If-None-Match" in h.headers
         action = self._next_action(method, h.path)
         if self.latency:
             time.sleep(self.latency)

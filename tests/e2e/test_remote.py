@@ -6,6 +6,7 @@ table named through the image's `tables` list, masks from its labels)."""
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -279,3 +280,55 @@ def test_https_certificate_is_verified(tmp_path, roifs_bin):
         r = run_roifs(roifs_bin, "check", cfg)
         assert r.returncode == 2, r.stderr
         assert "certificate" in r.stderr.lower() or "SSL" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- freshness
+
+
+def rewrite_chunk(task, idx, value):
+    """Writes input chunk idx of the local copy (served by nginx) with a new value and a new
+    mtime (nginx's ETag is its mtime in seconds and its size)."""
+    z = zarr.open(str(task.input), "r+")
+    sl = tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, CHUNKS))
+    z[sl] = value
+    path = task.input / ".".join(map(str, idx))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
+
+
+def test_rewritten_chunk_is_seen_after_revalidate_and_only_its_rois_recompute(tmp_path,
+                                                                            roifs_bin):
+    one_chunk_rois = [((0, 16), (0, 32)), ((16, 32), (32, 64)), ((32, 48), (64, 96))]
+    task = v2_task(tmp_path, one_chunk_rois)
+    with nginx(task.dir, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/in.zarr", "remote",
+                          {"revalidate": 1})
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            before = zarr.open(str(m.path), "r")[...]
+            computed = m.status()["results"]["computed"]
+            assert computed == 3
+            rewrite_chunk(task, (1, 1), 7)
+            time.sleep(1.3)
+            after = zarr.open(str(m.path), "r")[...]
+            st = m.status()
+        assert (after[16:32, 32:64] == 10).all()  # add 3
+        np.testing.assert_array_equal(after[:16], before[:16])
+        np.testing.assert_array_equal(after[32:], before[32:])
+        assert st["results"]["computed"] == computed + 1, st["results"]
+        assert proxy.conditional, "revalidation is a conditional request"
+
+
+def test_unreachable_server_serves_last_confirmed_results(tmp_path, roifs_bin):
+    task = v2_task(tmp_path)
+    with nginx(task.dir, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/in.zarr", "remote",
+                          {"revalidate": 1, "retries": 0})
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            before = zarr.open(str(m.path), "r")[...]
+            proxy.schedule(r".", *["reset"] * 1000)
+            time.sleep(1.3)
+            after = zarr.open(str(m.path), "r")[...]
+            st = m.status()
+        np.testing.assert_array_equal(after, before)
+        assert st["remote"]["unconfirmed"] > 0, st["remote"]
+        assert st["rois"]["failed"] == 0
