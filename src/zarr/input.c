@@ -77,14 +77,18 @@ static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_
 /* Identity of the file holding LRU entry id. */
 static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
 {
-    char key[ROIFS_MAX_DIM * 24 + 4];
-    chunk_key(in, id, key, sizeof key);
-    input_stat_key(in, key, fid);
+    uint64_t pos;
+    input_stat_storage(
+        in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : input_storage_of_unit(in, id, &pos), fid);
 }
 
 /* Identity of the chunk (or shard) file of storage grid index sid. */
 void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
 {
+    if (in->remote) {
+        input_remote_stat(in, sid, fid); /* with a look at the objects after it */
+        return;
+    }
     char key[ROIFS_MAX_DIM * 24 + 4];
     zarr_input_storage_key(in, sid, key, sizeof key);
     input_stat_key(in, key, fid);
@@ -462,7 +466,7 @@ static void release(struct zarr_input *in, struct chunk *c)
 static bool box_is_chunk(const struct zarr_input *in, const uint64_t *ci, const uint64_t *start,
                          const uint64_t *stop)
 {
-    if (in->meta.sharded)
+    if (in->meta.sharded || in->remote) /* remote: kept, a second fetch costs a round trip */
         return false;
     for (int d = 0; d < in->meta.ndim; d++)
         if (start[d] != ci[d] * in->unit[d] || stop[d] - start[d] != in->unit[d])

@@ -59,7 +59,7 @@ void input_stat_key(const struct zarr_input *in, const char *key, struct file_id
 {
     struct stat st;
     if (in->remote) {
-        input_remote_stat(in, key, fid);
+        input_remote_stat_key(in, key, fid);
         return;
     }
     memset(fid, 0, sizeof *fid);

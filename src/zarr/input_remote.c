@@ -7,10 +7,12 @@
  * never ignored. The input is named by identity (input_by_identity): its content hashes are
  * its signatures, so that no look reads a chunk. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nd.h"
 #include "input_state.h"
 #include "remote.h"
 
@@ -18,17 +20,26 @@ struct remote_rec {
     struct file_id fid;
     uint64_t confirmed_ns; /* when the server last said so */
     char etag[160];
+    bool known;   /* fid is what the server said once */
+    bool looking; /* a thread is asking the server: the others wait for its answer */
 };
 
 struct input_remote {
     pthread_mutex_t lock;
-    struct map recs; /* hash of the key -> struct remote_rec */
+    pthread_cond_t looked;          /* a look ended */
+    struct map recs;                /* hash of the key -> struct remote_rec */
+    _Atomic uint64_t down_until_ns; /* the server was not reached: no look until then */
 };
+
+/* After a look that reached no server, the identities last confirmed stand this long without
+ * another look (a server down is not asked again at every open). */
+#define DOWN_NS (1000000000ULL)
 
 void input_remote_open(struct zarr_input *in)
 {
     struct input_remote *r = xcalloc(1, sizeof *r);
     pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->looked, NULL);
     map_init(&r->recs, sizeof(struct remote_rec), 0);
     in->remote = r;
     in->hashes.by_identity = true;
@@ -39,6 +50,7 @@ void input_remote_close(struct input_remote *r)
     if (!r)
         return;
     map_destroy(&r->recs);
+    pthread_cond_destroy(&r->looked);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }
@@ -62,17 +74,68 @@ static void fid_of(const struct remote_obj *o, struct file_id *fid)
     fid->mtime_ns = o->sig;
 }
 
-/* Records what the server said of key now. */
+/* Ends a look at key (or a read of it): fid (not NULL) is what the server said now. */
 static void note(const struct zarr_input *in, const char *key, const struct file_id *fid,
                  const char *etag)
 {
     struct input_remote *r = in->remote;
     pthread_mutex_lock(&r->lock);
     struct remote_rec *rec = map_put(&r->recs, key_id(key), 0, NULL);
-    rec->fid = *fid;
-    rec->confirmed_ns = input_now_ns();
-    snprintf(rec->etag, sizeof rec->etag, "%s", etag ? etag : "");
+    if (fid) {
+        rec->fid = *fid;
+        rec->confirmed_ns = input_now_ns();
+        rec->known = true;
+        snprintf(rec->etag, sizeof rec->etag, "%s", etag ? etag : "");
+    }
+    rec->looking = false;
+    pthread_cond_broadcast(&r->looked);
     pthread_mutex_unlock(&r->lock);
+}
+
+/* Whether record e may be used without a look (lock held): confirmed within revalidate, or
+ * the server was not reached a moment ago (then it is served unconfirmed). */
+static bool usable(const struct input_remote *r, const struct remote_rec *e, bool *unconfirmed)
+{
+    uint64_t now = input_now_ns();
+    *unconfirmed = false;
+    if (!e || !e->known)
+        return false;
+    if (now - e->confirmed_ns < remote_revalidate_ns())
+        return true;
+    *unconfirmed = now < r->down_until_ns;
+    return *unconfirmed;
+}
+
+/* Takes the look at key for this thread: true, with *rec what was known of it (rec->known).
+ * false with *rec usable as it is, or (no_wait) when another thread is looking at it; else
+ * waits for that thread's answer. */
+static bool claim(const struct zarr_input *in, const char *key, struct remote_rec *rec,
+                  bool no_wait)
+{
+    struct input_remote *r = in->remote;
+    bool unconfirmed, mine = false;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        struct remote_rec *e = map_get(&r->recs, key_id(key), 0);
+        if (usable(r, e, &unconfirmed)) {
+            *rec = *e;
+            if (unconfirmed && !no_wait)
+                remote_note_unconfirmed();
+            break;
+        }
+        if (e && e->looking && no_wait)
+            break;
+        if (e && e->looking) {
+            pthread_cond_wait(&r->looked, &r->lock);
+            continue;
+        }
+        e = map_put(&r->recs, key_id(key), 0, NULL); /* zeroed when new */
+        e->looking = mine = true;
+        *rec = *e;
+        break;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return mine;
 }
 
 int input_remote_read_meta(const struct zarr_input *in, const char *name, char **text, size_t *len,
@@ -84,46 +147,92 @@ int input_remote_read_meta(const struct zarr_input *in, const char *name, char *
     return r;
 }
 
-void input_remote_stat(const struct zarr_input *in, const char *key, struct file_id *fid)
+/* What the answer (r, o, err) to a look at key says of its identity (*fid), recorded; rec:
+ * what was known before. Ends the look. */
+static void look_done(const struct zarr_input *in, const char *key, const struct remote_rec *rec,
+                      int r, const struct remote_obj *o, const struct errbuf *err,
+                      struct file_id *fid)
 {
-    struct input_remote *rm = in->remote;
-    uint64_t now = input_now_ns();
+    memset(fid, 0, sizeof *fid);
+    if (r == 0 && o->status == 304 && rec->known) {
+        *fid = rec->fid;
+        note(in, key, fid, rec->etag);
+    } else if (r == 0) {
+        fid_of(o, fid);
+        note(in, key, fid, o->etag);
+    } else if (r == -ENOENT) {
+        note(in, key, fid, NULL); /* "not there": a missing chunk */
+    } else if (rec->known && o->status == 0) {
+        /* not reached: the identity last confirmed stands */
+        *fid = rec->fid;
+        remote_note_unconfirmed();
+        in->remote->down_until_ns = input_now_ns() + DOWN_NS;
+        log_debug("%s", err->msg);
+        note(in, key, NULL, NULL);
+    } else {
+        /* a refusal (4xx): an identity no answer gives, the read will say why */
+        fid->exists = true;
+        fid->size = UINT64_MAX;
+        fid->mtime_ns = hash64(input_now_ns(), key, strlen(key));
+        note(in, key, NULL, NULL);
+    }
+}
+
+void input_remote_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
+{
     struct remote_rec rec;
-    pthread_mutex_lock(&rm->lock);
-    const struct remote_rec *e = map_get(&rm->recs, key_id(key), 0);
-    bool have = e != NULL;
-    if (have)
-        rec = *e;
-    pthread_mutex_unlock(&rm->lock);
-    if (have && now - rec.confirmed_ns < remote_revalidate_ns()) {
+    if (!claim(in, key, &rec, false)) {
         *fid = rec.fid;
         return;
     }
     char *url = url_of(in, key);
     struct remote_obj o;
-    struct errbuf err;
-    int r = remote_request(url, NULL, true, have && rec.fid.exists ? rec.etag : NULL, 0, NULL, NULL,
-                           &o, &err);
+    struct errbuf err = {{0}};
+    int r = remote_request(url, NULL, true, rec.known && rec.fid.exists ? rec.etag : NULL, 0, NULL,
+                           NULL, &o, &err);
     free(url);
-    memset(fid, 0, sizeof *fid);
-    if (r == 0 && o.status == 304) {
-        *fid = rec.fid;
-        note(in, key, fid, rec.etag);
-    } else if (r == 0) {
-        fid_of(&o, fid);
-        note(in, key, fid, o.etag);
-    } else if (r == -ENOENT) {
-        note(in, key, fid, NULL); /* "not there": a missing chunk */
-    } else if (have && o.status == 0) {
-        /* not reached: the identity last confirmed stands */
-        *fid = rec.fid;
-        remote_note_unconfirmed();
-        log_debug("%s", err.msg);
-    } else {
-        /* a refusal (4xx): an identity no answer gives, the read will say why */
-        fid->exists = true;
-        fid->size = UINT64_MAX;
-        fid->mtime_ns = hash64(now, key, strlen(key));
+    look_done(in, key, &rec, r, &o, &err, fid);
+}
+
+/* How far past a storage object a look goes for others to ask in the same batch. */
+#define LOOK_AHEAD 4
+
+void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
+{
+    enum { KEYLEN = ROIFS_MAX_DIM * 24 + 4, B = REMOTE_BATCH_MAX };
+    char keys[B][KEYLEN];
+    struct remote_rec recs[B];
+    zarr_input_storage_key(in, sid, keys[0], KEYLEN);
+    if (!claim(in, keys[0], &recs[0], false)) {
+        *fid = recs[0].fid;
+        return;
+    }
+    /* The objects after it in storage order that need a look too, and no other thread looks
+     * at: asked at once, so that a cold read's looks cost a round trip per batch, not per
+     * chunk. */
+    size_t n = 1, want = (size_t)remote_connections();
+    want = want > B ? B : want;
+    uint64_t total = nd_prod(in->grid, in->meta.ndim);
+    for (uint64_t s = sid + 1; n < want && s < total && s <= sid + LOOK_AHEAD * want; s++) {
+        zarr_input_storage_key(in, s, keys[n], KEYLEN);
+        n += claim(in, keys[n], &recs[n], true);
+    }
+    const char *urls[B], *inm[B];
+    struct remote_obj objs[B];
+    int rcs[B];
+    struct errbuf errs[B];
+    for (size_t i = 0; i < n; i++) {
+        urls[i] = url_of(in, keys[i]);
+        inm[i] = recs[i].known && recs[i].fid.exists ? recs[i].etag : NULL;
+        errs[i].msg[0] = 0;
+    }
+    remote_head_many(urls, inm, n, objs, rcs, errs);
+    for (size_t i = 0; i < n; i++) {
+        struct file_id f;
+        look_done(in, keys[i], &recs[i], rcs[i], &objs[i], &errs[i], &f);
+        if (i == 0)
+            *fid = f;
+        free((char *)urls[i]);
     }
 }
 

@@ -218,7 +218,10 @@ int input_remote_read_meta(const struct zarr_input *in, const char *name, char *
                            struct errbuf *err);
 /* The identity of object key: the one confirmed within `revalidate`, else the server's answer
  * to a (conditional) HEAD, else, unreachable, the one last confirmed. */
-void input_remote_stat(const struct zarr_input *in, const char *key, struct file_id *fid);
+void input_remote_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid);
+/* The same of storage object sid, asking at once (remote_head_many) for the objects after it
+ * in storage order whose identity is not fresh either. */
+void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id *fid);
 /* input_read_file of a remote input (max: the largest body taken). */
 int input_remote_read_file(const struct zarr_input *in, const char *key, uint64_t max, char **raw,
                            size_t *len, struct read_info *ri, struct errbuf *err);

@@ -141,6 +141,12 @@ static void ensure_configured(void)
     }
 }
 
+int remote_connections(void)
+{
+    ensure_configured();
+    return R.o.connections;
+}
+
 /* A handle of the pool: at most `connections` are out at once. */
 static CURL *take(void)
 {
@@ -151,6 +157,23 @@ static CURL *take(void)
     if (R.nidle > 0) {
         h = R.idle[--R.nidle];
     } else {
+        h = curl_easy_init();
+        R.created++;
+        R.idle = xrealloc(R.idle, (size_t)R.created * sizeof *R.idle);
+    }
+    pthread_mutex_unlock(&R.lock);
+    return h;
+}
+
+/* A handle of the pool when one is free now (or may be made), else NULL: never waits, so
+ * that a thread holding handles never waits for another's. */
+static CURL *try_take(void)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&R.lock);
+    if (R.nidle > 0) {
+        h = R.idle[--R.nidle];
+    } else if (R.created < R.o.connections) {
         h = curl_easy_init();
         R.created++;
         R.idle = xrealloc(R.idle, (size_t)R.created * sizeof *R.idle);
@@ -339,25 +362,27 @@ static void describe(const struct answer *a, long status, struct remote_obj *o)
     }
 }
 
-/* One attempt: 0, -EAGAIN (worth another), or another -errno with err set. */
-static int attempt(CURL *h, const char *url, const char *range, bool head, const char *inm,
+/* The headers of one request (if_none_match: with a conditional one): R.headers, or a copy
+ * in *extra (freed by the caller) with If-None-Match added. */
+static struct curl_slist *request_headers(const char *inm, struct curl_slist **extra)
+{
+    *extra = NULL;
+    if (!inm || !*inm)
+        return R.headers;
+    char line[200];
+    snprintf(line, sizeof line, "If-None-Match: %s", inm);
+    for (struct curl_slist *s = R.headers; s; s = s->next)
+        *extra = curl_slist_append(*extra, s->data);
+    return *extra = curl_slist_append(*extra, line);
+}
+
+/* The outcome of a request h made with curl's result c: 0, -EAGAIN (worth another), or
+ * another -errno with err set. */
+static int outcome(CURL *h, CURLcode c, const char *url, const char *range, bool head,
                    struct answer *a, struct remote_obj *o, struct errbuf *err)
 {
     char u[1024];
     shown(url, u, sizeof u);
-    struct curl_slist *extra = NULL, *hdrs = R.headers;
-    char line[200];
-    if (inm && *inm) {
-        snprintf(line, sizeof line, "If-None-Match: %s", inm);
-        for (struct curl_slist *s = R.headers; s; s = s->next)
-            extra = curl_slist_append(extra, s->data);
-        hdrs = extra = curl_slist_append(extra, line);
-    }
-    setup(h, url, range, head, hdrs, a);
-    atomic_fetch_add(&R.requests, 1);
-    CURLcode c = curl_easy_perform(h);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(extra);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     o->status = status;
@@ -385,6 +410,19 @@ static int attempt(CURL *h, const char *url, const char *range, bool head, const
         return err_set(err, -EAGAIN, "%s: a range of %zu bytes, not as announced", u, a->len);
     describe(a, status, o);
     return 0;
+}
+
+/* One attempt: 0, -EAGAIN (worth another), or another -errno with err set. */
+static int attempt(CURL *h, const char *url, const char *range, bool head, const char *inm,
+                   struct answer *a, struct remote_obj *o, struct errbuf *err)
+{
+    struct curl_slist *extra;
+    setup(h, url, range, head, request_headers(inm, &extra), a);
+    atomic_fetch_add(&R.requests, 1);
+    CURLcode c = curl_easy_perform(h);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(extra);
+    return outcome(h, c, url, range, head, a, o, err);
 }
 
 int remote_request(const char *url, const char *range, bool head, const char *if_none_match,
@@ -443,4 +481,62 @@ void remote_get_stats(struct remote_stats *st)
 void remote_note_unconfirmed(void)
 {
     atomic_fetch_add(&R.unconfirmed, 1);
+}
+
+void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
+                      struct remote_obj *objs, int *rcs, struct errbuf *errs)
+{
+    ensure_configured();
+    CURL *hs[REMOTE_BATCH_MAX];
+    struct answer as[REMOTE_BATCH_MAX];
+    struct curl_slist *extra[REMOTE_BATCH_MAX];
+    if (n > REMOTE_BATCH_MAX)
+        n = REMOTE_BATCH_MAX;
+    size_t k = 0; /* the first request waits for a handle, the others only take free ones */
+    for (hs[0] = take(), k = 1; k < n && (hs[k] = try_take()); k++)
+        ;
+    CURLM *multi = curl_multi_init();
+    for (size_t i = 0; i < k; i++) {
+        memset(&as[i], 0, sizeof as[i]);
+        memset(&objs[i], 0, sizeof objs[i]);
+        setup(hs[i], urls[i], NULL, true, request_headers(inm[i], &extra[i]), &as[i]);
+        curl_easy_setopt(hs[i], CURLOPT_PRIVATE, (void *)(uintptr_t)i);
+        curl_multi_add_handle(multi, hs[i]);
+        atomic_fetch_add(&R.requests, 1);
+    }
+    int running = 1;
+    while (running) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            break;
+        if (running)
+            curl_multi_poll(multi, NULL, 0, 1000, NULL);
+    }
+    CURLMsg *msg;
+    int left;
+    bool done[REMOTE_BATCH_MAX] = {false};
+    while ((msg = curl_multi_info_read(multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        void *priv = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+        size_t i = (size_t)(uintptr_t)priv;
+        rcs[i] = outcome(hs[i], msg->data.result, urls[i], NULL, true, &as[i], &objs[i], &errs[i]);
+        done[i] = true;
+    }
+    for (size_t i = 0; i < k; i++) {
+        curl_multi_remove_handle(multi, hs[i]);
+        curl_easy_setopt(hs[i], CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(extra[i]);
+        give_back(hs[i]);
+        if (!done[i])
+            rcs[i] = -EAGAIN;
+    }
+    curl_multi_cleanup(multi);
+    /* what the batch could not take, or must try again (with its backoff): one at a time */
+    for (size_t i = 0; i < n; i++)
+        if (i >= k || rcs[i] == -EAGAIN) {
+            if (i < k)
+                atomic_fetch_add(&R.retried, 1);
+            rcs[i] = remote_request(urls[i], NULL, true, inm[i], 0, NULL, NULL, &objs[i], &errs[i]);
+        }
 }

@@ -30,6 +30,8 @@ bool remote_is_url(const char *path);
 /* Sets the process's client from o: reads headers_file (refused when its group or others can
  * read it; its values never appear in a message). Idempotent; call before any request. */
 int remote_configure(const struct remote_opts *o, struct errbuf *err);
+/* The connections configured. */
+int remote_connections(void);
 /* The revalidate period, in ns. */
 uint64_t remote_revalidate_ns(void);
 
@@ -50,6 +52,13 @@ struct remote_obj {
  * never returned. */
 int remote_request(const char *url, const char *range, bool head, const char *if_none_match,
                    size_t max, char **body, size_t *len, struct remote_obj *o, struct errbuf *err);
+/* HEAD requests of urls[0..n) at once (inm[i]: an ETag for a conditional one, or NULL), over
+ * the free handles of the pool (a curl multi handle), at most REMOTE_BATCH_MAX: each one's
+ * result in rcs[i] (as remote_request's), objs[i] and errs[i]. Those not taken by the batch,
+ * or to be tried again, are then asked one at a time. */
+#define REMOTE_BATCH_MAX 16
+void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
+                      struct remote_obj *objs, int *rcs, struct errbuf *errs);
 /* A whole small object (metadata, a table's array): as file_read_all (-ENOENT when absent). */
 int remote_read_text(const char *url, char **data, size_t *len, struct errbuf *err);
 

@@ -5,14 +5,16 @@ v3 and sharded v3 arrays; an OME-Zarr image (a level, a channel, a ROI table and
 table named through the image's `tables` list, masks from its labels)."""
 import json
 import os
+import re
 import shutil
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
 import zarr
 
-from conftest import make_task, mounted, run_roifs, write_config
+from conftest import make_task, mounted, run_roifs, set_option, write_config
 from remote_server import FaultProxy, headers_file, nginx
 
 SHAPE, CHUNKS = (64, 96), (16, 32)
@@ -332,3 +334,23 @@ def test_unreachable_server_serves_last_confirmed_results(tmp_path, roifs_bin):
         np.testing.assert_array_equal(after, before)
         assert st["remote"]["unconfirmed"] > 0, st["remote"]
         assert st["rois"]["failed"] == 0
+
+
+def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
+    """Overlapping ROIs computed by several threads over one connection: each input chunk's
+    signature is asked once (threads wanting it wait for the look in flight) and its bytes
+    fetched once (HEAD and GET counted per object by the proxy)."""
+    task = v2_task(tmp_path)
+    set_option(task, "threads", 4)
+    with nginx(task.dir, tmp_path / "nginx") as base, \
+            FaultProxy(base, latency=0.01) as proxy:
+        cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/in.zarr", "remote",
+                          {"connections": 1})
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            zarr.open(str(m.path), "r")[...]
+        per_key = {}
+        for method, path, _ in proxy.requests:
+            if re.search(r"/in\.zarr/\d+\.\d+$", path):
+                per_key.setdefault(path, Counter())[method] += 1
+        assert per_key
+        assert all(c["HEAD"] <= 1 and c["GET"] <= 1 for c in per_key.values()), per_key
