@@ -24,8 +24,19 @@ struct remote_rec {
     bool looking; /* a thread is asking the server: the others wait for its answer */
 };
 
+/* A body fetched with a look (a never-seen chunk of a batch), kept for its read. */
+struct stashed {
+    uint64_t id; /* key_id, 0: free */
+    struct file_id fid;
+    char *body;
+    size_t len;
+};
+#define STASH_MAX (2 * REMOTE_BATCH_MAX)
+
 struct input_remote {
     pthread_mutex_t lock;
+    struct stashed stash[STASH_MAX]; /* a ring: the oldest goes first */
+    size_t stash_next;
     pthread_cond_t looked;          /* a look ended */
     struct map recs;                /* hash of the key -> struct remote_rec */
     _Atomic uint64_t down_until_ns; /* the server was not reached: no look until then */
@@ -49,6 +60,8 @@ void input_remote_close(struct input_remote *r)
 {
     if (!r)
         return;
+    for (size_t i = 0; i < STASH_MAX; i++)
+        free(r->stash[i].body);
     map_destroy(&r->recs);
     pthread_cond_destroy(&r->looked);
     pthread_mutex_destroy(&r->lock);
@@ -138,6 +151,41 @@ static bool claim(const struct zarr_input *in, const char *key, struct remote_re
     return mine;
 }
 
+/* Keeps body (taken) of key, whose identity is fid, for its read. */
+static void stash_put(const struct zarr_input *in, const char *key, const struct file_id *fid,
+                      char *body, size_t len)
+{
+    struct input_remote *r = in->remote;
+    pthread_mutex_lock(&r->lock);
+    struct stashed *e = &r->stash[r->stash_next++ % STASH_MAX];
+    free(e->body);
+    *e = (struct stashed){key_id(key), *fid, body, len};
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The body kept for key when it is of identity fid: true and *body (taken), *len. */
+static bool stash_take(const struct zarr_input *in, const char *key, const struct file_id *fid,
+                       char **body, size_t *len)
+{
+    struct input_remote *r = in->remote;
+    uint64_t id = key_id(key);
+    bool found = false;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < STASH_MAX && !found; i++) {
+        struct stashed *e = &r->stash[i];
+        if (e->body && e->id == id) {
+            found = input_same_file(&e->fid, fid);
+            if (found)
+                *body = e->body, *len = e->len;
+            else
+                free(e->body);
+            e->body = NULL, e->id = 0;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
 int input_remote_read_meta(const struct zarr_input *in, const char *name, char **text, size_t *len,
                            struct errbuf *err)
 {
@@ -212,10 +260,19 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
      * chunk. */
     size_t n = 1, want = (size_t)remote_connections();
     want = want > B ? B : want;
+    /* Never seen (a cold read): its bytes with its signature, one round trip instead of two,
+     * kept for its read; not for shards (read by ranges) nor chunks too large to keep. */
+    uint64_t max = input_max_file_size(in);
+    bool get = !recs[0].known && !in->meta.sharded && max * want <= in->cap / 2;
     uint64_t total = nd_prod(in->grid, in->meta.ndim);
     for (uint64_t s = sid + 1; n < want && s < total && s <= sid + LOOK_AHEAD * want; s++) {
         zarr_input_storage_key(in, s, keys[n], KEYLEN);
-        n += claim(in, keys[n], &recs[n], true);
+        if (!claim(in, keys[n], &recs[n], true))
+            continue;
+        if (get && recs[n].known)
+            note(in, keys[n], NULL, NULL); /* a revalidation: another batch's */
+        else
+            n++;
     }
     const char *urls[B], *inm[B];
     struct remote_obj objs[B];
@@ -226,10 +283,18 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
         inm[i] = recs[i].known && recs[i].fid.exists ? recs[i].etag : NULL;
         errs[i].msg[0] = 0;
     }
-    remote_head_many(urls, inm, n, objs, rcs, errs);
+    char *bodies[B];
+    size_t lens[B];
+    remote_fetch_many(urls, inm, n, (size_t)max, get ? bodies : NULL, lens, objs, rcs, errs);
     for (size_t i = 0; i < n; i++) {
         struct file_id f;
-        look_done(in, keys[i], &recs[i], rcs[i], &objs[i], &errs[i], &f);
+        if (get && bodies[i] && rcs[i] == 0 && objs[i].status != 304) {
+            fid_of(&objs[i], &f); /* kept before the look ends: its waiters read it next */
+            stash_put(in, keys[i], &f, bodies[i], lens[i]);
+        } else if (get) {
+            free(bodies[i]);
+        }
+        look_done(in, keys[i], &recs[i], rcs[i] == -EFBIG ? -EIO : rcs[i], &objs[i], &errs[i], &f);
         if (i == 0)
             *fid = f;
         free((char *)urls[i]);
@@ -239,6 +304,20 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
 int input_remote_read_file(const struct zarr_input *in, const char *key, uint64_t max, char **raw,
                            size_t *len, struct read_info *ri, struct errbuf *err)
 {
+    struct remote_rec rec = {0};
+    pthread_mutex_lock(&in->remote->lock);
+    const struct remote_rec *e = map_get(&in->remote->recs, key_id(key), 0);
+    if (e)
+        rec = *e;
+    pthread_mutex_unlock(&in->remote->lock);
+    if (rec.known && !rec.fid.exists && input_now_ns() - rec.confirmed_ns < remote_revalidate_ns())
+        return -ENOENT; /* a 404 its look has just had: a missing chunk */
+    if (rec.known && rec.fid.exists && stash_take(in, key, &rec.fid, raw, len)) {
+        ri->fid = rec.fid; /* fetched with its look */
+        ri->hash = input_identity_value(&ri->fid);
+        ri->racy = false;
+        return 0;
+    }
     char *url = url_of(in, key);
     struct remote_obj o;
     int r = remote_request(url, NULL, false, NULL, (size_t)max, raw, len, &o, err);

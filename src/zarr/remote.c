@@ -483,10 +483,12 @@ void remote_note_unconfirmed(void)
     atomic_fetch_add(&R.unconfirmed, 1);
 }
 
-void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
-                      struct remote_obj *objs, int *rcs, struct errbuf *errs)
+void remote_fetch_many(const char *const *urls, const char *const *inm, size_t n, size_t max,
+                       char **bodies, size_t *lens, struct remote_obj *objs, int *rcs,
+                       struct errbuf *errs)
 {
     ensure_configured();
+    bool head = bodies == NULL;
     CURL *hs[REMOTE_BATCH_MAX];
     struct answer as[REMOTE_BATCH_MAX];
     struct curl_slist *extra[REMOTE_BATCH_MAX];
@@ -499,7 +501,8 @@ void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
     for (size_t i = 0; i < k; i++) {
         memset(&as[i], 0, sizeof as[i]);
         memset(&objs[i], 0, sizeof objs[i]);
-        setup(hs[i], urls[i], NULL, true, request_headers(inm[i], &extra[i]), &as[i]);
+        as[i].max = max;
+        setup(hs[i], urls[i], NULL, head, request_headers(inm[i], &extra[i]), &as[i]);
         curl_easy_setopt(hs[i], CURLOPT_PRIVATE, (void *)(uintptr_t)i);
         curl_multi_add_handle(multi, hs[i]);
         atomic_fetch_add(&R.requests, 1);
@@ -520,7 +523,7 @@ void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
         void *priv = NULL;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
         size_t i = (size_t)(uintptr_t)priv;
-        rcs[i] = outcome(hs[i], msg->data.result, urls[i], NULL, true, &as[i], &objs[i], &errs[i]);
+        rcs[i] = outcome(hs[i], msg->data.result, urls[i], NULL, head, &as[i], &objs[i], &errs[i]);
         done[i] = true;
     }
     for (size_t i = 0; i < k; i++) {
@@ -530,6 +533,16 @@ void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
         give_back(hs[i]);
         if (!done[i])
             rcs[i] = -EAGAIN;
+        if (!head && rcs[i] == 0 && objs[i].status != 304) {
+            if (!as[i].buf)
+                as[i].buf = xmalloc(1);
+            as[i].buf[as[i].len] = 0;
+            bodies[i] = as[i].buf, lens[i] = as[i].len;
+        } else {
+            free(as[i].buf);
+            if (!head)
+                bodies[i] = NULL, lens[i] = 0;
+        }
     }
     curl_multi_cleanup(multi);
     /* what the batch could not take, or must try again (with its backoff): one at a time */
@@ -537,6 +550,16 @@ void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
         if (i >= k || rcs[i] == -EAGAIN) {
             if (i < k)
                 atomic_fetch_add(&R.retried, 1);
-            rcs[i] = remote_request(urls[i], NULL, true, inm[i], 0, NULL, NULL, &objs[i], &errs[i]);
+            char *b = NULL;
+            size_t l = 0;
+            rcs[i] = remote_request(urls[i], NULL, head, inm[i], max, &b, &l, &objs[i], &errs[i]);
+            if (!head)
+                bodies[i] = rcs[i] == 0 ? b : NULL, lens[i] = l;
         }
+}
+
+void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
+                      struct remote_obj *objs, int *rcs, struct errbuf *errs)
+{
+    remote_fetch_many(urls, inm, n, 0, NULL, NULL, objs, rcs, errs);
 }

@@ -59,6 +59,11 @@ int remote_request(const char *url, const char *range, bool head, const char *if
 #define REMOTE_BATCH_MAX 16
 void remote_head_many(const char *const *urls, const char *const *inm, size_t n,
                       struct remote_obj *objs, int *rcs, struct errbuf *errs);
+/* The same with GET requests when bodies is not NULL: bodies[i] (malloc'd, or NULL: a 304 or
+ * a failure) and lens[i], bodies of at most max bytes (-EFBIG). */
+void remote_fetch_many(const char *const *urls, const char *const *inm, size_t n, size_t max,
+                       char **bodies, size_t *lens, struct remote_obj *objs, int *rcs,
+                       struct errbuf *errs);
 /* A whole small object (metadata, a table's array): as file_read_all (-ENOENT when absent). */
 int remote_read_text(const char *url, char **data, size_t *len, struct errbuf *err);
 
