@@ -355,3 +355,16 @@ def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
         assert per_key
         bad = {k: c for k, c in per_key.items() if c["HEAD"] + c["GET"] > 1}
         assert not bad, bad
+
+
+def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
+    """A remote input is read-only and revalidated: `roifs apply` and `[input] watch` are
+    refused with exit 2, naming why; nothing is requested beyond the metadata."""
+    task = v2_task(tmp_path)
+    with nginx(task.dir, tmp_path / "nginx") as base:
+        cfg = remote_twin(tmp_path, task.config, f"{base}/in.zarr", "remote")
+        r = run_roifs(roifs_bin, "apply", cfg)
+        assert r.returncode == 2 and "remote input, read-only" in r.stderr, r.stderr
+        cfg.write_text(cfg.read_text().replace("[input]\n", "[input]\nwatch = true\n"))
+        r = run_roifs(roifs_bin, "check", cfg)
+        assert r.returncode == 2 and "revalidated instead" in r.stderr, r.stderr
