@@ -75,12 +75,6 @@ void input_stat_key(const struct zarr_input *in, const char *key, struct file_id
         input_fid_of(&st, fid);
 }
 
-bool input_same_file(const struct file_id *a, const struct file_id *b)
-{
-    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-           a->ctime_ns == b->ctime_ns && a->ino == b->ino;
-}
-
 /* The end of a read of the whole file fd, begun at start, as ri->fid (fstat before the read),
  * of the bytes p[0..n): their hash, and whether the file may have changed while they were
  * read without a change of identity (ri->racy: nothing learnt from them is kept as the

@@ -5,7 +5,8 @@
  * with a conditional request. When the server cannot be reached to confirm, the identity last
  * confirmed stands (results keyed on it are served, counted as unconfirmed); a changed one is
  * never ignored. The input is named by identity (input_by_identity): its content hashes are
- * its signatures, so that no look reads a chunk. */
+ * its signatures, so that no look reads a chunk. Between input_file.c (and input.c) above and
+ * input_content.c below: it calls nothing else of the reader. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,6 +73,14 @@ static char *url_of(const struct zarr_input *in, const char *key)
 {
     size_t n = strlen(in->path);
     return xasprintf("%s%s%s", in->path, n && in->path[n - 1] == '/' ? "" : "/", key);
+}
+
+/* The key of storage object sid (as input_file.c's zarr_input_storage_key, which is above). */
+static void storage_key(const struct zarr_input *in, uint64_t sid, char *buf, size_t len)
+{
+    uint64_t idx[ROIFS_MAX_DIM];
+    nd_unlinear(sid, in->grid, in->meta.ndim, idx);
+    zarr_meta_chunk_key(&in->meta, idx, buf, len);
 }
 
 static uint64_t key_id(const char *key)
@@ -250,7 +259,7 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
     enum { KEYLEN = ROIFS_MAX_DIM * 24 + 4, B = REMOTE_BATCH_MAX };
     char keys[B][KEYLEN];
     struct remote_rec recs[B];
-    zarr_input_storage_key(in, sid, keys[0], KEYLEN);
+    storage_key(in, sid, keys[0], KEYLEN);
     if (!claim(in, keys[0], &recs[0], false)) {
         *fid = recs[0].fid;
         return;
@@ -266,7 +275,7 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
     bool get = !recs[0].known && !in->meta.sharded && max * want <= in->cap / 2;
     uint64_t total = nd_prod(in->grid, in->meta.ndim);
     for (uint64_t s = sid + 1; n < want && s < total && s <= sid + LOOK_AHEAD * want; s++) {
-        zarr_input_storage_key(in, s, keys[n], KEYLEN);
+        storage_key(in, s, keys[n], KEYLEN);
         if (!claim(in, keys[n], &recs[n], true))
             continue;
         if (get && recs[n].known)
