@@ -171,6 +171,7 @@ def test_ome_image_over_https_is_the_local_task(ome_root, tmp_path, roifs_bin, t
         np.testing.assert_array_equal(zarr.open(str(tmp_path / "out.zarr"), "r")[...], want)
         log = (tmp_path / "nginx" / "access.log").read_text()
         assert "GET /plate.zarr/B/03/0/tables/ HTTP" not in log  # never a listing
+        assert "HTTP/2.0\"" in log and "HTTP/1.1\"" not in log  # HTTP/2: the server offers it
 
 
 # ---------------------------------------------------------------- faults (FaultProxy)
