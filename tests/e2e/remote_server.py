@@ -133,7 +133,7 @@ class FaultProxy:
     actions in order, one each ("500", "404", "403": that status; "reset": the connection
     closed without an answer; "short": the answer's headers and half its body; "delay:S": S
     seconds, then the answer; "ok"), then the upstream's answers. latency: seconds before every
-    answer. counts[(method, path)]: requests seen."""
+    answer. counts[(method, path)]: requests seen; connections: TCP connections accepted."""
 
     def __init__(self, upstream, latency=0.0):
         self.upstream = upstream.split("://", 1)[1]
@@ -141,6 +141,8 @@ class FaultProxy:
         self.counts = Counter()
         self.requests = []  # (method, path, Range header or None), in order
         self.conditional = 0  # requests with If-None-Match
+        self.connections = 0  # TCP connections accepted
+        self.in_flight = self.max_in_flight = 0  # requests being answered, and the most at once
         self.actions = defaultdict(list)
         self.lock = threading.Lock()
         proxy = self
@@ -151,6 +153,11 @@ class FaultProxy:
 
             def log_message(self, *a):
                 pass
+
+            def setup(self):
+                super().setup()
+                with proxy.lock:
+                    proxy.connections += 1
 
             def do_GET(self):
                 proxy._serve(self, "GET")
@@ -198,6 +205,16 @@ class FaultProxy:
         return "ok"
 
     def _serve(self, h, method):
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._answer(h, method)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _answer(self, h, method):
         with self.lock:
             self.counts[(method, h.path)] += 1
             self.requests.append((method, h.path, h.headers.get("Range")))

@@ -9,6 +9,7 @@ import re
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -338,9 +339,10 @@ def test_unreachable_server_serves_last_confirmed_results(tmp_path, roifs_bin):
 
 
 def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
-    """Overlapping ROIs computed by several threads over one connection: each input chunk's
-    signature is asked once (threads wanting it wait for the look in flight) and its bytes
-    fetched once (HEAD and GET counted per object by the proxy)."""
+    """Overlapping ROIs computed by several threads over one connection: each input chunk is
+    asked for once (threads wanting it wait for the look in flight, whose GET's bytes are kept
+    for the read; requests counted per object by the proxy), all over one kept-alive
+    connection."""
     task = v2_task(tmp_path)
     set_option(task, "threads", 4)
     with nginx(task.dir, tmp_path / "nginx") as base, \
@@ -356,6 +358,8 @@ def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
         assert per_key
         bad = {k: c for k, c in per_key.items() if c["HEAD"] + c["GET"] > 1}
         assert not bad, bad
+        # one connection, kept alive: every request of the mount over it
+        assert proxy.connections == 1, (proxy.connections, len(proxy.requests))
 
 
 def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
@@ -369,3 +373,22 @@ def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
         cfg.write_text(cfg.read_text().replace("[input]\n", "[input]\nwatch = true\n"))
         r = run_roifs(roifs_bin, "check", cfg)
         assert r.returncode == 2 and "revalidated instead" in r.stderr, r.stderr
+
+
+def test_requests_in_flight_are_at_most_connections(tmp_path, roifs_bin):
+    """connections = 2, 12 one-chunk ROIs, 8 compute threads, 8 parallel readers and 50 ms
+    per request: requests overlap, two at a time, never more (the proxy's most requests being
+    answered at once), over at most two kept-alive connections."""
+    grid = [((i * 16, i * 16 + 16), (j * 32, j * 32 + 32)) for i in range(4) for j in range(3)]
+    task = v2_task(tmp_path, grid)
+    set_option(task, "threads", 8)
+    with nginx(task.dir, tmp_path / "nginx") as base, \
+            FaultProxy(base, latency=0.05) as proxy:
+        cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/in.zarr", "remote",
+                          {"connections": 2})
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            keys = [f"{i}.{j}" for i in range(4) for j in range(3)]
+            with ThreadPoolExecutor(8) as ex:
+                list(ex.map(lambda k: chunk_bytes(m.path, k), keys))
+        assert proxy.max_in_flight == 2, proxy.max_in_flight
+        assert proxy.connections <= 2, proxy.connections
