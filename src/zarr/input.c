@@ -635,7 +635,10 @@ static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
     int r = read_meta(in, "zarr.json", &in->zarray, &len, err);
     if (r == -ENOENT)
         return err_set(err, -ENOENT,
-                       "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no zarr.json)",
+                       in->remote ? "%s: not a Zarr v2 array (HTTP 404 for .zarray) nor a Zarr v3 "
+                                    "array (HTTP 404 for zarr.json)"
+                                  : "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no "
+                                    "zarr.json)",
                        in->path);
     if (r < 0)
         return r;

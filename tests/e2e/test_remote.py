@@ -242,7 +242,8 @@ def test_metadata_missing_or_refused_fails_check_with_url_and_status(tmp_path, r
     with nginx(task.dir, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
         cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/nothing.zarr", "remote")
         r = run_roifs(roifs_bin, "check", cfg)
-        assert r.returncode == 2 and "nothing.zarr" in r.stderr, r.stderr
+        assert r.returncode == 2 and "/nothing.zarr: " in r.stderr and "HTTP 404" in r.stderr, \
+            r.stderr
         cfg = remote_twin(tmp_path, task.config, f"{proxy.url}/in.zarr", "remote2")
         proxy.schedule(r"\.zarray$", *["401"] * 10)
         r = run_roifs(roifs_bin, "check", cfg)
