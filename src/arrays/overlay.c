@@ -53,6 +53,10 @@ static bool exists(const char *dir, const char *a, const char *b)
 static int check_config(const struct task *t, bool overwrite, struct errbuf *err)
 {
     const struct config *c = &t->cfg;
+    if (zarr_is_url(c->input_path)) /* docs/remote.md: its files are known by name only */
+        OV_ERR(t, err, "input", "path",
+               "[input] path: ome = labels presents every file of the input image, which a "
+               "remote input cannot list; use a local copy, or export the labels");
     if (!t->ome.found || !t->ome.is_group || !t->ome.group_path)
         OV_ERR(t, err, "input", "path",
                "[input] path: ome = labels needs an OME-Zarr image group (a group with "

@@ -364,8 +364,9 @@ def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
 
 
 def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
-    """A remote input is read-only and revalidated: `roifs apply` and `[input] watch` are
-    refused with exit 2, naming why; nothing is requested beyond the metadata."""
+    """A remote input is read-only, revalidated and never listed: `roifs apply`, `[input]
+    watch` and `[output] ome = labels` (which presents every file of the input) are refused
+    with exit 2, naming why."""
     task = v2_task(tmp_path)
     with nginx(task.dir, tmp_path / "nginx") as base:
         cfg = remote_twin(tmp_path, task.config, f"{base}/in.zarr", "remote")
@@ -374,6 +375,11 @@ def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
         cfg.write_text(cfg.read_text().replace("[input]\n", "[input]\nwatch = true\n"))
         r = run_roifs(roifs_bin, "check", cfg)
         assert r.returncode == 2 and "revalidated instead" in r.stderr, r.stderr
+        # ome = labels presents the input's files, which would need a listing
+        cfg.write_text(cfg.read_text().replace("watch = true\n", "").replace(
+            "[output]\n", "[output]\nome = labels\ndtype = <u4\n"))
+        r = run_roifs(roifs_bin, "check", cfg)
+        assert r.returncode == 2 and "remote input cannot list" in r.stderr, r.stderr
 
 
 def test_requests_in_flight_are_at_most_connections(tmp_path, roifs_bin):
