@@ -251,6 +251,18 @@ void input_remote_stat_key(const struct zarr_input *in, const char *key, struct 
     look_done(in, key, &rec, r, &o, &err, fid);
 }
 
+/* Whether storage object sid was read by an earlier process (its identity is among the
+ * content hashes kept in the cache, input_hash.c): a remount then asks for its signature
+ * only (a HEAD), not its bytes, which its stored results may make unneeded. */
+static bool kept(const struct zarr_input *in, uint64_t sid)
+{
+    struct input_hashes *h = (struct input_hashes *)&in->hashes;
+    pthread_mutex_lock(&h->lock);
+    bool found = map_get(&h->e, sid, 0) != NULL;
+    pthread_mutex_unlock(&h->lock);
+    return found;
+}
+
 /* How far past a storage object a look goes for others to ask in the same batch. */
 #define LOOK_AHEAD 4
 
@@ -272,13 +284,13 @@ void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id
     /* Never seen (a cold read): its bytes with its signature, one round trip instead of two,
      * kept for its read; not for shards (read by ranges) nor chunks too large to keep. */
     uint64_t max = input_max_file_size(in);
-    bool get = !recs[0].known && !in->meta.sharded && max * want <= in->cap / 2;
+    bool get = !recs[0].known && !kept(in, sid) && !in->meta.sharded && max * want <= in->cap / 2;
     uint64_t total = nd_prod(in->grid, in->meta.ndim);
     for (uint64_t s = sid + 1; n < want && s < total && s <= sid + LOOK_AHEAD * want; s++) {
         storage_key(in, s, keys[n], KEYLEN);
         if (!claim(in, keys[n], &recs[n], true))
             continue;
-        if (get && recs[n].known)
+        if (get && (recs[n].known || kept(in, s)))
             note(in, keys[n], NULL, NULL); /* a revalidation: another batch's */
         else
             n++;

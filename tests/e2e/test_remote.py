@@ -361,6 +361,17 @@ def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
         assert not bad, bad
         # one connection, kept alive: every request of the mount over it
         assert proxy.connections == 1, (proxy.connections, len(proxy.requests))
+        # a remount on the warm cache asks for signatures only, no chunk's bytes
+        proxy.requests.clear()
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            zarr.open(str(m.path), "r")[...]
+            assert m.status()["results"]["computed"] == 0
+        chunks = [(mth, p) for mth, p, _ in proxy.requests
+                  if re.search(r"/in\.zarr/\d+\.\d+$", p)]
+        fetched = [p for mth, p in chunks  # a GET only of a missing chunk: a 404, no body
+                   if mth == "GET" and (task.input / p.rsplit("/", 1)[1]).exists()]
+        assert chunks and not fetched, fetched
+        assert len(chunks) == len(set(chunks)), chunks
 
 
 def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
