@@ -3,7 +3,7 @@
 # measuring roifs and its alternative side by side, then rewrites bench/RESULTS.md from
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
-# Names: seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay
+# Names: seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay measure
 # warm gaussian memory (the default set: every issue's benchmark, each with its alternative),
 # or any other bench/<name>.py
 # (e.g. proc_overhead, cache_cost, warm_cost), which runs the same way. bench/report.py then
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=(seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay
-     warm gaussian memory)
+     warm gaussian memory measure)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for n in "${names[@]}"; do

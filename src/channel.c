@@ -195,3 +195,8 @@ void channel_close(struct channel_view *v)
     free(v->names);
     free(v);
 }
+
+int channel_axis(const struct channel_view *v)
+{
+    return v->axis;
+}

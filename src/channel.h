@@ -28,6 +28,8 @@ struct input_source channel_source(struct channel_view *v);
 void channel_ome(const struct channel_view *v, struct ome_image *ome);
 /* The view's dimension names without c (JSON list text), or NULL (v NULL, or none). */
 const char *channel_dimension_names(const struct channel_view *v);
+/* The c axis among the input's dimensions ([measure] reads every channel around it). */
+int channel_axis(const struct channel_view *v);
 void channel_close(struct channel_view *v);
 
 #endif

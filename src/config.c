@@ -219,6 +219,24 @@ static int check_required(struct loader *ld)
     return 0;
 }
 
+/* [measure] (docs/measurements.md): its table is the label overlay's one table. */
+static int check_measure(struct loader *ld)
+{
+    struct config *cfg = ld->cfg;
+    if (!ld->section_line[8])
+        return 0;
+    int line = ld->section_line[8];
+    if (!cfg->measure_table_name)
+        return config_fail(ld, line, "[measure] table_name is required");
+    if (!cfg->ome_labels)
+        return config_fail(ld, line, "[measure] needs [output] ome = labels");
+    if (cfg->table_name)
+        return config_fail(ld, config_line(cfg, "output", "table_name"),
+                           "[output] table_name: a mount with [measure] presents one table, "
+                           "[measure] table_name");
+    return 0;
+}
+
 /* The per-dimension lists must agree on the number of dimensions. */
 static int check_lists(struct loader *ld)
 {
@@ -275,6 +293,7 @@ static void set_defaults(struct config *cfg)
     cfg->lines = xcalloc(1, sizeof *cfg->lines);
     cfg->rounding = ROUNDING_FRACTAL;
     cfg->readahead = READAHEAD_AUTO; /* measured: bench/scaling.py, docs/performance.md */
+    cfg->retry_after = -1;           /* unset: 0 for mounts, warm and export, 10 for serve */
     cfg->executor = EXECUTOR_LOCAL;
     cfg->format = 2;
     cfg->fill_value = xstrdup("0");
@@ -354,7 +373,7 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
     } else if (r > 0 && (!ld.failed || r < ld.fail_line)) {
         syntax_error(&ld, r);
     }
-    if (!ld.failed && check_required(&ld) == 0 && check_lists(&ld) == 0)
+    if (!ld.failed && check_required(&ld) == 0 && check_lists(&ld) == 0 && check_measure(&ld) == 0)
         check_output(&ld);
     free(text);
     if (ld.failed) {
@@ -362,6 +381,12 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
         return ld.code;
     }
     cfg->labels = ld.section_line[4] != 0; /* [labels], even empty: the output is labels */
+    if ((cfg->measure = ld.section_line[8] != 0)) {
+        if (!cfg->measure_features)
+            cfg->measure_features = MEASURE_ALL;
+        cfg->table_name = xstrdup(cfg->measure_table_name);
+        cfg->table_format = cfg->measure_table_format;
+    }
     if (!cfg->label_name)
         cfg->label_name = default_label_name(cfg->path);
     resolve_defaults(cfg);
@@ -417,6 +442,8 @@ void config_free(struct config *cfg)
     free(cfg->interpreter);
     free(cfg->label_name);
     free(cfg->table_name);
+    free(cfg->measure_intensity);
+    free(cfg->measure_table_name);
     free(cfg->mask);
     free(cfg->ca_file);
     free(cfg->headers_file);

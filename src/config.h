@@ -28,6 +28,12 @@ enum downsample_mode { DOWNSAMPLE_MEAN, DOWNSAMPLE_NEAREST };
 enum label_ids { LABEL_IDS_KEEP, LABEL_IDS_UNIQUE, LABEL_IDS_SEQUENTIAL };
 enum label_stitch { LABEL_STITCH_NONE, LABEL_STITCH_IOU };
 enum mask_input { MASK_INPUT_ZERO, MASK_INPUT_KEEP };
+/* [measure] features (docs/measurements.md) */
+#define MEASURE_AREA      1u
+#define MEASURE_CENTROID  2u
+#define MEASURE_BBOX      4u
+#define MEASURE_INTENSITY 8u
+#define MEASURE_ALL       15u
 
 /* [process] readahead = auto: as deep as keeps the compute threads busy (the engine's
  * ENGINE_READAHEAD_AUTO). */
@@ -77,6 +83,8 @@ struct config {
     bool readahead_is_threads; /* -1 in the file: follows a command line's -j too */
     double timeout;            /* seconds, 0 = none */
     int retries;
+    double retry_after; /* seconds before a failed ROI is tried again on demand; -1: unset (the
+                         * command's default: arrayset_opts.retry_after_unset) */
     enum executor_kind executor;
     struct config_param *params;
     int nparams;
@@ -109,6 +117,14 @@ struct config {
     uint64_t label_block;
     enum label_stitch label_stitch;
     double stitch_iou;
+
+    /* [measure] (docs/measurements.md): measure is true when the section is present; its
+     * table_name and table_format become the mount's table's (table_name above) */
+    bool measure;
+    char *measure_intensity;   /* "all" (NULL) or a comma list of channel indices or names */
+    unsigned measure_features; /* MEASURE_* bits; 0 in the file: all of them */
+    char *measure_table_name;
+    int measure_table_format; /* 0 anndata, 1 csv */
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;

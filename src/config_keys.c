@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <strings.h>
 
-static const char *const sections[] = {"input",  "rois",  "process", "output",
-                                       "labels", "slurm", "mount",   "cache"};
+static const char *const sections[] = {"input", "rois",  "process", "output", "labels",
+                                       "slurm", "mount", "cache",   "measure"};
 #define NSECTIONS (int)(sizeof sections / sizeof sections[0])
 
 /* ---- messages ---- */
@@ -165,7 +165,9 @@ static int set_seconds(struct loader *ld, const struct key_spec *k, const char *
     if (parse_double(v, &x) < 0 || !isfinite(x))
         return config_bad_value(ld, k, "'%s' is not a number of seconds", v);
     if (x < 0)
-        return config_bad_value(ld, k, "%s is negative (0 means no limit)", v);
+        return config_bad_value(ld, k, "%s is negative (0 means %s)", v,
+                                k->off == offsetof(struct config, retry_after) ? "at once"
+                                                                               : "no limit");
     *(double *)field(ld, k->off) = x;
     return 0;
 }
@@ -316,6 +318,33 @@ static int set_name(struct loader *ld, const struct key_spec *k, const char *v)
     return set_str(ld, k, v);
 }
 
+/* [measure] features: a comma list of area, centroid, bbox, intensity. */
+static int set_features(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    static const char *const names[] = {"area", "centroid", "bbox", "intensity"};
+    unsigned bits = 0;
+    char *copy = xstrdup(v), *save = NULL;
+    for (char *w = strtok_r(copy, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+        int i = 0;
+        while (i < 4 && strcmp(w, names[i]) != 0)
+            i++;
+        if (i == 4) {
+            int r = config_bad_value(ld, k,
+                                     "unknown feature '%s' (expected area, centroid, bbox or "
+                                     "intensity)",
+                                     w);
+            free(copy);
+            return r;
+        }
+        bits |= 1u << i;
+    }
+    free(copy);
+    if (!bits)
+        return config_bad_value(ld, k, "no feature");
+    *(unsigned *)field(ld, k->off) = bits;
+    return 0;
+}
+
 #define F(name) offsetof(struct config, name)
 
 /* Every key of docs/configuration.md: adding a key is one line here plus its field in struct
@@ -356,6 +385,7 @@ static const struct key_spec keys[] = {
     {"process", "readahead", .set = set_readahead, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
     {"process", "retries", .set = set_int, .off = F(retries), .min = 0, .max = INT_MAX},
+    {"process", "retry_after", .set = set_seconds, .off = F(retry_after)},
     {"process", "executor", .set = set_choice_int, .off = F(executor), .choices = "local|slurm"},
     {"output", "format", .set = set_int, .off = F(format), .min = 2, .max = 3},
     {"output", "dtype", .set = set_str, .off = F(dtype)},
@@ -396,6 +426,11 @@ static const struct key_spec keys[] = {
     {"mount", "passthrough", .set = set_bool, .off = F(passthrough)},
     {"cache", "dir", .set = set_path, .off = F(cache_dir)},
     {"cache", "max_size", .set = set_size, .off = F(max_size)},
+    {"measure", "intensity", .set = set_str, .off = F(measure_intensity)},
+    {"measure", "features", .set = set_features, .off = F(measure_features)},
+    {"measure", "table_name", .set = set_name, .off = F(measure_table_name)},
+    {"measure", "table_format", .set = set_choice_int, .off = F(measure_table_format),
+     .choices = "anndata|csv"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

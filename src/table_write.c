@@ -75,7 +75,7 @@ static void add_group(struct flist *fl, int format, const char *dir, json_t *att
 
 /* ---- arrays: one chunk each, no compression ---- */
 
-enum elem { ELEM_F32, ELEM_I64, ELEM_U64, ELEM_STR };
+enum elem { ELEM_F32, ELEM_I64, ELEM_U64, ELEM_STR, ELEM_F64 };
 
 static json_t *shape_json(int ndim, const uint64_t *shape, bool chunk)
 {
@@ -87,7 +87,7 @@ static json_t *shape_json(int ndim, const uint64_t *shape, bool chunk)
 
 static json_t *array_meta_v2(enum elem e, int ndim, const uint64_t *shape)
 {
-    static const char *const dtypes[] = {"<f4", "<i8", "<u8", "|O"};
+    static const char *const dtypes[] = {"<f4", "<i8", "<u8", "|O", "<f8"};
     json_t *m = json_pack("{s:i, s:s, s:n, s:s}", "zarr_format", 2, "dtype", dtypes[e],
                           "compressor", "order", "C");
     json_object_set_new(m, "shape", shape_json(ndim, shape, false));
@@ -96,15 +96,15 @@ static json_t *array_meta_v2(enum elem e, int ndim, const uint64_t *shape)
     json_object_set_new(m, "filters",
                         e == ELEM_STR ? json_pack("[{s:s}]", "id", "vlen-utf8") : json_null());
     json_object_set_new(m, "fill_value",
-                        e == ELEM_F32   ? json_real(0.0)
-                        : e == ELEM_STR ? json_null()
-                                        : json_integer(0));
+                        e == ELEM_F32 || e == ELEM_F64 ? json_real(0.0)
+                        : e == ELEM_STR                ? json_null()
+                                                       : json_integer(0));
     return m;
 }
 
 static json_t *array_meta_v3(enum elem e, int ndim, const uint64_t *shape, json_t *attrs)
 {
-    static const char *const dtypes[] = {"float32", "int64", "uint64", "string"};
+    static const char *const dtypes[] = {"float32", "int64", "uint64", "string", "float64"};
     json_t *m = json_pack("{s:i, s:s, s:s}", "zarr_format", 3, "node_type", "array", "data_type",
                           dtypes[e]);
     json_object_set_new(m, "shape", shape_json(ndim, shape, false));
@@ -115,9 +115,9 @@ static json_t *array_meta_v3(enum elem e, int ndim, const uint64_t *shape, json_
         m, "chunk_key_encoding",
         json_pack("{s:s, s:{s:s}}", "name", "default", "configuration", "separator", "/"));
     json_object_set_new(m, "fill_value",
-                        e == ELEM_F32   ? json_real(0.0)
-                        : e == ELEM_STR ? json_string("")
-                                        : json_integer(0));
+                        e == ELEM_F32 || e == ELEM_F64 ? json_real(0.0)
+                        : e == ELEM_STR                ? json_string("")
+                                                       : json_integer(0));
     /* Strings: the zarr-extensions "string" data type and its vlen-utf8 codec (the same byte
      * layout as numcodecs' VLenUTF8); numbers: plain little-endian bytes. */
     json_object_set_new(
@@ -193,11 +193,11 @@ static unsigned char *x_chunk(const struct table_row *rows, size_t n, size_t *le
     return buf;
 }
 
-static unsigned char *label_chunk(const struct table_row *rows, size_t n, size_t *len)
+static unsigned char *label_chunk(const uint64_t *labels, size_t n, size_t *len)
 {
     unsigned char *buf = xmalloc(n * 8 + 1);
     for (size_t i = 0; i < n; i++)
-        put_le(buf + i * 8, rows[i].label, 8);
+        put_le(buf + i * 8, labels[i], 8);
     *len = n * 8;
     return buf;
 }
@@ -207,9 +207,10 @@ static unsigned char *label_chunk(const struct table_row *rows, size_t n, size_t
 /* The group attributes ngio's masking_roi_table v1 and fractal-tasks-core read. */
 static json_t *table_attrs(const struct table_spec *spec)
 {
-    json_t *a = json_pack("{s:s, s:s, s:{s:s}, s:s, s:s, s:s}", "type", "masking_roi_table",
-                          "table_version", "1", "region", "path", spec->region_path, "instance_key",
-                          "label", "index_key", "label", "index_type", "int");
+    json_t *a = json_pack("{s:s, s:s, s:{s:s}, s:s, s:s, s:s}", "type",
+                          spec->type ? spec->type : "masking_roi_table", "table_version", "1",
+                          "region", "path", spec->region_path, "instance_key", "label", "index_key",
+                          "label", "index_type", "int");
     if (spec->backend == TABLE_CSV) {
         json_object_set_new(a, "backend", json_string("csv"));
         return a;
@@ -241,25 +242,35 @@ static void add_string_array(struct flist *fl, int format, const char *dir,
 
 /* obs: the index holds the labels as strings; the label column the ids themselves, as
  * fractal-tasks-core's masked loading looks them up in obs[instance_key]. */
-static void add_obs(struct flist *fl, int format, const struct table_row *rows, size_t n)
+static void add_obs(struct flist *fl, int format, const uint64_t *labels, size_t n)
 {
     add_group(fl, format, "obs", dataframe_attrs("label"));
     char **names = xmalloc((n ? n : 1) * sizeof *names);
     bool big = false;
     for (size_t i = 0; i < n; i++) {
-        names[i] = xasprintf("%" PRIu64, rows[i].label);
-        big = big || rows[i].label > INT64_MAX;
+        names[i] = xasprintf("%" PRIu64, labels[i]);
+        big = big || labels[i] > INT64_MAX;
     }
     add_string_array(fl, format, "obs/_index", (const char *const *)names, n);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
     size_t len;
-    unsigned char *chunk = label_chunk(rows, n, &len);
+    unsigned char *chunk = label_chunk(labels, n, &len);
     uint64_t shape[1] = {n};
     /* int64 as pandas would have it, unless an id does not fit */
     add_array(fl, format, "obs/label", big ? ELEM_U64 : ELEM_I64, 1, shape,
               encoding("array", "0.2.0"), chunk, len);
+}
+
+static void add_var_and_mappings(struct flist *fl, int format, const char *const *cols,
+                                 size_t ncols)
+{
+    add_group(fl, format, "var", dataframe_attrs(NULL));
+    add_string_array(fl, format, "var/_index", cols, ncols);
+    static const char *const mappings[] = {"layers", "obsm", "obsp", "uns", "varm", "varp"};
+    for (size_t i = 0; i < sizeof mappings / sizeof *mappings; i++)
+        add_group(fl, format, mappings[i], encoding("dict", "0.1.0"));
 }
 
 static void encode_anndata(struct flist *fl, const struct table_spec *spec,
@@ -271,12 +282,12 @@ static void encode_anndata(struct flist *fl, const struct table_spec *spec,
     unsigned char *x = x_chunk(rows, n, &len);
     uint64_t xshape[2] = {n, NCOLS};
     add_array(fl, format, "X", ELEM_F32, 2, xshape, encoding("array", "0.2.0"), x, len);
-    add_obs(fl, format, rows, n);
-    add_group(fl, format, "var", dataframe_attrs(NULL));
-    add_string_array(fl, format, "var/_index", column_names, NCOLS);
-    static const char *const mappings[] = {"layers", "obsm", "obsp", "uns", "varm", "varp"};
-    for (size_t i = 0; i < sizeof mappings / sizeof *mappings; i++)
-        add_group(fl, format, mappings[i], encoding("dict", "0.1.0"));
+    uint64_t *labels = xmalloc((n ? n : 1) * sizeof *labels);
+    for (size_t i = 0; i < n; i++)
+        labels[i] = rows[i].label;
+    add_obs(fl, format, labels, n);
+    free(labels);
+    add_var_and_mappings(fl, format, column_names, NCOLS);
 }
 
 /* The shortest decimal that reads back as v, always with a '.' or an exponent so that readers
@@ -380,6 +391,75 @@ int table_encode(const struct table_spec *spec, const struct table_row *rows, si
     else
         encode_csv(&fl, spec, sorted, nrows);
     free(sorted);
+    qsort(fl.v, fl.n, sizeof *fl.v, by_path);
+    out->v = fl.v;
+    out->n = fl.n;
+    return 0;
+}
+
+/* ---- feature tables ---- */
+
+static int check_spec(const struct table_spec *spec, size_t nrows, struct errbuf *err)
+{
+    if (spec->zarr_format != 2 && spec->zarr_format != 3)
+        return err_set(err, -EINVAL, "table: Zarr format %d (expected 2 or 3)", spec->zarr_format);
+    if (spec->backend != TABLE_ANNDATA && spec->backend != TABLE_CSV)
+        return err_set(err, -EINVAL, "table: unknown back end %d", (int)spec->backend);
+    if (!spec->region_path || !*spec->region_path)
+        return err_set(err, -EINVAL, "table: no region path (the label image)");
+    json_t *probe = json_string(spec->region_path);
+    if (!probe)
+        return err_set(err, -EINVAL, "table: region path is not valid UTF-8");
+    json_decref(probe);
+    if (nrows > TABLE_MAX_ROWS)
+        return err_set(err, -EFBIG, "table: %zu rows (at most %zu)", nrows, TABLE_MAX_ROWS);
+    return 0;
+}
+
+int table_encode_features(const struct table_spec *spec, const uint64_t *labels, size_t n,
+                          const char *const *cols, size_t ncols, const double *values,
+                          struct table_files *out, struct errbuf *err)
+{
+    int r = check_spec(spec, n, err);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < n; i++)
+        if (labels[i] == 0 || (i && labels[i] <= labels[i - 1]))
+            return err_set(err, -EINVAL,
+                           "feature table: row %zu: label %" PRIu64
+                           " is 0 or not above the one before",
+                           i, labels[i]);
+    struct flist fl = {0};
+    int format = spec->zarr_format;
+    add_group(&fl, format, "", table_attrs(spec));
+    if (spec->backend == TABLE_ANNDATA) {
+        unsigned char *x = xmalloc(n * ncols * 8 + 1);
+        for (size_t i = 0; i < n * ncols; i++) {
+            uint64_t bits;
+            memcpy(&bits, &values[i], 8);
+            put_le(x + i * 8, bits, 8);
+        }
+        uint64_t xshape[2] = {n, ncols};
+        add_array(&fl, format, "X", ELEM_F64, 2, xshape, encoding("array", "0.2.0"), x,
+                  n * ncols * 8);
+        add_obs(&fl, format, labels, n);
+        add_var_and_mappings(&fl, format, cols, ncols);
+    } else {
+        struct strbuf sb = {0};
+        sb_printf(&sb, "label");
+        for (size_t c = 0; c < ncols; c++)
+            sb_printf(&sb, ",%s", cols[c]);
+        sb_append(&sb, "\n", 1);
+        for (size_t i = 0; i < n; i++) {
+            sb_printf(&sb, "%" PRIu64, labels[i]);
+            for (size_t c = 0; c < ncols; c++) {
+                sb_append(&sb, ",", 1);
+                put_double(&sb, values[i * ncols + c]);
+            }
+            sb_append(&sb, "\n", 1);
+        }
+        add_file(&fl, "", "table.csv", sb.buf, sb.len);
+    }
     qsort(fl.v, fl.n, sizeof *fl.v, by_path);
     out->v = fl.v;
     out->n = fl.n;

@@ -25,6 +25,7 @@ struct table_spec {
     int zarr_format; /* 2 or 3: the format of the image the table belongs to */
     enum table_backend backend;
     const char *region_path; /* the label image, relative to the table group: "../labels/NAME" */
+    const char *type;        /* the table's "type"; NULL: "masking_roi_table" */
 };
 
 /* One file of the table group; path is relative to tables/NAME/ ("X/.zarray", "table.csv").
@@ -50,6 +51,13 @@ struct table_files {
  * float32's range, and more than TABLE_MAX_ROWS rows (-EFBIG). *out is untouched on failure. */
 int table_encode(const struct table_spec *spec, const struct table_row *rows, size_t nrows,
                  struct table_files *out, struct errbuf *err);
+/* A feature table ([measure], docs/measurements.md): labels[0..n) strictly increasing and
+ * nonzero, values n rows of ncols float64 (row-major), cols the column names. AnnData: obs
+ * (index the ids as strings, a label column), var (index the column names), X float64; csv: a
+ * label column then the columns. Refuses as table_encode does (-EINVAL, -EFBIG). */
+int table_encode_features(const struct table_spec *spec, const uint64_t *labels, size_t n,
+                          const char *const *cols, size_t ncols, const double *values,
+                          struct table_files *out, struct errbuf *err);
 /* The file at path, or NULL. */
 const struct table_file *table_files_find(const struct table_files *f, const char *path);
 void table_files_free(struct table_files *f);

@@ -26,12 +26,16 @@ struct arrayset {
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
 
-/* The engine options of the configuration, with the command line's thread count. */
-static void engine_opts_of(const struct config *cfg, int threads, struct engine_opts *o)
+/* The engine options of the configuration, with the command line's thread count and the
+ * command's retry_after when the configuration sets none. */
+static void engine_opts_of(const struct config *cfg, int threads, double retry_after_unset,
+                           struct engine_opts *o)
 {
     *o = (struct engine_opts){.threads = cfg->threads,
                               .readahead = cfg->readahead,
                               .retries = cfg->retries,
+                              .retry_after =
+                                  cfg->retry_after >= 0 ? cfg->retry_after : retry_after_unset,
                               .max_size = cfg->max_size};
     if (threads <= 0)
         return;
@@ -114,7 +118,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
 {
     struct arrayset *s = xcalloc(1, sizeof *s);
     struct engine_opts eo;
-    engine_opts_of(&t->cfg, o->threads, &eo);
+    engine_opts_of(&t->cfg, o->threads, o->retry_after_unset, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
     s->overwrite = o->overlay_overwrite;
     s->n = 1;
@@ -251,6 +255,13 @@ json_t *arrayset_status(struct arrayset *s)
         json_object_set_new(doc, "table",
                             json_pack("{s:I, s:I}", "scans", (json_int_t)scans, "from_record",
                                       (json_int_t)records));
+        struct otable_measure_counts mc;
+        if (otable_measure_counts(s->table, &mc))
+            json_object_set_new(doc, "measure",
+                                json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)mc.objects,
+                                          "pieces", (json_int_t)mc.pieces, "pieces_from_record",
+                                          (json_int_t)mc.pieces_recorded, "failed",
+                                          (json_int_t)mc.failed));
     }
     return doc;
 }

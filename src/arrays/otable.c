@@ -1,6 +1,7 @@
 /* otable.c: the masking ROI table of ome = labels (see otable.h): the bounding box of every
  * label id of the computed level, from its chunks as the engine serves them, and the
- * record of the rows in the cache. */
+ * record of the rows in the cache; with [measure], the feature table made the same way
+ * (otable_measure.c, src/measure/). */
 #include "otable.h"
 
 #include <dirent.h>
@@ -13,48 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../key.h"
-#include "../map.h"
 #include "../nd.h"
+#include "otable_internal.h"
 #include "upread.h"
 
 #define RECORD_MAGIC "roifs-table-rows 1\n"
 #define ROW_BOUND    256 /* bytes a row adds to any file of the table, at most */
-
-enum state { IDLE, RUNNING, DONE };
-
-struct waiter {
-    otable_cb cb;
-    void *ctx;
-    struct waiter *next;
-};
-
-/* The bounding boxes seen so far: a map.h table from label to box (z, y, x). */
-struct box {
-    uint64_t lo[3], hi[3];
-};
-
-struct otable {
-    const struct overlay *ov;
-    struct overlay_geometry g;
-    struct table_spec spec;
-    char *region;
-    struct table_files names; /* the files of a table of one row: the names and sizes */
-    uint64_t nmax;            /* rows at most */
-    pthread_mutex_t m;
-    enum state state;
-    struct waiter *waiters;
-    size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
-    bool failed;
-    struct map boxes;         /* label -> struct box */
-    struct key128 record_key; /* RUNNING: the key of the label chunks being scanned */
-    /* The last table made (have_files), from the label chunks of files_key; DONE: they are the
-     * chunks as they were at the last request, so its sizes are exact. */
-    struct table_files files;
-    bool have_files;
-    struct key128 files_key;
-    uint64_t scans, records;
-};
 
 /* ---- the boxes ---- */
 
@@ -135,16 +100,16 @@ static struct table_row *rows_of(const struct otable *t, size_t *n)
 
 /* ---- the record of the rows ---- */
 
-static char *record_path(const struct otable *t)
+char *otable_record_path(const struct otable *t)
 {
     char hex[33];
     key_hex(t->record_key, hex);
-    return xasprintf("%s/table-%s.rows", t->g.t->cache_dir, hex);
+    return xasprintf("%s/%s-%s.rows", t->g.t->cache_dir, t->ms ? "features" : "table", hex);
 }
 
 /* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
  * with the input and with whatever else the label chunks follow; the geometry). */
-static struct key128 key_now(const struct overlay_geometry *g)
+struct key128 otable_key_now(const struct overlay_geometry *g)
 {
     const struct task *k = g->t;
     struct keyhash h;
@@ -168,7 +133,14 @@ static struct key128 key_now(const struct overlay_geometry *g)
 
 static struct key128 record_key_now(const struct otable *t)
 {
-    return key_now(&t->g);
+    struct key128 k = otable_key_now(&t->g);
+    if (!t->ms)
+        return k;
+    struct keyhash h; /* the feature table's: the label chunks', [measure]'s and the input's */
+    key_init(&h, "roifs-feature-partials 1");
+    key_add_key(&h, k);
+    measure_identity(t->ms, &h);
+    return key_final(&h);
 }
 
 static void record_write(const struct otable *t, const struct table_row *rows, size_t n)
@@ -180,7 +152,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
     sb_append(&sb, (const char *)rows, n * sizeof *rows);
     uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
     sb_append(&sb, (const char *)&sum, sizeof sum);
-    char *path = record_path(t);
+    char *path = otable_record_path(t);
     int dfd = open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     const char *name = strrchr(path, '/') + 1;
     if (dfd < 0 || file_write_atomic(dfd, name, sb.buf, sb.len, false) < 0)
@@ -194,7 +166,7 @@ static void record_write(const struct otable *t, const struct table_row *rows, s
 /* The rows of the record, or NULL when there is none or it is damaged. */
 static struct table_row *record_read(const struct otable *t, size_t *n)
 {
-    char *path = record_path(t), *data = NULL;
+    char *path = otable_record_path(t), *data = NULL;
     size_t len = 0, head = strlen(RECORD_MAGIC) + sizeof(uint64_t);
     struct table_row *rows = NULL;
     uint64_t count, sum;
@@ -224,13 +196,22 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
-    if (ok && table_encode(&t->spec, rows, n, &files, &err) < 0) {
-        log_error("%s: the masking table: %s", t->g.t->cfg.path, err.msg);
+    if (ok && (t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
+                     : table_encode(&t->spec, rows, n, &files, &err)) < 0) {
+        log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
     }
     free(rows);
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
+    if (t->ms && ok)
+        t->objects = t->stats.n;
+    else if (t->ms)
+        t->failures++;
+    if (t->ms) {
+        mstats_destroy(&t->stats);
+        measure_stats_init(t->ms, &t->stats);
+    }
     t->state = ok ? DONE : IDLE;
     if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
         struct table_files old = t->files;
@@ -253,7 +234,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 }
 
 /* One chunk fewer to wait for; the last one finishes the table. */
-static void release(struct otable *t)
+void otable_release(struct otable *t)
 {
     pthread_mutex_lock(&t->m);
     bool last = --t->outstanding == 0;
@@ -262,20 +243,25 @@ static void release(struct otable *t)
     if (!last)
         return;
     size_t n = 0;
-    struct table_row *rows = ok ? rows_of(t, &n) : NULL;
+    struct table_row *rows = ok && !t->ms ? rows_of(t, &n) : NULL;
     /* The record only when the chunks scanned are those of its name: had the input changed
      * during the scan, the rows could be of newer chunks (the next request, seeing another
      * key, makes the table again). */
-    if (ok && key_eq(record_key_now(t), t->record_key))
-        record_write(t, rows, n);
+    if (ok && key_eq(record_key_now(t), t->record_key)) {
+        if (t->ms)
+            otable_stats_record_write(t);
+        else
+            record_write(t, rows, n);
+    }
     finish(t, rows, n, t->record_key, ok);
 }
 
-static void chunk_answered(void *ctx, int err, int fd, int flags)
+void otable_chunk_answered(void *ctx, int err, int fd, int flags)
 {
     (void)flags;
-    struct otable *t = ((void **)ctx)[0];
-    uint64_t id = (uint64_t)(uintptr_t)((void **)ctx)[1];
+    struct ask ask = *(struct ask *)ctx;
+    struct otable *t = ask.t;
+    uint64_t id = ask.id;
     free(ctx);
     const struct task *k = t->g.t;
     unsigned char *buf = err ? NULL : xmalloc(k->chunk_nbytes);
@@ -284,14 +270,32 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
         err = upread_decode_fd(k, engine_cache(overlay_engine(t->ov)), id, fd, buf, NULL, &e);
         close(fd);
     }
+    struct mstats piece;
+    bool have_piece = !err && t->ms;
+    if (have_piece) { /* the chunk's partial, outside the lock: then merged */
+        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+        engine_chunk_box(k, id, c0, c1, ext);
+        otable_compact_chunk(k, ext, buf);
+        measure_stats_init(t->ms, &piece);
+        if ((err = measure_piece(t->ms, c0, ext, buf, &piece, &e)) < 0)
+            log_error("%s: the feature table: %s", k->cfg.path, e.msg);
+        else if (key_eq(otable_piece_key_now(t, id, c0, ext), ask.piece))
+            otable_piece_write(t, ask.piece,
+                               &piece); /* else the input changed meanwhile: the
+                                         * partial may be of newer data than its name */
+    }
     pthread_mutex_lock(&t->m);
     if (err)
         t->failed = true;
+    else if (t->ms)
+        mstats_merge(&t->stats, &piece), t->pieces++;
     else
         scan_chunk(t, id, buf);
     pthread_mutex_unlock(&t->m);
+    if (have_piece)
+        mstats_destroy(&piece);
     free(buf);
-    release(t);
+    otable_release(t);
 }
 
 /* A request that finds no table of the label chunks as they are now (t->record_key): the
@@ -299,12 +303,23 @@ static void chunk_answered(void *ctx, int err, int fd, int flags)
 static void start(struct otable *t)
 {
     size_t n = 0;
-    struct table_row *rows = record_read(t, &n);
+    struct table_row *rows = t->ms ? NULL : record_read(t, &n);
+    if (t->ms && otable_stats_record_read(t) == 0) {
+        pthread_mutex_lock(&t->m);
+        t->records++;
+        pthread_mutex_unlock(&t->m);
+        finish(t, NULL, 0, t->record_key, true);
+        return;
+    }
     if (rows) {
         pthread_mutex_lock(&t->m);
         t->records++;
         pthread_mutex_unlock(&t->m);
         finish(t, rows, n, t->record_key, true);
+        return;
+    }
+    if (t->ms) {
+        otable_start_measure(t);
         return;
     }
     const struct task *k = t->g.t;
@@ -319,12 +334,11 @@ static void start(struct otable *t)
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
             continue;
-        void **ctx = xmalloc(2 * sizeof *ctx);
-        ctx[0] = t;
-        ctx[1] = (void *)(uintptr_t)id;
-        engine_open_chunk(e, id, chunk_answered, ctx);
+        struct ask *ask = xmalloc(sizeof *ask);
+        *ask = (struct ask){t, id, {0}};
+        engine_open_chunk(e, id, otable_chunk_answered, ask);
     }
-    release(t);
+    otable_release(t);
 }
 
 void otable_request(struct otable *t, otable_cb cb, void *ctx)
@@ -363,10 +377,22 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
     t->region = xasprintf("../labels/%s", c->label_name);
     t->spec = (struct table_spec){.zarr_format = t->g.t->out.format,
                                   .backend = c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
-                                  .region_path = t->region};
+                                  .region_path = t->region,
+                                  .type = c->measure ? "feature_table" : NULL};
     struct table_row one = {.label = 1, .length = {1, 1, 1}};
-    int r = table_encode(&t->spec, &one, 1, &t->names, err);
+    int r = c->measure ? measure_new(t->g.t, &t->ms, err) : 0;
+    if (r == 0 && t->ms) { /* the files of a table of one row (any values) */
+        struct mstats s;
+        measure_stats_init(t->ms, &s);
+        mstats_put(&s, 1, &(bool){false})->n = 1;
+        r = measure_encode(t->ms, &t->spec, &s, &t->names, err);
+        mstats_destroy(&s);
+        measure_stats_init(t->ms, &t->stats);
+    } else if (r == 0) {
+        r = table_encode(&t->spec, &one, 1, &t->names, err);
+    }
     if (r < 0) {
+        measure_free(t->ms);
         free(t->region);
         free(t);
         return r;
@@ -385,6 +411,9 @@ void otable_free(struct otable *t)
     table_files_free(&t->names);
     table_files_free(&t->files);
     map_destroy(&t->boxes);
+    if (t->ms)
+        mstats_destroy(&t->stats);
+    measure_free(t->ms);
     for (struct waiter *w = t->waiters, *next; w; w = next) {
         next = w->next;
         free(w);
@@ -437,7 +466,8 @@ uint64_t otable_size(struct otable *t, size_t i, bool *exact)
     *exact = f != NULL;
     if (f)
         return len;
-    return t->names.v[i].len + ROW_BOUND * (t->nmax + 1);
+    uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0);
+    return t->names.v[i].len + row * (t->nmax + 1);
 }
 
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
@@ -448,35 +478,63 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
     pthread_mutex_unlock(&t->m);
 }
 
+/* Whether a file of the cache directory is a table record that the names keep (the masking
+ * table's record of now, or [measure]'s records of now) leave out: "table-", "features-" or
+ * "mpiece-", 32 hexadecimal digits, ".rows". */
+static bool stale_record(const char *name, const char *table_keep, const struct map *keep)
+{
+    static const char *const prefix[] = {"table-", "features-", "mpiece-"};
+    size_t n = strlen(name);
+    for (int p = 0; p < 3; p++) {
+        size_t l = strlen(prefix[p]);
+        if (n != l + 32 + 5 || strncmp(name, prefix[p], l) != 0 || strcmp(name + n - 5, ".rows"))
+            continue;
+        if (p == 0)
+            return strcmp(name, table_keep) != 0;
+        const char *hex = name + l;
+        return !otable_kept(keep, hex);
+    }
+    return false;
+}
+
 int otable_clean_records(const struct overlay *ov, size_t *removed)
 {
     struct overlay_geometry g;
     overlay_geometry(ov, &g);
     char hex[33];
-    key_hex(key_now(&g), hex);
-    char *keep = xasprintf("table-%s.rows", hex);
+    key_hex(otable_key_now(&g), hex);
+    char *table_keep = xasprintf("table-%s.rows", hex);
+    struct map keep;
+    map_init(&keep, 0, 64);
     *removed = 0;
-    int r = 0;
-    DIR *d = opendir(g.t->cache_dir);
-    if (!d) {
-        free(keep);
-        return errno == ENOENT ? 0 : -errno;
-    }
+    int r = g.t->cfg.measure ? otable_measure_names_now(&g, &keep) : 0;
+    DIR *d = r < 0 ? NULL : opendir(g.t->cache_dir);
+    if (r == 0 && !d)
+        r = errno == ENOENT ? 0 : -errno;
     struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        size_t n = strlen(name);
-        if (n != strlen(keep) || strncmp(name, "table-", 6) != 0 ||
-            strcmp(name + n - 5, ".rows") != 0 || strcmp(name, keep) == 0)
+    while (d && (de = readdir(d))) {
+        if (!stale_record(de->d_name, table_keep, &keep))
             continue;
-        if (unlinkat(dirfd(d), name, 0) == 0)
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
             ++*removed;
         else if (errno != ENOENT) {
             r = -errno;
             break;
         }
     }
-    closedir(d);
-    free(keep);
+    if (d)
+        closedir(d);
+    map_destroy(&keep);
+    free(table_keep);
     return r;
+}
+
+bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out)
+{
+    if (!t->ms)
+        return false;
+    pthread_mutex_lock(&t->m);
+    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures};
+    pthread_mutex_unlock(&t->m);
+    return true;
 }

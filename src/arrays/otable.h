@@ -46,6 +46,13 @@ char *otable_copy(struct otable *t, size_t i, size_t *len);
 /* How many times the rows were computed from the chunks, and read from the record. */
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
 
+/* [measure] (docs/measurements.md): objects of the last table made, label chunks measured,
+ * chunk partials read from their records, requests that failed. False without [measure]. */
+struct otable_measure_counts {
+    uint64_t objects, pieces, pieces_recorded, failed;
+};
+bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out);
+
 /* roifs clean --unused: removes the records of ov's cache other than the one of the label
  * chunks as they are now (those of inputs gone by); *removed counts them. 0 or -errno. */
 int otable_clean_records(const struct overlay *ov, size_t *removed);

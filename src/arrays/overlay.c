@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../measure/measure.h"
 #include "../nd.h"
 #include "upread.h"
 
@@ -87,6 +88,13 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
                t->ome.group_path, c->table_name);
     if (config_line(c, "output", "table_name") == 0 && config_line(c, "output", "table_format"))
         OV_ERR(t, err, "output", "table_format", "[output] table_format needs table_name");
+    if (c->measure) { /* [measure]'s channels and shapes (measure.h) */
+        struct measure *ms;
+        int r = measure_new(t, &ms, err);
+        if (r < 0)
+            return r;
+        measure_free(ms);
+    }
     return 0;
 }
 

@@ -46,6 +46,10 @@ struct engine_opts {
                         * ENGINE_READAHEAD_AUTO: as many as hold ENGINE_AUTO_AHEAD_NS of work */
     int retries;       /* extra attempts of a failed ROI within one computation */
     uint64_t max_size; /* bytes the chunk files may take ([cache] max_size); 0: unlimited */
+
+    /* seconds after its failure before a ROI is tried again on demand; within them an open
+     * that needs it gets EIO at once (0: the next open that began after the failure) */
+    double retry_after;
 };
 
 /* Starts o->threads compute threads after looking at what the cache holds (the chunk files,

@@ -58,3 +58,15 @@ def test_the_cache_includes_nothing_of_the_engine():
                for f in d.rglob("*.[ch]") if f.parent != SRC / "cache"
                for i in includes(f) if Path(i).name in private]
     assert outside == [], f"private headers of src/cache/ included from outside: {outside}"
+
+
+def test_measure_knows_no_engine_nor_tree():
+    """src/measure/ ([measure]'s feature tables) sits between arrays/ and task.c: it includes
+    nothing of src/engine/, src/arrays/, src/tree/ or src/fs/ (docs/design.md, Modules and
+    layering), so that a plate layer can drive it per image."""
+    files = sorted((SRC / "measure").glob("*.[ch]"))
+    assert len(files) >= 4, files
+    above = ("engine/", "arrays/", "tree/", "fs/", "cli/")
+    bad = [f"{f.name}: {i}" for f in files for i in includes(f) if i.startswith(tuple(
+        "../" + a for a in above))]
+    assert bad == [], f"src/measure/ includes what is above it: {bad}"

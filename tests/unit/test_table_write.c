@@ -22,7 +22,7 @@ static const struct table_row two_rows[2] = {
 static struct table_files encode(int format, enum table_backend backend,
                                  const struct table_row *rows, size_t n)
 {
-    struct table_spec spec = {format, backend, "../labels/nuclei"};
+    struct table_spec spec = {format, backend, "../labels/nuclei", NULL};
     struct table_files f = {0};
     struct errbuf err;
     int r = table_encode(&spec, rows, n, &f, &err);
@@ -313,7 +313,7 @@ static void test_deterministic(void)
 static int refuse(int format, const char *region, const struct table_row *rows, size_t n,
                   const char *needle)
 {
-    struct table_spec spec = {format, TABLE_ANNDATA, region};
+    struct table_spec spec = {format, TABLE_ANNDATA, region, NULL};
     struct table_files f = {(struct table_file *)&f, 12345}; /* must stay untouched */
     struct errbuf err = {{0}};
     int r = table_encode(&spec, rows, n, &f, &err);

@@ -1,0 +1,89 @@
+/* otable_internal.h: the table of ome = labels as otable.c and otable_measure.c share it
+ * (otable.h): its state, the requests' shared steps, and [measure]'s side (otable_measure.c: the
+ * partials' records, the label chunks asked for by several threads, the names clean keeps).
+ * Included by these two files only. */
+#ifndef ROIFS_OTABLE_INTERNAL_H
+#define ROIFS_OTABLE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../key.h"
+#include "../map.h"
+#include "../measure/measure.h"
+#include "otable.h"
+
+enum state { IDLE, RUNNING, DONE };
+
+struct waiter {
+    otable_cb cb;
+    void *ctx;
+    struct waiter *next;
+};
+
+/* The bounding boxes seen so far: a map.h table from label to box (z, y, x). */
+struct box {
+    uint64_t lo[3], hi[3];
+};
+
+struct otable {
+    const struct overlay *ov;
+    struct overlay_geometry g;
+    struct table_spec spec;
+    char *region;
+    struct table_files names; /* the files of a table of one row: the names and sizes */
+    uint64_t nmax;            /* rows at most */
+    pthread_mutex_t m;
+    enum state state;
+    struct waiter *waiters;
+    size_t outstanding; /* chunks asked for and not answered yet, plus one while asking */
+    bool failed;
+    struct map boxes;         /* label -> struct box */
+    struct key128 record_key; /* RUNNING: the key of the label chunks being scanned */
+    /* The last table made (have_files), from the label chunks of files_key; DONE: they are the
+     * chunks as they were at the last request, so its sizes are exact. */
+    struct table_files files;
+    bool have_files;
+    struct key128 files_key;
+    uint64_t scans, records;
+    /* [measure]: the table is the feature table of the merged partials (measure.h) */
+    struct measure *ms;
+    struct mstats stats;
+    /* label chunks measured, and partials read from their records; objects of the last table
+     * made; requests that failed */
+    uint64_t pieces, pieces_recorded, objects, failures;
+};
+
+/* A label chunk asked for: [measure] also names its partial's record. */
+struct ask {
+    struct otable *t;
+    uint64_t id;
+    struct key128 piece;
+};
+
+/* ---- otable.c ---- */
+
+/* The record of the table made from the label chunks of t->record_key (malloc'd path). */
+char *otable_record_path(const struct otable *t);
+/* What the masking table's rows depend on: every chunk's key as it is now, the geometry. */
+struct key128 otable_key_now(const struct overlay_geometry *g);
+/* One chunk fewer to wait for; the last one finishes the table. */
+void otable_release(struct otable *t);
+/* The engine's answer for a struct ask (malloc'd, taken). */
+void otable_chunk_answered(void *ctx, int err, int fd, int flags);
+
+/* ---- otable_measure.c ---- */
+
+void otable_stats_record_write(const struct otable *t);
+int otable_stats_record_read(struct otable *t);
+void otable_compact_chunk(const struct task *k, const uint64_t *ext, unsigned char *buf);
+void otable_piece_write(const struct otable *t, struct key128 key, const struct mstats *piece);
+struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const uint64_t *c0,
+                                   const uint64_t *ext);
+void otable_start_measure(struct otable *t);
+int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep);
+/* Whether keep (otable_measure_names_now) holds the record named by 32 hexadecimal digits. */
+bool otable_kept(const struct map *keep, const char *hex);
+
+#endif
