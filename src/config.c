@@ -308,6 +308,10 @@ static void set_defaults(struct config *cfg)
     cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
     cfg->channel = -1;
+    cfg->remote_connections = 8;
+    cfg->remote_retries = 5;
+    cfg->remote_timeout = 30;
+    cfg->remote_revalidate = 60;
     cfg->label_block = 65536;
     cfg->stitch_iou = 0.5;
 }
@@ -441,6 +445,8 @@ void config_free(struct config *cfg)
     free(cfg->measure_intensity);
     free(cfg->measure_table_name);
     free(cfg->mask);
+    free(cfg->ca_file);
+    free(cfg->headers_file);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

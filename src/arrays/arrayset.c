@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../nd.h"
+#include "../zarr/remote.h"
 #include "otable.h"
 #include "overlay.h"
 #include "overlay_tree.h"
@@ -240,6 +241,14 @@ json_t *arrayset_status(struct arrayset *s)
             json_array_append_new(levels, level_status(&s->arrays[i]));
         json_object_set_new(doc, "levels", levels);
     }
+    struct remote_stats rs; /* a remote input (docs/remote.md) */
+    remote_get_stats(&rs);
+    if (rs.requests)
+        json_object_set_new(doc, "remote",
+                            json_pack("{s:I, s:I, s:I, s:I}", "requests", (json_int_t)rs.requests,
+                                      "retried", (json_int_t)rs.retried, "failed",
+                                      (json_int_t)rs.failed, "unconfirmed",
+                                      (json_int_t)rs.unconfirmed));
     if (s->table) {
         uint64_t scans, records;
         otable_counts(s->table, &scans, &records);
