@@ -291,6 +291,7 @@ static void set_defaults(struct config *cfg)
     cfg->channel = -1;
     cfg->label_block = 65536;
     cfg->stitch_iou = 0.5;
+    cfg->acquisition = -1;
 }
 
 static void resolve_defaults(struct config *cfg)
@@ -414,6 +415,9 @@ void config_free(struct config *cfg)
     free(cfg->label_name);
     free(cfg->table_name);
     free(cfg->mask);
+    free(cfg->wells);
+    free(cfg->rois_table_arg);
+    free(cfg->mask_arg);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

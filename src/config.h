@@ -119,6 +119,13 @@ struct config {
     char *cache_dir; /* absolute, or NULL for the default location */
     uint64_t max_size;
 
+    /* HCS plates (docs/plates.md): [input] wells (as written, NULL: every well), acquisition
+     * (-1: every image); [rois] table and mask as written, which a plate resolves inside each
+     * image when they are bare names */
+    char *wells;
+    int acquisition;
+    char *rois_table_arg, *mask_arg;
+
     /* Where each key was set: "section.key" -> line (private to config.c). */
     struct config_lines *lines;
 };

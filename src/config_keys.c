@@ -106,6 +106,21 @@ static int set_path(struct loader *ld, const struct key_spec *k, const char *v)
     return 0;
 }
 
+/* [rois] table and mask: the path, and the value as written (a plate resolves a bare name
+ * inside each image, docs/plates.md). */
+static int set_path_kept(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    int r = set_path(ld, k, v);
+    if (r < 0)
+        return r;
+    char **arg = field(ld, k->off == offsetof(struct config, mask)
+                               ? offsetof(struct config, mask_arg)
+                               : offsetof(struct config, rois_table_arg));
+    free(*arg);
+    *arg = xstrdup(v);
+    return 0;
+}
+
 static int set_int(struct loader *ld, const struct key_spec *k, const char *v)
 {
     int64_t x;
@@ -308,11 +323,11 @@ static const struct key_spec keys[] = {
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},
-    {"rois", "table", .set = set_path, .off = F(rois_table), .group = GROUP_ROIS,
+    {"rois", "table", .set = set_path_kept, .off = F(rois_table), .group = GROUP_ROIS,
      .kind = ROIS_TABLE},
     {"rois", "halo", .set = set_list, .off = F(halo), .off_n = F(halo_ndim), .min = 0},
     {"rois", "rounding", .set = set_choice_int, .off = F(rounding), .choices = "fractal|ngio"},
-    {"rois", "mask", .set = set_path, .off = F(mask)},
+    {"rois", "mask", .set = set_path_kept, .off = F(mask)},
     {"rois", "mask_input", .set = set_choice_int, .off = F(mask_input), .choices = "zero|keep"},
     {"process", "builtin", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
      .kind = PROC_BUILTIN},
@@ -369,6 +384,8 @@ static const struct key_spec keys[] = {
     {"mount", "passthrough", .set = set_bool, .off = F(passthrough)},
     {"cache", "dir", .set = set_path, .off = F(cache_dir)},
     {"cache", "max_size", .set = set_size, .off = F(max_size)},
+    {"input", "wells", .set = set_str, .off = F(wells)},
+    {"input", "acquisition", .set = set_int, .off = F(acquisition), .min = 0, .max = INT_MAX},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -31,6 +31,7 @@ struct array {
     struct engine *engine;   /* from arrayset_start to arrayset_stop, else NULL */
     struct engine_opts opts; /* its own */
     int level;               /* its pyramid level (0: the configured array) */
+    bool level_k;            /* a plate: an image's configured array (its label image's level k) */
 };
 
 struct arrayset;
@@ -57,7 +58,11 @@ const struct ns *arrayset_tree(const struct arrayset *s);
 bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */
 struct otable *arrayset_table(const struct arrayset *s);
-/* The content of NS_GEN node index as it is now (malloc'd; its length in *len). */
+/* The masking table NS_TABLE node index is a file of, and that file's index in it (a plate:
+ * the index names the image too). */
+struct otable *arrayset_table_at(const struct arrayset *s, uint64_t index, size_t *file);
+/* The content of NS_GEN node index (NULL: a failed image's file, which fails with EIO) as it is now
+ * (malloc'd; its length in *len). */
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);
 /* The status document (docs/mounted-tree.md, Status file) for a started set: array 0's
  * engine_status, and with a pyramid "levels", each level's counters. A new reference. */

@@ -134,8 +134,8 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
         *timeout = LIVE_TIMEOUT;
         break;
     }
-    case NS_GEN: { /* made from the input as it is now: every stat sees its size now */
-        size_t len;
+    case NS_GEN: {  /* made from the input as it is now: every stat sees its size now */
+        size_t len; /* 0 for a failed image's file of a plate, whose open fails */
         free(arrayset_generated(fs->set, n->chunk, &len));
         st->st_size = (off_t)len;
         *timeout = 0;
@@ -145,7 +145,9 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
                       * table is made again when the label image changed: a size for a
                       * second, the file opened dropping it (open.c) */
         bool exact;
-        uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
+        size_t file;
+        struct otable *tab = arrayset_table_at(fs->set, n->chunk, &file);
+        uint64_t size = otable_size(tab, file, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
         *timeout = exact ? LIVE_TIMEOUT : 0;
         break;

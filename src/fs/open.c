@@ -288,7 +288,9 @@ static void table_ready(void *ctx, int err)
         return;
     }
     size_t len = 0;
-    char *data = err ? NULL : otable_copy(arrayset_table(fs->set), po->id, &len);
+    size_t file;
+    struct otable *tab = arrayset_table_at(fs->set, po->id, &file);
+    char *data = err ? NULL : otable_copy(tab, file, &len);
     if (!data) {
         fuse_reply_err(po->req, err ? -err : ENOENT);
         free(po);
@@ -315,7 +317,8 @@ static void open_table(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    otable_request(arrayset_table(fs->set), table_ready, po);
+    size_t file;
+    otable_request(arrayset_table_at(fs->set, n->chunk, &file), table_ready, po);
 }
 
 /* ---- the status file ---- */
@@ -456,6 +459,11 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         }
         h->buf = arrayset_generated(fs->set, n.chunk, &h->len);
         caller_leave(&ids);
+        if (!h->buf) { /* a failed image's file of a plate (docs/plates.md) */
+            free(h);
+            fuse_reply_err(req, EIO);
+            return;
+        }
         fi->direct_io = 1; /* made now: the size the kernel holds may be older */
     } else {
         h->text = n.text;

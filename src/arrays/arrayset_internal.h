@@ -1,0 +1,61 @@
+/* arrayset_internal.h: the array set's state, shared by arrayset.c (one image) and
+ * arrayset_plate.c (an HCS plate: the images of the plate, each an overlay of its own). Private
+ * to src/arrays/. */
+#ifndef ROIFS_ARRAYSET_INTERNAL_H
+#define ROIFS_ARRAYSET_INTERNAL_H
+
+#include "arrayset.h"
+#include "otable.h"
+#include "overlay.h"
+
+/* A plate's NS_GEN and NS_TABLE node indices: the image in the high bits, the file in the
+ * low ones. */
+#define ARRAYSET_FILE_BITS 32
+#define ARRAYSET_FILE_MASK ((1ULL << ARRAYSET_FILE_BITS) - 1)
+
+struct plate;
+struct plate_image;
+
+/* One image of a plate. */
+struct set_image {
+    const struct plate_image *pim; /* the plate's (t->plate) */
+    struct task *task;             /* its own (task_open_image), NULL when failed */
+    struct overlay *overlay;
+    struct otable *table;
+    size_t first, n; /* its arrays in the set */
+    char *error;     /* why it failed, or NULL */
+};
+
+struct arrayset {
+    struct array *arrays;
+    size_t n, cap;
+    struct pyramid *pyramid; /* [output] ome = true, else NULL */
+    struct overlay *overlay; /* [output] ome = labels, else NULL */
+    struct otable *table;    /* ome = labels with table_name, else NULL */
+    struct ns *tree;
+    bool overwrite; /* arrayset_opts.overlay_overwrite */
+    /* an HCS plate (docs/plates.md): the plate task's plate and its selected images */
+    const struct plate *plate;
+    const struct task *plate_task;
+    struct set_image *images;
+    size_t nimages;
+    char **failed_files; /* the NS_GEN files of failed images: their paths (for messages) */
+};
+
+void arrayset_push(struct arrayset *s, struct array a);
+int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_opts *eo,
+                          struct overlay **ov, struct otable **tab, struct errbuf *err);
+json_t *arrayset_level_status(const struct array *a);
+
+/* arrayset_plate.c */
+int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
+                        struct errbuf *err);
+int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
+int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
+void arrayset_stop_plate(struct arrayset *s);
+void arrayset_close_plate(struct arrayset *s);
+struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);
+char *arrayset_plate_generated(const struct arrayset *s, uint64_t index);
+json_t *arrayset_plate_status(struct arrayset *s);
+
+#endif

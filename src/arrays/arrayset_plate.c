@@ -1,0 +1,269 @@
+/* arrayset_plate.c: the array set of an HCS plate with ome = labels (docs/plates.md): the
+ * plate group read through, and in each selected image's directory that image's overlay
+ * (labels/NAME, tables/NAME) exactly as a mount of the image alone presents it. Each image is
+ * its own task (task_open_image), with its own cache directory, overlay and engines; an image
+ * that cannot be opened fails alone: its added files give EIO, the status lists it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../plate/plate.h"
+#include "arrayset_internal.h"
+#include "overlay_tree.h"
+
+/* Opens image k: its task, its overlay and table; its arrays pushed. A failure of the image
+ * (its metadata, ROI table, ...) is kept as its error, not returned. */
+static void open_image(struct arrayset *s, size_t k, const struct engine_opts *eo)
+{
+    struct set_image *im = &s->images[k];
+    if (im->pim->error) {
+        im->error = xstrdup(im->pim->error);
+        return;
+    }
+    struct errbuf e = {{0}};
+    int r = task_open_image(s->plate_task->cfg.path, im->pim, 0, &im->task, &e);
+    if (r < 0) {
+        im->task = NULL;
+        im->error = xstrdup(e.msg);
+        return;
+    }
+    im->first = s->n;
+    arrayset_push(s, (struct array){.task = im->task, .opts = *eo, .level_k = true});
+    r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
+    im->n = s->n - im->first;
+    if (r < 0) { /* nothing of it is presented: its arrays are dropped */
+        otable_free(im->table);
+        overlay_free(im->overlay);
+        im->table = NULL;
+        im->overlay = NULL;
+        task_close(im->task);
+        im->task = NULL;
+        s->n = im->first;
+        im->n = 0;
+        im->error = xstrdup(e.msg);
+    }
+}
+
+int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
+                        struct errbuf *err)
+{
+    s->plate = t->plate;
+    s->plate_task = t;
+    s->nimages = t->plate->n;
+    s->images = xcalloc(s->nimages, sizeof *s->images);
+    for (size_t k = 0; k < s->nimages; k++) {
+        s->images[k].pim = &t->plate->images[k];
+        open_image(s, k, eo);
+    }
+    if (s->n == 0) /* the mount would serve nothing of what it computes */
+        return err_set(err, -EINVAL, "%s: no image of the plate %s can be opened: %s %s",
+                       t->cfg.path, t->plate->dir, s->images[0].pim->path_in_plate,
+                       s->images[0].error);
+    return 0;
+}
+
+/* The directory entry of the image's path in the plate (made, mirroring the plate's
+ * directories that exist). */
+static int image_dir(struct arrayset *s, const struct plate_image *pim)
+{
+    struct ns *ns = s->tree;
+    int dir = NS_ROOT;
+    const char *parts[] = {pim->row, pim->column, pim->path_in_well};
+    char *path = xstrdup(s->plate->dir);
+    for (size_t i = 0; i < 3 && *parts[i]; i++) {
+        char *next = path_join(path, parts[i]);
+        free(path);
+        path = next;
+        int c = ns_child(ns, dir, parts[i]);
+        if (c < 0) {
+            c = ns_add_dir(ns, dir, parts[i]);
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                ns_mirror(ns, c, path, NULL);
+        }
+        dir = c;
+    }
+    free(path);
+    return dir;
+}
+
+/* A failed image's added files: each fails with EIO (arrayset_plate_generated gives NULL). */
+static void failed_files(struct arrayset *s, size_t k, int dir)
+{
+    const struct config *c = &s->plate_task->cfg;
+    const char *meta = s->plate->format == 3 ? "zarr.json" : ".zattrs";
+    const char *names[2] = {c->label_name, c->table_name};
+    const char *groups[2] = {"labels", "tables"};
+    for (int g = 0; g < 2; g++) {
+        if (!names[g])
+            continue;
+        int gd = ns_child(s->tree, dir, groups[g]);
+        if (gd < 0)
+            gd = ns_add_dir(s->tree, dir, groups[g]);
+        int nd = ns_add_dir(s->tree, gd, names[g]);
+        ns_add_generated(s->tree, nd, meta,
+                         ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK);
+    }
+}
+
+int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
+{
+    struct ns *ns = s->tree;
+    ns_mirror(ns, NS_ROOT, s->plate->dir, ".roifs");
+    if (status)
+        ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        if (!*im->pim->path_in_well) /* a missing well: nothing of it to add to */
+            continue;
+        int dir = image_dir(s, im->pim);
+        if (!im->overlay) {
+            failed_files(s, k, dir);
+            continue;
+        }
+        int r = overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
+                                   (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
+{
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        if (im->error) {
+            log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
+            continue;
+        }
+        for (size_t i = im->first; i < im->first + im->n; i++) {
+            struct array *a = &s->arrays[i];
+            int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
+            if (r < 0) {
+                a->engine = NULL;
+                arrayset_stop_plate(s);
+                return r;
+            }
+            if (i == im->first) /* before the other levels', which read it */
+                overlay_set_engine(im->overlay, a->engine);
+        }
+    }
+    return 0;
+}
+
+void arrayset_stop_plate(struct arrayset *s)
+{
+    for (size_t k = s->nimages; k-- > 0;) {
+        struct set_image *im = &s->images[k];
+        for (size_t i = im->first + im->n; i-- > im->first;) {
+            struct array *a = &s->arrays[i];
+            if (!a->engine)
+                continue;
+            engine_destroy(a->engine);
+            a->engine = NULL;
+            if (i == im->first)
+                overlay_set_engine(im->overlay, NULL);
+        }
+    }
+}
+
+void arrayset_close_plate(struct arrayset *s)
+{
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        otable_free(im->table);
+        overlay_free(im->overlay);
+        task_close(im->task);
+        free(im->error);
+    }
+    free(s->images);
+}
+
+struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    return k < s->nimages ? s->images[k].table : NULL;
+}
+
+char *arrayset_plate_generated(const struct arrayset *s, uint64_t index)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    if (k >= s->nimages || !s->images[k].overlay)
+        return NULL;
+    return overlay_file_now(s->images[k].overlay, (size_t)(index & ARRAYSET_FILE_MASK));
+}
+
+/* ---- status ---- */
+
+static void add_int(json_t *obj, const char *key, json_int_t v)
+{
+    json_t *was = json_object_get(obj, key);
+    json_object_set_new(obj, key, json_integer(json_integer_value(was) + v));
+}
+
+/* Adds the numbers of an engine's section ("rois", "chunks") into sum's. */
+static void add_counts(json_t *sum, json_t *doc, const char *section)
+{
+    json_t *from = json_object_get(doc, section), *to = json_object_get(sum, section);
+    if (!to)
+        json_object_set_new(sum, section, to = json_object());
+    const char *key;
+    json_t *v;
+    json_object_foreach(from, key, v)
+    {
+        if (json_is_integer(v))
+            add_int(to, key, json_integer_value(v));
+    }
+}
+
+json_t *arrayset_plate_status(struct arrayset *s)
+{
+    json_t *doc = json_object(), *errors = json_array(), *failed = json_array(),
+           *wells = json_object();
+    json_object_set_new(doc, "rois", json_object());
+    json_object_set_new(doc, "chunks", json_object());
+    json_object_set_new(doc, "calls", json_integer(0));
+    size_t ready = 0, done = 0, nfailed = 0;
+    for (size_t w = 0; w < s->plate->nwells; w++)
+        json_object_set_new(wells, s->plate->wells[w], json_pack("{s:{}}", "rois"));
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        json_t *well = json_object_get(wells, im->pim->well);
+        if (im->error || !s->arrays[im->first].engine) {
+            nfailed++;
+            json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
+                                                    "message", im->error ? im->error : "not open"));
+            continue;
+        }
+        ready++;
+        json_t *e = engine_status(s->arrays[im->first].engine);
+        add_counts(doc, e, "rois");
+        add_counts(doc, e, "chunks");
+        add_counts(well, e, "rois");
+        add_int(doc, "calls", json_integer_value(json_object_get(e, "calls")));
+        json_t *rois = json_object_get(e, "rois");
+        if (json_integer_value(json_object_get(rois, "done")) ==
+            json_integer_value(json_object_get(rois, "total")))
+            done++;
+        size_t i;
+        json_t *er;
+        json_array_foreach(json_object_get(e, "errors"), i, er)
+        {
+            json_t *c = json_deep_copy(er);
+            json_object_set_new(c, "image", json_string(im->pim->path_in_plate));
+            json_array_append_new(errors, c);
+        }
+        json_decref(e);
+    }
+    json_object_set_new(doc, "errors", errors);
+    json_object_set_new(doc, "images",
+                        json_pack("{s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages, "ready",
+                                  (json_int_t)ready, "done", (json_int_t)done, "failed",
+                                  (json_int_t)nfailed));
+    json_object_set_new(doc, "failed_images", failed);
+    json_object_set_new(doc, "wells", wells);
+    return doc;
+}

@@ -1,0 +1,250 @@
+"""HCS plates (docs/plates.md): `[input] path` names an OME-Zarr plate (NGFF 0.4 on Zarr v2,
+0.5 on v3); with `ome = labels` the mount presents the plate read through, each selected image
+with labels/NAME and tables/NAME exactly as a mount of that image alone gives them; `wells` and
+`acquisition` narrow; faults stay with their image; `ome = false` is refused."""
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import mounted, run_roifs, write_config
+from test_overlay import THRESHOLD, files_of, make_image
+
+SCHEMAS = Path(os.environ.get("NGFF_SCHEMAS", "/work/shared/reference/ngff-schemas"))
+
+# Fractal's layout: one image per well and acquisition (a second cycle as image 1 of B/03);
+# IDR's: one image per field, no acquisitions.
+LAYOUTS = {
+    "fractal": {"B/03": [("0", 0), ("1", 1)], "C/05": [("0", 0)]},
+    "idr": {"A/1": [("0", None), ("1", None), ("2", None)], "B/2": [("0", None), ("1", None)]},
+}
+
+
+def write_group(path, version, attrs):
+    path.mkdir(parents=True, exist_ok=True)
+    if version == "0.4":
+        (path / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+        if attrs is not None:
+            (path / ".zattrs").write_text(json.dumps(attrs))
+    else:
+        node = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+        if attrs is not None:
+            node["attributes"] = {"ome": {"version": "0.5", **attrs}}
+        (path / "zarr.json").write_text(json.dumps(node))
+
+
+def make_plate(root, version, layout, skip_images=()):
+    """A plate of make_image's images (each of its own seed) at root/plate.zarr: plate and
+    well metadata as the specification writes them. Returns (plate, {path_in_plate: image})."""
+    plate = root / "plate.zarr"
+    wells = LAYOUTS[layout]
+    rows = sorted({w.split("/")[0] for w in wells})
+    cols = sorted({w.split("/")[1] for w in wells})
+    acqs = sorted({a for ims in wells.values() for _, a in ims if a is not None})
+    meta = {"name": "test plate",
+            "rows": [{"name": r} for r in rows], "columns": [{"name": c} for c in cols],
+            "wells": [{"path": w, "rowIndex": rows.index(w.split("/")[0]),
+                       "columnIndex": cols.index(w.split("/")[1])} for w in wells]}
+    if acqs:
+        meta["acquisitions"] = [{"id": a, "name": f"cycle {a}"} for a in acqs]
+    if version == "0.4":
+        meta["version"] = "0.4"
+    write_group(plate, version, {"plate": meta})
+    images, seed = {}, 1
+    for w, ims in wells.items():
+        write_group(plate / w.split("/")[0], version, None)
+        well = {"images": [{"path": p, **({"acquisition": a} if a is not None else {})}
+                           for p, a in ims]}
+        if version == "0.4":
+            well["version"] = "0.4"
+        write_group(plate / w, version, {"well": well})
+        for p, _ in ims:
+            seed += 1
+            if f"{w}/{p}" in skip_images:
+                continue
+            img, _ = make_image(root / f"src{seed}", version, seed=seed)
+            shutil.move(str(img), str(plate / w / p))
+            images[f"{w}/{p}"] = plate / w / p
+    return plate, images
+
+
+def plate_config(path, inp, cache, **input_keys):
+    return write_config(path, {
+        "input": {"path": inp, **input_keys},
+        "rois": {"grid": "16,16"},
+        "process": {"builtin": "label", "param.value": THRESHOLD, "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg", "table_name": "seg_table"},
+        "cache": {"dir": cache}})
+
+
+def added_files(root):
+    """The files a mount adds to an image: labels/seg and tables/seg_table."""
+    return [f for f in files_of(root) if f.startswith(("labels/seg/", "tables/seg_table/"))]
+
+
+def without_provenance(data, rel):
+    """A metadata file's JSON without the "roifs" provenance (it names the configuration and
+    the input, which a single-image mount's differ in); any other file as it is."""
+    if not rel.endswith((".zattrs", "zarr.json")):
+        return data
+    doc = json.loads(data)
+    for d in (doc, doc.get("attributes", {})):
+        d.pop("roifs", None)
+    return doc
+
+
+def validate(doc, version, schema):
+    """Validates doc against the official NGFF schema (skipped without the schemas)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    d = SCHEMAS / version
+    if not d.is_dir():
+        pytest.skip(f"no NGFF schemas at {SCHEMAS} (set NGFF_SCHEMAS)")
+    store = {}
+    for f in d.glob("*.schema"):
+        s = json.loads(f.read_text())
+        store[s["$id"]] = s
+    main = json.loads((d / f"{schema}.schema").read_text())
+    cls = jsonschema.validators.validator_for(main)
+    resolver = jsonschema.RefResolver(main["$id"], main, store=store)
+    cls(main, resolver=resolver).validate(doc)
+
+
+def attrs(path, version):
+    if version == "0.4":
+        return json.loads((path / ".zattrs").read_text())
+    return json.loads((path / "zarr.json").read_text())["attributes"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("layout", ["fractal", "idr"])
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, layout):
+    """Every image of the plate gets labels/seg and tables/seg_table byte for byte as a mount
+    of that image alone (but the provenance, which names the configuration and input); the
+    plate's and the wells' files are read through; the plate, wells and label images validate
+    against the official schemas; the status counts the images and wells."""
+    plate, images = make_plate(tmp_path, version, layout)
+    config = plate_config(tmp_path / "plate.ini", plate, tmp_path / "cache")
+    got = {}
+    with mounted(roifs_bin, config) as m:
+        st = m.status()
+        assert st["images"] == {"total": len(images), "ready": len(images), "done": 0,
+                                "failed": 0}, st["images"]
+        assert list(st["wells"]) == list(LAYOUTS[layout])
+        assert st["failed_images"] == []
+        for rel in files_of(plate):  # read through, byte for byte (but the lists with seg)
+            if rel.endswith(("labels/.zattrs", "labels/zarr.json", "tables/.zattrs",
+                             "tables/zarr.json")) and rel.count("/") == 4:
+                continue
+            assert (m.path / rel).read_bytes() == (plate / rel).read_bytes(), rel
+        validate(attrs(m.path, version), version, "plate")
+        for w in LAYOUTS[layout]:
+            validate(attrs(m.path / w, version), version, "well")
+        for p in images:
+            img = m.path / p
+            validate(attrs(img / "labels" / "seg", version), version, "label")
+            labels = attrs(img / "labels", version)
+            assert (labels["ome"]["labels"] if version == "0.5" else labels["labels"]) == \
+                ["old", "seg"]
+            got[p] = {f: (img / f).read_bytes() for f in added_files(img)}
+            assert any(f.startswith("tables/seg_table/") for f in got[p]), p
+        st = m.status()
+        assert st["images"]["done"] == len(images), st["images"]
+        assert sum(w["rois"]["done"] for w in st["wells"].values()) == st["rois"]["done"] > 0
+    contents = set()
+    for p, img in images.items():
+        single = plate_config(tmp_path / "single.ini", img, tmp_path / f"cache-{p.replace('/', '_')}")
+        with mounted(roifs_bin, single, mnt=tmp_path / "single") as m:
+            want = {f: (m.path / f).read_bytes() for f in added_files(m.path)}
+        assert sorted(got[p]) == sorted(want), p
+        for f in want:
+            assert without_provenance(got[p][f], f) == without_provenance(want[f], f), (p, f)
+        contents.add(got[p]["labels/seg/0/" + ("0.0" if version == "0.4" else "c/0/0")])
+    assert len(contents) == len(images)  # each image its own labels, not another's
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_plate_narrowing(tmp_path, roifs_bin, version):
+    """`wells` (either "C/05" or "C05") and `acquisition` narrow the images, in plate order;
+    the others get nothing added; a well the plate has not is refused (exit 2)."""
+    plate, images = make_plate(tmp_path, version, "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache",
+                          wells="C05, B/03", acquisition=1)
+    with mounted(roifs_bin, config) as m:
+        st = m.status()
+        assert st["images"]["total"] == 1 and list(st["wells"]) == ["B/03"], st
+        assert (m.path / "B/03/1/labels/seg").is_dir()
+        assert not (m.path / "B/03/0/labels/seg").exists()
+        assert not (m.path / "C/05/0/labels/seg").exists()
+    config = plate_config(tmp_path / "q.ini", plate, tmp_path / "cache", wells="C/05")
+    with mounted(roifs_bin, config) as m:
+        assert m.status()["images"]["total"] == 1
+        assert (m.path / "C/05/0/labels/seg").is_dir()
+        assert not (m.path / "B/03/0/labels/seg").exists()
+    bad = plate_config(tmp_path / "bad.ini", plate, tmp_path / "cache", wells="D/07")
+    r = run_roifs(roifs_bin, "check", bad)
+    assert r.returncode == 2 and "D/07 is not a well of the plate" in r.stderr, r.stderr
+
+
+def test_plate_refusals(tmp_path, roifs_bin):
+    """ome = false with a plate input, and the plate keys without one, exit 2."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    text = config.read_text().replace("ome = labels", "ome = false")
+    config.write_text(text.replace("table_name = seg_table\n", ""))
+    r = run_roifs(roifs_bin, "check", config)
+    assert r.returncode == 2 and "ome = false" in r.stderr and "plate" in r.stderr, r.stderr
+    single = plate_config(tmp_path / "s.ini", images["B/03/0"], tmp_path / "cache", wells="B/03")
+    r = run_roifs(roifs_bin, "check", single)
+    assert r.returncode == 2 and "[input] wells: only for an HCS plate" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
+    """A missing image, an image whose ROI table is invalid and a listed well that is missing
+    fail alone: the status lists each with its reason, the log says so once each, the failed
+    images' added files give EIO, and every other image is served."""
+    plate, images = make_plate(tmp_path, version, "idr", skip_images={"A/1/1"})
+    shutil.rmtree(plate / "B/2")  # a listed well that is missing
+    bad = images["A/1/2"]
+    config = write_config(tmp_path / "p.ini", {
+        "input": {"path": plate, "wells": "A/1, B/2"},
+        "rois": {"table": "FOV_ROI_table"},
+        "process": {"builtin": "label", "param.value": THRESHOLD, "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg", "table_name": "seg_table"},
+        "cache": {"dir": tmp_path / "cache"}})
+    # image A/1/0 gets a valid csv ROI table of the name; A/1/2 an invalid one
+    for img, text in ((images["A/1/0"], "FieldIndex,x_micrometer,y_micrometer,z_micrometer,"
+                       "len_x_micrometer,len_y_micrometer,len_z_micrometer\n"
+                       "FOV_1,0.0,0.0,0.0,8.0,16.0,1.0\n"),
+                      (bad, "FieldIndex,x_micrometer\nA,1\n")):
+        shutil.rmtree(img / "tables" / "FOV_ROI_table")
+        (img / "tables" / "FOV_ROI_table").mkdir()
+        (img / "tables" / "FOV_ROI_table" / "table.csv").write_text(text)
+    with mounted(roifs_bin, config) as m:
+        st = m.status()
+        failed = {f["path"]: f["message"] for f in st["failed_images"]}
+        assert sorted(failed) == ["A/1/1", "A/1/2", "B/2"], failed
+        assert "missing" in failed["B/2"]
+        assert "y_micrometer" in failed["A/1/2"], failed
+        assert st["images"]["failed"] == 3 and st["images"]["ready"] == 1, st["images"]
+        meta = ".zattrs" if version == "0.4" else "zarr.json"
+        for p in ("A/1/1", "A/1/2"):
+            with pytest.raises(OSError) as e:
+                (m.path / p / "labels" / "seg" / meta).read_bytes()
+            assert e.value.errno == errno.EIO, p
+        assert (m.path / "A/1/0/labels/seg" / meta).read_bytes()
+        lab = np.frombuffer((m.path / "A/1/0/labels/seg/0" /
+                             ("0.0" if version == "0.4" else "c/0/0")).read_bytes(), "u1")
+        assert lab.size > 0
+        log = m.log_text()
+        for p in ("A/1/1", "A/1/2", "B/2"):
+            assert log.count(f"image {p} of the plate failed") == 1, log
+    r = run_roifs(roifs_bin, "check", config)
+    assert r.returncode == 2, r.stdout + r.stderr
+    for p in ("A/1/1", "A/1/2", "B/2"):
+        assert p in r.stdout + r.stderr, r.stdout + r.stderr
