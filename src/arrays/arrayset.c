@@ -12,6 +12,7 @@
 #include "otable.h"
 #include "overlay.h"
 #include "overlay_tree.h"
+#include "ptable.h"
 #include "pyramid.h"
 
 #include "arrayset_internal.h"
@@ -232,12 +233,29 @@ struct otable *arrayset_table(const struct arrayset *s)
     return s->table;
 }
 
-struct otable *arrayset_table_at(const struct arrayset *s, uint64_t index, size_t *file)
+uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact)
 {
-    *file = (size_t)(index & ARRAYSET_FILE_MASK);
-    if (s->plate)
-        return arrayset_plate_table(s, index);
-    return s->table;
+    size_t file = (size_t)(index & ARRAYSET_FILE_MASK);
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        return ptable_size(s->ptable, file, exact);
+    return otable_size(s->plate ? arrayset_plate_table(s, index) : s->table, file, exact);
+}
+
+void arrayset_table_request(const struct arrayset *s, uint64_t index,
+                            void (*cb)(void *ctx, int err), void *ctx)
+{
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        ptable_request(s->ptable, cb, ctx);
+    else
+        otable_request(s->plate ? arrayset_plate_table(s, index) : s->table, cb, ctx);
+}
+
+char *arrayset_table_copy(const struct arrayset *s, uint64_t index, size_t *len)
+{
+    size_t file = (size_t)(index & ARRAYSET_FILE_MASK);
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        return ptable_copy(s->ptable, file, len);
+    return otable_copy(s->plate ? arrayset_plate_table(s, index) : s->table, file, len);
 }
 
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len)

@@ -58,9 +58,13 @@ const struct ns *arrayset_tree(const struct arrayset *s);
 bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */
 struct otable *arrayset_table(const struct arrayset *s);
-/* The masking table NS_TABLE node index is a file of, and that file's index in it (a plate:
- * the index names the image too). */
-struct otable *arrayset_table_at(const struct arrayset *s, uint64_t index, size_t *file);
+/* NS_TABLE node index (a file of the masking table, or of a plate's: the index names the
+ * image or the plate too): its size (exact, or an upper bound before it is made), a request
+ * for its table as otable_request, and after one, a copy of its content (otable_copy). */
+uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact);
+void arrayset_table_request(const struct arrayset *s, uint64_t index,
+                            void (*cb)(void *ctx, int err), void *ctx);
+char *arrayset_table_copy(const struct arrayset *s, uint64_t index, size_t *len);
 /* The content of NS_GEN node index (NULL: a failed image's file, which fails with EIO) as it is now
  * (malloc'd; its length in *len). */
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);

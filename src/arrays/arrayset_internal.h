@@ -7,6 +7,7 @@
 #include "arrayset.h"
 #include "otable.h"
 #include "overlay.h"
+#include "ptable.h"
 
 /* A plate's NS_GEN and NS_TABLE node indices: the image in the high bits, the file in the
  * low ones. */
@@ -39,7 +40,8 @@ struct arrayset {
     const struct task *plate_task;
     struct set_image *images;
     size_t nimages;
-    char **failed_files; /* the NS_GEN files of failed images: their paths (for messages) */
+    struct ptable *ptable;        /* table_name: the plate's table (MNT/tables/NAME) */
+    struct ptable_image *pimages; /* its images */
 };
 
 void arrayset_push(struct arrayset *s, struct array a);
@@ -55,6 +57,7 @@ int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
 void arrayset_stop_plate(struct arrayset *s);
 void arrayset_close_plate(struct arrayset *s);
 struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);
+bool arrayset_plate_is_ptable(const struct arrayset *s, uint64_t index);
 char *arrayset_plate_generated(const struct arrayset *s, uint64_t index);
 json_t *arrayset_plate_status(struct arrayset *s);
 

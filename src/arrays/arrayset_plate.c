@@ -46,6 +46,31 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
     }
 }
 
+/* table_name: the plate's table over every selected image's (a failed image has no rows);
+ * refused when the plate has a table of that name. */
+static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *err)
+{
+    const struct config *c = &t->cfg;
+    char *mine = xasprintf("%s/tables/%s", s->plate->dir, c->table_name);
+    struct stat st;
+    bool exists = lstat(mine, &st) == 0;
+    free(mine);
+    if (exists)
+        return config_error(c, err, "output", "table_name",
+                            "[output] table_name: the plate %s has a table %s already",
+                            s->plate->dir, c->table_name);
+    s->pimages = xcalloc(s->nimages, sizeof *s->pimages);
+    for (size_t k = 0; k < s->nimages; k++) {
+        const struct plate_image *p = s->images[k].pim;
+        s->pimages[k] = (struct ptable_image){
+            .table = s->images[k].table,
+            .path_in_plate = p->path_in_plate,
+            .text = {p->row, p->column, p->path_in_well, p->path_in_plate, p->acquisition_id}};
+    }
+    return ptable_new(s->pimages, s->nimages, s->plate->format,
+                      c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA, &s->ptable, err);
+}
+
 int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
                         struct errbuf *err)
 {
@@ -56,6 +81,11 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
     for (size_t k = 0; k < s->nimages; k++) {
         s->images[k].pim = &t->plate->images[k];
         open_image(s, k, eo);
+    }
+    if (s->n > 0 && t->cfg.table_name) {
+        int r = open_ptable(s, t, err);
+        if (r < 0)
+            return r;
     }
     if (s->n == 0) /* the mount would serve nothing of what it computes */
         return err_set(err, -EINVAL, "%s: no image of the plate %s can be opened: %s %s",
@@ -108,12 +138,60 @@ static void failed_files(struct arrayset *s, size_t k, int dir)
     }
 }
 
+/* The directory entry of rel below dir (made when absent, not mirrored: the plate's table). */
+static int table_dir_of(struct ns *ns, int dir, const char *rel, const char **base)
+{
+    const char *p = rel, *slash;
+    while ((slash = strchr(p, '/'))) {
+        char *name = xmalloc((size_t)(slash - p) + 1);
+        memcpy(name, p, (size_t)(slash - p));
+        name[slash - p] = '\0';
+        int c = ns_child(ns, dir, name);
+        dir = c >= 0 ? c : ns_add_dir(ns, dir, name);
+        free(name);
+        p = slash + 1;
+    }
+    *base = p;
+    return dir;
+}
+
+/* MNT/tables: the plate's tables list with NAME, and tables/NAME (docs/plates.md). */
+static void ptable_tree(struct arrayset *s)
+{
+    struct ns *ns = s->tree;
+    const struct config *c = &s->plate_task->cfg;
+    bool v3 = s->plate->format == 3;
+    char *dir = path_join(s->plate->dir, "tables");
+    struct stat st;
+    bool has = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    int tables = ns_child(ns, NS_ROOT, "tables");
+    if (tables < 0)
+        tables = ns_add_dir(ns, NS_ROOT, "tables");
+    if (has)
+        ns_mirror(ns, tables, dir, c->table_name);
+    char *zg = path_join(dir, ".zgroup");
+    if (!v3 && stat(zg, &st) < 0)
+        ns_add_file(ns, tables, ".zgroup", "{\n    \"zarr_format\": 2\n}");
+    free(zg);
+    free(dir);
+    uint64_t base = (uint64_t)s->nimages << ARRAYSET_FILE_BITS;
+    ns_add_generated(ns, tables, v3 ? "zarr.json" : ".zattrs", base);
+    int mine = ns_add_dir(ns, tables, c->table_name);
+    for (size_t i = 0; i < ptable_nfiles(s->ptable); i++) {
+        const char *name;
+        int d = table_dir_of(ns, mine, ptable_path(s->ptable, i), &name);
+        ns_add_table(ns, d, name, base + i);
+    }
+}
+
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 {
     struct ns *ns = s->tree;
     ns_mirror(ns, NS_ROOT, s->plate->dir, ".roifs");
     if (status)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    if (s->ptable)
+        ptable_tree(s);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         if (!*im->pim->path_in_well) /* a missing well: nothing of it to add to */
@@ -172,6 +250,8 @@ void arrayset_stop_plate(struct arrayset *s)
 
 void arrayset_close_plate(struct arrayset *s)
 {
+    ptable_free(s->ptable);
+    free(s->pimages);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         otable_free(im->table);
@@ -188,9 +268,21 @@ struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index)
     return k < s->nimages ? s->images[k].table : NULL;
 }
 
+bool arrayset_plate_is_ptable(const struct arrayset *s, uint64_t index)
+{
+    return (size_t)(index >> ARRAYSET_FILE_BITS) == s->nimages;
+}
+
 char *arrayset_plate_generated(const struct arrayset *s, uint64_t index)
 {
     size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    if (k == s->nimages) { /* the plate's tables list, as it is now, with NAME */
+        char *rel;
+        char *text = overlay_list_text(s->plate->dir, s->plate->format, "tables",
+                                       s->plate_task->cfg.table_name, &rel);
+        free(rel);
+        return text;
+    }
     if (k >= s->nimages || !s->images[k].overlay)
         return NULL;
     return overlay_file_now(s->images[k].overlay, (size_t)(index & ARRAYSET_FILE_MASK));

@@ -54,6 +54,8 @@ struct otable {
     bool have_files;
     struct key128 files_key;
     uint64_t scans, records;
+    struct table_row *rows; /* the rows of files (have_files): a plate's table reads them */
+    size_t nrows;
 };
 
 /* ---- the boxes ---- */
@@ -228,7 +230,6 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         log_error("%s: the masking table: %s", t->g.t->cfg.path, err.msg);
         ok = false;
     }
-    free(rows);
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
     t->state = ok ? DONE : IDLE;
@@ -236,12 +237,17 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         struct table_files old = t->files;
         t->files = files;
         files = old;
+        struct table_row *was = t->rows;
+        t->rows = rows;
+        t->nrows = n;
+        rows = was;
         t->have_files = true;
         t->files_key = key;
     }
     struct waiter *w = t->waiters;
     t->waiters = NULL;
     pthread_mutex_unlock(&t->m);
+    free(rows);
     if (ok)
         table_files_free(&files);
     while (w) {
@@ -391,6 +397,7 @@ void otable_free(struct otable *t)
     }
     pthread_mutex_destroy(&t->m);
     free(t->region);
+    free(t->rows);
     free(t);
 }
 
@@ -438,6 +445,22 @@ uint64_t otable_size(struct otable *t, size_t i, bool *exact)
     if (f)
         return len;
     return t->names.v[i].len + ROW_BOUND * (t->nmax + 1);
+}
+
+uint64_t otable_max_rows(const struct otable *t)
+{
+    return t->nmax;
+}
+
+struct table_row *otable_rows(struct otable *t, size_t *n)
+{
+    pthread_mutex_lock(&t->m);
+    *n = t->have_files ? t->nrows : 0;
+    struct table_row *rows = xmalloc((*n ? *n : 1) * sizeof *rows);
+    if (*n)
+        memcpy(rows, t->rows, *n * sizeof *rows);
+    pthread_mutex_unlock(&t->m);
+    return rows;
 }
 
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)

@@ -145,9 +145,7 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
                       * table is made again when the label image changed: a size for a
                       * second, the file opened dropping it (open.c) */
         bool exact;
-        size_t file;
-        struct otable *tab = arrayset_table_at(fs->set, n->chunk, &file);
-        uint64_t size = otable_size(tab, file, &exact);
+        uint64_t size = arrayset_table_size(fs->set, n->chunk, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
         *timeout = exact ? LIVE_TIMEOUT : 0;
         break;

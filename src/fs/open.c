@@ -288,9 +288,7 @@ static void table_ready(void *ctx, int err)
         return;
     }
     size_t len = 0;
-    size_t file;
-    struct otable *tab = arrayset_table_at(fs->set, po->id, &file);
-    char *data = err ? NULL : otable_copy(tab, file, &len);
+    char *data = err ? NULL : arrayset_table_copy(fs->set, po->id, &len);
     if (!data) {
         fuse_reply_err(po->req, err ? -err : ENOENT);
         free(po);
@@ -317,8 +315,7 @@ static void open_table(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    size_t file;
-    otable_request(arrayset_table_at(fs->set, n->chunk, &file), table_ready, po);
+    arrayset_table_request(fs->set, n->chunk, table_ready, po);
 }
 
 /* ---- the status file ---- */

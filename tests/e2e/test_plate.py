@@ -248,3 +248,56 @@ def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
     assert r.returncode == 2, r.stdout + r.stderr
     for p in ("A/1/1", "A/1/2", "B/2"):
         assert p in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("version,fmt", [("0.4", "anndata"), ("0.4", "csv"), ("0.5", "csv")])
+def test_plate_table_concatenates_the_images_tables(tmp_path, roifs_bin, version, fmt):
+    """MNT/tables/seg_table: every selected image's tables/seg_table rows in plate order (wells,
+    then the well's images), with row, column, path_in_well, path_in_plate and acquisition_id
+    and the index PATH_IN_PLATE:LABEL, against a reference built here from the images' own
+    tables; the plate's tables list names it; an image that fails has no rows in it."""
+    import pandas as pd
+    plate, images = make_plate(tmp_path, version, "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    config.write_text(config.read_text().replace("table_name = seg_table",
+                                                 f"table_name = seg_table\ntable_format = {fmt}"))
+    order = ["B/03/0", "B/03/1", "C/05/0"]
+    acq = {"B/03/0": "0", "B/03/1": "1", "C/05/0": "0"}
+    with mounted(roifs_bin, config) as m:
+        lists = attrs(m.path / "tables", version)
+        assert lists["tables"] == ["seg_table"], lists
+        want = []
+        for p in order:
+            row, col, in_well = p.split("/")
+            extra = {"row": row, "column": col, "path_in_well": in_well, "path_in_plate": p,
+                     "acquisition_id": acq[p]}
+            if fmt == "csv":
+                t = pd.read_csv(m.path / p / "tables/seg_table/table.csv")
+            else:
+                import anndata
+                a = anndata.read_zarr(str(m.path / p / "tables/seg_table"))
+                t = pd.concat([a.obs[["label"]].reset_index(drop=True),
+                               pd.DataFrame(a.X, columns=list(a.var_names))], axis=1)
+            assert len(t) > 0, p
+            t = t.sort_values("label").reset_index(drop=True)
+            t.insert(0, "index", [f"{p}:{lab}" for lab in t["label"]])
+            for k, v in extra.items():
+                t[k] = v
+            want.append(t)
+        want = pd.concat(want, ignore_index=True)
+        if fmt == "csv":
+            got = pd.read_csv(m.path / "tables/seg_table/table.csv",
+                              dtype={"acquisition_id": str, "path_in_well": str,
+                                     "column": str})
+            tattrs = attrs(m.path / "tables/seg_table", version)
+            assert tattrs["backend"] == "csv" and tattrs["index_key"] == "index", tattrs
+        else:
+            import anndata
+            a = anndata.read_zarr(str(m.path / "tables/seg_table"))
+            got = pd.concat([pd.DataFrame({"index": list(a.obs_names)}),
+                             a.obs.reset_index(drop=True)[["label"]],
+                             pd.DataFrame(a.X, columns=list(a.var_names)),
+                             a.obs.reset_index(drop=True)[list(want.columns[-5:])]], axis=1)
+        got = got[list(want.columns)]
+        assert list(got["index"]) == list(want["index"])
+        pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
