@@ -416,6 +416,7 @@ void config_free(struct config *cfg)
     free(cfg->table_name);
     free(cfg->mask);
     free(cfg->wells);
+    free(cfg->channel_name);
     free(cfg->rois_table_arg);
     free(cfg->mask_arg);
     for (int i = 0; i < cfg->nparams; i++) {

@@ -124,6 +124,9 @@ struct config {
      * image when they are bare names */
     char *wells;
     int acquisition;
+    /* [input] channel given as a name: matched against the image's omero.channels[].label,
+     * then wavelength_id, by task_open (which sets channel); NULL for an index */
+    char *channel_name;
     char *rois_table_arg, *mask_arg;
 
     /* Where each key was set: "section.key" -> line (private to config.c). */

@@ -106,6 +106,21 @@ static int set_path(struct loader *ld, const struct key_spec *k, const char *v)
     return 0;
 }
 
+static int set_int(struct loader *ld, const struct key_spec *k, const char *v);
+
+/* [input] channel: an index, or a name of the image's omero.channels (docs/plates.md). */
+static int set_channel(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    bool digits = *v != '\0';
+    for (const char *c = v; *c; c++)
+        digits = digits && *c >= '0' && *c <= '9';
+    if (digits || !*v || *v == '-' || *v == '+')
+        return set_int(ld, k, v);
+    free(ld->cfg->channel_name);
+    ld->cfg->channel_name = xstrdup(v);
+    return 0;
+}
+
 /* [rois] table and mask: the path, and the value as written (a plate resolves a bare name
  * inside each image, docs/plates.md). */
 static int set_path_kept(struct loader *ld, const struct key_spec *k, const char *v)
@@ -319,7 +334,7 @@ static const struct key_spec keys[] = {
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},
     {"input", "watch", .set = set_bool, .off = F(watch)},
     {"input", "verify", .set = set_choice_int, .off = F(verify), .choices = "identity|content"},
-    {"input", "channel", .set = set_int, .off = F(channel), .min = 0, .max = INT_MAX},
+    {"input", "channel", .set = set_channel, .off = F(channel), .min = 0, .max = INT_MAX},
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},

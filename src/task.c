@@ -62,9 +62,20 @@ static int open_input(struct task *t, struct errbuf *err)
     return 0;
 }
 
-/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
+/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c); a
+ * channel name is the index of that name in the image's omero.channels. */
 static int view_channel(struct task *t, struct errbuf *err)
 {
+    if (t->cfg.channel_name) {
+        struct errbuf e;
+        if (!t->ome.found)
+            TASK_ERR(t, err, "input", "channel",
+                     "[input] channel = %s: a channel by name needs an OME-Zarr image's "
+                     "omero.channels; %s is none",
+                     t->cfg.channel_name, t->cfg.input_path);
+        if (ome_channel_index(t->ome.group_path, t->cfg.channel_name, &t->cfg.channel, &e) < 0)
+            TASK_ERR(t, err, "input", "channel", "[input] channel: %s", e.msg);
+    }
     int r = channel_open(&t->cfg, &t->source, &t->ome, t->reader, &t->channel, err);
     if (r < 0 || !t->channel)
         return r;

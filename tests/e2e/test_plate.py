@@ -37,7 +37,7 @@ def write_group(path, version, attrs):
         (path / "zarr.json").write_text(json.dumps(node))
 
 
-def make_plate(root, version, layout, skip_images=()):
+def make_plate(root, version, layout, skip_images=(), channels=0):
     """A plate of make_image's images (each of its own seed) at root/plate.zarr: plate and
     well metadata as the specification writes them. Returns (plate, {path_in_plate: image})."""
     plate = root / "plate.zarr"
@@ -66,7 +66,7 @@ def make_plate(root, version, layout, skip_images=()):
             seed += 1
             if f"{w}/{p}" in skip_images:
                 continue
-            img, _ = make_image(root / f"src{seed}", version, seed=seed)
+            img, _ = make_image(root / f"src{seed}", version, seed=seed, channels=channels)
             shutil.move(str(img), str(plate / w / p))
             images[f"{w}/{p}"] = plate / w / p
     return plate, images
@@ -301,3 +301,39 @@ def test_plate_table_concatenates_the_images_tables(tmp_path, roifs_bin, version
         got = got[list(want.columns)]
         assert list(got["index"]) == list(want["index"])
         pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
+
+
+def set_channels(img, version, labels):
+    """Gives the image omero.channels with these labels (wavelength_id "W" + label)."""
+    omero = {"channels": [{"label": lab, "wavelength_id": "W" + lab} for lab in labels]}
+    if version == "0.4":
+        a = json.loads((img / ".zattrs").read_text())
+        a["omero"] = omero
+        (img / ".zattrs").write_text(json.dumps(a))
+    else:
+        node = json.loads((img / "zarr.json").read_text())
+        node["attributes"]["ome"]["omero"] = omero
+        (img / "zarr.json").write_text(json.dumps(node))
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_plate_channel_by_name(tmp_path, roifs_bin, version):
+    """`[input] channel = NAME` takes in each image the channel of that label in its
+    omero.channels (then of that wavelength_id), whatever its index there: each image's labels
+    as a single-image mount with the index gives them; a name an image has not fails it."""
+    plate, images = make_plate(tmp_path, version, "fractal", channels=2)
+    set_channels(images["B/03/0"], version, ["DAPI", "GFP"])
+    set_channels(images["B/03/1"], version, ["GFP", "DAPI"])
+    set_channels(images["C/05/0"], version, ["DAPI", "RFP"])
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache", channel="WGFP")
+    chunk = "labels/seg/0/" + ("0.0" if version == "0.4" else "c/0/0")
+    with mounted(roifs_bin, config) as m:
+        got = {p: (m.path / p / chunk).read_bytes() for p in ("B/03/0", "B/03/1")}
+        failed = {f["path"]: f["message"] for f in m.status()["failed_images"]}
+        assert list(failed) == ["C/05/0"] and 'no channel "WGFP"' in failed["C/05/0"], failed
+    for p, index in (("B/03/0", 1), ("B/03/1", 0)):
+        single = plate_config(tmp_path / "single.ini", images[p], tmp_path / f"c{index}",
+                              channel=index)
+        with mounted(roifs_bin, single, mnt=tmp_path / "single") as m:
+            assert (m.path / chunk).read_bytes() == got[p], p
+    assert got["B/03/0"] != got["B/03/1"]
