@@ -595,10 +595,6 @@ static int open_plate(struct task *t, struct errbuf *err)
                             "[output] ome = false: the input %s is an HCS plate, which is "
                             "presented with ome = labels or ome = true (docs/plates.md)",
                             c->input_path);
-    if (c->ome)
-        return config_error(c, err, "output", "ome",
-                            "[output] ome = true: a new plate of computed images is not "
-                            "supported yet; use ome = labels (docs/plates.md)");
     if (c->watch)
         return config_error(c, err, "input", "watch",
                             "[input] watch: not supported with an HCS plate input");
@@ -606,6 +602,11 @@ static int open_plate(struct task *t, struct errbuf *err)
     int r = plate_open(c->input_path, c->wells, c->acquisition, &t->plate, &e);
     if (r < 0)
         return config_error(c, err, "input", c->wells ? "wells" : "path", "%s", e.msg);
+    if (c->ome && config_line(c, "output", "format") && c->format != t->plate->format)
+        return config_error(c, err, "output", "format",
+                            "[output] format = %d: the new plate's images are in the plate's "
+                            "format, Zarr v%d (leave format out)",
+                            c->format, t->plate->format);
     return 0;
 }
 
@@ -673,6 +674,8 @@ int task_open_image(const char *config_path, const struct plate_image *im, unsig
     c->input_path = xstrdup(im->dir);
     path_in_image(&c->rois_table, c->rois_table_arg, im->dir, true);
     path_in_image(&c->mask, c->mask_arg, im->dir, false);
+    if (c->ome) /* ome = true: the new plate's images in the plate's format */
+        c->format = im->plate_format;
     if (c->cache_dir) {
         char *d = path_join(c->cache_dir, im->path_in_plate);
         free(c->cache_dir);

@@ -23,8 +23,9 @@ struct set_image {
     struct task *task;             /* its own (task_open_image), NULL when failed */
     struct overlay *overlay;
     struct otable *table;
-    size_t first, n; /* its arrays in the set */
-    char *error;     /* why it failed, or NULL */
+    struct pyramid *pyramid; /* ome = true: its computed image's levels */
+    size_t first, n;         /* its arrays in the set */
+    char *error;             /* why it failed, or NULL */
 };
 
 struct arrayset {
@@ -42,6 +43,8 @@ struct arrayset {
     size_t nimages;
     struct ptable *ptable;        /* table_name: the plate's table (MNT/tables/NAME) */
     struct ptable_image *pimages; /* its images */
+    struct plate_file *new_files; /* ome = true: the new plate's group files */
+    size_t nnew_files;
 };
 
 void arrayset_push(struct arrayset *s, struct array a);

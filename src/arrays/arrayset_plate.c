@@ -12,6 +12,7 @@
 #include "../plate/plate.h"
 #include "arrayset_internal.h"
 #include "overlay_tree.h"
+#include "pyramid.h"
 
 /* Opens image k: its task, its overlay and table; its arrays pushed. A failure of the image
  * (its metadata, ROI table, ...) is kept as its error, not returned. */
@@ -31,13 +32,22 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
     }
     im->first = s->n;
     arrayset_push(s, (struct array){.task = im->task, .opts = *eo, .level_k = true});
-    r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
+    if (im->task->cfg.ome_labels) {
+        r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
+    } else { /* ome = true: the computed image with its pyramid, as one image alone */
+        r = pyramid_build(im->task, &im->pyramid, &e);
+        for (int l = 1; r == 0 && l < pyramid_nlevels(im->pyramid); l++)
+            arrayset_push(
+                s, (struct array){.task = pyramid_level(im->pyramid, l), .opts = *eo, .level = l});
+    }
     im->n = s->n - im->first;
     if (r < 0) { /* nothing of it is presented: its arrays are dropped */
         otable_free(im->table);
         overlay_free(im->overlay);
+        pyramid_free(im->pyramid);
         im->table = NULL;
         im->overlay = NULL;
+        im->pyramid = NULL;
         task_close(im->task);
         im->task = NULL;
         s->n = im->first;
@@ -82,7 +92,12 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
         s->images[k].pim = &t->plate->images[k];
         open_image(s, k, eo);
     }
-    if (s->n > 0 && t->cfg.table_name) {
+    if (t->cfg.ome) {
+        int r = plate_new_files(t->plate, &s->new_files, &s->nnew_files, err);
+        if (r < 0)
+            return r;
+    }
+    if (s->n > 0 && t->cfg.table_name && t->cfg.ome_labels) {
         int r = open_ptable(s, t, err);
         if (r < 0)
             return r;
@@ -184,8 +199,59 @@ static void ptable_tree(struct arrayset *s)
     }
 }
 
+/* The directory entry of rel (made, with its parents, not mirrored). */
+static int new_dir(struct ns *ns, const char *rel)
+{
+    const char *base;
+    char *whole = xasprintf("%s/", rel);
+    int d = table_dir_of(ns, NS_ROOT, whole, &base);
+    free(whole);
+    return d;
+}
+
+/* ome = true: the new plate (docs/plates.md): the narrowed plate and well groups, each
+ * selected image the computed image group of its pyramid; a failed image's group files give
+ * EIO. */
+static int new_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
+{
+    struct ns *ns = s->tree;
+    bool v3 = s->plate->format == 3;
+    for (size_t i = 0; i < s->nnew_files; i++) {
+        const char *base;
+        int d = table_dir_of(ns, NS_ROOT, s->new_files[i].path, &base);
+        ns_add_file(ns, d, base, s->new_files[i].text);
+        if (i == 0 && status)
+            ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    }
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        if (!*im->pim->path_in_well)
+            continue;
+        int dir = new_dir(ns, im->pim->path_in_plate);
+        if (!im->pyramid) {
+            uint64_t index = ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK;
+            ns_add_generated(ns, dir, v3 ? "zarr.json" : ".zattrs", index);
+            continue;
+        }
+        ns_add_file(ns, dir, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(im->pyramid));
+        if (!v3)
+            ns_add_file(ns, dir, ".zattrs", pyramid_group_attrs(im->pyramid));
+        for (size_t i = 0; i < im->n; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "%d", s->arrays[im->first + i].level);
+            int r = ns_add_array(ns, ns_add_dir(ns, dir, name), s->arrays[im->first + i].task,
+                                 (int)(im->first + i), err);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 {
+    if (s->plate_task->cfg.ome)
+        return new_plate_tree(s, status, err);
     struct ns *ns = s->tree;
     ns_mirror(ns, NS_ROOT, s->plate->dir, ".roifs");
     if (status)
@@ -225,7 +291,9 @@ int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
                 arrayset_stop_plate(s);
                 return r;
             }
-            if (i == im->first) /* before the other levels', which read it */
+            if (im->pyramid) /* before the next level's, which reads it */
+                pyramid_set_engine(im->pyramid, (int)(i - im->first), a->engine);
+            else if (i == im->first) /* before the other levels', which read it */
                 overlay_set_engine(im->overlay, a->engine);
         }
     }
@@ -242,7 +310,9 @@ void arrayset_stop_plate(struct arrayset *s)
                 continue;
             engine_destroy(a->engine);
             a->engine = NULL;
-            if (i == im->first)
+            if (im->pyramid)
+                pyramid_set_engine(im->pyramid, (int)(i - im->first), NULL);
+            else if (i == im->first)
                 overlay_set_engine(im->overlay, NULL);
         }
     }
@@ -252,10 +322,12 @@ void arrayset_close_plate(struct arrayset *s)
 {
     ptable_free(s->ptable);
     free(s->pimages);
+    plate_files_free(s->new_files, s->nnew_files);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         otable_free(im->table);
         overlay_free(im->overlay);
+        pyramid_free(im->pyramid);
         task_close(im->task);
         free(im->error);
     }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,7 @@ static void add_image(struct plate *p, const char *row, const char *col, const c
                                .path_in_well = xstrdup(in_well),
                                .acquisition_id = xstrdup(acq),
                                .well_index = p->nwells - 1,
+                               .plate_format = p->format,
                                .error = error ? xstrdup(error) : NULL};
     im->path_in_plate = *in_well ? xasprintf("%s/%s", im->well, in_well) : xstrdup(im->well);
     im->dir = xasprintf("%s/%s", p->dir, im->path_in_plate);
@@ -255,4 +257,142 @@ void plate_free(struct plate *p)
     free(p->dir);
     free(p->version);
     free(p);
+}
+
+/* ---- the new plate of ome = true ---- */
+
+static void add_meta(struct plate_file **v, size_t *n, const struct plate *p, const char *dir,
+                     json_t *attrs)
+{
+    bool v3 = p->format == 3;
+    const char *sep = *dir ? "/" : "";
+    *v = xrealloc(*v, (*n + 2) * sizeof **v);
+    if (v3) {
+        json_t *node = json_pack("{s:i, s:s, s:o}", "zarr_format", 3, "node_type", "group",
+                                 "attributes", attrs ? attrs : json_object());
+        (*v)[(*n)++] = (struct plate_file){xasprintf("%s%szarr.json", dir, sep),
+                                           json_dumps(node, JSON_INDENT(4))};
+        json_decref(node);
+        return;
+    }
+    (*v)[(*n)++] = (struct plate_file){xasprintf("%s%s.zgroup", dir, sep),
+                                       xstrdup("{\n    \"zarr_format\": 2\n}")};
+    if (attrs) {
+        (*v)[(*n)++] = (struct plate_file){xasprintf("%s%s.zattrs", dir, sep),
+                                           json_dumps(attrs, JSON_INDENT(4))};
+        json_decref(attrs);
+    }
+}
+
+/* The object holding "plate" or "well" in attrs (format 3: attrs.ome). */
+static json_t *holder(json_t *attrs, int format)
+{
+    return format == 3 ? json_object_get(attrs, "ome") : attrs;
+}
+
+static bool selected_image(const struct plate *p, const char *well, const char *path)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->images[i].well, well) == 0 && strcmp(p->images[i].path_in_well, path) == 0)
+            return true;
+    return false;
+}
+
+static bool selected_acquisition(const struct plate *p, json_int_t id)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)id);
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->images[i].acquisition_id, num) == 0)
+            return true;
+    return false;
+}
+
+/* The attributes of the group at dir as they are (format 3: zarr.json's attributes). */
+static json_t *raw_attrs(const char *dir, int format)
+{
+    char *text;
+    size_t len;
+    struct errbuf e;
+    if (file_read_optional(dir, format == 3 ? "zarr.json" : ".zattrs", &text, &len, &e) < 0 ||
+        !text)
+        return NULL;
+    json_t *doc = json_loadb(text, len, 0, NULL);
+    free(text);
+    if (format != 3)
+        return doc;
+    json_t *a = json_incref(json_object_get(doc, "attributes"));
+    json_decref(doc);
+    return a;
+}
+
+int plate_new_files(const struct plate *p, struct plate_file **files, size_t *n, struct errbuf *err)
+{
+    *files = NULL;
+    *n = 0;
+    json_t *attrs = raw_attrs(p->dir, p->format);
+    json_t *pl = json_object_get(holder(attrs, p->format), "plate");
+    if (!json_is_object(pl)) {
+        json_decref(attrs);
+        return err_set(err, -EINVAL, "%s: the plate's metadata is gone", p->dir);
+    }
+    json_t *wells = json_array(), *acqs = json_object_get(pl, "acquisitions");
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(pl, "wells"), i, w)
+    {
+        const char *path = json_string_value(json_object_get(w, "path"));
+        for (size_t k = 0; path && k < p->nwells; k++)
+            if (strcmp(p->wells[k], path) == 0)
+                json_array_append(wells, w);
+    }
+    json_object_set_new(pl, "wells", wells);
+    if (json_is_array(acqs)) {
+        json_t *keep = json_array(), *a;
+        json_array_foreach(acqs, i, a)
+        {
+            if (selected_acquisition(p, json_integer_value(json_object_get(a, "id"))))
+                json_array_append(keep, a);
+        }
+        json_object_set_new(pl, "acquisitions", keep);
+    }
+    add_meta(files, n, p, "", attrs);
+    for (size_t k = 0; k < p->nwells; k++) {
+        char *row = xstrdup(p->wells[k]);
+        *strchr(row, '/') = '\0';
+        bool seen = false;
+        for (size_t j = 0; j < k; j++)
+            seen = seen ||
+                   (strncmp(p->wells[j], row, strlen(row)) == 0 && p->wells[j][strlen(row)] == '/');
+        if (!seen)
+            add_meta(files, n, p, row, NULL);
+        free(row);
+        char *wdir = path_join(p->dir, p->wells[k]);
+        json_t *wa = raw_attrs(wdir, p->format);
+        free(wdir);
+        json_t *well = json_object_get(holder(wa, p->format), "well");
+        if (!json_is_object(well)) { /* a missing well: listed in failed_images only */
+            json_decref(wa);
+            continue;
+        }
+        json_t *ims = json_array(), *im;
+        json_array_foreach(json_object_get(well, "images"), i, im)
+        {
+            const char *path = json_string_value(json_object_get(im, "path"));
+            if (path && selected_image(p, p->wells[k], path))
+                json_array_append(ims, im);
+        }
+        json_object_set_new(well, "images", ims);
+        add_meta(files, n, p, p->wells[k], wa);
+    }
+    return 0;
+}
+
+void plate_files_free(struct plate_file *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(files[i].path);
+        free(files[i].text);
+    }
+    free(files);
 }

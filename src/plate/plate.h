@@ -20,6 +20,7 @@ struct plate_image {
     char *acquisition_id; /* "0", or "" for an image without one */
     char *dir;            /* absolute path of the image group */
     size_t well_index;    /* in plate_wells */
+    int plate_format;     /* the plate's Zarr format */
     /* NULL, or why the image is failed from the start (its well's metadata is missing or
      * invalid): it is listed (a missing well counts as one image, path_in_well "") */
     char *error;
@@ -46,5 +47,20 @@ int plate_detect(const char *dir);
 int plate_open(const char *dir, const char *wells, int64_t acquisition, struct plate **out,
                struct errbuf *err);
 void plate_free(struct plate *p);
+
+/* A metadata file of the new plate of ome = true (docs/plates.md): its path relative to the
+ * plate ("B/03/.zattrs") and content. */
+struct plate_file {
+    char *path;
+    char *text;
+};
+/* The new plate's group files: the plate's (its `wells` narrowed to the wells with a selected
+ * image, `acquisitions` to the selected images' ids), each row's, and each selected well's
+ * (its `images` narrowed to the selected ones), in the plate's format, every other attribute
+ * kept. *files (malloc'd, *n of them; plate_files_free). 0 or -EINVAL (the plate's metadata
+ * went). */
+int plate_new_files(const struct plate *p, struct plate_file **files, size_t *n,
+                    struct errbuf *err);
+void plate_files_free(struct plate_file *files, size_t n);
 
 #endif

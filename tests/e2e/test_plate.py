@@ -337,3 +337,50 @@ def test_plate_channel_by_name(tmp_path, roifs_bin, version):
         with mounted(roifs_bin, single, mnt=tmp_path / "single") as m:
             assert (m.path / chunk).read_bytes() == got[p], p
     assert got["B/03/0"] != got["B/03/1"]
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_new_plate_of_computed_images(tmp_path, roifs_bin, version):
+    """`ome = true`: a new plate: the plate metadata with its wells and acquisitions narrowed to
+    the selection, each selected well's images narrowed likewise, each selected image the
+    computed OME-Zarr image of a single-image mount of it (every file but the provenance);
+    valid against the official plate, well and image schemas; a failed image's group gives
+    EIO."""
+    plate, images = make_plate(tmp_path, version, "fractal")
+    shutil.rmtree(images["C/05/0"] / "0")  # its level 0 is gone: the image fails
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache", acquisition=0)
+    text = config.read_text().replace("ome = labels", "ome = true\nlevels = 2")
+    config.write_text(text.replace("table_name = seg_table\n", "").replace("label_name = seg\n", ""))
+    with mounted(roifs_bin, config) as m:
+        pa = attrs(m.path, version)
+        validate(pa, version, "plate")
+        pl = pa["ome"]["plate"] if version == "0.5" else pa["plate"]
+        assert [w["path"] for w in pl["wells"]] == ["B/03", "C/05"]
+        assert [a["id"] for a in pl["acquisitions"]] == [0]
+        wa = attrs(m.path / "B/03", version)
+        validate(wa, version, "well")
+        well = wa["ome"]["well"] if version == "0.5" else wa["well"]
+        assert well["images"] == [{"path": "0", "acquisition": 0}]
+        assert sorted(os.listdir(m.path / "B")) == sorted(
+            ["03", ".zgroup" if version == "0.4" else "zarr.json"])
+        validate(attrs(m.path / "B/03/0", version), version, "image")
+        got = {f: (m.path / "B/03/0" / f).read_bytes() for f in files_of(m.path / "B/03/0")}
+        meta = ".zattrs" if version == "0.4" else "zarr.json"
+        with pytest.raises(OSError) as e:
+            (m.path / "C/05/0" / meta).read_bytes()
+        assert e.value.errno == errno.EIO
+        assert [f["path"] for f in m.status()["failed_images"]] == ["C/05/0"]
+        assert not (m.path / "B/03/1").exists()
+    single = write_config(tmp_path / "single.ini", {
+        "input": {"path": images["B/03/0"]},
+        "rois": {"grid": "16,16"},
+        "process": {"builtin": "label", "param.value": THRESHOLD, "threads": 2},
+        "output": {"ome": "true", "levels": 2, "dtype": "<u4",
+                   "format": 3 if version == "0.5" else 2},
+        "cache": {"dir": tmp_path / "c1"}})
+    with mounted(roifs_bin, single, mnt=tmp_path / "single") as m:
+        want = {f: (m.path / f).read_bytes() for f in files_of(m.path)
+                if not f.startswith(".roifs")}
+    assert sorted(got) == sorted(want)
+    for f in want:
+        assert without_provenance(got[f], f) == without_provenance(want[f], f), f
