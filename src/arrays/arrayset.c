@@ -208,6 +208,13 @@ void arrayset_close(struct arrayset *s)
     free(s);
 }
 
+struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start)
+{
+    if (s->plate)
+        return arrayset_plate_engine(s, i, start);
+    return s->arrays[i].engine;
+}
+
 size_t arrayset_count(const struct arrayset *s)
 {
     return s->n;
@@ -241,9 +248,15 @@ uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exa
     return otable_size(s->plate ? arrayset_plate_table(s, index) : s->table, file, exact);
 }
 
-void arrayset_table_request(const struct arrayset *s, uint64_t index,
-                            void (*cb)(void *ctx, int err), void *ctx)
+void arrayset_table_request(struct arrayset *s, uint64_t index, void (*cb)(void *ctx, int err),
+                            void *ctx)
 {
+    if (s->plate) { /* the image's engines, or every image's for the plate's table */
+        size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+        for (size_t j = 0; j < s->nimages; j++)
+            if (j == k || k == s->nimages)
+                arrayset_plate_start_image(s, j);
+    }
     if (s->plate && arrayset_plate_is_ptable(s, index))
         ptable_request(s->ptable, cb, ctx);
     else

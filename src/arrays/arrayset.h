@@ -32,6 +32,7 @@ struct array {
     struct engine_opts opts; /* its own */
     int level;               /* its pyramid level (0: the configured array) */
     bool level_k;            /* a plate: an image's configured array (its label image's level k) */
+    int image;               /* a plate: the image it belongs to (arrayset_engine starts it) */
 };
 
 struct arrayset;
@@ -50,6 +51,12 @@ void arrayset_stop(struct arrayset *s);
 /* Closes the caches and frees the derived arrays (after arrayset_stop); not the task. */
 void arrayset_close(struct arrayset *s);
 
+/* Array i's engine: a plate's images start their engines when first needed (start: now,
+ * with every array of the image; NULL when it cannot, the log saying why once), so that a
+ * plate's threads are those of the images read (docs/plates.md); without start, NULL for an
+ * image not started. One image: array i's engine. */
+struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start);
+
 size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);
 /* The presented tree; its chunk nodes name arrays by their index in the set. */
@@ -62,8 +69,8 @@ struct otable *arrayset_table(const struct arrayset *s);
  * image or the plate too): its size (exact, or an upper bound before it is made), a request
  * for its table as otable_request, and after one, a copy of its content (otable_copy). */
 uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact);
-void arrayset_table_request(const struct arrayset *s, uint64_t index,
-                            void (*cb)(void *ctx, int err), void *ctx);
+void arrayset_table_request(struct arrayset *s, uint64_t index, void (*cb)(void *ctx, int err),
+                            void *ctx);
 char *arrayset_table_copy(const struct arrayset *s, uint64_t index, size_t *len);
 /* The content of NS_GEN node index (NULL: a failed image's file, which fails with EIO) as it is now
  * (malloc'd; its length in *len). */

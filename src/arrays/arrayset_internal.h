@@ -4,6 +4,8 @@
 #ifndef ROIFS_ARRAYSET_INTERNAL_H
 #define ROIFS_ARRAYSET_INTERNAL_H
 
+#include <pthread.h>
+
 #include "arrayset.h"
 #include "otable.h"
 #include "overlay.h"
@@ -43,6 +45,8 @@ struct arrayset {
     size_t nimages;
     struct ptable *ptable;        /* table_name: the plate's table (MNT/tables/NAME) */
     struct ptable_image *pimages; /* its images */
+    pthread_mutex_t lazy;         /* a plate: images started when first needed */
+    bool started;                 /* arrayset_start was called */
     struct plate_file *new_files; /* ome = true: the new plate's group files */
     size_t nnew_files;
 };
@@ -57,6 +61,8 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
                         struct errbuf *err);
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
 int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
+struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);
+void arrayset_plate_start_image(struct arrayset *s, size_t k);
 void arrayset_stop_plate(struct arrayset *s);
 void arrayset_close_plate(struct arrayset *s);
 struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);

@@ -31,7 +31,8 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
         return;
     }
     im->first = s->n;
-    arrayset_push(s, (struct array){.task = im->task, .opts = *eo, .level_k = true});
+    arrayset_push(s,
+                  (struct array){.task = im->task, .opts = *eo, .level_k = true, .image = (int)k});
     if (im->task->cfg.ome_labels) {
         r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
     } else { /* ome = true: the computed image with its pyramid, as one image alone */
@@ -88,6 +89,7 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
     s->plate_task = t;
     s->nimages = t->plate->n;
     s->images = xcalloc(s->nimages, sizeof *s->images);
+    pthread_mutex_init(&s->lazy, NULL);
     for (size_t k = 0; k < s->nimages; k++) {
         s->images[k].pim = &t->plate->images[k];
         open_image(s, k, eo);
@@ -275,33 +277,78 @@ int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
     return 0;
 }
 
-int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
+/* Creates image k's engines (level k first, which the others read); s->lazy held. 0 or
+ * -errno with err set and none of them left. */
+static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *err)
 {
-    for (size_t k = 0; k < s->nimages; k++) {
-        struct set_image *im = &s->images[k];
-        if (im->error) {
-            log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
-            continue;
-        }
-        for (size_t i = im->first; i < im->first + im->n; i++) {
-            struct array *a = &s->arrays[i];
-            int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
-            if (r < 0) {
-                a->engine = NULL;
-                arrayset_stop_plate(s);
-                return r;
+    for (size_t i = im->first; i < im->first + im->n; i++) {
+        struct array *a = &s->arrays[i];
+        int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
+        if (r < 0) {
+            a->engine = NULL;
+            for (size_t j = i; j-- > im->first;) {
+                engine_destroy(s->arrays[j].engine);
+                s->arrays[j].engine = NULL;
             }
-            if (im->pyramid) /* before the next level's, which reads it */
-                pyramid_set_engine(im->pyramid, (int)(i - im->first), a->engine);
-            else if (i == im->first) /* before the other levels', which read it */
-                overlay_set_engine(im->overlay, a->engine);
+            if (im->pyramid)
+                for (size_t j = 0; j < im->n; j++)
+                    pyramid_set_engine(im->pyramid, (int)j, NULL);
+            else
+                overlay_set_engine(im->overlay, NULL);
+            return r;
+        }
+        if (im->pyramid) /* before the next level's, which reads it */
+            pyramid_set_engine(im->pyramid, (int)(i - im->first), a->engine);
+        else if (i == im->first) /* before the other levels', which read it */
+            overlay_set_engine(im->overlay, a->engine);
+    }
+    return 0;
+}
+
+void arrayset_plate_start_image(struct arrayset *s, size_t k)
+{
+    pthread_mutex_lock(&s->lazy);
+    struct set_image *im = &s->images[k];
+    if (s->started && !im->error && im->n && !s->arrays[im->first].engine) {
+        struct errbuf e = {{0}};
+        if (start_image(s, im, &e) < 0) {
+            im->error = xstrdup(e.msg);
+            log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
         }
     }
+    pthread_mutex_unlock(&s->lazy);
+}
+
+struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start)
+{
+    if (start)
+        arrayset_plate_start_image(s, (size_t)s->arrays[i].image);
+    pthread_mutex_lock(&s->lazy);
+    struct engine *e = s->arrays[i].engine;
+    pthread_mutex_unlock(&s->lazy);
+    return e;
+}
+
+/* No engine is created here: each image's start when it is first needed
+ * (arrayset_plate_engine), so that the threads are those of the images read. */
+int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
+{
+    (void)err;
+    for (size_t k = 0; k < s->nimages; k++)
+        if (s->images[k].error)
+            log_error("image %s of the plate failed: %s", s->images[k].pim->path_in_plate,
+                      s->images[k].error);
+    pthread_mutex_lock(&s->lazy);
+    s->started = true;
+    pthread_mutex_unlock(&s->lazy);
     return 0;
 }
 
 void arrayset_stop_plate(struct arrayset *s)
 {
+    pthread_mutex_lock(&s->lazy);
+    s->started = false;
+    pthread_mutex_unlock(&s->lazy);
     for (size_t k = s->nimages; k-- > 0;) {
         struct set_image *im = &s->images[k];
         for (size_t i = im->first + im->n; i-- > im->first;) {
@@ -322,6 +369,8 @@ void arrayset_close_plate(struct arrayset *s)
 {
     ptable_free(s->ptable);
     free(s->pimages);
+    if (s->images)
+        pthread_mutex_destroy(&s->lazy);
     plate_files_free(s->new_files, s->nnew_files);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
@@ -390,20 +439,32 @@ json_t *arrayset_plate_status(struct arrayset *s)
     json_object_set_new(doc, "rois", json_object());
     json_object_set_new(doc, "chunks", json_object());
     json_object_set_new(doc, "calls", json_integer(0));
-    size_t ready = 0, done = 0, nfailed = 0;
+    size_t ready = 0, done = 0, nfailed = 0, open = 0;
     for (size_t w = 0; w < s->plate->nwells; w++)
         json_object_set_new(wells, s->plate->wells[w], json_pack("{s:{}}", "rois"));
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         json_t *well = json_object_get(wells, im->pim->well);
-        if (im->error || !s->arrays[im->first].engine) {
+        struct engine *eng = im->error ? NULL : arrayset_plate_engine(s, im->first, false);
+        if (im->error) {
             nfailed++;
             json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
-                                                    "message", im->error ? im->error : "not open"));
+                                                    "message", im->error));
             continue;
         }
         ready++;
-        json_t *e = engine_status(s->arrays[im->first].engine);
+        if (!eng) { /* not read yet: its ROIs, none known computed until it is */
+            json_int_t n = (json_int_t)im->task->rois.n;
+            json_t *e =
+                json_pack("{s:{s:I, s:I, s:I, s:I, s:I}}", "rois", "total", n, "pending", n,
+                          "running", (json_int_t)0, "done", (json_int_t)0, "failed", (json_int_t)0);
+            add_counts(doc, e, "rois");
+            add_counts(well, e, "rois");
+            json_decref(e);
+            continue;
+        }
+        open++;
+        json_t *e = engine_status(eng);
         add_counts(doc, e, "rois");
         add_counts(doc, e, "chunks");
         add_counts(well, e, "rois");
@@ -424,9 +485,9 @@ json_t *arrayset_plate_status(struct arrayset *s)
     }
     json_object_set_new(doc, "errors", errors);
     json_object_set_new(doc, "images",
-                        json_pack("{s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages, "ready",
-                                  (json_int_t)ready, "done", (json_int_t)done, "failed",
-                                  (json_int_t)nfailed));
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages,
+                                  "ready", (json_int_t)ready, "done", (json_int_t)done, "failed",
+                                  (json_int_t)nfailed, "open", (json_int_t)open));
     json_object_set_new(doc, "failed_images", failed);
     json_object_set_new(doc, "wells", wells);
     return doc;

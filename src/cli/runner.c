@@ -208,7 +208,7 @@ static void wait_a_tick(struct run_state *st, double seconds)
  * progress shown is that of the set's first array. */
 static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, size_t limit)
 {
-    struct engine *e = arrayset_array(s, 0)->engine;
+    struct engine *e = arrayset_engine(s, 0, true);
     const struct run_spec *spec = st->spec;
     double tick = display.tty ? TICK_TTY : TICK_PLAIN, next_show = now_monotonic() + tick;
     size_t next = 0;
@@ -227,9 +227,10 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
         if (issue) {
             size_t k = next++;
             struct engine *le =
-                arrayset_array(s, spec->arrays ? (size_t)spec->arrays[k] : 0)->engine;
-            if (engine_chunk_has_failed_roi(le, spec->ids[k])) {
-                /* It would only run the failed ROI again: once per warm is enough. */
+                arrayset_engine(s, spec->arrays ? (size_t)spec->arrays[k] : 0, true);
+            if (!le || engine_chunk_has_failed_roi(le, spec->ids[k])) {
+                /* It would only run the failed ROI again: once per warm is enough (or its
+                 * image of a plate could not start, logged). */
                 pthread_mutex_lock(&st->lock);
                 st->inflight--;
                 st->done++;
@@ -281,7 +282,7 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
         return EXIT_RUNTIME;
     }
     const struct array *a0 = arrayset_array(s, 0);
-    struct engine *e = a0->engine;
+    struct engine *e = arrayset_engine(s, 0, true);
     display.tty = isatty(STDERR_FILENO);
     struct sigaction saved[NSTOP];
     catch_stop_signals(saved);

@@ -42,10 +42,11 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
 {
     uint64_t base, size;
     if (vt_attr(fs->vt, ino, &base, &size, made_ns) == 1)
-        return size; /* the version this inode serves: fixed while it is open */
-    bool known;
-    engine_chunk_size(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, &size, &known,
-                      made_ns);
+        return size;    /* the version this inode serves: fixed while it is open */
+    bool known = false; /* an image of a plate not read yet: not known either */
+    struct engine *e = arrayset_engine(fs->set, (size_t)n->array, false);
+    if (e)
+        engine_chunk_size(e, n->chunk, &size, &known, made_ns);
     if (known)
         return size;
     /* Not computed yet, and its encoded size depends on the data: an upper bound, which the

@@ -210,8 +210,12 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    engine_open_chunk(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, chunk_opened,
-                      po);
+    struct engine *e = arrayset_engine(fs->set, (size_t)n->array, true);
+    if (!e) { /* a plate's image whose engines could not start (logged) */
+        chunk_opened(po, -EIO, -1, 0);
+        return;
+    }
+    engine_open_chunk(e, n->chunk, chunk_opened, po);
 }
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */

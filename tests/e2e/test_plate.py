@@ -133,7 +133,7 @@ def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, la
     with mounted(roifs_bin, config) as m:
         st = m.status()
         assert st["images"] == {"total": len(images), "ready": len(images), "done": 0,
-                                "failed": 0}, st["images"]
+                                "failed": 0, "open": 0}, st["images"]
         assert list(st["wells"]) == list(LAYOUTS[layout])
         assert st["failed_images"] == []
         for rel in files_of(plate):  # read through, byte for byte (but the lists with seg)
@@ -384,3 +384,36 @@ def test_new_plate_of_computed_images(tmp_path, roifs_bin, version):
     assert sorted(got) == sorted(want)
     for f in want:
         assert without_provenance(got[f], f) == without_provenance(want[f], f), f
+
+
+def threads_of(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
+    """An image's engines (its compute threads) start when something of it is first read:
+    after the mount none is open and the daemon has the threads of no image; reading one
+    chunk of one image opens that image alone (status images.open, the daemon's threads grow
+    by that image's only); its table read opens no other."""
+    plate, images = make_plate(tmp_path, "0.4", "idr")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    with mounted(roifs_bin, config) as m:
+        st = m.status()
+        assert st["images"]["open"] == 0 and st["images"]["ready"] == 5, st["images"]
+        assert st["rois"]["total"] == 5 * 12 and st["rois"]["done"] == 0, st["rois"]
+        before = threads_of(m.proc.pid)
+        (m.path / "A/1/1/labels/seg/0/0.0").read_bytes()
+        st = m.status()
+        assert st["images"]["open"] == 1, st["images"]
+        grown = threads_of(m.proc.pid) - before
+        (m.path / "A/1/1/tables/seg_table/.zattrs").read_bytes()
+        (m.path / "A/1/1/tables/seg_table/obs/label/0").read_bytes()
+        assert m.status()["images"]["open"] == 1
+        mid = threads_of(m.proc.pid)
+        (m.path / "B/2/0/labels/seg/0/0.0").read_bytes()
+        assert m.status()["images"]["open"] == 2
+        # each image's levels' compute threads and pollers, started by its first read
+        assert grown > 0 and threads_of(m.proc.pid) - mid > 0, (before, grown)
