@@ -84,18 +84,18 @@ static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
  * the levels' (inside it) do not, and look at its registrations. */
 static int open_caches(struct arrayset *s, struct errbuf *err)
 {
+    if (s->plate) /* each image's when it starts (arrayset_plate.c) */
+        return 0;
     uint64_t version = 0;
     for (size_t i = 0; i < s->n; i++) {
         const struct task *t = s->arrays[i].task;
-        bool first = i == 0 || s->arrays[i].level_k; /* an image's configured array */
-        if (first)                                   /* every level serves that version */
+        bool first = i == 0; /* every level serves that version */
+        if (first)
             version = task_version(t);
         int r =
             cache_open(t->cache_dir, first ? t->cfg.path : NULL, version, &s->arrays[i].cache, err);
         if (r < 0)
             return r;
-        if (!s->arrays[i].cache) /* a failed image of a plate, or a plate's */
-            continue;
         if (t->reader)
             cache_keep_input_hashes(s->arrays[i].cache, t->reader);
     }

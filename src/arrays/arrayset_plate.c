@@ -279,8 +279,30 @@ int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 
 /* Creates image k's engines (level k first, which the others read); s->lazy held. 0 or
  * -errno with err set and none of them left. */
+/* Opens image k's caches (its label image's level k registers the configuration, the others
+ * do not), as arrayset_open does for one image; s->lazy held. */
+static int open_image_caches(struct arrayset *s, struct set_image *im, struct errbuf *err)
+{
+    uint64_t version = task_version(s->arrays[im->first].task);
+    for (size_t i = im->first; i < im->first + im->n; i++) {
+        struct array *a = &s->arrays[i];
+        if (a->cache)
+            continue;
+        int r = cache_open(a->task->cache_dir, i == im->first ? a->task->cfg.path : NULL, version,
+                           &a->cache, err);
+        if (r < 0)
+            return r;
+        if (a->task->reader)
+            cache_keep_input_hashes(a->cache, a->task->reader);
+    }
+    return 0;
+}
+
 static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *err)
 {
+    int r0 = open_image_caches(s, im, err);
+    if (r0 < 0)
+        return r0;
     for (size_t i = im->first; i < im->first + im->n; i++) {
         struct array *a = &s->arrays[i];
         int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
@@ -329,8 +351,8 @@ struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start)
     return e;
 }
 
-/* No engine is created here: each image's start when it is first needed
- * (arrayset_plate_engine), so that the threads are those of the images read. */
+/* No cache is opened and no engine created here: each image's when it is first needed
+ * (arrayset_plate_engine), so that the threads and open files are those of the images read. */
 int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
 {
     (void)err;

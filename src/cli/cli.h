@@ -71,6 +71,9 @@ int cli_clean_unused(const char *config);
 /* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t
  * (common.c). */
 int cli_refuse_unfinished_apply(const struct task *t);
+/* A command that does not take an HCS plate yet (docs/plates.md, Limits): EXIT_USAGE with a
+ * message when t is a plate's, else 0. */
+int cli_refuse_plate(const struct task *t, const char *what);
 
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
 void cli_format_duration(double seconds, char *buf, size_t n);

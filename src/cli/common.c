@@ -205,3 +205,12 @@ int cli_refuse_unfinished_apply(const struct task *t)
     }
     return 0;
 }
+
+int cli_refuse_plate(const struct task *t, const char *what)
+{
+    if (!t->plate)
+        return 0;
+    fprintf(stderr, "roifs: %s: %s does not take an HCS plate yet (docs/plates.md)\n", t->cfg.path,
+            what);
+    return EXIT_USAGE;
+}

@@ -106,6 +106,10 @@ int cmd_export(int argc, char **argv)
     if ((r = cli_load_task(o.operands[0], &t)))
         return r;
     log_open_stderr(false);
+    if (o.into && (r = cli_refuse_plate(t, "export --into"))) {
+        task_close(t);
+        return r;
+    }
     r = o.into ? export_into(t, &o) : export_dest(t, o.operands[1], o.threads);
     task_close(t);
     return r;

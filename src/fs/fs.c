@@ -694,7 +694,8 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
                  "may serve pages and sizes cached before them",
                  werr.msg);
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path, o->mountpoint,
-             a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
+             a0->task->rois.n, a0->opts.threads,
+             a0->cache ? cache_path(a0->cache) : "of each image of the plate, when it starts");
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(lc, 64);
     r = fuse_session_loop_mt(fs.se, lc);

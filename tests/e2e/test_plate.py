@@ -417,3 +417,31 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
         assert m.status()["images"]["open"] == 2
         # each image's levels' compute threads and pollers, started by its first read
         assert grown > 0 and threads_of(m.proc.pid) - mid > 0, (before, grown)
+
+
+def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
+    """`warm` computes every image of a plate (a mount then finds every ROI done and computes
+    nothing); `export` of an `ome = true` plate writes the new plate as the mount presents it;
+    the commands that do not take a plate yet refuse it (exit 2) instead of failing."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    r = run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with mounted(roifs_bin, config) as m:
+        for p in images:
+            (m.path / p / "labels/seg/0/0.0").read_bytes()
+        st = m.status()
+        assert st["rois"]["done"] == st["rois"]["total"] == 36 and st["calls"] == 0, st
+    new = tmp_path / "new.ini"
+    new.write_text(config.read_text().replace("ome = labels", "ome = true\nlevels = 2")
+                   .replace("table_name = seg_table\n", "").replace("label_name = seg\n", ""))
+    r = run_roifs(roifs_bin, "export", new, tmp_path / "out", timeout=60)
+    assert r.returncode == 0, r.stderr
+    with mounted(roifs_bin, new) as m:
+        for rel in files_of(m.path):
+            if not rel.startswith(".roifs"):
+                assert (tmp_path / "out" / rel).read_bytes() == (m.path / rel).read_bytes(), rel
+    for args in (("clean", config), ("clean", "--unused", config), ("apply", config),
+                 ("export", "--into", plate, config)):
+        r = run_roifs(roifs_bin, *args)
+        assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
