@@ -445,3 +445,24 @@ def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
                  ("export", "--into", plate, config)):
         r = run_roifs(roifs_bin, *args)
         assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
+
+
+def test_status_draws_the_plate(tmp_path, roifs_bin):
+    """`roifs status` of a plate mount: the image counts and a map of rows and columns with each
+    selected well's progress (ok, NN%, ., X for a failed image), then the failed images."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    shutil.rmtree(images["C/05/0"] / "0")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    with mounted(roifs_bin, config) as m:
+        for c in files_of(m.path / "B/03/0/labels/seg/0"):
+            (m.path / "B/03/0/labels/seg/0" / c).read_bytes()
+        r = run_roifs(roifs_bin, "status", m.path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(ln.startswith("images:  3 (2 ready, 1 open, 1 done, 1 failed) in 2 wells")
+               for ln in lines), r.stdout
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("plate:"))
+    assert lines[head + 1].split() == ["03", "05"], r.stdout
+    assert lines[head + 2].split() == ["B", "50%"], r.stdout
+    assert lines[head + 3].split() == ["C", "X"], r.stdout
+    assert any(ln.startswith("failed:  C/05/0: ") for ln in lines), r.stdout
