@@ -466,3 +466,34 @@ def test_status_draws_the_plate(tmp_path, roifs_bin):
     assert lines[head + 2].split() == ["B", "50%"], r.stdout
     assert lines[head + 3].split() == ["C", "X"], r.stdout
     assert any(ln.startswith("failed:  C/05/0: ") for ln in lines), r.stdout
+
+
+def test_warm_and_export_take_wells(tmp_path, roifs_bin):
+    """`warm --wells` computes only the images of those wells (a mount then computes nothing
+    for them, and does for the others); `export --wells` of an `ome = true` plate writes a
+    plate of those wells only; a well the configuration does not select, or --wells without a
+    plate, is refused (exit 2)."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    r = run_roifs(roifs_bin, "warm", "--wells", "C05", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with mounted(roifs_bin, config) as m:
+        (m.path / "C/05/0/labels/seg/0/0.0").read_bytes()
+        assert m.status()["calls"] == 0
+        (m.path / "B/03/0/labels/seg/0/0.0").read_bytes()
+        assert m.status()["calls"] > 0
+    new = tmp_path / "new.ini"
+    new.write_text(config.read_text().replace("ome = labels", "ome = true\nlevels = 1")
+                   .replace("table_name = seg_table\n", "").replace("label_name = seg\n", ""))
+    r = run_roifs(roifs_bin, "export", "--wells=B/03", new, tmp_path / "out", timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    assert [w["path"] for w in attrs(out, "0.4")["plate"]["wells"]] == ["B/03"]
+    assert (out / "B/03/1/0").is_dir() and not (out / "C").exists()
+    narrow = tmp_path / "narrow.ini"
+    narrow.write_text(config.read_text().replace("[input]\n", "[input]\nwells = B/03\n"))
+    r = run_roifs(roifs_bin, "warm", "--wells", "C/05", narrow)
+    assert r.returncode == 2 and "C/05 is not a well the configuration selects" in r.stderr, r
+    single = plate_config(tmp_path / "s.ini", images["B/03/0"], tmp_path / "c2")
+    r = run_roifs(roifs_bin, "warm", "--wells", "B/03", single)
+    assert r.returncode == 2 and "no HCS plate" in r.stderr, r.stderr
