@@ -124,6 +124,7 @@ struct config {
      * image when they are bare names */
     char *wells;
     int acquisition;
+    int images_open; /* [mount] images_open: a plate's images holding working state at once */
     /* [input] channel given as a name: matched against the image's omero.channels[].label,
      * then wavelength_id, by task_open (which sets channel); NULL for an index */
     char *channel_name;

@@ -400,6 +400,7 @@ static const struct key_spec keys[] = {
     {"cache", "dir", .set = set_path, .off = F(cache_dir)},
     {"cache", "max_size", .set = set_size, .off = F(max_size)},
     {"input", "wells", .set = set_str, .off = F(wells)},
+    {"mount", "images_open", .set = set_int, .off = F(images_open), .min = 1, .max = 1 << 20},
     {"input", "acquisition", .set = set_int, .off = F(acquisition), .min = 0, .max = INT_MAX},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])

@@ -215,6 +215,19 @@ struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start)
     return s->arrays[i].engine;
 }
 
+struct engine *arrayset_engine_get(struct arrayset *s, size_t i, bool start)
+{
+    if (s->plate)
+        return arrayset_plate_engine_get(s, i, start);
+    return s->arrays[i].engine;
+}
+
+void arrayset_engine_put(struct arrayset *s, size_t i)
+{
+    if (s->plate)
+        arrayset_plate_engine_put(s, i);
+}
+
 size_t arrayset_count(const struct arrayset *s)
 {
     return s->n;
@@ -251,11 +264,9 @@ uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exa
 void arrayset_table_request(struct arrayset *s, uint64_t index, void (*cb)(void *ctx, int err),
                             void *ctx)
 {
-    if (s->plate) { /* the image's engines, or every image's for the plate's table */
-        size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
-        for (size_t j = 0; j < s->nimages; j++)
-            if (j == k || k == s->nimages)
-                arrayset_plate_start_image(s, j);
+    if (s->plate) { /* the image's engines, or every image's for the plate's table, held */
+        arrayset_plate_table_request(s, index, cb, ctx);
+        return;
     }
     if (s->plate && arrayset_plate_is_ptable(s, index))
         ptable_request(s->ptable, cb, ctx);

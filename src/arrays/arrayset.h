@@ -56,6 +56,12 @@ void arrayset_close(struct arrayset *s);
  * plate's threads are those of the images read (docs/plates.md); without start, NULL for an
  * image not started. One image: array i's engine. */
 struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start);
+/* arrayset_engine(s, i, start) held until arrayset_engine_put: a plate's image is not closed
+ * ([mount] images_open: the least recently used idle image is, when another starts) while
+ * anyone holds one of its engines. NULL (nothing held) when it is not started (without
+ * start) or cannot start. */
+struct engine *arrayset_engine_get(struct arrayset *s, size_t i, bool start);
+void arrayset_engine_put(struct arrayset *s, size_t i);
 
 size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);

@@ -27,6 +27,8 @@ struct set_image {
     struct otable *table;
     struct pyramid *pyramid; /* ome = true: its computed image's levels */
     size_t first, n;         /* its arrays in the set */
+    size_t uses;             /* holders of its engines (arrayset_engine_get) */
+    uint64_t last_use;       /* when it was last got, in s->clock ticks */
     char *error;             /* why it failed, or NULL */
 };
 
@@ -47,6 +49,8 @@ struct arrayset {
     struct ptable_image *pimages; /* its images */
     pthread_mutex_t lazy;         /* a plate: images started when first needed */
     bool started;                 /* arrayset_start was called */
+    size_t nopen;                 /* images whose engines exist */
+    uint64_t clock;               /* ticks of arrayset_engine_get */
     struct plate_file *new_files; /* ome = true: the new plate's group files */
     size_t nnew_files;
 };
@@ -62,7 +66,10 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
 int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
 struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);
-void arrayset_plate_start_image(struct arrayset *s, size_t k);
+struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start);
+void arrayset_plate_engine_put(struct arrayset *s, size_t i);
+void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
+                                  void (*cb)(void *ctx, int err), void *ctx);
 void arrayset_stop_plate(struct arrayset *s);
 void arrayset_close_plate(struct arrayset *s);
 struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);

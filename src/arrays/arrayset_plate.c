@@ -327,28 +327,135 @@ static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *
     return 0;
 }
 
-void arrayset_plate_start_image(struct arrayset *s, size_t k)
+/* Destroys image im's engines (the levels reading level k first) and closes its caches (their
+ * directories stay); s->lazy held, nobody holding them. */
+static void close_image(struct arrayset *s, struct set_image *im)
 {
-    pthread_mutex_lock(&s->lazy);
-    struct set_image *im = &s->images[k];
-    if (s->started && !im->error && im->n && !s->arrays[im->first].engine) {
-        struct errbuf e = {{0}};
-        if (start_image(s, im, &e) < 0) {
-            im->error = xstrdup(e.msg);
-            log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
-        }
+    for (size_t i = im->first + im->n; i-- > im->first;) {
+        struct array *a = &s->arrays[i];
+        if (a->engine)
+            engine_destroy(a->engine);
+        a->engine = NULL;
+        if (im->pyramid)
+            pyramid_set_engine(im->pyramid, (int)(i - im->first), NULL);
+        else if (i == im->first)
+            overlay_set_engine(im->overlay, NULL);
+        cache_close(a->cache);
+        a->cache = NULL;
     }
-    pthread_mutex_unlock(&s->lazy);
+    s->nopen--;
+}
+
+/* [mount] images_open: while as many images are open, the least recently used one that nobody
+ * holds is closed (none: the bound is exceeded until one is let go). s->lazy held. */
+static void make_room(struct arrayset *s)
+{
+    size_t bound = (size_t)s->plate_task->cfg.images_open;
+    while (s->nopen >= bound) {
+        struct set_image *lru = NULL;
+        for (size_t k = 0; k < s->nimages; k++) {
+            struct set_image *im = &s->images[k];
+            if (im->n && s->arrays[im->first].engine && im->uses == 0 &&
+                (!lru || im->last_use < lru->last_use))
+                lru = im;
+        }
+        if (!lru)
+            return;
+        close_image(s, lru);
+    }
+}
+
+/* Image k's engines, started (and room made for them) when they do not exist; s->lazy held. */
+static void start_locked(struct arrayset *s, size_t k)
+{
+    struct set_image *im = &s->images[k];
+    if (!s->started || im->error || !im->n || s->arrays[im->first].engine)
+        return;
+    make_room(s);
+    struct errbuf e = {{0}};
+    if (start_image(s, im, &e) < 0) {
+        im->error = xstrdup(e.msg);
+        log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
+        return;
+    }
+    s->nopen++;
 }
 
 struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start)
 {
-    if (start)
-        arrayset_plate_start_image(s, (size_t)s->arrays[i].image);
     pthread_mutex_lock(&s->lazy);
+    if (start)
+        start_locked(s, (size_t)s->arrays[i].image);
     struct engine *e = s->arrays[i].engine;
     pthread_mutex_unlock(&s->lazy);
     return e;
+}
+
+struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start)
+{
+    pthread_mutex_lock(&s->lazy);
+    struct set_image *im = &s->images[s->arrays[i].image];
+    if (start)
+        start_locked(s, (size_t)s->arrays[i].image);
+    struct engine *e = s->arrays[i].engine;
+    if (e) {
+        im->uses++;
+        im->last_use = ++s->clock;
+    }
+    pthread_mutex_unlock(&s->lazy);
+    return e;
+}
+
+void arrayset_plate_engine_put(struct arrayset *s, size_t i)
+{
+    pthread_mutex_lock(&s->lazy);
+    s->images[s->arrays[i].image].uses--;
+    pthread_mutex_unlock(&s->lazy);
+}
+
+/* A table request holding the images it needs until it is answered. */
+struct held_request {
+    struct arrayset *s;
+    void (*cb)(void *ctx, int err);
+    void *ctx;
+    size_t *arrays, n; /* each held image's first array */
+};
+
+static void held_answered(void *ctx, int err)
+{
+    struct held_request *h = ctx;
+    h->cb(h->ctx, err);
+    for (size_t j = 0; j < h->n; j++)
+        arrayset_plate_engine_put(h->s, h->arrays[j]);
+    free(h->arrays);
+    free(h);
+}
+
+void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
+                                  void (*cb)(void *ctx, int err), void *ctx)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    struct held_request *h = xcalloc(1, sizeof *h);
+    *h = (struct held_request){.s = s, .cb = cb, .ctx = ctx};
+    h->arrays = xcalloc(s->nimages + 1, sizeof *h->arrays);
+    bool failed = false;
+    for (size_t j = 0; j < s->nimages; j++) { /* the image's, or every image's for the plate's */
+        struct set_image *im = &s->images[j];
+        if ((j != k && k != s->nimages) || im->error || !im->n)
+            continue;
+        if (arrayset_plate_engine_get(s, im->first, true))
+            h->arrays[h->n++] = im->first;
+        else
+            failed = failed || j == k;
+    }
+    if (failed) { /* the image could not start (logged) */
+        held_answered(h, -EIO);
+        return;
+    }
+    if (k == s->nimages)
+        ptable_request(s->ptable, held_answered, h);
+    else
+        otable_request(s->images[k].table, held_answered, h);
 }
 
 /* No cache is opened and no engine created here: each image's when it is first needed
@@ -370,6 +477,7 @@ void arrayset_stop_plate(struct arrayset *s)
 {
     pthread_mutex_lock(&s->lazy);
     s->started = false;
+    s->nopen = 0;
     pthread_mutex_unlock(&s->lazy);
     for (size_t k = s->nimages; k-- > 0;) {
         struct set_image *im = &s->images[k];
@@ -467,7 +575,11 @@ json_t *arrayset_plate_status(struct arrayset *s)
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         json_t *well = json_object_get(wells, im->pim->well);
-        struct engine *eng = im->error ? NULL : arrayset_plate_engine(s, im->first, false);
+        struct engine *eng = NULL; /* held while its status is read: not closed meanwhile */
+        pthread_mutex_lock(&s->lazy);
+        if (!im->error && im->n && (eng = s->arrays[im->first].engine))
+            im->uses++;
+        pthread_mutex_unlock(&s->lazy);
         if (im->error) {
             nfailed++;
             json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
@@ -504,6 +616,7 @@ json_t *arrayset_plate_status(struct arrayset *s)
             json_array_append_new(errors, c);
         }
         json_decref(e);
+        arrayset_plate_engine_put(s, im->first);
     }
     json_object_set_new(doc, "errors", errors);
     json_object_set_new(doc, "images",

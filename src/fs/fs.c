@@ -44,9 +44,11 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
     if (vt_attr(fs->vt, ino, &base, &size, made_ns) == 1)
         return size;    /* the version this inode serves: fixed while it is open */
     bool known = false; /* an image of a plate not read yet: not known either */
-    struct engine *e = arrayset_engine(fs->set, (size_t)n->array, false);
-    if (e)
+    struct engine *e = arrayset_engine_get(fs->set, (size_t)n->array, false);
+    if (e) {
         engine_chunk_size(e, n->chunk, &size, &known, made_ns);
+        arrayset_engine_put(fs->set, (size_t)n->array);
+    }
     if (known)
         return size;
     /* Not computed yet, and its encoded size depends on the data: an upper bound, which the

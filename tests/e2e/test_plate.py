@@ -497,3 +497,31 @@ def test_warm_and_export_take_wells(tmp_path, roifs_bin):
     single = plate_config(tmp_path / "s.ini", images["B/03/0"], tmp_path / "c2")
     r = run_roifs(roifs_bin, "warm", "--wells", "B/03", single)
     assert r.returncode == 2 and "no HCS plate" in r.stderr, r.stderr
+
+
+def test_images_open_bounds_the_open_images(tmp_path, roifs_bin):
+    """`[mount] images_open = 2`: reading the five images of a plate one after another keeps
+    at most two open (the least recently used idle one is closed when another starts; its
+    cache stays): the daemon's threads stay those of two images, an image read again after it
+    was closed gives the same bytes without computing anything again, and every ROI ran once
+    (calls)."""
+    plate, images = make_plate(tmp_path, "0.4", "idr")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    config.write_text(config.read_text() + "\n[mount]\nimages_open = 2\n")
+    order = list(images)
+    with mounted(roifs_bin, config) as m:
+        first, threads = {}, []
+        for p in order:
+            first[p] = [(m.path / p / "labels/seg/0" / c).read_bytes()
+                        for c in ("0.0", "1.1", "2.2")]
+            st = m.status()
+            assert st["images"]["open"] <= 2, st["images"]
+            threads.append(threads_of(m.proc.pid))
+        assert max(threads[1:]) == threads[1], threads  # two images' worth, never more
+        calls = m.status()["calls"]
+        for p in order:
+            again = [(m.path / p / "labels/seg/0" / c).read_bytes()
+                     for c in ("0.0", "1.1", "2.2")]
+            assert again == first[p], p
+        st = m.status()
+        assert st["images"]["open"] <= 2 and st["calls"] == calls > 0, st
