@@ -517,7 +517,8 @@ def test_images_open_bounds_the_open_images(tmp_path, roifs_bin):
             st = m.status()
             assert st["images"]["open"] <= 2, st["images"]
             threads.append(threads_of(m.proc.pid))
-        assert max(threads[1:]) == threads[1], threads  # two images' worth, never more
+        # two images' worth, never a third (a few FUSE worker threads may come and go)
+        assert max(threads) - threads[1] < threads[1] - threads[0], threads
         calls = m.status()["calls"]
         for p in order:
             again = [(m.path / p / "labels/seg/0" / c).read_bytes()
