@@ -42,6 +42,8 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
                 s, (struct array){.task = pyramid_level(im->pyramid, l), .opts = *eo, .level = l});
     }
     im->n = s->n - im->first;
+    for (size_t i = im->first; i < s->n; i++) /* its label image's other levels too */
+        s->arrays[i].image = (int)k;
     if (r < 0) { /* nothing of it is presented: its arrays are dropped */
         otable_free(im->table);
         overlay_free(im->overlay);

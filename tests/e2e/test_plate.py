@@ -528,3 +528,54 @@ def test_images_open_bounds_the_open_images(tmp_path, roifs_bin):
             assert again == first[p], p
         st = m.status()
         assert st["images"]["open"] <= 2 and st["calls"] == calls > 0, st
+
+
+@pytest.mark.parametrize("flavour", ["ngio", "csv"])
+def test_plate_of_masked_images(tmp_path, roifs_bin, flavour):
+    """A plate of test_masks.py's images (a label image and an ngio masking ROI table each,
+    AnnData or csv): `[rois] table = NAME` is each image's table and its region.path each
+    image's label image, so each image's labels/NAME equal a single-image mount of it."""
+    from test_masks import ROIS, SCALE, label_image, table_rows, write_image, write_label_image, \
+        write_table
+    plate = tmp_path / "plate.zarr"
+    write_group(plate, "0.4", {"plate": {
+        "version": "0.4", "rows": [{"name": "A"}], "columns": [{"name": "1"}, {"name": "2"}],
+        "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0},
+                  {"path": "A/2", "rowIndex": 0, "columnIndex": 1}]}})
+    write_group(plate / "A", "0.4", None)
+    imgs = []
+    for i, w in enumerate(("A/1", "A/2")):
+        write_group(plate / w, "0.4", {"well": {"version": "0.4", "images": [{"path": "0"}]}})
+        img = plate / w / "0"
+        data = np.random.default_rng(20 + i).integers(0, 1000, (128, 160)).astype("<u2")
+        write_image(img, data)
+        write_label_image(img, "org", [label_image((128, 160), seed=30 + i),
+                                       label_image((64, 80), seed=40 + i)], [1, 2])
+        write_table(img, "org_ROI_table", table_rows(ROIS, (SCALE[0] * 2, SCALE[1] * 2)),
+                    flavour, "../labels/org")
+        imgs.append(img)
+
+    def cfg(path, inp, table, cache):
+        return write_config(path, {
+            "input": {"path": inp, "level": 1},
+            "rois": {"table": table},
+            "process": {"builtin": "label", "param.value": 500, "threads": 2},
+            "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+            "cache": {"dir": cache}})
+    got = {}
+    with mounted(roifs_bin, cfg(tmp_path / "p.ini", plate, "org_ROI_table",
+                                tmp_path / "cache")) as m:
+        assert m.status()["failed_images"] == []
+        for img in imgs:
+            rel = img.relative_to(plate)
+            got[rel] = {f: (m.path / rel / f).read_bytes() for f in added_files(m.path / rel)}
+    for img in imgs:
+        rel = img.relative_to(plate)
+        one = cfg(tmp_path / "one.ini", img, img / "tables/org_ROI_table",
+                  tmp_path / f"c-{rel.parent.name}")
+        with mounted(roifs_bin, one, mnt=tmp_path / "single") as m:
+            want = {f: (m.path / f).read_bytes() for f in added_files(m.path)}
+        assert sorted(want) == sorted(got[rel]) and want, rel
+        for f in want:
+            assert without_provenance(got[rel][f], f) == without_provenance(want[f], f), f
+    assert got[Path("A/1/0")]["labels/seg/1/0.0"] != got[Path("A/2/0")]["labels/seg/1/0.0"]
