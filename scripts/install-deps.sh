@@ -5,6 +5,7 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
       libjansson-dev libzstd-dev zlib1g-dev libxxhash-dev
       python3 python3-numpy python3-zarr python3-numcodecs python3-dask python3-pytest
       python3-scipy python3-anndata python3-xarray python3-skimage
+      python3-jsonschema        # tests/e2e/test_plate.py: the official NGFF schemas
       clang libclang-rt-14-dev  # these two: fuzz/run.sh (libFuzzer and its sanitizers)
       xxhash                    # xxh128sum: the hashes of provenance attributes, checked
       zip unzip rsync nginx     # readers of tests/e2e/test_size_contract.py (which starts its

@@ -314,6 +314,8 @@ static void set_defaults(struct config *cfg)
     cfg->remote_revalidate = 60;
     cfg->label_block = 65536;
     cfg->stitch_iou = 0.5;
+    cfg->acquisition = -1;
+    cfg->images_open = 32;
 }
 
 static void resolve_defaults(struct config *cfg)
@@ -447,6 +449,10 @@ void config_free(struct config *cfg)
     free(cfg->mask);
     free(cfg->ca_file);
     free(cfg->headers_file);
+    free(cfg->wells);
+    free(cfg->channel_name);
+    free(cfg->rois_table_arg);
+    free(cfg->mask_arg);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

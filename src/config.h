@@ -138,6 +138,17 @@ struct config {
     char *cache_dir; /* absolute, or NULL for the default location */
     uint64_t max_size;
 
+    /* HCS plates (docs/plates.md): [input] wells (as written, NULL: every well), acquisition
+     * (-1: every image); [rois] table and mask as written, which a plate resolves inside each
+     * image when they are bare names */
+    char *wells;
+    int acquisition;
+    int images_open; /* [mount] images_open: a plate's images holding working state at once */
+    /* [input] channel given as a name: matched against the image's omero.channels[].label,
+     * then wavelength_id, by task_open (which sets channel); NULL for an index */
+    char *channel_name;
+    char *rois_table_arg, *mask_arg;
+
     /* Where each key was set: "section.key" -> line (private to config.c). */
     struct config_lines *lines;
 };

@@ -127,6 +127,48 @@ static int set_table(struct loader *ld, const struct key_spec *k, const char *v)
     return r;
 }
 
+static int set_int(struct loader *ld, const struct key_spec *k, const char *v);
+
+/* [input] channel: an index, or a name of the image's omero.channels (docs/plates.md). */
+static int set_channel(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    bool digits = *v != '\0';
+    for (const char *c = v; *c; c++)
+        digits = digits && *c >= '0' && *c <= '9';
+    if (digits || !*v || *v == '-' || *v == '+')
+        return set_int(ld, k, v);
+    free(ld->cfg->channel_name);
+    ld->cfg->channel_name = xstrdup(v);
+    return 0;
+}
+
+/* [rois] table and mask: the path, and the value as written (a plate resolves a bare name
+ * inside each image, docs/plates.md). */
+static int set_path_kept(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    int r = set_path(ld, k, v);
+    if (r < 0)
+        return r;
+    char **arg = field(ld, k->off == offsetof(struct config, mask)
+                               ? offsetof(struct config, mask_arg)
+                               : offsetof(struct config, rois_table_arg));
+    free(*arg);
+    *arg = xstrdup(v);
+    return 0;
+}
+
+/* [rois] table: set_table's value, and the value as written for a plate (set_path_kept). */
+static int set_table_kept(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    int r = set_table(ld, k, v);
+    if (r < 0)
+        return r;
+    char **arg = field(ld, offsetof(struct config, rois_table_arg));
+    free(*arg);
+    *arg = xstrdup(v);
+    return 0;
+}
+
 static int set_int(struct loader *ld, const struct key_spec *k, const char *v)
 {
     int64_t x;
@@ -354,7 +396,7 @@ static const struct key_spec keys[] = {
     {"input", "level", .set = set_int, .off = F(level), .min = 0, .max = INT_MAX},
     {"input", "watch", .set = set_bool, .off = F(watch)},
     {"input", "verify", .set = set_choice_int, .off = F(verify), .choices = "identity|content"},
-    {"input", "channel", .set = set_int, .off = F(channel), .min = 0, .max = INT_MAX},
+    {"input", "channel", .set = set_channel, .off = F(channel), .min = 0, .max = INT_MAX},
     {"input", "connections", .set = set_int, .off = F(remote_connections), .min = 1, .max = 256},
     {"input", "retries", .set = set_int, .off = F(remote_retries), .min = 0, .max = 100},
     {"input", "request_timeout", .set = set_int, .off = F(remote_timeout), .min = 1, .max = 86400},
@@ -364,11 +406,11 @@ static const struct key_spec keys[] = {
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},
-    {"rois", "table", .set = set_table, .off = F(rois_table), .group = GROUP_ROIS,
+    {"rois", "table", .set = set_table_kept, .off = F(rois_table), .group = GROUP_ROIS,
      .kind = ROIS_TABLE},
     {"rois", "halo", .set = set_list, .off = F(halo), .off_n = F(halo_ndim), .min = 0},
     {"rois", "rounding", .set = set_choice_int, .off = F(rounding), .choices = "fractal|ngio"},
-    {"rois", "mask", .set = set_path, .off = F(mask)},
+    {"rois", "mask", .set = set_path_kept, .off = F(mask)},
     {"rois", "mask_input", .set = set_choice_int, .off = F(mask_input), .choices = "zero|keep"},
     {"process", "builtin", .set = set_str, .off = F(proc_value), .group = GROUP_PROC,
      .kind = PROC_BUILTIN},
@@ -431,6 +473,9 @@ static const struct key_spec keys[] = {
     {"measure", "table_name", .set = set_name, .off = F(measure_table_name)},
     {"measure", "table_format", .set = set_choice_int, .off = F(measure_table_format),
      .choices = "anndata|csv"},
+    {"input", "wells", .set = set_str, .off = F(wells)},
+    {"mount", "images_open", .set = set_int, .off = F(images_open), .min = 1, .max = 1 << 20},
+    {"input", "acquisition", .set = set_int, .off = F(acquisition), .min = 0, .max = INT_MAX},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

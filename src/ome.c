@@ -328,3 +328,28 @@ int ome_group_attrs(const char *dir, json_t **attrs, json_t **ms, struct errbuf 
     }
     return 0;
 }
+
+int ome_channel_index(const char *group, const char *name, int *index, struct errbuf *err)
+{
+    bool is_array;
+    json_t *attrs;
+    int r = node_attrs(group, &is_array, &attrs, err);
+    if (r < 0)
+        return r;
+    json_t *omero = json_object_get(attrs, "omero");
+    if (!omero)
+        omero = json_object_get(json_object_get(attrs, "ome"), "omero");
+    json_t *chs = json_object_get(omero, "channels");
+    r = err_set(err, -EINVAL, "no channel \"%s\" in the omero.channels of %s", name, group);
+    const char *keys[2] = {"label", "wavelength_id"};
+    for (int k = 0; k < 2 && r < 0; k++)
+        for (size_t i = 0; i < json_array_size(chs) && r < 0; i++) {
+            const char *v = json_string_value(json_object_get(json_array_get(chs, i), keys[k]));
+            if (v && strcmp(v, name) == 0) {
+                *index = (int)i;
+                r = 0;
+            }
+        }
+    json_decref(attrs);
+    return r;
+}

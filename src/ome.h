@@ -26,6 +26,9 @@ struct ome_image {
  * left for the array reader to refuse (array_path = path). 0 or -EINVAL with a message. */
 int ome_resolve(const char *path, int level, struct ome_image *img, struct errbuf *err);
 void ome_image_free(struct ome_image *img);
+/* The index of the channel called name in the image group's omero.channels: the first whose
+ * "label" is name, else the first whose "wavelength_id" is. 0, or -EINVAL saying why. */
+int ome_channel_index(const char *group, const char *name, int *index, struct errbuf *err);
 
 /* The OME-NGFF "axes" of an image of ndim dimensions made from img: img's axes when they
  * describe ndim dimensions (string axes become objects; a missing "type" is inferred from

@@ -466,6 +466,158 @@ int table_encode_features(const struct table_spec *spec, const uint64_t *labels,
     return 0;
 }
 
+/* ---- concatenated tables ---- */
+
+struct flat {
+    struct table_row *rows;
+    size_t n;
+    char **index;
+    const char ***text; /* text[c][row], borrowed */
+};
+
+static void flat_free(struct flat *f, size_t ntext)
+{
+    for (size_t i = 0; i < f->n; i++)
+        free(f->index[i]);
+    for (size_t c = 0; c < ntext; c++)
+        free(f->text[c]);
+    free(f->text);
+    free(f->index);
+    free(f->rows);
+}
+
+/* The parts' rows one after another, each part's sorted by label and checked. */
+static int flatten(const struct table_concat *c, const struct table_part *parts, size_t nparts,
+                   struct flat *f, struct errbuf *err)
+{
+    size_t total = 0;
+    for (size_t p = 0; p < nparts; p++)
+        total += parts[p].n;
+    if (total > TABLE_MAX_ROWS)
+        return err_set(err, -EFBIG, "table: %zu rows (at most %zu)", total, TABLE_MAX_ROWS);
+    f->rows = xmalloc((total ? total : 1) * sizeof *f->rows);
+    f->index = xmalloc((total ? total : 1) * sizeof *f->index);
+    f->text = xcalloc(c->ntext ? c->ntext : 1, sizeof *f->text);
+    for (size_t k = 0; k < c->ntext; k++)
+        f->text[k] = xmalloc((total ? total : 1) * sizeof **f->text);
+    f->n = 0;
+    for (size_t p = 0; p < nparts; p++) {
+        int r = check_rows(parts[p].rows, parts[p].n, err);
+        if (r < 0)
+            return err_prefix(err, r, "%s: ", parts[p].prefix);
+        struct table_row *dst = f->rows + f->n;
+        if (parts[p].n)
+            memcpy(dst, parts[p].rows, parts[p].n * sizeof *dst);
+        qsort(dst, parts[p].n, sizeof *dst, by_label);
+        for (size_t i = 0; i < parts[p].n; i++) {
+            if (i && dst[i].label == dst[i - 1].label)
+                return err_set(err, -EINVAL, "%s: label %" PRIu64 " has two rows", parts[p].prefix,
+                               dst[i].label);
+            f->index[f->n] = xasprintf("%s:%" PRIu64, parts[p].prefix, dst[i].label);
+            for (size_t k = 0; k < c->ntext; k++)
+                f->text[k][f->n] = parts[p].text[k];
+            f->n++;
+        }
+    }
+    return 0;
+}
+
+static json_t *concat_attrs(const struct table_spec *spec)
+{
+    json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "roi_table", "table_version", "1",
+                          "instance_key", "label", "index_key", "index", "index_type", "str");
+    json_object_set_new(a, "backend", json_string(spec->backend == TABLE_CSV ? "csv" : "anndata"));
+    if (spec->backend == TABLE_ANNDATA) {
+        json_object_set_new(a, "encoding-type", json_string("anndata"));
+        json_object_set_new(a, "encoding-version", json_string("0.1.0"));
+    }
+    return a;
+}
+
+static void encode_concat_anndata(struct flist *fl, const struct table_spec *spec,
+                                  const struct table_concat *c, const struct flat *f)
+{
+    int format = spec->zarr_format;
+    add_group(fl, format, "", concat_attrs(spec));
+    size_t len;
+    unsigned char *x = x_chunk(f->rows, f->n, &len);
+    uint64_t xshape[2] = {f->n, NCOLS};
+    add_array(fl, format, "X", ELEM_F32, 2, xshape, encoding("array", "0.2.0"), x, len);
+    json_t *obs = dataframe_attrs("label");
+    json_t *order = json_object_get(obs, "column-order");
+    for (size_t k = 0; k < c->ntext; k++)
+        json_array_append_new(order, json_string(c->text_names[k]));
+    add_group(fl, format, "obs", obs);
+    add_string_array(fl, format, "obs/_index", (const char *const *)f->index, f->n);
+    bool big = false;
+    for (size_t i = 0; i < f->n; i++)
+        big = big || f->rows[i].label > INT64_MAX;
+    uint64_t *ids = xmalloc((f->n ? f->n : 1) * sizeof *ids);
+    for (size_t i = 0; i < f->n; i++)
+        ids[i] = f->rows[i].label;
+    unsigned char *chunk = label_chunk(ids, f->n, &len);
+    free(ids);
+    uint64_t shape[1] = {f->n};
+    add_array(fl, format, "obs/label", big ? ELEM_U64 : ELEM_I64, 1, shape,
+              encoding("array", "0.2.0"), chunk, len);
+    for (size_t k = 0; k < c->ntext; k++) {
+        char *dir = xasprintf("obs/%s", c->text_names[k]);
+        add_string_array(fl, format, dir, f->text[k], f->n);
+        free(dir);
+    }
+    add_group(fl, format, "var", dataframe_attrs(NULL));
+    add_string_array(fl, format, "var/_index", column_names, NCOLS);
+    static const char *const mappings[] = {"layers", "obsm", "obsp", "uns", "varm", "varp"};
+    for (size_t i = 0; i < sizeof mappings / sizeof *mappings; i++)
+        add_group(fl, format, mappings[i], encoding("dict", "0.1.0"));
+}
+
+static void encode_concat_csv(struct flist *fl, const struct table_spec *spec,
+                              const struct table_concat *c, const struct flat *f)
+{
+    add_group(fl, spec->zarr_format, "", concat_attrs(spec));
+    struct strbuf sb = {0};
+    sb_printf(&sb, "index,label");
+    for (int k = 0; k < NCOLS; k++)
+        sb_printf(&sb, ",%s", column_names[k]);
+    for (size_t k = 0; k < c->ntext; k++)
+        sb_printf(&sb, ",%s", c->text_names[k]);
+    sb_append(&sb, "\n", 1);
+    for (size_t i = 0; i < f->n; i++) {
+        sb_printf(&sb, "%s,%" PRIu64, f->index[i], f->rows[i].label);
+        for (int k = 0; k < NCOLS; k++) {
+            sb_append(&sb, ",", 1);
+            put_double(&sb, row_value(&f->rows[i], k));
+        }
+        for (size_t k = 0; k < c->ntext; k++)
+            sb_printf(&sb, ",%s", f->text[k][i]);
+        sb_append(&sb, "\n", 1);
+    }
+    add_file(fl, "", "table.csv", sb.buf, sb.len);
+}
+
+int table_encode_concat(const struct table_spec *spec, const struct table_concat *c,
+                        const struct table_part *parts, size_t nparts, struct table_files *out,
+                        struct errbuf *err)
+{
+    if (spec->zarr_format != 2 && spec->zarr_format != 3)
+        return err_set(err, -EINVAL, "table: Zarr format %d (expected 2 or 3)", spec->zarr_format);
+    struct flat f = {0};
+    int r = flatten(c, parts, nparts, &f, err);
+    if (r == 0) {
+        struct flist fl = {0};
+        if (spec->backend == TABLE_CSV)
+            encode_concat_csv(&fl, spec, c, &f);
+        else
+            encode_concat_anndata(&fl, spec, c, &f);
+        qsort(fl.v, fl.n, sizeof *fl.v, by_path);
+        out->v = fl.v;
+        out->n = fl.n;
+    }
+    flat_free(&f, c->ntext);
+    return r;
+}
+
 const struct table_file *table_files_find(const struct table_files *f, const char *path)
 {
     struct table_file key = {.path = (char *)path};

@@ -58,6 +58,26 @@ int table_encode(const struct table_spec *spec, const struct table_row *rows, si
 int table_encode_features(const struct table_spec *spec, const uint64_t *labels, size_t n,
                           const char *const *cols, size_t ncols, const double *values,
                           struct table_files *out, struct errbuf *err);
+/* A table concatenated from parts (docs/plates.md, plate-level tables): each part one
+ * image's rows, every row of it taking the part's value in each of the extra string columns,
+ * its index "PREFIX:LABEL". The rows keep the parts' order, each part's sorted by label. */
+struct table_part {
+    const struct table_row *rows;
+    size_t n;
+    const char *prefix;      /* the index's prefix: the image's path in the plate */
+    const char *const *text; /* ntext values: the part's in each extra column */
+};
+struct table_concat {
+    const char *const *text_names; /* the extra columns' names */
+    size_t ntext;
+};
+/* Encodes the parts as one table (a "roi_table" without region, index_key "index"): AnnData
+ * (X the boxes, obs the label, the extra columns and the index) or csv (index, label, the box,
+ * the extra columns); spec->region_path is not used. The refusals of table_encode within a
+ * part (a label given twice in one part only). */
+int table_encode_concat(const struct table_spec *spec, const struct table_concat *c,
+                        const struct table_part *parts, size_t nparts, struct table_files *out,
+                        struct errbuf *err);
 /* The file at path, or NULL. */
 const struct table_file *table_files_find(const struct table_files *f, const char *path);
 void table_files_free(struct table_files *f);

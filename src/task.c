@@ -19,6 +19,7 @@
 #include "labels/ids.h"
 #include "mask.h"
 #include "nd.h"
+#include "plate/plate.h"
 #include "provenance.h"
 #include "zarr/remote.h"
 
@@ -73,9 +74,20 @@ static int open_input(struct task *t, struct errbuf *err)
     return 0;
 }
 
-/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
+/* [input] channel: the input without its c axis, a source wrapping the array's (channel.c); a
+ * channel name is the index of that name in the image's omero.channels. */
 static int view_channel(struct task *t, struct errbuf *err)
 {
+    if (t->cfg.channel_name) {
+        struct errbuf e;
+        if (!t->ome.found)
+            TASK_ERR(t, err, "input", "channel",
+                     "[input] channel = %s: a channel by name needs an OME-Zarr image's "
+                     "omero.channels; %s is none",
+                     t->cfg.channel_name, t->cfg.input_path);
+        if (ome_channel_index(t->ome.group_path, t->cfg.channel_name, &t->cfg.channel, &e) < 0)
+            TASK_ERR(t, err, "input", "channel", "[input] channel: %s", e.msg);
+    }
     int r = channel_open(&t->cfg, &t->source, &t->ome, t->reader, &t->channel, err);
     if (r < 0 || !t->channel)
         return r;
@@ -593,6 +605,46 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err)
     return task_open_flags(config_path, 0, out, err);
 }
 
+/* [input] path names a plate: the plate's metadata and selection only (docs/plates.md). */
+static int open_plate(struct task *t, struct errbuf *err)
+{
+    const struct config *c = &t->cfg;
+    if (!c->ome && !c->ome_labels)
+        return config_error(c, err, "output", "ome",
+                            "[output] ome = false: the input %s is an HCS plate, which is "
+                            "presented with ome = labels or ome = true (docs/plates.md)",
+                            c->input_path);
+    if (c->watch)
+        return config_error(c, err, "input", "watch",
+                            "[input] watch: not supported with an HCS plate input");
+    struct errbuf e;
+    int r = plate_open(c->input_path, c->wells, c->acquisition, &t->plate, &e);
+    if (r < 0)
+        return config_error(c, err, "input", c->wells ? "wells" : "path", "%s", e.msg);
+    if (c->ome && config_line(c, "output", "format") && c->format != t->plate->format)
+        return config_error(c, err, "output", "format",
+                            "[output] format = %d: the new plate's images are in the plate's "
+                            "format, Zarr v%d (leave format out)",
+                            c->format, t->plate->format);
+    return 0;
+}
+
+/* The configuration's plate keys on an input that is no plate. */
+static int check_not_plate(const struct config *c, struct errbuf *err)
+{
+    if (c->wells)
+        return config_error(c, err, "input", "wells",
+                            "[input] wells: only for an HCS plate input (%s is not one)",
+                            c->input_path);
+    if (c->acquisition >= 0)
+        return config_error(c, err, "input", "acquisition",
+                            "[input] acquisition: only for an HCS plate input (%s is not one)",
+                            c->input_path);
+    return 0;
+}
+
+static int task_open_loaded(struct task *t, unsigned flags, struct task **out, struct errbuf *err);
+
 int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err)
 {
     struct task *t = xcalloc(1, sizeof *t);
@@ -601,6 +653,59 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
         free(t);
         return r;
     }
+    if (plate_detect(t->cfg.input_path) == 1) {
+        if ((r = open_plate(t, err)) < 0) {
+            task_close(t);
+            return r;
+        }
+        *out = t;
+        return 0;
+    }
+    if ((r = check_not_plate(&t->cfg, err)) < 0) {
+        task_close(t);
+        return r;
+    }
+    return task_open_loaded(t, flags, out, err);
+}
+
+/* A path of the configuration for one image: a bare name (with tables: IMAGE/tables/NAME),
+ * a relative path inside the image, an absolute one as it is. */
+static void path_in_image(char **field, const char *arg, const char *image, bool tables)
+{
+    if (!arg || arg[0] == '/')
+        return;
+    free(*field);
+    *field =
+        tables && !strchr(arg, '/') ? xasprintf("%s/tables/%s", image, arg) : path_join(image, arg);
+}
+
+int task_open_image(const char *config_path, const struct plate_image *im, unsigned flags,
+                    struct task **out, struct errbuf *err)
+{
+    struct task *t = xcalloc(1, sizeof *t);
+    int r = config_load(config_path, &t->cfg, err);
+    if (r < 0) {
+        free(t);
+        return r;
+    }
+    struct config *c = &t->cfg;
+    free(c->input_path);
+    c->input_path = xstrdup(im->dir);
+    path_in_image(&c->rois_table, c->rois_table_arg, im->dir, true);
+    path_in_image(&c->mask, c->mask_arg, im->dir, false);
+    if (c->ome) /* ome = true: the new plate's images in the plate's format */
+        c->format = im->plate_format;
+    if (c->cache_dir) {
+        char *d = path_join(c->cache_dir, im->path_in_plate);
+        free(c->cache_dir);
+        c->cache_dir = d;
+    }
+    return task_open_loaded(t, flags, out, err);
+}
+
+static int task_open_loaded(struct task *t, unsigned flags, struct task **out, struct errbuf *err)
+{
+    int r;
     labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
     char *region = NULL;                  /* a masking table's label image */
     if ((r = open_input(t, err)) < 0 || (r = view_channel(t, err)) < 0 ||
@@ -671,6 +776,7 @@ void task_close(struct task *t)
     free(t->result_identity);
     code_files_free(t->code);
     free(t->cache_dir);
+    plate_free(t->plate);
     config_free(&t->cfg);
     free(t);
 }

@@ -21,6 +21,8 @@
 
 struct channel_view;
 struct code_files;
+struct plate;
+struct plate_image;
 
 struct task {
     /* The configuration file a configured task was resolved from. A derived task
@@ -62,6 +64,9 @@ struct task {
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;
+    /* [input] path is an HCS plate (docs/plates.md): the task holds only cfg and this, and
+     * each image is a task of its own (task_open_image), NULL otherwise */
+    struct plate *plate;
 };
 
 /* Reads a box of the input; *sig (when not NULL) gets the signature of what was read. */
@@ -88,6 +93,12 @@ int task_open(const char *config_path, struct task **out, struct errbuf *err);
 #define TASK_NO_PROC 1u
 int task_open_flags(const char *config_path, unsigned flags, struct task **out, struct errbuf *err);
 void task_close(struct task *t);
+/* The task of one image of a plate task's plate (docs/plates.md): the configuration at
+ * config_path applied to the image at im->dir, a bare [rois] table name resolved as
+ * IMAGE/tables/NAME and a relative [rois] table or mask relative to the image; with [cache]
+ * dir, its cache is DIR/PATH_IN_PLATE. Errors as task_open_flags. */
+int task_open_image(const char *config_path, const struct plate_image *im, unsigned flags,
+                    struct task **out, struct errbuf *err);
 
 /* A derived array: one computed from another array of the mount (a pyramid level) rather
  * than from a configuration file. What it is made of, all given by its maker: */

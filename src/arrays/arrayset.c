@@ -9,22 +9,25 @@
 
 #include "../nd.h"
 #include "../zarr/remote.h"
+#include "../plate/plate.h"
 #include "otable.h"
 #include "overlay.h"
 #include "overlay_tree.h"
+#include "ptable.h"
 #include "pyramid.h"
 
-struct arrayset {
-    struct array arrays[PYRAMID_MAX_LEVELS];
-    size_t n;
-    struct pyramid *pyramid; /* [output] ome = true, else NULL */
-    struct overlay *overlay; /* [output] ome = labels, else NULL */
-    struct otable *table;    /* ome = labels with table_name, else NULL */
-    struct ns *tree;
-    bool overwrite; /* arrayset_opts.overlay_overwrite */
-};
+#include "arrayset_internal.h"
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
+
+void arrayset_push(struct arrayset *s, struct array a)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 8;
+        s->arrays = xrealloc(s->arrays, s->cap * sizeof *s->arrays);
+    }
+    s->arrays[s->n++] = a;
+}
 
 /* The engine options of the configuration, with the command line's thread count and the
  * command's retry_after when the configuration sets none. */
@@ -52,8 +55,10 @@ static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
     struct ns *ns = s->tree = ns_new();
     const struct task *t0 = s->arrays[0].task;
     bool v3 = t0->out.format == 3;
+    if (s->plate)
+        return arrayset_plate_tree(s, status, err);
     if (s->overlay)
-        return overlay_tree_build(s->overlay, s->table, ns, status, err);
+        return overlay_tree_build(s->overlay, s->table, ns, NS_ROOT, 0, 0, status, err);
     if (!s->pyramid) { /* the status before the chunks: "c" of format 3 comes after it */
         if (v3) {
             ns_add_file(ns, NS_ROOT, "zarr.json", t0->zarr_json);
@@ -84,11 +89,16 @@ static int build_tree(struct arrayset *s, bool status, struct errbuf *err)
  * the levels' (inside it) do not, and look at its registrations. */
 static int open_caches(struct arrayset *s, struct errbuf *err)
 {
-    uint64_t version = task_version(s->arrays[0].task); /* every level serves that version */
+    if (s->plate) /* each image's when it starts (arrayset_plate.c) */
+        return 0;
+    uint64_t version = 0;
     for (size_t i = 0; i < s->n; i++) {
         const struct task *t = s->arrays[i].task;
-        int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version, &s->arrays[i].cache,
-                           err);
+        bool first = i == 0; /* every level serves that version */
+        if (first)
+            version = task_version(t);
+        int r =
+            cache_open(t->cache_dir, first ? t->cfg.path : NULL, version, &s->arrays[i].cache, err);
         if (r < 0)
             return r;
         if (t->reader)
@@ -97,19 +107,21 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
     return 0;
 }
 
-/* ome = labels: array 0 is the label image's level k, the others its other levels. */
-static int open_overlay(struct arrayset *s, const struct engine_opts *eo, struct errbuf *err)
+/* ome = labels: the image's array `first` (its task, pushed) is the label image's level k,
+ * the arrays after it its other levels. */
+int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_opts *eo,
+                          struct overlay **ov, struct otable **tab, struct errbuf *err)
 {
-    int r = overlay_build(s->arrays[0].task, s->overwrite, &s->overlay, err);
+    int r = overlay_build(s->arrays[first].task, s->overwrite, ov, err);
     if (r < 0)
         return r;
-    s->arrays[0].level = overlay_array_level(s->overlay, 0);
-    for (size_t i = 1; i < overlay_narrays(s->overlay); i++)
-        s->arrays[s->n++] = (struct array){.task = overlay_array_task(s->overlay, i),
-                                           .opts = *eo,
-                                           .level = overlay_array_level(s->overlay, i)};
-    if (s->arrays[0].task->cfg.table_name)
-        r = otable_new(s->overlay, &s->table, err);
+    s->arrays[first].level = overlay_array_level(*ov, 0);
+    for (size_t i = 1; i < overlay_narrays(*ov); i++)
+        arrayset_push(s, (struct array){.task = overlay_array_task(*ov, i),
+                                        .opts = *eo,
+                                        .level = overlay_array_level(*ov, i)});
+    if (s->arrays[first].task->cfg.table_name)
+        r = otable_new(*ov, tab, err);
     return r;
 }
 
@@ -119,16 +131,21 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     struct arrayset *s = xcalloc(1, sizeof *s);
     struct engine_opts eo;
     engine_opts_of(&t->cfg, o->threads, o->retry_after_unset, &eo);
-    s->arrays[0] = (struct array){.task = t, .opts = eo};
     s->overwrite = o->overlay_overwrite;
-    s->n = 1;
+    int r = 0;
+    if (t->plate) {
+        r = arrayset_open_plate(s, t, &eo, err);
+        goto opened;
+    }
+    arrayset_push(s, (struct array){.task = t, .opts = eo});
     /* one level alone is presented as the plain array, as before the array set existed */
-    int r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;
+    r = t->cfg.ome && t->cfg.levels > 1 ? pyramid_build(t, &s->pyramid, err) : 0;
     for (int l = 1; r == 0 && s->pyramid && l < pyramid_nlevels(s->pyramid); l++)
-        s->arrays[s->n++] =
-            (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l};
+        arrayset_push(s,
+                      (struct array){.task = pyramid_level(s->pyramid, l), .opts = eo, .level = l});
     if (r == 0 && t->cfg.ome_labels)
-        r = open_overlay(s, &eo, err);
+        r = arrayset_open_overlay(s, 0, &eo, &s->overlay, &s->table, err);
+opened:
     if (r == 0)
         r = open_caches(s, err);
     struct errbuf e = {{0}};
@@ -144,6 +161,8 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
 
 int arrayset_start(struct arrayset *s, struct errbuf *err)
 {
+    if (s->plate)
+        return arrayset_start_plate(s, err);
     for (size_t i = 0; i < s->n; i++) {
         struct array *a = &s->arrays[i];
         int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
@@ -162,6 +181,10 @@ int arrayset_start(struct arrayset *s, struct errbuf *err)
 
 void arrayset_stop(struct arrayset *s)
 {
+    if (s->plate) {
+        arrayset_stop_plate(s);
+        return;
+    }
     for (size_t i = s->n; i-- > 0;) {
         struct array *a = &s->arrays[i];
         if (!a->engine)
@@ -181,11 +204,33 @@ void arrayset_close(struct arrayset *s)
         return;
     for (size_t i = 0; i < s->n; i++)
         cache_close(s->arrays[i].cache);
+    arrayset_close_plate(s);
+    free(s->arrays);
     pyramid_free(s->pyramid);
     otable_free(s->table);
     overlay_free(s->overlay);
     ns_free(s->tree);
     free(s);
+}
+
+struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start)
+{
+    if (s->plate)
+        return arrayset_plate_engine(s, i, start);
+    return s->arrays[i].engine;
+}
+
+struct engine *arrayset_engine_get(struct arrayset *s, size_t i, bool start)
+{
+    if (s->plate)
+        return arrayset_plate_engine_get(s, i, start);
+    return s->arrays[i].engine;
+}
+
+void arrayset_engine_put(struct arrayset *s, size_t i)
+{
+    if (s->plate)
+        arrayset_plate_engine_put(s, i);
 }
 
 size_t arrayset_count(const struct arrayset *s)
@@ -205,7 +250,7 @@ const struct ns *arrayset_tree(const struct arrayset *s)
 
 bool arrayset_is_overlay(const struct arrayset *s)
 {
-    return s->overlay != NULL;
+    return s->overlay != NULL || s->plate != NULL;
 }
 
 struct otable *arrayset_table(const struct arrayset *s)
@@ -213,15 +258,48 @@ struct otable *arrayset_table(const struct arrayset *s)
     return s->table;
 }
 
+uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact)
+{
+    size_t file = (size_t)(index & ARRAYSET_FILE_MASK);
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        return ptable_size(s->ptable, file, exact);
+    return otable_size(s->plate ? arrayset_plate_table(s, index) : s->table, file, exact);
+}
+
+void arrayset_table_request(struct arrayset *s, uint64_t index, void (*cb)(void *ctx, int err),
+                            void *ctx)
+{
+    if (s->plate) { /* the image's engines, or every image's for the plate's table, held */
+        arrayset_plate_table_request(s, index, cb, ctx);
+        return;
+    }
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        ptable_request(s->ptable, cb, ctx);
+    else
+        otable_request(s->plate ? arrayset_plate_table(s, index) : s->table, cb, ctx);
+}
+
+char *arrayset_table_copy(const struct arrayset *s, uint64_t index, size_t *len)
+{
+    size_t file = (size_t)(index & ARRAYSET_FILE_MASK);
+    if (s->plate && arrayset_plate_is_ptable(s, index))
+        return ptable_copy(s->ptable, file, len);
+    return otable_copy(s->plate ? arrayset_plate_table(s, index) : s->table, file, len);
+}
+
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len)
 {
-    char *text = s->overlay ? overlay_file_now(s->overlay, (size_t)index) : xstrdup("");
-    *len = strlen(text);
+    char *text;
+    if (s->plate)
+        text = arrayset_plate_generated(s, index);
+    else
+        text = s->overlay ? overlay_file_now(s->overlay, (size_t)index) : xstrdup("");
+    *len = text ? strlen(text) : 0;
     return text;
 }
 
 /* One level's counters in the status document's "levels". */
-static json_t *level_status(const struct array *a)
+json_t *arrayset_level_status(const struct array *a)
 {
     struct engine_progress p;
     engine_progress(a->engine, &p);
@@ -234,11 +312,13 @@ static json_t *level_status(const struct array *a)
 
 json_t *arrayset_status(struct arrayset *s)
 {
+    if (s->plate)
+        return arrayset_plate_status(s);
     json_t *doc = engine_status(s->arrays[0].engine);
     if ((s->pyramid || s->overlay) && s->n > 1) {
         json_t *levels = json_array();
         for (size_t i = 0; i < s->n; i++)
-            json_array_append_new(levels, level_status(&s->arrays[i]));
+            json_array_append_new(levels, arrayset_level_status(&s->arrays[i]));
         json_object_set_new(doc, "levels", levels);
     }
     struct remote_stats rs; /* a remote input (docs/remote.md) */
@@ -288,6 +368,8 @@ static void storage_boxes(const struct task *t, const uint64_t *sids, size_t n, 
 void arrayset_input_changed(struct arrayset *s, const uint64_t *sids, size_t n, bool all,
                             void (*fn)(void *ctx, int array, uint64_t id), void *ctx)
 {
+    if (s->plate) /* refused with a plate input ([input] watch) */
+        return;
     uint64_t *lo, *hi, *chunks = NULL;
     storage_boxes(s->arrays[0].task, sids, all ? 0 : n, &lo, &hi);
     size_t nboxes = all ? 0 : n;

@@ -34,6 +34,8 @@ struct array {
     struct engine *engine;   /* from arrayset_start to arrayset_stop, else NULL */
     struct engine_opts opts; /* its own */
     int level;               /* its pyramid level (0: the configured array) */
+    bool level_k;            /* a plate: an image's configured array (its label image's level k) */
+    int image;               /* a plate: the image it belongs to (arrayset_engine starts it) */
 };
 
 struct arrayset;
@@ -52,6 +54,18 @@ void arrayset_stop(struct arrayset *s);
 /* Closes the caches and frees the derived arrays (after arrayset_stop); not the task. */
 void arrayset_close(struct arrayset *s);
 
+/* Array i's engine: a plate's images start their engines when first needed (start: now,
+ * with every array of the image; NULL when it cannot, the log saying why once), so that a
+ * plate's threads are those of the images read (docs/plates.md); without start, NULL for an
+ * image not started. One image: array i's engine. */
+struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start);
+/* arrayset_engine(s, i, start) held until arrayset_engine_put: a plate's image is not closed
+ * ([mount] images_open: the least recently used idle image is, when another starts) while
+ * anyone holds one of its engines. NULL (nothing held) when it is not started (without
+ * start) or cannot start. */
+struct engine *arrayset_engine_get(struct arrayset *s, size_t i, bool start);
+void arrayset_engine_put(struct arrayset *s, size_t i);
+
 size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);
 /* The presented tree; its chunk nodes name arrays by their index in the set. */
@@ -60,7 +74,15 @@ const struct ns *arrayset_tree(const struct arrayset *s);
 bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */
 struct otable *arrayset_table(const struct arrayset *s);
-/* The content of NS_GEN node index as it is now (malloc'd; its length in *len). */
+/* NS_TABLE node index (a file of the masking table, or of a plate's: the index names the
+ * image or the plate too): its size (exact, or an upper bound before it is made), a request
+ * for its table as otable_request, and after one, a copy of its content (otable_copy). */
+uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact);
+void arrayset_table_request(struct arrayset *s, uint64_t index, void (*cb)(void *ctx, int err),
+                            void *ctx);
+char *arrayset_table_copy(const struct arrayset *s, uint64_t index, size_t *len);
+/* The content of NS_GEN node index (NULL: a failed image's file, which fails with EIO) as it is now
+ * (malloc'd; its length in *len). */
 char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len);
 /* The status document (docs/mounted-tree.md, Status file) for a started set: array 0's
  * engine_status, and with a pyramid "levels", each level's counters. A new reference. */

@@ -201,7 +201,6 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
     }
-    free(rows);
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
     if (t->ms && ok)
@@ -217,12 +216,17 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         struct table_files old = t->files;
         t->files = files;
         files = old;
+        struct table_row *was = t->rows;
+        t->rows = rows;
+        t->nrows = n;
+        rows = was;
         t->have_files = true;
         t->files_key = key;
     }
     struct waiter *w = t->waiters;
     t->waiters = NULL;
     pthread_mutex_unlock(&t->m);
+    free(rows);
     if (ok)
         table_files_free(&files);
     while (w) {
@@ -420,6 +424,7 @@ void otable_free(struct otable *t)
     }
     pthread_mutex_destroy(&t->m);
     free(t->region);
+    free(t->rows);
     free(t);
 }
 
@@ -468,6 +473,22 @@ uint64_t otable_size(struct otable *t, size_t i, bool *exact)
         return len;
     uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0);
     return t->names.v[i].len + row * (t->nmax + 1);
+}
+
+uint64_t otable_max_rows(const struct otable *t)
+{
+    return t->nmax;
+}
+
+struct table_row *otable_rows(struct otable *t, size_t *n)
+{
+    pthread_mutex_lock(&t->m);
+    *n = t->have_files ? t->nrows : 0;
+    struct table_row *rows = xmalloc((*n ? *n : 1) * sizeof *rows);
+    if (*n)
+        memcpy(rows, t->rows, *n * sizeof *rows);
+    pthread_mutex_unlock(&t->m);
+    return rows;
 }
 
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)

@@ -43,6 +43,11 @@ const struct table_file *otable_file(struct otable *t, size_t i);
 /* After a cb(ctx, 0): a copy of file i of the latest table (malloc'd, *len bytes; NULL as
  * above), for readers while other requests may make the table again (the mount). */
 char *otable_copy(struct otable *t, size_t i, size_t *len);
+/* After a cb(ctx, 0): a copy of the latest table's rows (malloc'd, *n of them), for a plate's
+ * table (docs/plates.md). */
+struct table_row *otable_rows(struct otable *t, size_t *n);
+/* How many rows the table may have at most (the elements of the label image's level). */
+uint64_t otable_max_rows(const struct otable *t);
 /* How many times the rows were computed from the chunks, and read from the record. */
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
 

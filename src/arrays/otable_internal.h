@@ -47,6 +47,8 @@ struct otable {
     bool have_files;
     struct key128 files_key;
     uint64_t scans, records;
+    struct table_row *rows; /* the rows of files (have_files): a plate's table reads them */
+    size_t nrows;
     /* [measure]: the table is the feature table of the merged partials (measure.h) */
     struct measure *ms;
     struct mstats stats;

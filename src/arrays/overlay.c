@@ -28,7 +28,7 @@ struct olevel {
 struct overlay {
     struct task *t0;
     int k, n, c_axis, parent_ndim; /* c_axis: the parent's c dimension, -1 when none */
-    struct olevel lv[OVERLAY_MAX_LEVELS];
+    struct olevel *lv;             /* n of them (a plate holds an overlay per image) */
     int order[OVERLAY_MAX_LEVELS]; /* array i -> level */
     struct engine *engine_k;
     char *dir, *table_dir;
@@ -173,16 +173,18 @@ static int read_parent(struct overlay *ov, struct errbuf *err)
     json_t *sets = json_object_get(ms, "datasets");
     ov->c_axis = find_c(json_object_get(ms, "axes"));
     ov->parent_ndim = (int)json_array_size(json_object_get(ms, "axes"));
-    ov->n = (int)json_array_size(sets);
+    int n = (int)json_array_size(sets);
     ov->k = t->ome.level;
     int r = 0;
-    if (ov->n > OVERLAY_MAX_LEVELS || ov->k >= ov->n)
-        r = config_error(&t->cfg, err, "input", "path", "[input] path: %d levels (at most %d)",
-                         ov->n, OVERLAY_MAX_LEVELS);
+    if (n > OVERLAY_MAX_LEVELS || ov->k >= n)
+        r = config_error(&t->cfg, err, "input", "path", "[input] path: %d levels (at most %d)", n,
+                         OVERLAY_MAX_LEVELS);
     else if (ov->c_axis >= 0 && t->out.ndim == ov->parent_ndim)
         r = config_error(&t->cfg, err, "input", "channel",
                          "[output] ome = labels: the image has a c axis, a label image has "
                          "none: set [input] channel");
+    else
+        ov->lv = xcalloc((size_t)(ov->n = n), sizeof *ov->lv);
     json_t *g = json_object_get(ms, "coordinateTransformations");
     ov->ms_cts = g ? drop_c(g, ov->c_axis) : NULL;
     for (int j = 0; r == 0 && j < ov->n; j++) {
@@ -557,6 +559,7 @@ void overlay_free(struct overlay *ov)
         free(ov->lv[j].rel);
         json_decref(ov->lv[j].cts);
     }
+    free(ov->lv);
     for (size_t i = 0; i < ov->nfiles; i++) {
         free(ov->files[i].path);
         free(ov->files[i].text);

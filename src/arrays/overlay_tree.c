@@ -10,10 +10,10 @@
 /* The directory entry of rel's directories (made when absent; with whole, rel itself is one
  * too); *base gets rel's last name. A directory made inside a mirrored one mirrors the
  * input's directory of the same path, unless the overlay owns it (labels/NAME, tables/NAME). */
-static int dir_of(const struct overlay *ov, struct ns *ns, const char *rel, bool whole,
+static int dir_of(const struct overlay *ov, struct ns *ns, int root, const char *rel, bool whole,
                   const char **base)
 {
-    int dir = NS_ROOT;
+    int dir = root;
     const char *p = rel;
     for (;;) {
         const char *slash = strchr(p, '/');
@@ -49,35 +49,35 @@ static int dir_of(const struct overlay *ov, struct ns *ns, const char *rel, bool
     return dir;
 }
 
-int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns,
-                       bool status, struct errbuf *err)
+int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
+                       int array_base, uint64_t index_base, bool status, struct errbuf *err)
 {
     /* the input image as it is now; not its .roifs, the status of the roifs mount it may be
      * read from (a chained mount): this mount's own takes its place */
-    ns_mirror(ns, NS_ROOT, overlay_image_dir(ov), ".roifs");
+    ns_mirror(ns, root, overlay_image_dir(ov), ".roifs");
     int r = 0;
     size_t nf;
     const struct overlay_file *f = overlay_files(ov, &nf);
     for (size_t i = 0; i < nf; i++) {
         const char *base;
-        int dir = dir_of(ov, ns, f[i].path, false, &base);
+        int dir = dir_of(ov, ns, root, f[i].path, false, &base);
         if (f[i].group) /* the input's list as it is now, with the overlay's name */
-            ns_add_generated(ns, dir, base, i);
+            ns_add_generated(ns, dir, base, index_base + i);
         else
             ns_add_file(ns, dir, base, f[i].text);
     }
     if (status && ns_child(ns, NS_ROOT, ".roifs") < 0)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
     for (size_t i = 0; i < overlay_narrays(ov) && r == 0; i++)
-        r = ns_add_array(ns, dir_of(ov, ns, overlay_level_path(ov, i), true, NULL),
-                         overlay_array_task(ov, i), (int)i, err);
+        r = ns_add_array(ns, dir_of(ov, ns, root, overlay_level_path(ov, i), true, NULL),
+                         overlay_array_task(ov, i), array_base + (int)i, err);
     if (!tab || r < 0)
         return r;
     for (size_t i = 0; i < otable_nfiles(tab); i++) {
         char *rel = xasprintf("%s/%s", overlay_table_dir(ov), otable_path(tab, i));
         const char *base;
-        int dir = dir_of(ov, ns, rel, false, &base);
-        ns_add_table(ns, dir, base, i);
+        int dir = dir_of(ov, ns, root, rel, false, &base);
+        ns_add_table(ns, dir, base, index_base + i);
         free(rel);
     }
     return 0;

@@ -9,10 +9,11 @@
 #include "otable.h"
 #include "overlay.h"
 
-/* Fills ns (new, with its root only): tab may be NULL (no table_name); status adds
- * .roifs/status. The label levels' chunks name the arrays as overlay.h numbers them.
- * 0 or -errno with err set (too many chunks). */
-int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns,
-                       bool status, struct errbuf *err);
+/* Fills ns below directory entry root (NS_ROOT: a new tree; a plate: the image's directory):
+ * tab may be NULL (no table_name); status adds .roifs/status. The label levels' chunks name
+ * the arrays as overlay.h numbers them plus array_base; the generated and table files' indices
+ * are index_base plus their own. 0 or -errno with err set (too many chunks). */
+int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
+                       int array_base, uint64_t index_base, bool status, struct errbuf *err);
 
 #endif

@@ -34,7 +34,8 @@ struct pyramid {
     struct downsample geom;
     int nlevels;
     struct task *t0;
-    struct level levels[PYRAMID_MAX_LEVELS]; /* [0] unused but for task */
+    struct level *levels; /* nlevels of them ([0] unused but for task): a plate holds a
+                             pyramid per image */
     char *group_meta, *group_attrs;
 };
 
@@ -206,6 +207,7 @@ int pyramid_build(struct task *t0, struct pyramid **out, struct errbuf *err)
     p->nlevels = t0->cfg.levels > 0 ? t0->cfg.levels : 1;
     if (p->nlevels > PYRAMID_MAX_LEVELS)
         p->nlevels = PYRAMID_MAX_LEVELS;
+    p->levels = xcalloc((size_t)p->nlevels, sizeof *p->levels);
     p->levels[0].task = p->t0;
     int r = 0;
     for (int l = 1; l < p->nlevels && r == 0; l++) {
@@ -229,6 +231,7 @@ void pyramid_free(struct pyramid *p)
         return;
     for (int l = p->nlevels - 1; l >= 1; l--)
         task_close(p->levels[l].task);
+    free(p->levels);
     free(p->group_meta);
     free(p->group_attrs);
     free(p);

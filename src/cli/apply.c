@@ -85,6 +85,10 @@ int cmd_apply(int argc, char **argv)
     struct task *t;
     if ((r = cli_load_task(config, &t)))
         return r;
+    if ((r = cli_refuse_plate(t, "apply"))) {
+        task_close(t);
+        return r;
+    }
     if (o.threads > 0)
         t->cfg.threads = o.threads; /* readahead stays off (apply_check) */
     log_open_stderr(false);

@@ -9,6 +9,7 @@
 
 #include "../arrays/overlay.h"
 #include "../mask.h"
+#include "../plate/plate.h"
 #include "cli.h"
 
 static void print_dims(const char *label, const uint64_t *v, int n)
@@ -59,6 +60,52 @@ static int print_cache_state(const struct task *t)
     return 0;
 }
 
+/* One image of a plate: opened as a mount opens it (its task and overlay), "" or why not
+ * (malloc'd). */
+static char *check_image(const struct task *pt, const struct plate_image *im, size_t *nrois)
+{
+    if (im->error)
+        return xstrdup(im->error);
+    struct task *t;
+    struct errbuf err = {{0}};
+    if (task_open_image(pt->cfg.path, im, TASK_NO_PROC, &t, &err) < 0)
+        return xstrdup(err.msg);
+    struct overlay *ov;
+    char *why = overlay_build(t, false, &ov, &err) < 0 ? xstrdup(err.msg) : xstrdup("");
+    if (!*why)
+        overlay_free(ov);
+    *nrois = t->rois.n;
+    task_close(t);
+    return why;
+}
+
+/* `check` of a plate (docs/plates.md): every selected image, each opened as a mount would;
+ * exit status 2 when any fails. */
+static int check_plate(const struct task *t)
+{
+    const struct plate *p = t->plate;
+    printf("config:    %s\n", t->cfg.path);
+    printf("plate:     %s (NGFF %s, %zu images in %zu wells selected)\n", p->dir, p->version, p->n,
+           p->nwells);
+    size_t failed = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        size_t nrois = 0;
+        char *why = check_image(t, &p->images[i], &nrois);
+        if (*why) {
+            failed++;
+            printf("image:     %s failed: %s\n", p->images[i].path_in_plate, why);
+        } else {
+            printf("image:     %s (%zu ROIs)\n", p->images[i].path_in_plate, nrois);
+        }
+        free(why);
+    }
+    if (!failed)
+        return 0;
+    fflush(stdout);
+    fprintf(stderr, "roifs: %s: %zu of %zu images of the plate fail\n", t->cfg.path, failed, p->n);
+    return EXIT_USAGE;
+}
+
 int cmd_check(int argc, char **argv)
 {
     struct cli_args o;
@@ -71,6 +118,11 @@ int cmd_check(int argc, char **argv)
     r = cli_load_task(o.operands[0], &t);
     if (r)
         return r;
+    if (t->plate) {
+        r = check_plate(t);
+        task_close(t);
+        return r;
+    }
     if (t->cfg.ome_labels) { /* what the mount would refuse */
         struct overlay *ov;
         struct errbuf err = {{0}};

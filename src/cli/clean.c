@@ -38,7 +38,7 @@ int cmd_clean(int argc, char **argv)
     if (r)
         return r;
     struct stat st;
-    if ((r = cli_refuse_unfinished_apply(t))) {
+    if ((r = cli_refuse_plate(t, "clean")) || (r = cli_refuse_unfinished_apply(t))) {
         /* said why */
     } else if (stat(t->cache_dir, &st) < 0) {
         printf("nothing to delete: no cache at %s\n", t->cache_dir);

@@ -37,14 +37,16 @@ enum cli_opt {
     CLI_INTO = 1 << 5,       /* --into=IMAGE (export) */
     CLI_OVERWRITE = 1 << 6,  /* --overwrite (export --into) */
     CLI_UNUSED = 1 << 7,     /* --unused (clean) */
+    CLI_WELLS = 1 << 8,      /* --wells=LIST (warm, export): a plate's wells */
 };
 
 struct cli_args {
     int threads; /* -j N; 0 when absent */
     bool foreground, debug, again, overwrite, unused;
     const char *into;
-    char *options;   /* every -o LIST joined by commas, as given (mount.c filters it); or NULL */
-    char **operands; /* what is not an option, in order (into argv) */
+    const char *wells; /* --wells LIST, or NULL */
+    char *options;     /* every -o LIST joined by commas, as given (mount.c filters it); or NULL */
+    char **operands;   /* what is not an option, in order (into argv) */
     int noperands;
 };
 
@@ -71,6 +73,13 @@ int cli_clean_unused(const char *config);
 /* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t
  * (common.c). */
 int cli_refuse_unfinished_apply(const struct task *t);
+/* A command that does not take an HCS plate yet (docs/plates.md, Limits): EXIT_USAGE with a
+ * message when t is a plate's, else 0. */
+int cli_refuse_plate(const struct task *t, const char *what);
+/* --wells LIST (warm, export): t's plate narrowed to those of its selected wells. 0 (also
+ * without LIST), or EXIT_USAGE (said why) for a configuration that is no plate's or a well
+ * it does not select. */
+int cli_narrow_wells(struct task *t, const char *wells);
 
 /* "12s", "3m05s", "1h02m"; "?" for a negative or infinite time. */
 void cli_format_duration(double seconds, char *buf, size_t n);

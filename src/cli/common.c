@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "../apply/apply.h"
+#include "../plate/plate.h"
 #include "cli.h"
 
 int cli_usage_error(const char *fmt, ...)
@@ -53,7 +54,7 @@ int cli_open_arrays(struct task *t, int threads, bool status_file, struct arrays
 /* ---- options ---- */
 
 /* Long-only options take values past any character. */
-enum { OPT_AGAIN = 256, OPT_INTO, OPT_OVERWRITE, OPT_UNUSED };
+enum { OPT_AGAIN = 256, OPT_INTO, OPT_OVERWRITE, OPT_UNUSED, OPT_WELLS };
 
 /* Every option of every command, by the flag that lets a command accept it: a new option is
  * one line here and one case in cli_parse_args. */
@@ -69,6 +70,7 @@ static const struct {
     {CLI_INTO, {"into", required_argument, NULL, OPT_INTO}},
     {CLI_OVERWRITE, {"overwrite", no_argument, NULL, OPT_OVERWRITE}},
     {CLI_UNUSED, {"unused", no_argument, NULL, OPT_UNUSED}},
+    {CLI_WELLS, {"wells", required_argument, NULL, OPT_WELLS}},
 };
 #define NOPTIONS (sizeof option_table / sizeof option_table[0])
 
@@ -149,6 +151,9 @@ int cli_parse_args(int argc, char **argv, const char *cmd, unsigned accepted, st
         case OPT_UNUSED:
             a->unused = true;
             break;
+        case OPT_WELLS:
+            a->wells = optarg;
+            break;
         default:
             r = option_error(cmd, c, argv, longopts);
         }
@@ -203,5 +208,44 @@ int cli_refuse_unfinished_apply(const struct task *t)
         fprintf(stderr, "roifs: %s\n", err.msg);
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+int cli_refuse_plate(const struct task *t, const char *what)
+{
+    if (!t->plate)
+        return 0;
+    fprintf(stderr, "roifs: %s: %s does not take an HCS plate yet (docs/plates.md)\n", t->cfg.path,
+            what);
+    return EXIT_USAGE;
+}
+
+int cli_narrow_wells(struct task *t, const char *wells)
+{
+    if (!wells)
+        return 0;
+    if (!t->plate) {
+        fprintf(stderr, "roifs: %s: --wells: the input is no HCS plate\n", t->cfg.path);
+        return EXIT_USAGE;
+    }
+    struct plate *np;
+    struct errbuf err = {{0}};
+    if (plate_open(t->plate->dir, wells, t->cfg.acquisition, &np, &err) < 0) {
+        fprintf(stderr, "roifs: %s: --wells: %s\n", t->cfg.path, err.msg);
+        return EXIT_USAGE;
+    }
+    for (size_t i = 0; i < np->nwells; i++) {
+        bool selected = false;
+        for (size_t j = 0; j < t->plate->nwells && !selected; j++)
+            selected = strcmp(np->wells[i], t->plate->wells[j]) == 0;
+        if (!selected) {
+            fprintf(stderr, "roifs: %s: --wells: %s is not a well the configuration selects\n",
+                    t->cfg.path, np->wells[i]);
+            plate_free(np);
+            return EXIT_USAGE;
+        }
+    }
+    plate_free(t->plate);
+    t->plate = np;
     return 0;
 }

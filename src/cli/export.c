@@ -93,7 +93,8 @@ static int export_dest(struct task *t, const char *dest, int threads)
 int cmd_export(int argc, char **argv)
 {
     struct cli_args o;
-    int r = cli_parse_args(argc, argv, "export", CLI_JOBS | CLI_INTO | CLI_OVERWRITE, &o);
+    int r =
+        cli_parse_args(argc, argv, "export", CLI_JOBS | CLI_INTO | CLI_OVERWRITE | CLI_WELLS, &o);
     if (r)
         return r;
     if (o.into || o.overwrite) {
@@ -105,7 +106,15 @@ int cmd_export(int argc, char **argv)
     struct task *t;
     if ((r = cli_load_task(o.operands[0], &t)))
         return r;
+    if ((r = cli_narrow_wells(t, o.wells))) {
+        task_close(t);
+        return r;
+    }
     log_open_stderr(false);
+    if (o.into && (r = cli_refuse_plate(t, "export --into"))) {
+        task_close(t);
+        return r;
+    }
     r = o.into ? export_into(t, &o) : export_dest(t, o.operands[1], o.threads);
     task_close(t);
     return r;

@@ -155,6 +155,10 @@ int cli_clean_unused(const char *config)
     int r = cli_load_task_flags(config, TASK_NO_PROC, &t);
     if (r)
         return r;
+    if ((r = cli_refuse_plate(t, "clean --unused"))) {
+        task_close(t);
+        return r;
+    }
     struct stat st;
     if (stat(t->cache_dir, &st) < 0) {
         printf("nothing to clean: no cache at %s\n", t->cache_dir);

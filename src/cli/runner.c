@@ -169,8 +169,9 @@ struct run_state {
 
 struct chunk_req {
     struct run_state *st;
-    struct engine *e; /* the engine of the chunk's array */
-    size_t k;
+    struct arrayset *s;
+    struct engine *e; /* the engine of the chunk's array, held (arrayset_engine_get) */
+    size_t array, k;
 };
 
 static void chunk_opened(void *ctx, int err, int fd, int flags)
@@ -195,6 +196,7 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
         st->failed++;
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->lock);
+    arrayset_engine_put(rq->s, rq->array);
     free(rq);
 }
 
@@ -208,7 +210,7 @@ static void wait_a_tick(struct run_state *st, double seconds)
  * progress shown is that of the set's first array. */
 static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, size_t limit)
 {
-    struct engine *e = arrayset_array(s, 0)->engine;
+    struct engine *e = arrayset_engine(s, 0, false); /* held by run_chunks */
     const struct run_spec *spec = st->spec;
     double tick = display.tty ? TICK_TTY : TICK_PLAIN, next_show = now_monotonic() + tick;
     size_t next = 0;
@@ -225,11 +227,13 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
         ta->chunks_done = st->done;
         pthread_mutex_unlock(&st->lock);
         if (issue) {
-            size_t k = next++;
-            struct engine *le =
-                arrayset_array(s, spec->arrays ? (size_t)spec->arrays[k] : 0)->engine;
-            if (engine_chunk_has_failed_roi(le, spec->ids[k])) {
-                /* It would only run the failed ROI again: once per warm is enough. */
+            size_t k = next++, array = spec->arrays ? (size_t)spec->arrays[k] : 0;
+            struct engine *le = arrayset_engine_get(s, array, true);
+            if (!le || engine_chunk_has_failed_roi(le, spec->ids[k])) {
+                /* It would only run the failed ROI again: once per warm is enough (or its
+                 * image of a plate could not start, logged). */
+                if (le)
+                    arrayset_engine_put(s, array);
                 pthread_mutex_lock(&st->lock);
                 st->inflight--;
                 st->done++;
@@ -238,13 +242,15 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
             } else {
                 struct chunk_req *rq = xmalloc(sizeof *rq);
                 rq->st = st;
+                rq->s = s;
                 rq->e = le;
+                rq->array = array;
                 rq->k = k;
                 engine_open_chunk(le, spec->ids[k], chunk_opened, rq);
             }
         }
         double now = now_monotonic();
-        if (now >= next_show) {
+        if (now >= next_show && e) {
             engine_progress(e, &ta->p);
             show_progress(ta, false);
             next_show = now + tick;
@@ -281,7 +287,8 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
         return EXIT_RUNTIME;
     }
     const struct array *a0 = arrayset_array(s, 0);
-    struct engine *e = a0->engine;
+    /* the progress shown is array 0's, held for the run (a plate's image 0 stays open) */
+    struct engine *e = arrayset_engine_get(s, 0, true);
     display.tty = isatty(STDERR_FILENO);
     struct sigaction saved[NSTOP];
     catch_stop_signals(saved);
@@ -292,7 +299,8 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
 
     struct tally ta = {
         .verb = spec->verb, .spec = spec, .chunks_total = spec->n, .start = now_monotonic()};
-    engine_progress(e, &ta.p);
+    if (e)
+        engine_progress(e, &ta.p);
     ta.done0 = ta.p.rois_done;
     size_t limit = (size_t)(a0->opts.threads > 0 ? a0->opts.threads : 1) * 2 + 2;
     drive(s, &st, &ta, limit);
@@ -311,7 +319,8 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
         run_message("roifs: interrupted; run the same command again to resume");
         rc = 128 + sig;
     } else {
-        engine_progress(e, &ta.p);
+        if (e)
+            engine_progress(e, &ta.p);
         ta.chunks_done = st.done;
         if (display.tty)
             show_progress(&ta, true); /* the bar, complete, ends its line */
@@ -324,7 +333,7 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
         run_message("roifs: %s: %zu of %zu chunks done after %s; %zu ROI%s computed%s", spec->verb,
                     st.done - st.failed, spec->n, took, computed, computed == 1 ? "" : "s", rate);
         struct naming nm = {.t = a0->task};
-        size_t nfailed = engine_failed_rois(e, name_failed_roi, &nm);
+        size_t nfailed = e ? engine_failed_rois(e, name_failed_roi, &nm) : 0;
         if (nfailed > MAX_NAMED)
             run_message("roifs: ... and %zu more failed ROIs (see the log)", nfailed - MAX_NAMED);
         if (st.failed) {
@@ -334,6 +343,8 @@ int run_chunks(struct arrayset *s, const struct run_spec *spec)
         }
         arrayset_stop(s);
     }
+    if (e)
+        arrayset_engine_put(s, 0);
     restore_stop_signals(saved);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.lock);

@@ -95,6 +95,109 @@ static void print_failures(json_t *errors)
     free(seen);
 }
 
+/* Orders plate row and column names: shorter first ("B" before "AA", "3" before "12"), then
+ * by their bytes. */
+static int by_name(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t lx = strlen(x), ly = strlen(y);
+    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
+}
+
+/* Adds name to the set v[0..*n) (kept unsorted, without duplicates). */
+static void add_name(const char **v, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(v[i], name) == 0)
+            return;
+    v[(*n)++] = name;
+}
+
+/* The cell of a well: "ok" every ROI done, "NN%" some, "." none yet, "X" an image failed. */
+static void well_cell(json_t *wells, json_t *failed, const char *row, const char *col, char *out,
+                      size_t size)
+{
+    char *path = xasprintf("%s/%s", row, col);
+    json_t *w = json_object_get(wells, path);
+    size_t plen = strlen(path), i;
+    json_t *f;
+    bool bad = false;
+    json_array_foreach(failed, i, f)
+    {
+        const char *fp = json_string_value(json_object_get(f, "path"));
+        bad = bad || (fp && strncmp(fp, path, plen) == 0 && (!fp[plen] || fp[plen] == '/'));
+    }
+    free(path);
+    json_t *rois = json_object_get(w, "rois");
+    long long total = json_count(rois, "total"), done = json_count(rois, "done");
+    if (!w)
+        out[0] = '\0';
+    else if (bad)
+        snprintf(out, size, "X");
+    else if (total > 0 && done >= total)
+        snprintf(out, size, "ok");
+    else if (done > 0)
+        snprintf(out, size, "%d%%", (int)(100 * done / total));
+    else
+        snprintf(out, size, ".");
+}
+
+/* A plate mount (docs/plates.md): its images and the plate as a map of rows and columns,
+ * each selected well's progress in its cell, then the failed images. */
+static void print_plate(json_t *doc)
+{
+    json_t *im = json_object_get(doc, "images"), *wells = json_object_get(doc, "wells"),
+           *failed = json_object_get(doc, "failed_images");
+    printf("images:  %lld (%lld ready, %lld open, %lld done, %lld failed) in %zu wells\n",
+           json_count(im, "total"), json_count(im, "ready"), json_count(im, "open"),
+           json_count(im, "done"), json_count(im, "failed"), json_object_size(wells));
+    size_t n = json_object_size(wells), nr = 0, nc = 0;
+    const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
+    char **keys = xcalloc(n + 1, sizeof *keys);
+    const char *key;
+    json_t *v;
+    size_t k = 0;
+    json_object_foreach(wells, key, v)
+    {
+        keys[k] = xstrdup(key);
+        char *slash = strchr(keys[k], '/');
+        if (slash) {
+            *slash = '\0';
+            add_name(rows, &nr, keys[k]);
+            add_name(cols, &nc, slash + 1);
+        }
+        k++;
+    }
+    qsort(rows, nr, sizeof *rows, by_name);
+    qsort(cols, nc, sizeof *cols, by_name);
+    printf("plate:   (ok: every ROI done, NN%%: some, .: none yet, X: an image failed)\n");
+    printf("      ");
+    for (size_t c = 0; c < nc; c++)
+        printf(" %4s", cols[c]);
+    printf("\n");
+    for (size_t r = 0; r < nr; r++) {
+        printf("  %4s", rows[r]);
+        for (size_t c = 0; c < nc; c++) {
+            char cell[16];
+            well_cell(wells, failed, rows[r], cols[c], cell, sizeof cell);
+            printf(" %4s", cell);
+        }
+        printf("\n");
+    }
+    size_t i;
+    json_array_foreach(failed, i, v)
+    {
+        const char *p = json_string_value(json_object_get(v, "path"));
+        const char *m = json_string_value(json_object_get(v, "message"));
+        printf("failed:  %s: %s\n", p ? p : "?", m ? m : "?");
+    }
+    for (k = 0; k < n; k++)
+        free(keys[k]);
+    free(keys);
+    free(rows);
+    free(cols);
+}
+
 int cmd_status(int argc, char **argv)
 {
     struct cli_args o;
@@ -137,6 +240,8 @@ int cmd_status(int argc, char **argv)
         printf("results: %lld reused from the cache (not computed again), %lld computed by this "
                "mount, %lld stored\n",
                json_count(res, "reused"), json_count(res, "computed"), json_count(res, "stored"));
+    if (json_is_object(json_object_get(doc, "wells")))
+        print_plate(doc);
     print_failures(json_object_get(doc, "errors"));
     json_decref(doc);
     return 0;

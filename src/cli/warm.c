@@ -35,13 +35,17 @@ int cmd_warm(int argc, char **argv)
 {
     struct cli_args o;
     int r;
-    if ((r = cli_parse_args(argc, argv, "warm", CLI_JOBS, &o)))
+    if ((r = cli_parse_args(argc, argv, "warm", CLI_JOBS | CLI_WELLS, &o)))
         return r;
     if (o.noperands != 1)
         return cli_usage_error("warm needs exactly one CONFIG");
     struct task *t;
     if ((r = cli_load_task(o.operands[0], &t)))
         return r;
+    if ((r = cli_narrow_wells(t, o.wells))) {
+        task_close(t);
+        return r;
+    }
     log_open_stderr(false);
     struct arrayset *s = NULL;
     if ((r = cli_open_arrays(t, o.threads, false, &s))) {

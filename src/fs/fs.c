@@ -42,10 +42,13 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
 {
     uint64_t base, size;
     if (vt_attr(fs->vt, ino, &base, &size, made_ns) == 1)
-        return size; /* the version this inode serves: fixed while it is open */
-    bool known;
-    engine_chunk_size(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, &size, &known,
-                      made_ns);
+        return size;    /* the version this inode serves: fixed while it is open */
+    bool known = false; /* an image of a plate not read yet: not known either */
+    struct engine *e = arrayset_engine_get(fs->set, (size_t)n->array, false);
+    if (e) {
+        engine_chunk_size(e, n->chunk, &size, &known, made_ns);
+        arrayset_engine_put(fs->set, (size_t)n->array);
+    }
     if (known)
         return size;
     /* Not computed yet, and its encoded size depends on the data: an upper bound, which the
@@ -134,8 +137,8 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
         *timeout = LIVE_TIMEOUT;
         break;
     }
-    case NS_GEN: { /* made from the input as it is now: every stat sees its size now */
-        size_t len;
+    case NS_GEN: {  /* made from the input as it is now: every stat sees its size now */
+        size_t len; /* 0 for a failed image's file of a plate, whose open fails */
         free(arrayset_generated(fs->set, n->chunk, &len));
         st->st_size = (off_t)len;
         *timeout = 0;
@@ -145,7 +148,7 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
                       * table is made again when the label image changed: a size for a
                       * second, the file opened dropping it (open.c) */
         bool exact;
-        uint64_t size = otable_size(arrayset_table(fs->set), (size_t)n->chunk, &exact);
+        uint64_t size = arrayset_table_size(fs->set, n->chunk, &exact);
         st->st_size = size > INT64_MAX ? INT64_MAX : (off_t)size;
         *timeout = exact ? LIVE_TIMEOUT : 0;
         break;
@@ -693,7 +696,8 @@ int fs_run(struct arrayset *set, const struct fs_options *o, struct errbuf *err)
                  "may serve pages and sizes cached before them",
                  werr.msg);
     log_info("mounted %s at %s (%zu ROIs, %d threads, cache %s)", a0->task->cfg.path, o->mountpoint,
-             a0->task->rois.n, a0->opts.threads, cache_path(a0->cache));
+             a0->task->rois.n, a0->opts.threads,
+             a0->cache ? cache_path(a0->cache) : "of each image of the plate, when it starts");
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(lc, 64);
     r = fuse_session_loop_mt(fs.se, lc);

@@ -24,6 +24,7 @@ struct pending_open {
     fuse_ino_t ino; /* the inode opened */
     uint64_t base;  /* its namespace inode */
     struct fs *fs;
+    int array; /* a chunk's: its array, whose engine it holds (arrayset_engine_get), else -1 */
 };
 
 /* The request whose interrupt handler this thread is registering: libfuse calls the handler
@@ -162,18 +163,20 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
 {
     struct pending_open *po = ctx;
     struct fs *fs = po->fs;
+    int array = po->array;
     if (!pending_take(fs, po)) {
         if (fd >= 0)
             close(fd); /* answered already: interrupted, or the unmount */
-        free(po);
-        return;
+    } else {
+        log_debug("open chunk %llu: %s", (unsigned long long)po->id, err ? strerror(-err) : "ok");
+        if (err)
+            fuse_reply_err(po->req, -err);
+        else
+            reply_chunk(fs, po, fd, flags);
     }
-    log_debug("open chunk %llu: %s", (unsigned long long)po->id, err ? strerror(-err) : "ok");
-    if (err)
-        fuse_reply_err(po->req, -err);
-    else
-        reply_chunk(fs, po, fd, flags);
     free(po);
+    if (array >= 0) /* its engine is let go (a plate's image may be closed from now on) */
+        arrayset_engine_put(fs->set, (size_t)array);
 }
 
 /* An open that waits (for a chunk or a table): on the pending list, answerable by an interrupt
@@ -190,6 +193,7 @@ static struct pending_open *pending_start(fuse_req_t req, fuse_ino_t ino, const 
     po->ino = ino;
     po->base = n->ino;
     po->fs = fs;
+    po->array = -1;
     pending_add(fs, po);
     registering = req;
     interrupted_now = false;
@@ -210,8 +214,13 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    engine_open_chunk(arrayset_array(fs->set, (size_t)n->array)->engine, n->chunk, chunk_opened,
-                      po);
+    struct engine *e = arrayset_engine_get(fs->set, (size_t)n->array, true);
+    if (!e) { /* a plate's image whose engines could not start (logged) */
+        chunk_opened(po, -EIO, -1, 0);
+        return;
+    }
+    po->array = n->array; /* held until chunk_opened */
+    engine_open_chunk(e, n->chunk, chunk_opened, po);
 }
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
@@ -288,7 +297,7 @@ static void table_ready(void *ctx, int err)
         return;
     }
     size_t len = 0;
-    char *data = err ? NULL : otable_copy(arrayset_table(fs->set), po->id, &len);
+    char *data = err ? NULL : arrayset_table_copy(fs->set, po->id, &len);
     if (!data) {
         fuse_reply_err(po->req, err ? -err : ENOENT);
         free(po);
@@ -315,7 +324,7 @@ static void open_table(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    otable_request(arrayset_table(fs->set), table_ready, po);
+    arrayset_table_request(fs->set, n->chunk, table_ready, po);
 }
 
 /* ---- the status file ---- */
@@ -456,6 +465,11 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         }
         h->buf = arrayset_generated(fs->set, n.chunk, &h->len);
         caller_leave(&ids);
+        if (!h->buf) { /* a failed image's file of a plate (docs/plates.md) */
+            free(h);
+            fuse_reply_err(req, EIO);
+            return;
+        }
         fi->direct_io = 1; /* made now: the size the kernel holds may be older */
     } else {
         h->text = n.text;

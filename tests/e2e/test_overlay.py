@@ -35,12 +35,12 @@ def level_shapes(base, n):
     return [tuple(-(-s // 2 ** j) for s in base) for j in range(n)]
 
 
-def make_image(root, version, base=(52, 44), nlevels=3, channels=0, translation=True):
+def make_image(root, version, base=(52, 44), nlevels=3, channels=0, translation=True, seed=7):
     """An OME-Zarr image (0.4 in Zarr v2, 0.5 in Zarr v3) with nlevels levels of uint16,
     halved in y and x, an existing label "old" and an existing table "FOV_ROI_table"; with
     channels, a c axis first. Returns (image path, [level arrays])."""
     img = root / f"img{version}.zarr"
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     axes = ([C_AXIS] if channels else []) + SPACE_AXES
     lead = (channels,) if channels else ()
     levels, datasets = [], []

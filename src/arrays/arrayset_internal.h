@@ -1,0 +1,80 @@
+/* arrayset_internal.h: the array set's state, shared by arrayset.c (one image) and
+ * arrayset_plate.c (an HCS plate: the images of the plate, each an overlay of its own). Private
+ * to src/arrays/. */
+#ifndef ROIFS_ARRAYSET_INTERNAL_H
+#define ROIFS_ARRAYSET_INTERNAL_H
+
+#include <pthread.h>
+
+#include "arrayset.h"
+#include "otable.h"
+#include "overlay.h"
+#include "ptable.h"
+
+/* A plate's NS_GEN and NS_TABLE node indices: the image in the high bits, the file in the
+ * low ones. */
+#define ARRAYSET_FILE_BITS 32
+#define ARRAYSET_FILE_MASK ((1ULL << ARRAYSET_FILE_BITS) - 1)
+
+struct plate;
+struct plate_image;
+
+/* One image of a plate. */
+struct set_image {
+    const struct plate_image *pim; /* the plate's (t->plate) */
+    struct task *task;             /* its own (task_open_image), NULL when failed */
+    struct overlay *overlay;
+    struct otable *table;
+    struct pyramid *pyramid; /* ome = true: its computed image's levels */
+    size_t first, n;         /* its arrays in the set */
+    size_t uses;             /* holders of its engines (arrayset_engine_get) */
+    uint64_t last_use;       /* when it was last got, in s->clock ticks */
+    char *error;             /* why it failed, or NULL */
+};
+
+struct arrayset {
+    struct array *arrays;
+    size_t n, cap;
+    struct pyramid *pyramid; /* [output] ome = true, else NULL */
+    struct overlay *overlay; /* [output] ome = labels, else NULL */
+    struct otable *table;    /* ome = labels with table_name, else NULL */
+    struct ns *tree;
+    bool overwrite; /* arrayset_opts.overlay_overwrite */
+    /* an HCS plate (docs/plates.md): the plate task's plate and its selected images */
+    const struct plate *plate;
+    const struct task *plate_task;
+    struct set_image *images;
+    size_t nimages;
+    struct ptable *ptable;        /* table_name: the plate's table (MNT/tables/NAME) */
+    struct ptable_image *pimages; /* its images */
+    pthread_mutex_t lazy;         /* a plate: images started when first needed */
+    bool started;                 /* arrayset_start was called */
+    size_t nopen;                 /* images whose engines exist */
+    uint64_t clock;               /* ticks of arrayset_engine_get */
+    struct plate_file *new_files; /* ome = true: the new plate's group files */
+    size_t nnew_files;
+};
+
+void arrayset_push(struct arrayset *s, struct array a);
+int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_opts *eo,
+                          struct overlay **ov, struct otable **tab, struct errbuf *err);
+json_t *arrayset_level_status(const struct array *a);
+
+/* arrayset_plate.c */
+int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
+                        struct errbuf *err);
+int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
+int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
+struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);
+struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start);
+void arrayset_plate_engine_put(struct arrayset *s, size_t i);
+void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
+                                  void (*cb)(void *ctx, int err), void *ctx);
+void arrayset_stop_plate(struct arrayset *s);
+void arrayset_close_plate(struct arrayset *s);
+struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);
+bool arrayset_plate_is_ptable(const struct arrayset *s, uint64_t index);
+char *arrayset_plate_generated(const struct arrayset *s, uint64_t index);
+json_t *arrayset_plate_status(struct arrayset *s);
+
+#endif

@@ -1,0 +1,631 @@
+/* arrayset_plate.c: the array set of an HCS plate with ome = labels (docs/plates.md): the
+ * plate group read through, and in each selected image's directory that image's overlay
+ * (labels/NAME, tables/NAME) exactly as a mount of the image alone presents it. Each image is
+ * its own task (task_open_image), with its own cache directory, overlay and engines; an image
+ * that cannot be opened fails alone: its added files give EIO, the status lists it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../plate/plate.h"
+#include "arrayset_internal.h"
+#include "overlay_tree.h"
+#include "pyramid.h"
+
+/* Opens image k: its task, its overlay and table; its arrays pushed. A failure of the image
+ * (its metadata, ROI table, ...) is kept as its error, not returned. */
+static void open_image(struct arrayset *s, size_t k, const struct engine_opts *eo)
+{
+    struct set_image *im = &s->images[k];
+    if (im->pim->error) {
+        im->error = xstrdup(im->pim->error);
+        return;
+    }
+    struct errbuf e = {{0}};
+    int r = task_open_image(s->plate_task->cfg.path, im->pim, 0, &im->task, &e);
+    if (r < 0) {
+        im->task = NULL;
+        im->error = xstrdup(e.msg);
+        return;
+    }
+    im->first = s->n;
+    arrayset_push(s,
+                  (struct array){.task = im->task, .opts = *eo, .level_k = true, .image = (int)k});
+    if (im->task->cfg.ome_labels) {
+        r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
+    } else { /* ome = true: the computed image with its pyramid, as one image alone */
+        r = pyramid_build(im->task, &im->pyramid, &e);
+        for (int l = 1; r == 0 && l < pyramid_nlevels(im->pyramid); l++)
+            arrayset_push(
+                s, (struct array){.task = pyramid_level(im->pyramid, l), .opts = *eo, .level = l});
+    }
+    im->n = s->n - im->first;
+    for (size_t i = im->first; i < s->n; i++) /* its label image's other levels too */
+        s->arrays[i].image = (int)k;
+    if (r < 0) { /* nothing of it is presented: its arrays are dropped */
+        otable_free(im->table);
+        overlay_free(im->overlay);
+        pyramid_free(im->pyramid);
+        im->table = NULL;
+        im->overlay = NULL;
+        im->pyramid = NULL;
+        task_close(im->task);
+        im->task = NULL;
+        s->n = im->first;
+        im->n = 0;
+        im->error = xstrdup(e.msg);
+    }
+}
+
+/* table_name: the plate's table over every selected image's (a failed image has no rows);
+ * refused when the plate has a table of that name. */
+static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *err)
+{
+    const struct config *c = &t->cfg;
+    char *mine = xasprintf("%s/tables/%s", s->plate->dir, c->table_name);
+    struct stat st;
+    bool exists = lstat(mine, &st) == 0;
+    free(mine);
+    if (exists)
+        return config_error(c, err, "output", "table_name",
+                            "[output] table_name: the plate %s has a table %s already",
+                            s->plate->dir, c->table_name);
+    s->pimages = xcalloc(s->nimages, sizeof *s->pimages);
+    for (size_t k = 0; k < s->nimages; k++) {
+        const struct plate_image *p = s->images[k].pim;
+        s->pimages[k] = (struct ptable_image){
+            .table = s->images[k].table,
+            .path_in_plate = p->path_in_plate,
+            .text = {p->row, p->column, p->path_in_well, p->path_in_plate, p->acquisition_id}};
+    }
+    return ptable_new(s->pimages, s->nimages, s->plate->format,
+                      c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA, &s->ptable, err);
+}
+
+int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
+                        struct errbuf *err)
+{
+    s->plate = t->plate;
+    s->plate_task = t;
+    s->nimages = t->plate->n;
+    s->images = xcalloc(s->nimages, sizeof *s->images);
+    pthread_mutex_init(&s->lazy, NULL);
+    for (size_t k = 0; k < s->nimages; k++) {
+        s->images[k].pim = &t->plate->images[k];
+        open_image(s, k, eo);
+    }
+    if (t->cfg.ome) {
+        int r = plate_new_files(t->plate, &s->new_files, &s->nnew_files, err);
+        if (r < 0)
+            return r;
+    }
+    if (s->n > 0 && t->cfg.table_name && t->cfg.ome_labels) {
+        int r = open_ptable(s, t, err);
+        if (r < 0)
+            return r;
+    }
+    if (s->n == 0) /* the mount would serve nothing of what it computes */
+        return err_set(err, -EINVAL, "%s: no image of the plate %s can be opened: %s %s",
+                       t->cfg.path, t->plate->dir, s->images[0].pim->path_in_plate,
+                       s->images[0].error);
+    return 0;
+}
+
+/* The directory entry of the image's path in the plate (made, mirroring the plate's
+ * directories that exist). */
+static int image_dir(struct arrayset *s, const struct plate_image *pim)
+{
+    struct ns *ns = s->tree;
+    int dir = NS_ROOT;
+    const char *parts[] = {pim->row, pim->column, pim->path_in_well};
+    char *path = xstrdup(s->plate->dir);
+    for (size_t i = 0; i < 3 && *parts[i]; i++) {
+        char *next = path_join(path, parts[i]);
+        free(path);
+        path = next;
+        int c = ns_child(ns, dir, parts[i]);
+        if (c < 0) {
+            c = ns_add_dir(ns, dir, parts[i]);
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                ns_mirror(ns, c, path, NULL);
+        }
+        dir = c;
+    }
+    free(path);
+    return dir;
+}
+
+/* A failed image's added files: each fails with EIO (arrayset_plate_generated gives NULL). */
+static void failed_files(struct arrayset *s, size_t k, int dir)
+{
+    const struct config *c = &s->plate_task->cfg;
+    const char *meta = s->plate->format == 3 ? "zarr.json" : ".zattrs";
+    const char *names[2] = {c->label_name, c->table_name};
+    const char *groups[2] = {"labels", "tables"};
+    for (int g = 0; g < 2; g++) {
+        if (!names[g])
+            continue;
+        int gd = ns_child(s->tree, dir, groups[g]);
+        if (gd < 0)
+            gd = ns_add_dir(s->tree, dir, groups[g]);
+        int nd = ns_add_dir(s->tree, gd, names[g]);
+        ns_add_generated(s->tree, nd, meta,
+                         ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK);
+    }
+}
+
+/* The directory entry of rel below dir (made when absent, not mirrored: the plate's table). */
+static int table_dir_of(struct ns *ns, int dir, const char *rel, const char **base)
+{
+    const char *p = rel, *slash;
+    while ((slash = strchr(p, '/'))) {
+        char *name = xmalloc((size_t)(slash - p) + 1);
+        memcpy(name, p, (size_t)(slash - p));
+        name[slash - p] = '\0';
+        int c = ns_child(ns, dir, name);
+        dir = c >= 0 ? c : ns_add_dir(ns, dir, name);
+        free(name);
+        p = slash + 1;
+    }
+    *base = p;
+    return dir;
+}
+
+/* MNT/tables: the plate's tables list with NAME, and tables/NAME (docs/plates.md). */
+static void ptable_tree(struct arrayset *s)
+{
+    struct ns *ns = s->tree;
+    const struct config *c = &s->plate_task->cfg;
+    bool v3 = s->plate->format == 3;
+    char *dir = path_join(s->plate->dir, "tables");
+    struct stat st;
+    bool has = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    int tables = ns_child(ns, NS_ROOT, "tables");
+    if (tables < 0)
+        tables = ns_add_dir(ns, NS_ROOT, "tables");
+    if (has)
+        ns_mirror(ns, tables, dir, c->table_name);
+    char *zg = path_join(dir, ".zgroup");
+    if (!v3 && stat(zg, &st) < 0)
+        ns_add_file(ns, tables, ".zgroup", "{\n    \"zarr_format\": 2\n}");
+    free(zg);
+    free(dir);
+    uint64_t base = (uint64_t)s->nimages << ARRAYSET_FILE_BITS;
+    ns_add_generated(ns, tables, v3 ? "zarr.json" : ".zattrs", base);
+    int mine = ns_add_dir(ns, tables, c->table_name);
+    for (size_t i = 0; i < ptable_nfiles(s->ptable); i++) {
+        const char *name;
+        int d = table_dir_of(ns, mine, ptable_path(s->ptable, i), &name);
+        ns_add_table(ns, d, name, base + i);
+    }
+}
+
+/* The directory entry of rel (made, with its parents, not mirrored). */
+static int new_dir(struct ns *ns, const char *rel)
+{
+    const char *base;
+    char *whole = xasprintf("%s/", rel);
+    int d = table_dir_of(ns, NS_ROOT, whole, &base);
+    free(whole);
+    return d;
+}
+
+/* ome = true: the new plate (docs/plates.md): the narrowed plate and well groups, each
+ * selected image the computed image group of its pyramid; a failed image's group files give
+ * EIO. */
+static int new_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
+{
+    struct ns *ns = s->tree;
+    bool v3 = s->plate->format == 3;
+    for (size_t i = 0; i < s->nnew_files; i++) {
+        const char *base;
+        int d = table_dir_of(ns, NS_ROOT, s->new_files[i].path, &base);
+        ns_add_file(ns, d, base, s->new_files[i].text);
+        if (i == 0 && status)
+            ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    }
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        if (!*im->pim->path_in_well)
+            continue;
+        int dir = new_dir(ns, im->pim->path_in_plate);
+        if (!im->pyramid) {
+            uint64_t index = ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK;
+            ns_add_generated(ns, dir, v3 ? "zarr.json" : ".zattrs", index);
+            continue;
+        }
+        ns_add_file(ns, dir, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(im->pyramid));
+        if (!v3)
+            ns_add_file(ns, dir, ".zattrs", pyramid_group_attrs(im->pyramid));
+        for (size_t i = 0; i < im->n; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "%d", s->arrays[im->first + i].level);
+            int r = ns_add_array(ns, ns_add_dir(ns, dir, name), s->arrays[im->first + i].task,
+                                 (int)(im->first + i), err);
+            if (r < 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
+{
+    if (s->plate_task->cfg.ome)
+        return new_plate_tree(s, status, err);
+    struct ns *ns = s->tree;
+    ns_mirror(ns, NS_ROOT, s->plate->dir, ".roifs");
+    if (status)
+        ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
+    if (s->ptable)
+        ptable_tree(s);
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        if (!*im->pim->path_in_well) /* a missing well: nothing of it to add to */
+            continue;
+        int dir = image_dir(s, im->pim);
+        if (!im->overlay) {
+            failed_files(s, k, dir);
+            continue;
+        }
+        int r = overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
+                                   (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Creates image k's engines (level k first, which the others read); s->lazy held. 0 or
+ * -errno with err set and none of them left. */
+/* Opens image k's caches (its label image's level k registers the configuration, the others
+ * do not), as arrayset_open does for one image; s->lazy held. */
+static int open_image_caches(struct arrayset *s, struct set_image *im, struct errbuf *err)
+{
+    uint64_t version = task_version(s->arrays[im->first].task);
+    for (size_t i = im->first; i < im->first + im->n; i++) {
+        struct array *a = &s->arrays[i];
+        if (a->cache)
+            continue;
+        int r = cache_open(a->task->cache_dir, i == im->first ? a->task->cfg.path : NULL, version,
+                           &a->cache, err);
+        if (r < 0)
+            return r;
+        if (a->task->reader)
+            cache_keep_input_hashes(a->cache, a->task->reader);
+    }
+    return 0;
+}
+
+static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *err)
+{
+    int r0 = open_image_caches(s, im, err);
+    if (r0 < 0)
+        return r0;
+    for (size_t i = im->first; i < im->first + im->n; i++) {
+        struct array *a = &s->arrays[i];
+        int r = engine_create(a->task, a->cache, &a->opts, &a->engine, err);
+        if (r < 0) {
+            a->engine = NULL;
+            for (size_t j = i; j-- > im->first;) {
+                engine_destroy(s->arrays[j].engine);
+                s->arrays[j].engine = NULL;
+            }
+            if (im->pyramid)
+                for (size_t j = 0; j < im->n; j++)
+                    pyramid_set_engine(im->pyramid, (int)j, NULL);
+            else
+                overlay_set_engine(im->overlay, NULL);
+            return r;
+        }
+        if (im->pyramid) /* before the next level's, which reads it */
+            pyramid_set_engine(im->pyramid, (int)(i - im->first), a->engine);
+        else if (i == im->first) /* before the other levels', which read it */
+            overlay_set_engine(im->overlay, a->engine);
+    }
+    return 0;
+}
+
+/* Destroys image im's engines (the levels reading level k first) and closes its caches (their
+ * directories stay); s->lazy held, nobody holding them. */
+static void close_image(struct arrayset *s, struct set_image *im)
+{
+    for (size_t i = im->first + im->n; i-- > im->first;) {
+        struct array *a = &s->arrays[i];
+        if (a->engine)
+            engine_destroy(a->engine);
+        a->engine = NULL;
+        if (im->pyramid)
+            pyramid_set_engine(im->pyramid, (int)(i - im->first), NULL);
+        else if (i == im->first)
+            overlay_set_engine(im->overlay, NULL);
+        cache_close(a->cache);
+        a->cache = NULL;
+    }
+    s->nopen--;
+}
+
+/* [mount] images_open: while as many images are open, the least recently used one that nobody
+ * holds is closed (none: the bound is exceeded until one is let go). s->lazy held. */
+static void make_room(struct arrayset *s)
+{
+    size_t bound = (size_t)s->plate_task->cfg.images_open;
+    while (s->nopen >= bound) {
+        struct set_image *lru = NULL;
+        for (size_t k = 0; k < s->nimages; k++) {
+            struct set_image *im = &s->images[k];
+            if (im->n && s->arrays[im->first].engine && im->uses == 0 &&
+                (!lru || im->last_use < lru->last_use))
+                lru = im;
+        }
+        if (!lru)
+            return;
+        close_image(s, lru);
+    }
+}
+
+/* Image k's engines, started (and room made for them) when they do not exist; s->lazy held. */
+static void start_locked(struct arrayset *s, size_t k)
+{
+    struct set_image *im = &s->images[k];
+    if (!s->started || im->error || !im->n || s->arrays[im->first].engine)
+        return;
+    make_room(s);
+    struct errbuf e = {{0}};
+    if (start_image(s, im, &e) < 0) {
+        im->error = xstrdup(e.msg);
+        log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
+        return;
+    }
+    s->nopen++;
+}
+
+struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start)
+{
+    pthread_mutex_lock(&s->lazy);
+    if (start)
+        start_locked(s, (size_t)s->arrays[i].image);
+    struct engine *e = s->arrays[i].engine;
+    pthread_mutex_unlock(&s->lazy);
+    return e;
+}
+
+struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start)
+{
+    pthread_mutex_lock(&s->lazy);
+    struct set_image *im = &s->images[s->arrays[i].image];
+    if (start)
+        start_locked(s, (size_t)s->arrays[i].image);
+    struct engine *e = s->arrays[i].engine;
+    if (e) {
+        im->uses++;
+        im->last_use = ++s->clock;
+    }
+    pthread_mutex_unlock(&s->lazy);
+    return e;
+}
+
+void arrayset_plate_engine_put(struct arrayset *s, size_t i)
+{
+    pthread_mutex_lock(&s->lazy);
+    s->images[s->arrays[i].image].uses--;
+    pthread_mutex_unlock(&s->lazy);
+}
+
+/* A table request holding the images it needs until it is answered. */
+struct held_request {
+    struct arrayset *s;
+    void (*cb)(void *ctx, int err);
+    void *ctx;
+    size_t *arrays, n; /* each held image's first array */
+};
+
+static void held_answered(void *ctx, int err)
+{
+    struct held_request *h = ctx;
+    h->cb(h->ctx, err);
+    for (size_t j = 0; j < h->n; j++)
+        arrayset_plate_engine_put(h->s, h->arrays[j]);
+    free(h->arrays);
+    free(h);
+}
+
+void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
+                                  void (*cb)(void *ctx, int err), void *ctx)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    struct held_request *h = xcalloc(1, sizeof *h);
+    *h = (struct held_request){.s = s, .cb = cb, .ctx = ctx};
+    h->arrays = xcalloc(s->nimages + 1, sizeof *h->arrays);
+    bool failed = false;
+    for (size_t j = 0; j < s->nimages; j++) { /* the image's, or every image's for the plate's */
+        struct set_image *im = &s->images[j];
+        if ((j != k && k != s->nimages) || im->error || !im->n)
+            continue;
+        if (arrayset_plate_engine_get(s, im->first, true))
+            h->arrays[h->n++] = im->first;
+        else
+            failed = failed || j == k;
+    }
+    if (failed) { /* the image could not start (logged) */
+        held_answered(h, -EIO);
+        return;
+    }
+    if (k == s->nimages)
+        ptable_request(s->ptable, held_answered, h);
+    else
+        otable_request(s->images[k].table, held_answered, h);
+}
+
+/* No cache is opened and no engine created here: each image's when it is first needed
+ * (arrayset_plate_engine), so that the threads and open files are those of the images read. */
+int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
+{
+    (void)err;
+    for (size_t k = 0; k < s->nimages; k++)
+        if (s->images[k].error)
+            log_error("image %s of the plate failed: %s", s->images[k].pim->path_in_plate,
+                      s->images[k].error);
+    pthread_mutex_lock(&s->lazy);
+    s->started = true;
+    pthread_mutex_unlock(&s->lazy);
+    return 0;
+}
+
+void arrayset_stop_plate(struct arrayset *s)
+{
+    pthread_mutex_lock(&s->lazy);
+    s->started = false;
+    s->nopen = 0;
+    pthread_mutex_unlock(&s->lazy);
+    for (size_t k = s->nimages; k-- > 0;) {
+        struct set_image *im = &s->images[k];
+        for (size_t i = im->first + im->n; i-- > im->first;) {
+            struct array *a = &s->arrays[i];
+            if (!a->engine)
+                continue;
+            engine_destroy(a->engine);
+            a->engine = NULL;
+            if (im->pyramid)
+                pyramid_set_engine(im->pyramid, (int)(i - im->first), NULL);
+            else if (i == im->first)
+                overlay_set_engine(im->overlay, NULL);
+        }
+    }
+}
+
+void arrayset_close_plate(struct arrayset *s)
+{
+    ptable_free(s->ptable);
+    free(s->pimages);
+    if (s->images)
+        pthread_mutex_destroy(&s->lazy);
+    plate_files_free(s->new_files, s->nnew_files);
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        otable_free(im->table);
+        overlay_free(im->overlay);
+        pyramid_free(im->pyramid);
+        task_close(im->task);
+        free(im->error);
+    }
+    free(s->images);
+}
+
+struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    return k < s->nimages ? s->images[k].table : NULL;
+}
+
+bool arrayset_plate_is_ptable(const struct arrayset *s, uint64_t index)
+{
+    return (size_t)(index >> ARRAYSET_FILE_BITS) == s->nimages;
+}
+
+char *arrayset_plate_generated(const struct arrayset *s, uint64_t index)
+{
+    size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
+    if (k == s->nimages) { /* the plate's tables list, as it is now, with NAME */
+        char *rel;
+        char *text = overlay_list_text(s->plate->dir, s->plate->format, "tables",
+                                       s->plate_task->cfg.table_name, &rel);
+        free(rel);
+        return text;
+    }
+    if (k >= s->nimages || !s->images[k].overlay)
+        return NULL;
+    return overlay_file_now(s->images[k].overlay, (size_t)(index & ARRAYSET_FILE_MASK));
+}
+
+/* ---- status ---- */
+
+static void add_int(json_t *obj, const char *key, json_int_t v)
+{
+    json_t *was = json_object_get(obj, key);
+    json_object_set_new(obj, key, json_integer(json_integer_value(was) + v));
+}
+
+/* Adds the numbers of an engine's section ("rois", "chunks") into sum's. */
+static void add_counts(json_t *sum, json_t *doc, const char *section)
+{
+    json_t *from = json_object_get(doc, section), *to = json_object_get(sum, section);
+    if (!to)
+        json_object_set_new(sum, section, to = json_object());
+    const char *key;
+    json_t *v;
+    json_object_foreach(from, key, v)
+    {
+        if (json_is_integer(v))
+            add_int(to, key, json_integer_value(v));
+    }
+}
+
+json_t *arrayset_plate_status(struct arrayset *s)
+{
+    json_t *doc = json_object(), *errors = json_array(), *failed = json_array(),
+           *wells = json_object();
+    json_object_set_new(doc, "rois", json_object());
+    json_object_set_new(doc, "chunks", json_object());
+    json_object_set_new(doc, "calls", json_integer(0));
+    size_t ready = 0, done = 0, nfailed = 0, open = 0;
+    for (size_t w = 0; w < s->plate->nwells; w++)
+        json_object_set_new(wells, s->plate->wells[w], json_pack("{s:{}}", "rois"));
+    for (size_t k = 0; k < s->nimages; k++) {
+        struct set_image *im = &s->images[k];
+        json_t *well = json_object_get(wells, im->pim->well);
+        struct engine *eng = NULL; /* held while its status is read: not closed meanwhile */
+        pthread_mutex_lock(&s->lazy);
+        if (!im->error && im->n && (eng = s->arrays[im->first].engine))
+            im->uses++;
+        pthread_mutex_unlock(&s->lazy);
+        if (im->error) {
+            nfailed++;
+            json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
+                                                    "message", im->error));
+            continue;
+        }
+        ready++;
+        if (!eng) { /* not read yet: its ROIs, none known computed until it is */
+            json_int_t n = (json_int_t)im->task->rois.n;
+            json_t *e =
+                json_pack("{s:{s:I, s:I, s:I, s:I, s:I}}", "rois", "total", n, "pending", n,
+                          "running", (json_int_t)0, "done", (json_int_t)0, "failed", (json_int_t)0);
+            add_counts(doc, e, "rois");
+            add_counts(well, e, "rois");
+            json_decref(e);
+            continue;
+        }
+        open++;
+        json_t *e = engine_status(eng);
+        add_counts(doc, e, "rois");
+        add_counts(doc, e, "chunks");
+        add_counts(well, e, "rois");
+        add_int(doc, "calls", json_integer_value(json_object_get(e, "calls")));
+        json_t *rois = json_object_get(e, "rois");
+        if (json_integer_value(json_object_get(rois, "done")) ==
+            json_integer_value(json_object_get(rois, "total")))
+            done++;
+        size_t i;
+        json_t *er;
+        json_array_foreach(json_object_get(e, "errors"), i, er)
+        {
+            json_t *c = json_deep_copy(er);
+            json_object_set_new(c, "image", json_string(im->pim->path_in_plate));
+            json_array_append_new(errors, c);
+        }
+        json_decref(e);
+        arrayset_plate_engine_put(s, im->first);
+    }
+    json_object_set_new(doc, "errors", errors);
+    json_object_set_new(doc, "images",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages,
+                                  "ready", (json_int_t)ready, "done", (json_int_t)done, "failed",
+                                  (json_int_t)nfailed, "open", (json_int_t)open));
+    json_object_set_new(doc, "failed_images", failed);
+    json_object_set_new(doc, "wells", wells);
+    return doc;
+}

@@ -1,0 +1,43 @@
+/* ptable.h: a plate's table (docs/plates.md, plate-level tables): MNT/tables/NAME, the
+ * selected images' tables/NAME concatenated in plate order (wells, then each well's images),
+ * with the string columns row, column, path_in_well, path_in_plate and acquisition_id and the
+ * index PATH_IN_PLATE:LABEL (table_encode_concat). A request asks every image's table
+ * (otable.h: each computed once, from the cache's record when it has one) and encodes the
+ * concatenation of their rows; an image that failed to open has no rows in it. FUSE-free. */
+#ifndef ROIFS_PTABLE_H
+#define ROIFS_PTABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../table_write.h"
+#include "otable.h"
+
+struct ptable;
+
+/* One image of the table: its table (NULL: a failed image, no rows) and its values of the
+ * extra columns. */
+struct ptable_image {
+    struct otable *table;
+    const char *path_in_plate;
+    const char *text[5]; /* row, column, path_in_well, path_in_plate, acquisition_id */
+};
+
+/* The table of images[0..n) (borrowed, they must outlive it) in Zarr format `format` with
+ * backend; its file names known at once. 0 or -EINVAL. */
+int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
+               struct ptable **out, struct errbuf *err);
+void ptable_free(struct ptable *p);
+
+size_t ptable_nfiles(const struct ptable *p);
+const char *ptable_path(const struct ptable *p, size_t i);
+/* Exact once made, else an upper bound. */
+uint64_t ptable_size(struct ptable *p, size_t i, bool *exact);
+/* Makes the table from every image's table as it is now: cb(ctx, 0) once made, or cb(ctx,
+ * -EIO) when an image's table failed (a later request tries again). */
+void ptable_request(struct ptable *p, otable_cb cb, void *ctx);
+/* After a cb(ctx, 0): a copy of file i of the latest table (malloc'd; NULL: no such file). */
+char *ptable_copy(struct ptable *p, size_t i, size_t *len);
+
+#endif
