@@ -118,6 +118,7 @@ struct config {
     /* [cache] */
     char *cache_dir; /* absolute, or NULL for the default location */
     uint64_t max_size;
+    int cache_lease; /* seconds a claim on work lasts unless renewed (default 30, at least 5) */
 
     /* Where each key was set: "section.key" -> line (private to config.c). */
     struct config_lines *lines;

@@ -369,6 +369,7 @@ static const struct key_spec keys[] = {
     {"mount", "passthrough", .set = set_bool, .off = F(passthrough)},
     {"cache", "dir", .set = set_path, .off = F(cache_dir)},
     {"cache", "max_size", .set = set_size, .off = F(max_size)},
+    {"cache", "lease", .set = set_int, .off = F(cache_lease), .min = 5, .max = 86400},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

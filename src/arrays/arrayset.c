@@ -82,6 +82,7 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
     uint64_t version = task_version(s->arrays[0].task); /* every level serves that version */
     for (size_t i = 0; i < s->n; i++) {
         const struct task *t = s->arrays[i].task;
+        cache_set_lease((unsigned)t->cfg.cache_lease);
         int r = cache_open(t->cache_dir, i == 0 ? t->cfg.path : NULL, version, &s->arrays[i].cache,
                            err);
         if (r < 0)

@@ -49,7 +49,7 @@
 #define ROIFS_CACHE_H
 
 /* DIR/format of this layout; a directory of an older layout is emptied at cache_open. */
-#define CACHE_FORMAT_TEXT "roifs-cache 3\n"
+#define CACHE_FORMAT_TEXT "roifs-cache 4\n"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -142,7 +142,10 @@ int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *
  * sidecars whose data file is gone (roifs clean --unused). Returns how many. */
 size_t cache_chunk_remove_leftovers(struct cache *c);
 
-/* ---- locks ---- */
+/* ---- locks (claims between hosts, claim.h) ---- */
+
+/* The lease of this process's claims, [cache] lease (seconds, at least 5; default 30). */
+void cache_set_lease(unsigned seconds);
 
 /* Takes the lock of chunk id (wait = false: -EWOULDBLOCK when another process holds it).
  * Returns a lock handle for cache_unlock, or -errno. */

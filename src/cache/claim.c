@@ -1,0 +1,404 @@
+/* claim.c: claims on work between hosts (see claim.h): exclusive creation, a holder named by
+ * host and process, a lease renewed by a thread of the holder, takeover of expired claims. */
+#include "claim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../map.h"
+#include "../util.h"
+
+#define CLAIM_MAGIC "roifs-claim 1\n"
+#define CLAIM_TEXT  1024
+
+static _Atomic unsigned lease_s = CLAIM_LEASE_DEFAULT;
+
+void claim_set_lease(unsigned seconds)
+{
+    lease_s = seconds < CLAIM_LEASE_MIN ? CLAIM_LEASE_MIN : seconds;
+}
+
+unsigned claim_lease(void)
+{
+    return lease_s;
+}
+
+/* ---- who we are ---- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* everything below */
+static char host_id[512], holder[700];
+static pid_t holder_pid; /* the process holder[] names (it changes at a fork) */
+static unsigned long long holder_start;
+
+/* The start time (field 22 of /proc/PID/stat) of pid, 0 when it does not run (or is a zombie). */
+static unsigned long long start_of(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t got = 0;
+    pread_full(fd, buf, sizeof buf - 1, 0, &got);
+    close(fd);
+    buf[got] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    char state = 0;
+    unsigned long long start = 0;
+    /* after ")": state is field 3; start time is field 22 */
+    if (sscanf(p + 1,
+               " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+               "%*s %llu",
+               &state, &start) != 2 ||
+        state == 'Z' || state == 'X')
+        return 0;
+    return start;
+}
+
+bool claim_pid_alive(long pid, unsigned long long start)
+{
+    return pid > 0 && start_of(pid) == start;
+}
+
+/* Fills host_id and holder for this process (mu held). */
+static void know_myself(void)
+{
+    pid_t me = getpid();
+    if (holder_pid == me)
+        return;
+    if (!host_id[0]) {
+        char name[256] = "", boot[64] = "unknown";
+        gethostname(name, sizeof name - 1);
+        int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+        size_t got = 0;
+        if (fd >= 0) {
+            pread_full(fd, boot, sizeof boot - 1, 0, &got);
+            close(fd);
+            boot[got] = '\0';
+            boot[strcspn(boot, "\n")] = '\0';
+        }
+        struct stat st;
+        unsigned long long ns =
+            stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+        for (char *p = name; *p; p++)
+            if (*p == ' ' || *p == '\n')
+                *p = '_';
+        snprintf(host_id, sizeof host_id, "host %s\nboot %s\npidns %llu\n", name[0] ? name : "?",
+                 boot, ns);
+    }
+    holder_pid = me;
+    holder_start = start_of(me);
+    snprintf(holder, sizeof holder, "%spid %ld\nstart %llu\n", host_id, (long)me, holder_start);
+}
+
+const char *claim_holder_text(void)
+{
+    pthread_mutex_lock(&mu);
+    know_myself();
+    pthread_mutex_unlock(&mu);
+    return holder;
+}
+
+const char *claim_host(void)
+{
+    claim_holder_text();
+    return host_id;
+}
+
+unsigned long long claim_my_start(void)
+{
+    claim_holder_text();
+    return holder_start;
+}
+
+int claim_judge_holder(const char *text)
+{
+    const char *host = claim_host();
+    const char *at = strstr(text, "host ");
+    if (!at || strncmp(at, host, strlen(host)) != 0)
+        return -1;
+    long pid = 0;
+    unsigned long long start = 0;
+    if (sscanf(at + strlen(host), "pid %ld\nstart %llu\n", &pid, &start) != 2)
+        return -1;
+    return claim_pid_alive(pid, start) ? 1 : 0;
+}
+
+/* ---- claims held, and their renewal ---- */
+
+struct slot {
+    bool used;
+    int ofd;   /* the local byte-range lock, or -1 */
+    int dirfd; /* borrowed */
+    int fd;    /* the claim file, open for renewals */
+    off_t ctr_off;
+    uint64_t ctr;
+    char name[80];
+};
+
+static struct slot *slots;
+static size_t nslots;
+static pid_t renewer_pid;
+static pthread_cond_t renew_cv = PTHREAD_COND_INITIALIZER;
+
+static void *renewer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        unsigned l = lease_s;
+        struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns((int64_t)l * 250000000LL));
+        pthread_cond_timedwait(&renew_cv, &mu, &ts);
+        for (size_t i = 0; i < nslots; i++) {
+            struct slot *s = &slots[i];
+            if (!s->used)
+                continue;
+            char num[24];
+            snprintf(num, sizeof num, "%020" PRIu64, ++s->ctr);
+            if (pwrite(s->fd, num, 20, s->ctr_off) != 20 || fdatasync(s->fd) < 0)
+                log_warn("claim %s: cannot renew it: %s", s->name, strerror(errno));
+        }
+    }
+    return NULL;
+}
+
+/* Starts the renewal thread of this process (mu held): once, and again in a forked child. */
+static void start_renewer(void)
+{
+    if (renewer_pid == getpid())
+        return;
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, renewer_main, NULL) == 0)
+        renewer_pid = getpid();
+    pthread_attr_destroy(&a);
+}
+
+/* ---- files ---- */
+
+/* Creates claim file name exclusively with our holder text: its descriptor (open for
+ * renewals), -EEXIST, or -errno. *ctr_off: where the renewal counter is. */
+static int create_claim(int dirfd, const char *name, off_t *ctr_off)
+{
+    static _Atomic uint64_t seq;
+    int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t nonce = (uint64_t)ts_to_ns(now) ^ (++seq << 40) ^ (uint64_t)getpid();
+    nonce = hash64(HASH64_INIT, &nonce, sizeof nonce);
+    char text[CLAIM_TEXT];
+    int n = snprintf(text, sizeof text, "%s%snonce %016" PRIx64 "\nrenewed %020d\n", CLAIM_MAGIC,
+                     claim_holder_text(), nonce, 0);
+    if (n < 0 || n >= (int)sizeof text || write_full(fd, text, (size_t)n) < 0) {
+        int e = n < 0 || n >= (int)sizeof text ? -ENAMETOOLONG : -errno;
+        close(fd);
+        unlinkat(dirfd, name, 0);
+        return e;
+    }
+    *ctr_off = n - 21;
+    return fd;
+}
+
+/* Reads claim file name: 0 with its text and fingerprint (contents and inode), -errno. */
+static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint64_t *fp)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    size_t got = 0;
+    int r = fstat(fd, &st) < 0 ? -errno : pread_full(fd, text, cap - 1, 0, &got);
+    close(fd);
+    text[got] = '\0';
+    uint64_t ino = (uint64_t)st.st_ino;
+    *fp = hash64(hash64(HASH64_INIT, &ino, sizeof ino), text, got);
+    return r;
+}
+
+/* What this process saw of another host's claim, by name: since when it has not changed. */
+struct seen {
+    uint64_t fp;
+    double since;
+};
+static struct map seen_map; /* (hash of directory and name) -> struct seen; mu */
+
+enum verdict { V_LIVE, V_STALE, V_GONE };
+
+static uint64_t name_key(int dirfd, const char *name)
+{
+    struct stat st;
+    uint64_t ino = fstat(dirfd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+    return hash64(hash64(HASH64_INIT, &ino, sizeof ino), name, strlen(name));
+}
+
+/* Judges the claim file name (see claim.h); *fp its fingerprint. */
+static enum verdict judge(int dirfd, const char *name, uint64_t *fp)
+{
+    char text[CLAIM_TEXT];
+    int r = read_claim(dirfd, name, text, sizeof text, fp);
+    if (r == -ENOENT)
+        return V_GONE;
+    int mine = r == 0 ? claim_judge_holder(text) : -1;
+    if (mine >= 0)
+        return mine ? V_LIVE : V_STALE;
+    uint64_t k = name_key(dirfd, name);
+    double now = now_monotonic();
+    pthread_mutex_lock(&mu);
+    if (seen_map.vsize == 0)
+        map_init(&seen_map, sizeof(struct seen), 64);
+    bool added;
+    struct seen *s = map_put(&seen_map, k, 0, &added);
+    enum verdict v = V_LIVE;
+    if (added || s->fp != *fp) {
+        s->fp = *fp;
+        s->since = now;
+    } else if (now - s->since >= (double)lease_s) {
+        v = V_STALE;
+        map_del(&seen_map, k, 0, NULL);
+    }
+    pthread_mutex_unlock(&mu);
+    return v;
+}
+
+/* Removes file name if it still has fingerprint fp. */
+static bool remove_if_same(int dirfd, const char *name, uint64_t fp)
+{
+    char text[CLAIM_TEXT];
+    uint64_t now_fp;
+    if (read_claim(dirfd, name, text, sizeof text, &now_fp) < 0 || now_fp != fp)
+        return false;
+    return unlinkat(dirfd, name, 0) == 0;
+}
+
+/* Removes the expired claim name (fingerprint fp) under its takeover token. */
+static void take_over(int dirfd, const char *name, uint64_t fp)
+{
+    char tok[96];
+    snprintf(tok, sizeof tok, "%s.take", name);
+    off_t off;
+    int t = create_claim(dirfd, tok, &off);
+    if (t == -EEXIST) {
+        uint64_t tfp;
+        if (judge(dirfd, tok, &tfp) == V_STALE)
+            remove_if_same(dirfd, tok, tfp); /* a taker that died */
+        return;
+    }
+    if (t < 0)
+        return;
+    if (remove_if_same(dirfd, name, fp))
+        log_warn("claim %s: its holder is gone (its process ended, or its lease of %u s ran out "
+                 "unrenewed); taking it over",
+                 name, lease_s);
+    close(t);
+    unlinkat(dirfd, tok, 0);
+}
+
+static int ofd_lock(int dirfd, uint64_t byte, bool wait)
+{
+    int fd = openat(dirfd, "all", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno == EAGAIN || errno == EACCES ? -EWOULDBLOCK : -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+static int add_slot(int ofd, int dirfd, int fd, off_t ctr_off, const char *name)
+{
+    pthread_mutex_lock(&mu);
+    start_renewer();
+    size_t i = 0;
+    while (i < nslots && slots[i].used)
+        i++;
+    if (i == nslots) {
+        size_t cap = nslots ? 2 * nslots : 64;
+        slots = xrealloc(slots, cap * sizeof *slots);
+        memset(slots + nslots, 0, (cap - nslots) * sizeof *slots);
+        nslots = cap;
+    }
+    slots[i] =
+        (struct slot){.used = true, .ofd = ofd, .dirfd = dirfd, .fd = fd, .ctr_off = ctr_off};
+    snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
+    pthread_mutex_unlock(&mu);
+    return (int)i;
+}
+
+int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait)
+{
+    int ofd = -1;
+    if (ofd_byte != UINT64_MAX && (ofd = ofd_lock(dirfd, ofd_byte, wait)) < 0)
+        return ofd;
+    double pause = 0.002;
+    for (;;) {
+        off_t off;
+        int fd = create_claim(dirfd, name, &off);
+        if (fd >= 0)
+            return add_slot(ofd, dirfd, fd, off, name);
+        if (fd != -EEXIST) {
+            if (ofd >= 0)
+                close(ofd);
+            return fd;
+        }
+        uint64_t fp;
+        enum verdict v = judge(dirfd, name, &fp);
+        if (v == V_STALE) {
+            take_over(dirfd, name, fp);
+            continue;
+        }
+        if (v == V_GONE)
+            continue;
+        if (!wait) {
+            if (ofd >= 0)
+                close(ofd);
+            return -EWOULDBLOCK;
+        }
+        struct timespec ts = ts_from_ns((int64_t)(pause * 1e9));
+        nanosleep(&ts, NULL);
+        pause = pause * 2 > 0.2 ? 0.2 : pause * 2;
+    }
+}
+
+void claim_release(int h)
+{
+    if (h < 0)
+        return;
+    pthread_mutex_lock(&mu);
+    if ((size_t)h >= nslots || !slots[h].used) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    struct slot s = slots[h];
+    slots[h].used = false;
+    pthread_mutex_unlock(&mu);
+    struct stat mine, there;
+    /* Only our own file: one taken over (we stalled past the lease) is the new holder's. */
+    if (fstat(s.fd, &mine) == 0 && fstatat(s.dirfd, s.name, &there, AT_SYMLINK_NOFOLLOW) == 0 &&
+        mine.st_ino == there.st_ino && mine.st_dev == there.st_dev)
+        unlinkat(s.dirfd, s.name, 0);
+    else
+        log_warn("claim %s: taken over while held (this process stalled past its lease of %u s)",
+                 s.name, lease_s);
+    close(s.fd);
+    if (s.ofd >= 0)
+        close(s.ofd);
+}
