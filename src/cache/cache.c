@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../zarr/zarr.h"
@@ -127,19 +128,29 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 
 /* ---- the format ---- */
 
-/* Empty but for temporary files of the format marker (file_write_atomic's "format.tmp.PID.N"):
- * a process that made the directory and was killed before the marker's rename, or another
- * making it at this moment, leaves a cache that is still new, not a foreign directory. */
-static bool dir_is_empty(int fd)
+/* Empty but for what a cache of this layout being made holds before its marker shows: its
+ * marker's temporary files (file_write_atomic's "format.tmp.*": a process that made the
+ * directory and was killed before the marker's rename, or one writing it now) and, made by
+ * another host at this moment, its subdirectories and a marker this host does not see yet (a
+ * network file system's cached lookup). Such a directory is still new, not a foreign one.
+ * *format_listed says whether the marker is listed. */
+static bool dir_is_new(int fd, bool *format_listed)
 {
+    static const char *const ours[] = {".", "..", "chunks", "results", "locks", "users", "inputs"};
+    *format_listed = false;
     DIR *d = opendir_at(fd, ".");
     if (!d)
         return false;
     bool empty = true;
     struct dirent *de;
-    while (empty && (de = readdir(d)))
-        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-                !strncmp(de->d_name, "format.tmp.", 11);
+    while (empty && (de = readdir(d))) {
+        bool mine = !strncmp(de->d_name, "format.tmp.", 11);
+        for (size_t i = 0; !mine && i < sizeof ours / sizeof ours[0]; i++)
+            mine = !strcmp(de->d_name, ours[i]);
+        if (!strcmp(de->d_name, "format"))
+            mine = *format_listed = true;
+        empty = mine;
+    }
     closedir(d);
     return empty;
 }
@@ -164,9 +175,18 @@ static int older_layout(int dirfd)
 static int check_format(struct cache *c, struct errbuf *err)
 {
     char text[256];
-    if (read_small(c->dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, FORMAT_TEXT))
-        return 0;
-    if (!dir_is_empty(c->dirfd)) {
+    bool listed = false, fresh = false;
+    for (int i = 0; i < 30; i++) {
+        ssize_t got = read_small(c->dirfd, "format", text, sizeof text);
+        if (got >= 0 && !strcmp(text, FORMAT_TEXT))
+            return 0;
+        fresh = got == -ENOENT && dir_is_new(c->dirfd, &listed);
+        if (!fresh || !listed)
+            break;
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL); /* listed, not seen yet: another host's, just made */
+    }
+    if (!fresh) {
         int old = older_layout(c->dirfd);
         if (!old)
             return err_set(err, -EINVAL,

@@ -26,7 +26,7 @@ import pytest
 import zarr
 
 from conftest import make_task, mounted, random_boxes
-from hosts import Host, run_hosts
+from hosts import CTO, Host, run_hosts
 from mounting import is_mounted, lazy_unmount
 
 pytestmark = pytest.mark.skipif(
@@ -57,7 +57,8 @@ def f(block, roi):
 def mirror(real, view):
     """A bindfs mirror of real at view (in this namespace), unmounted afterwards."""
     Path(view).mkdir(parents=True, exist_ok=True)
-    subprocess.run(["bindfs", "--no-allow-other", str(real), str(view)], check=True, timeout=20)
+    subprocess.run(["bindfs", "--no-allow-other", "-o", CTO, str(real), str(view)], check=True,
+                   timeout=20)
     try:
         yield Path(view)
     finally:
@@ -134,7 +135,7 @@ def test_mirror_locks_stay_local_exclusive_create_does_not(tmp_path):
 def check_array(roifs_bin, task, real, ref):
     """Reads the whole array through a mount of the cache (a mirror at the view) and compares."""
     with mirror(real, task.dir / "view"), mounted(roifs_bin, task.config) as m:
-        got = zarr.open(str(m), mode="r")[...]
+        got = zarr.open(str(m.path), mode="r")[...]
         log = m.log_text()
     assert not DAMAGE.search(log), log
     assert np.array_equal(got, ref)
