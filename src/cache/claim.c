@@ -136,11 +136,24 @@ int claim_judge_holder(const char *text)
 
 /* ---- claims held, and their renewal ---- */
 
+struct file_id {
+    uint64_t dev, ino;
+};
+
+/* Whether the file named name in dirfd is the file id. */
+static bool is_file(int dirfd, const char *name, struct file_id id)
+{
+    struct stat st;
+    return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t)st.st_dev == id.dev &&
+           (uint64_t)st.st_ino == id.ino;
+}
+
 struct slot {
     bool used;
-    int ofd;   /* the local byte-range lock, or -1 */
-    int dirfd; /* borrowed */
-    int fd;    /* the claim file, open for renewals */
+    int ofd;           /* the local byte-range lock, or -1 */
+    int dirfd;         /* borrowed */
+    struct file_id id; /* the claim file: which file is ours */
+    bool warned;
     off_t ctr_off;
     uint64_t ctr;
     char name[80];
@@ -150,6 +163,32 @@ static struct slot *slots;
 static size_t nslots;
 static pid_t renewer_pid;
 static pthread_cond_t renew_cv = PTHREAD_COND_INITIALIZER;
+
+/* Writes the next renewal count into claim s and makes it durable, through a descriptor
+ * opened for the time of the write (one that stays open for writing would keep the file
+ * system from being remounted read-only). 0, or -1 with errno. */
+static int renew(struct slot *s)
+{
+    int w = openat(s->dirfd, s->name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (w < 0)
+        return -1;
+    struct stat a;
+    char num[24];
+    snprintf(num, sizeof num, "%020" PRIu64, s->ctr + 1);
+    int r = 0;
+    if (fstat(w, &a) < 0)
+        r = -1;
+    else if ((uint64_t)a.st_ino != s->id.ino || (uint64_t)a.st_dev != s->id.dev)
+        r = -1, errno = ESTALE; /* taken over: another holder's file has the name */
+    else if (pwrite(w, num, 20, s->ctr_off) != 20 || fdatasync(w) < 0)
+        r = -1;
+    int e = errno;
+    close(w);
+    errno = e;
+    if (r == 0)
+        s->ctr++;
+    return r;
+}
 
 static void *renewer_main(void *arg)
 {
@@ -161,12 +200,10 @@ static void *renewer_main(void *arg)
         pthread_cond_timedwait(&renew_cv, &mu, &ts);
         for (size_t i = 0; i < nslots; i++) {
             struct slot *s = &slots[i];
-            if (!s->used)
-                continue;
-            char num[24];
-            snprintf(num, sizeof num, "%020" PRIu64, ++s->ctr);
-            if (pwrite(s->fd, num, 20, s->ctr_off) != 20 || fdatasync(s->fd) < 0)
+            if (s->used && renew(s) < 0 && !s->warned) {
+                s->warned = true;
                 log_warn("claim %s: cannot renew it: %s", s->name, strerror(errno));
+            }
         }
     }
     return NULL;
@@ -188,9 +225,9 @@ static void start_renewer(void)
 
 /* ---- files ---- */
 
-/* Creates claim file name exclusively with our holder text: its descriptor (open for
- * renewals), -EEXIST, or -errno. *ctr_off: where the renewal counter is. */
-static int create_claim(int dirfd, const char *name, off_t *ctr_off)
+/* Creates claim file name exclusively with our holder text: 0 and its identity in *id,
+ * -EEXIST, or -errno. *ctr_off: where the renewal counter is. */
+static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file_id *id)
 {
     static _Atomic uint64_t seq;
     int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -203,14 +240,19 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off)
     char text[CLAIM_TEXT];
     int n = snprintf(text, sizeof text, "%s%snonce %016" PRIx64 "\nrenewed %020d\n", CLAIM_MAGIC,
                      claim_holder_text(), nonce, 0);
-    if (n < 0 || n >= (int)sizeof text || write_full(fd, text, (size_t)n) < 0) {
+    struct stat st;
+    if (n < 0 || n >= (int)sizeof text || write_full(fd, text, (size_t)n) < 0 ||
+        fstat(fd, &st) < 0) {
         int e = n < 0 || n >= (int)sizeof text ? -ENAMETOOLONG : -errno;
         close(fd);
         unlinkat(dirfd, name, 0);
         return e;
     }
+    close(
+        fd); /* a descriptor kept open for writing would keep a remount read-only from happening */
     *ctr_off = n - 21;
-    return fd;
+    *id = (struct file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+    return 0;
 }
 
 /* Reads claim file name: 0 with its text and fingerprint (contents and inode), -errno. */
@@ -290,7 +332,8 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
     char tok[96];
     snprintf(tok, sizeof tok, "%s.take", name);
     off_t off;
-    int t = create_claim(dirfd, tok, &off);
+    struct file_id tid;
+    int t = create_claim(dirfd, tok, &off, &tid);
     if (t == -EEXIST) {
         uint64_t tfp;
         if (judge(dirfd, tok, &tfp) == V_STALE)
@@ -303,8 +346,8 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
         log_warn("claim %s: its holder is gone (its process ended, or its lease of %u s ran out "
                  "unrenewed); taking it over",
                  name, lease_s);
-    close(t);
-    unlinkat(dirfd, tok, 0);
+    if (is_file(dirfd, tok, tid))
+        unlinkat(dirfd, tok, 0);
 }
 
 static int ofd_lock(int dirfd, uint64_t byte, bool wait)
@@ -323,7 +366,7 @@ static int ofd_lock(int dirfd, uint64_t byte, bool wait)
     return fd;
 }
 
-static int add_slot(int ofd, int dirfd, int fd, off_t ctr_off, const char *name)
+static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const char *name)
 {
     pthread_mutex_lock(&mu);
     start_renewer();
@@ -337,7 +380,7 @@ static int add_slot(int ofd, int dirfd, int fd, off_t ctr_off, const char *name)
         nslots = cap;
     }
     slots[i] =
-        (struct slot){.used = true, .ofd = ofd, .dirfd = dirfd, .fd = fd, .ctr_off = ctr_off};
+        (struct slot){.used = true, .ofd = ofd, .dirfd = dirfd, .id = id, .ctr_off = ctr_off};
     snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
     pthread_mutex_unlock(&mu);
     return (int)i;
@@ -351,9 +394,10 @@ int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait)
     double pause = 0.002;
     for (;;) {
         off_t off;
-        int fd = create_claim(dirfd, name, &off);
+        struct file_id id;
+        int fd = create_claim(dirfd, name, &off, &id);
         if (fd >= 0)
-            return add_slot(ofd, dirfd, fd, off, name);
+            return add_slot(ofd, dirfd, id, off, name);
         if (fd != -EEXIST) {
             if (ofd >= 0)
                 close(ofd);
@@ -390,15 +434,12 @@ void claim_release(int h)
     struct slot s = slots[h];
     slots[h].used = false;
     pthread_mutex_unlock(&mu);
-    struct stat mine, there;
     /* Only our own file: one taken over (we stalled past the lease) is the new holder's. */
-    if (fstat(s.fd, &mine) == 0 && fstatat(s.dirfd, s.name, &there, AT_SYMLINK_NOFOLLOW) == 0 &&
-        mine.st_ino == there.st_ino && mine.st_dev == there.st_dev)
+    if (is_file(s.dirfd, s.name, s.id))
         unlinkat(s.dirfd, s.name, 0);
     else
         log_warn("claim %s: taken over while held (this process stalled past its lease of %u s)",
                  s.name, lease_s);
-    close(s.fd);
     if (s.ofd >= 0)
         close(s.ofd);
 }
