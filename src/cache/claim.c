@@ -16,8 +16,9 @@
 #include "../map.h"
 #include "../util.h"
 
-#define CLAIM_MAGIC "roifs-claim 1\n"
-#define CLAIM_TEXT  1024
+#define CLAIM_MAGIC  "roifs-claim 1\n"
+#define CLAIM_TEXT   1024
+#define CLAIM_MARGIN 2 /* seconds past the lease by the file system's time: expired */
 
 static _Atomic unsigned lease_s = CLAIM_LEASE_DEFAULT;
 
@@ -134,6 +135,35 @@ int claim_judge_holder(const char *text)
     return claim_pid_alive(pid, start) ? 1 : 0;
 }
 
+/* ---- the file system's time ---- */
+
+/* The modification time the file system gave the last file this process wrote (a claim made
+ * or renewed) and our monotonic time then: an estimate of the file system's clock now, which
+ * another host's claims are compared with (its renewals take their times from the same
+ * clock on NFS, sshfs and BeeGFS, from the writer's on some others: CLAIM_MARGIN and the
+ * renewals every lease / 4 leave 3/4 of the lease plus CLAIM_MARGIN seconds for a skew). */
+static _Atomic int64_t fs_seen_ns;
+static _Atomic int64_t fs_seen_mono_ns;
+
+static void saw_fs_time(const struct stat *st)
+{
+    struct timespec m;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    fs_seen_ns = ts_to_ns(st->st_mtim);
+    fs_seen_mono_ns = ts_to_ns(m);
+}
+
+/* The file system's time now (estimated), or 0 when this process wrote nothing yet. */
+static int64_t fs_time_now(void)
+{
+    int64_t at = fs_seen_ns, mono = fs_seen_mono_ns;
+    if (!at)
+        return 0;
+    struct timespec m;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    return at + (ts_to_ns(m) - mono);
+}
+
 /* ---- claims held, and their renewal ---- */
 
 struct file_id {
@@ -182,6 +212,8 @@ static int renew(struct slot *s)
         r = -1, errno = ESTALE; /* taken over: another holder's file has the name */
     else if (pwrite(w, num, 20, s->ctr_off) != 20 || fdatasync(w) < 0)
         r = -1;
+    else if (fstat(w, &a) == 0)
+        saw_fs_time(&a);
     int e = errno;
     close(w);
     errno = e;
@@ -256,7 +288,8 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file
 }
 
 /* Reads claim file name: 0 with its text and fingerprint (contents and inode), -errno. */
-static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint64_t *fp)
+static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint64_t *fp,
+                      int64_t *mtime_ns)
 {
     int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
@@ -268,6 +301,8 @@ static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint6
     text[got] = '\0';
     uint64_t ino = (uint64_t)st.st_ino;
     *fp = hash64(hash64(HASH64_INIT, &ino, sizeof ino), text, got);
+    if (mtime_ns)
+        *mtime_ns = r == 0 ? ts_to_ns(st.st_mtim) : 0;
     return r;
 }
 
@@ -291,12 +326,16 @@ static uint64_t name_key(int dirfd, const char *name)
 static enum verdict judge(int dirfd, const char *name, uint64_t *fp)
 {
     char text[CLAIM_TEXT];
-    int r = read_claim(dirfd, name, text, sizeof text, fp);
+    int64_t mtime = 0;
+    int r = read_claim(dirfd, name, text, sizeof text, fp, &mtime);
     if (r == -ENOENT)
         return V_GONE;
     int mine = r == 0 ? claim_judge_holder(text) : -1;
     if (mine >= 0)
         return mine ? V_LIVE : V_STALE;
+    int64_t fs_now = fs_time_now();
+    if (fs_now && mtime && fs_now - mtime > ((int64_t)lease_s + CLAIM_MARGIN) * 1000000000LL)
+        return V_STALE; /* not renewed for longer than the lease by the file system's time */
     uint64_t k = name_key(dirfd, name);
     double now = now_monotonic();
     pthread_mutex_lock(&mu);
@@ -321,7 +360,7 @@ static bool remove_if_same(int dirfd, const char *name, uint64_t fp)
 {
     char text[CLAIM_TEXT];
     uint64_t now_fp;
-    if (read_claim(dirfd, name, text, sizeof text, &now_fp) < 0 || now_fp != fp)
+    if (read_claim(dirfd, name, text, sizeof text, &now_fp, NULL) < 0 || now_fp != fp)
         return false;
     return unlinkat(dirfd, name, 0) == 0;
 }

@@ -67,6 +67,9 @@ def mirror(real, view):
             lazy_unmount(view)
 
 
+LEASE = 5  # [cache] lease in these tests: the least there is
+
+
 def hosts_task(tmp_path, rnd, sleep, **params):
     rng = __import__("random").Random(35)
     rois = random_boxes(rng, NROIS, SHAPE, 8, 48)
@@ -80,7 +83,7 @@ def hosts_task(tmp_path, rnd, sleep, **params):
                               "param.round": rnd,
                               **{f"param.{k}": v for k, v in params.items()}},
                      output={"dtype": "<u4", "chunks": ",".join(map(str, CHUNKS))},
-                     sections={"cache": {"dir": tmp_path / "view"}})
+                     sections={"cache": {"dir": tmp_path / "view", "lease": LEASE}})
     return task, rois, inp, real
 
 
@@ -161,3 +164,40 @@ def test_two_hosts_two_warms_each_compute_every_roi_once(tmp_path, roifs_bin):
         twice = {r: k for r, k in n.items() if k > 1}
         assert not twice, f"round {rnd}: {sum(n.values())} calls for {NROIS} ROIs: {twice}"
         check_array(roifs_bin, task, real, reference(inp, rois, rnd))
+
+
+def wait_for_call(log, roi, host, timeout):
+    """Seconds until `start ROI HOST` is in the calls log, or None after timeout."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if [str(roi), host] in [c[1:] for c in calls(log)]:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_killed_holder_is_taken_over_within_the_lease(tmp_path, roifs_bin):
+    slow = 0  # host a's ROI 0 never ends: a holder that hangs in it until its host is killed
+    task, rois, inp, real = hosts_task(tmp_path, 1, 0.01, slow_host="a", slow_roi=slow)
+    log = tmp_path / "calls.log"
+    warm = [roifs_bin, "warm", "-j", "2", str(task.config)]
+    a = Host("a", real, tmp_path / "view", tmp_path / "out", [warm]).start()
+    b = Host("b", real, tmp_path / "view", tmp_path / "out", [warm])
+    try:
+        assert wait_for_call(log, slow, "a", 60) is not None, a.log(0)
+        b.start()
+        # a lives and renews its claim: b never takes its ROI, over more than a lease
+        assert wait_for_call(log, slow, "b", 1.5 * LEASE) is None, b.log(0)
+        a.kill()
+        took = wait_for_call(log, slow, "b", LEASE + 5 + 5)
+        assert took is not None and took <= LEASE + 5, (took, b.log(0))
+        assert b.wait(120) == [0], b.log(0)
+    finally:
+        a.kill()
+        b.kill()
+    assert not DAMAGE.search(b.log(0)), b.log(0)
+    n = Counter((int(c[1]), c[2]) for c in calls(log))
+    assert {r for r, _ in n} == set(range(NROIS))
+    assert all(k == 1 for k in n.values()), n  # once per host at most
+    check_array(roifs_bin, task, real, reference(inp, rois, 1))
