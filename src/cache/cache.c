@@ -131,8 +131,9 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 /* Empty but for what a cache of this layout being made holds before its marker shows: its
  * marker's temporary files (file_write_atomic's "format.tmp.*": a process that made the
  * directory and was killed before the marker's rename, or one writing it now) and, made by
- * another host at this moment, its subdirectories and a marker this host does not see yet (a
- * network file system's cached lookup). Such a directory is still new, not a foreign one.
+ * another host at this moment, its subdirectories, a marker this host does not see yet (a
+ * network file system's cached lookup) and a marker renamed over while it was read (kept as
+ * .nfsXXXX by NFS, .fuse_hiddenXXXX by FUSE). Such a directory is still new, not a foreign one.
  * *format_listed says whether the marker is listed. */
 static bool dir_is_new(int fd, bool *format_listed)
 {
@@ -144,7 +145,9 @@ static bool dir_is_new(int fd, bool *format_listed)
     bool empty = true;
     struct dirent *de;
     while (empty && (de = readdir(d))) {
-        bool mine = !strncmp(de->d_name, "format.tmp.", 11);
+        /* a marker's temporary file; a file renamed over while open, kept by NFS or FUSE */
+        bool mine = !strncmp(de->d_name, "format.tmp.", 11) || !strncmp(de->d_name, ".nfs", 4) ||
+                    !strncmp(de->d_name, ".fuse_hidden", 12);
         for (size_t i = 0; !mine && i < sizeof ours / sizeof ours[0]; i++)
             mine = !strcmp(de->d_name, ours[i]);
         if (!strcmp(de->d_name, "format"))
@@ -180,7 +183,7 @@ static int check_format(struct cache *c, struct errbuf *err)
         ssize_t got = read_small(c->dirfd, "format", text, sizeof text);
         if (got >= 0 && !strcmp(text, FORMAT_TEXT))
             return 0;
-        fresh = got == -ENOENT && dir_is_new(c->dirfd, &listed);
+        fresh = got < 0 && dir_is_new(c->dirfd, &listed); /* a marker of another kind: not new */
         if (!fresh || !listed)
             break;
         struct timespec pause = {0, 100 * 1000 * 1000};
