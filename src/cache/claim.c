@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,8 +251,14 @@ static void start_renewer(void)
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    /* every signal blocked in it: a SIGTERM or SIGINT delivered to this thread would not wake
+     * the thread that waits for it (the FUSE loop's read, interrupted by it) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     if (pthread_create(&t, &a, renewer_main, NULL) == 0)
         renewer_pid = getpid();
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
 }
 
