@@ -434,8 +434,10 @@ static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const 
 
 int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait)
 {
+    /* The byte-range lock only to wait: a try alone learns as much from the claim (a holder of
+     * this host is judged by its pid), for a create and an unlink less. */
     int ofd = -1;
-    if (ofd_byte != UINT64_MAX && (ofd = ofd_lock(dirfd, ofd_byte, wait)) < 0)
+    if (wait && ofd_byte != UINT64_MAX && (ofd = ofd_lock(dirfd, ofd_byte, true)) < 0)
         return ofd;
     double pause = 0.002;
     for (;;) {

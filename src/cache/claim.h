@@ -39,8 +39,8 @@ bool claim_pid_alive(long pid, unsigned long long start);
 unsigned long long claim_my_start(void);
 
 /* Takes the claim name in directory dirfd (borrowed: it must stay open until the release),
- * after the byte-range lock of byte ofd_byte in its file "all" (the local fast path). wait:
- * until it is ours; else -EWOULDBLOCK when a live holder has it. A handle (>= 0) for
+ * after (wait only) the byte-range lock of byte ofd_byte in its file "all" (the local fast
+ * path for waiting). wait: until it is ours; else -EWOULDBLOCK when a live holder has it. A handle (>= 0) for
  * claim_release, or -errno. */
 int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait);
 /* Removes the claim and releases its lock. */
