@@ -9,6 +9,7 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
       xxhash                    # xxh128sum: the hashes of provenance attributes, checked
       zip unzip rsync nginx)    # readers of tests/e2e/test_size_contract.py (which starts its
                                 # own nginx on a loopback port; the service is not needed)
+pkgs+=(bindfs)                  # tests/e2e/test_hosts.py: each simulated host's mirror of the cache
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
 # packages only when the machine has none.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
