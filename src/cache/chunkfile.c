@@ -10,6 +10,7 @@
  * file since, a copy, or a restore changes one of them. Such a file's checksum is read once
  * per process and file state (inode, modification time). */
 #include "cache_internal.h"
+#include "claim.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -565,5 +566,5 @@ size_t cache_chunk_remove_leftovers(struct cache *c)
             n++;
     }
     closedir(d);
-    return n;
+    return n + claim_remove_dead(c->locks_fd);
 }

@@ -2,6 +2,7 @@
  * host and process, a lease renewed by a thread of the holder, takeover of expired claims. */
 #include "claim.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -287,8 +288,9 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file
         unlinkat(dirfd, name, 0);
         return e;
     }
-    close(
-        fd); /* a descriptor kept open for writing would keep a remount read-only from happening */
+    saw_fs_time(&st);
+    /* no descriptor kept open for writing: it would keep a remount read-only from happening */
+    close(fd);
     *ctr_off = n - 21;
     *id = (struct file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
     return 0;
@@ -394,6 +396,34 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
                  name, lease_s);
     if (is_file(dirfd, tok, tid))
         unlinkat(dirfd, tok, 0);
+}
+
+size_t claim_remove_dead(int dirfd)
+{
+    DIR *d = opendir_at(dirfd, ".");
+    if (!d)
+        return 0;
+    size_t n = 0;
+    int64_t fs_now = fs_time_now();
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "all"))
+            continue;
+        char text[CLAIM_TEXT];
+        uint64_t fp;
+        int64_t mtime = 0;
+        if (read_claim(dirfd, de->d_name, text, sizeof text, &fp, &mtime) < 0 ||
+            strncmp(text, CLAIM_MAGIC, strlen(CLAIM_MAGIC)) != 0)
+            continue;
+        int mine = claim_judge_holder(text);
+        bool dead =
+            mine == 0 || (mine < 0 && fs_now && mtime &&
+                          fs_now - mtime > ((int64_t)lease_s + CLAIM_MARGIN) * 1000000000LL);
+        if (dead && remove_if_same(dirfd, de->d_name, fp))
+            n++;
+    }
+    closedir(d);
+    return n;
 }
 
 static int ofd_lock(int dirfd, uint64_t byte, bool wait)

@@ -40,11 +40,17 @@ unsigned long long claim_my_start(void);
 
 /* Takes the claim name in directory dirfd (borrowed: it must stay open until the release),
  * after (wait only) the byte-range lock of byte ofd_byte in its file "all" (the local fast
- * path for waiting). wait: until it is ours; else -EWOULDBLOCK when a live holder has it. A handle (>= 0) for
- * claim_release, or -errno. */
+ * path for waiting). wait: until it is ours; else -EWOULDBLOCK when a live holder has it. A handle
+ * (>= 0) for claim_release, or -errno. */
 int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait);
 /* Removes the claim and releases its lock. */
 void claim_release(int handle);
+
+/* Removes the claims in directory dirfd whose holder is gone: of this host, its process
+ * ended; of another host, not renewed for longer than the lease + 2 s by the file system's
+ * time (a claim of another host seen for the first time is never judged by the observer's
+ * clock here). Returns how many (roifs clean --unused). */
+size_t claim_remove_dead(int dirfd);
 
 /* Judges a host-tagged file's holder text (claim_holder_text's form) found in a file:
  * 1 live, 0 dead (of this host, its process gone), -1 of another host (judge by lease). */

@@ -219,6 +219,17 @@ static void test_claims_between_hosts(void)
     char *live = xasprintf("%s", claim_holder_text());
     write_claim("claims/locks/c17", live);
     CHECK_EQ_INT(cache_lock_chunk(c, 7, false), -EWOULDBLOCK);
+    /* clean --unused removes the claims of processes gone: of this host by pid, of another
+     * by the file system's time (not renewed for longer than the lease), never a live one */
+    write_claim("claims/locks/c99", dead);
+    write_claim("claims/locks/c98", other);
+    char *old_claim = path_of("claims/locks/c98");
+    struct timespec hour_ago[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    CHECK(utimensat(AT_FDCWD, old_claim, hour_ago, 0) == 0);
+    free(old_claim);
+    CHECK(cache_chunk_remove_leftovers(c) >= 2);
+    CHECK(!exists("claims/locks/c99") && !exists("claims/locks/c98"));
+    CHECK(exists("claims/locks/c15") && exists("claims/locks/c17")); /* fresh, and live */
     cache_close(c);
     /* registrations: another host's, with our pid, another configuration: refused while its
      * claim is fresh, removed once it is older than the lease (plus 5 s) */
