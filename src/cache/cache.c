@@ -248,8 +248,8 @@ int cache_lock_result(struct cache *c, struct key128 key)
 /* A registration is the claim users/NAME (renewed while its process runs) and NAME.info,
  * "CONFIG\nPID HOST\nversion V\n", written whole. Whether its process is live: on this host,
  * by its pid and start time; on another, by the file system's own times: its claim was
- * renewed (modified) within the lease and 5 s before fs_now, the time the file system gave
- * the users claim we hold. 1 live, 0 gone, -errno. */
+ * renewed (modified) within the lease and 5 s before fs_now, the file system's time now
+ * (claim_fs_time; 0: unknown, live). 1 live, 0 gone, -errno. */
 static int registration_live(int users_fd, const char *name, int64_t fs_now)
 {
     char text[1024];
@@ -266,7 +266,7 @@ static int registration_live(int users_fd, const char *name, int64_t fs_now)
     int j = claim_judge_holder(text);
     if (j >= 0)
         return j;
-    int64_t age = fs_now - ts_to_ns(st.st_mtim);
+    int64_t age = fs_now ? fs_now - ts_to_ns(st.st_mtim) : 0;
     return age <= ((int64_t)claim_lease() + 5) * 1000000000LL;
 }
 
@@ -372,10 +372,7 @@ static int register_user(struct cache *c, const char *config_path, struct errbuf
              hash64(HASH64_INIT, config_path, strlen(config_path)));
     int lock = take_lock(c, 'u', LOCK_USERS, true);
     int r = lock < 0 ? err_set(err, lock, "%s/locks: %s", c->path, strerror(-lock)) : 0;
-    int64_t fs_now = 0;
-    struct stat st;
-    if (r == 0 && fstatat(c->locks_fd, "u1", &st, AT_SYMLINK_NOFOLLOW) == 0)
-        fs_now = ts_to_ns(st.st_mtim); /* the file system's time, just now */
+    int64_t fs_now = claim_fs_time(); /* the users claim was just made: the time it was given */
     if (r == 0)
         r = check_users(c, users_fd, mine, fs_now, err);
     if (r == 0) {
@@ -422,16 +419,8 @@ int cache_other_version(struct cache *c, char *who, size_t len)
         return -errno;
     char mine[32];
     snprintf(mine, sizeof mine, "version %016llx\n", (unsigned long long)c->version);
-    /* the file system's time now: our registration's, renewed (or else a probe's) */
-    int64_t fs_now = 0;
-    struct stat st;
-    int probe =
-        openat(c->users_fd, ".now", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (probe >= 0 && write(probe, "", 0) == 0 && futimens(probe, NULL) == 0 &&
-        fstat(probe, &st) == 0)
-        fs_now = ts_to_ns(st.st_mtim);
-    if (probe >= 0)
-        close(probe);
+    /* the file system's time now, from our own claims' (0: none yet, every one judged live) */
+    int64_t fs_now = claim_fs_time();
     int found = 0;
     struct dirent *de;
     while (!found && (de = readdir(d))) {

@@ -155,8 +155,7 @@ static void saw_fs_time(const struct stat *st)
     fs_seen_mono_ns = ts_to_ns(m);
 }
 
-/* The file system's time now (estimated), or 0 when this process wrote nothing yet. */
-static int64_t fs_time_now(void)
+int64_t claim_fs_time(void)
 {
     int64_t at = fs_seen_ns, mono = fs_seen_mono_ns;
     if (!at)
@@ -342,7 +341,7 @@ static enum verdict judge(int dirfd, const char *name, uint64_t *fp)
     int mine = r == 0 ? claim_judge_holder(text) : -1;
     if (mine >= 0)
         return mine ? V_LIVE : V_STALE;
-    int64_t fs_now = fs_time_now();
+    int64_t fs_now = claim_fs_time();
     if (fs_now && mtime && fs_now - mtime > ((int64_t)lease_s + CLAIM_MARGIN) * 1000000000LL)
         return V_STALE; /* not renewed for longer than the lease by the file system's time */
     uint64_t k = name_key(dirfd, name);
@@ -404,7 +403,7 @@ size_t claim_remove_dead(int dirfd)
     if (!d)
         return 0;
     size_t n = 0;
-    int64_t fs_now = fs_time_now();
+    int64_t fs_now = claim_fs_time();
     struct dirent *de;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.' || !strcmp(de->d_name, "all"))

@@ -52,6 +52,10 @@ void claim_release(int handle);
  * clock here). Returns how many (roifs clean --unused). */
 size_t claim_remove_dead(int dirfd);
 
+/* The file system's time now (ns), estimated from the time it gave the last claim this
+ * process made or renewed; 0 when it made none yet. */
+int64_t claim_fs_time(void);
+
 /* Judges a host-tagged file's holder text (claim_holder_text's form) found in a file:
  * 1 live, 0 dead (of this host, its process gone), -1 of another host (judge by lease). */
 int claim_judge_holder(const char *text);

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "cache/store_internal.h"
 #include "cache/cache.h"
 #include "key.h"
 #include "zarr/zarr.h"
@@ -335,6 +334,13 @@ static void test_concurrent_writers(void)
 
 static int count_packs(void);
 
+/* A record's header as store.h describes it (56 bytes): what the test reads of a pack. */
+struct test_header {
+    char magic[8];
+    uint64_t key_lo, key_hi, raw_len, stored_len;
+    uint32_t codec, data_crc, made, header_crc;
+};
+
 /* The writers (who) whose records pack n holds, as a bit set (bit who), reading its headers. */
 static unsigned writers_of_pack(int n, int nwho, int per)
 {
@@ -342,9 +348,10 @@ static unsigned writers_of_pack(int n, int nwho, int per)
     int fd = open(path, O_RDONLY);
     free(path);
     unsigned set = 0;
-    struct rec_header h;
+    struct test_header h;
     off_t off = 0;
-    while (fd >= 0 && pread(fd, &h, sizeof h, off) == (ssize_t)sizeof h && store_header_ok(&h)) {
+    while (fd >= 0 && pread(fd, &h, sizeof h, off) == (ssize_t)sizeof h &&
+           memcmp(h.magic, "roifsP1", 8) == 0) {
         for (int w = 1; w <= nwho; w++)
             for (int i = 0; i < per; i++) {
                 struct key128 k = key_of(w, i);
