@@ -212,8 +212,9 @@ static int check_format(struct cache *c, struct errbuf *err)
 /* ---- locks ---- */
 
 /* Claims (claim.h) in DIR/locks: exclusive files naming their holder, with a lease, which
- * hold between hosts whatever the file system's byte-range locks do; the byte-range lock of
- * a byte of locks/all comes first, the fast path between processes of one host. Each handle
+ * hold between hosts whatever the file system's byte-range locks do; a wait takes the
+ * byte-range lock of a byte of locks/all first, so that processes of one host wait in the
+ * kernel rather than by looking again. Each handle
  * is a claim of its own, so two holders conflict even inside one process. */
 static int take_lock(struct cache *c, char kind, uint64_t byte, bool wait)
 {

@@ -10,7 +10,7 @@
  *   DIR/locks/          claims (claim.h): c<hex> a chunk being made, r<hex> a ROI result
  *                       shared by chunks, p<n> a pack's writer, u1 the users check, each
  *                       created exclusively, naming its holder (host, process) and renewed
- *                       under a lease; all: byte-range locks, the fast path on one host
+ *                       under a lease; all: byte-range locks, for waits on one host
  *   DIR/users/          per process using the directory: a claim named by configuration,
  *                       host and pid, and NAME.info naming its configuration and version
  *   DIR/inputs/<id>     the content hashes of an input array's files by identity (one file

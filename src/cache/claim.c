@@ -223,19 +223,49 @@ static int renew(struct slot *s)
     return r;
 }
 
+/* A renewal to do, copied from its slot so that it is done without the lock. */
+struct renewal {
+    size_t slot;
+    struct slot s;
+    int err;
+};
+
 static void *renewer_main(void *arg)
 {
     (void)arg;
+    struct renewal *todo = NULL;
+    size_t cap = 0;
     pthread_mutex_lock(&mu);
     for (;;) {
         unsigned l = lease_s;
         struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns((int64_t)l * 250000000LL));
         pthread_cond_timedwait(&renew_cv, &mu, &ts);
-        for (size_t i = 0; i < nslots; i++) {
-            struct slot *s = &slots[i];
-            if (s->used && renew(s) < 0 && !s->warned) {
-                s->warned = true;
-                log_warn("claim %s: cannot renew it: %s", s->name, strerror(errno));
+        size_t n = 0;
+        for (size_t i = 0; i < nslots; i++)
+            if (slots[i].used) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    todo = xrealloc(todo, cap * sizeof *todo);
+                }
+                todo[n++] = (struct renewal){.slot = i, .s = slots[i]};
+            }
+        /* The writes and syncs without the lock: takers and releasers never wait for a sync.
+         * A claim released meanwhile is not written to (its file is gone, or another
+         * holder's: renew checks the inode), and its slot is left as it is. */
+        pthread_mutex_unlock(&mu);
+        for (size_t k = 0; k < n; k++)
+            todo[k].err = renew(&todo[k].s) < 0 ? errno : 0;
+        pthread_mutex_lock(&mu);
+        for (size_t k = 0; k < n; k++) {
+            struct slot *sl = &slots[todo[k].slot];
+            if (!sl->used || sl->id.ino != todo[k].s.id.ino || sl->id.dev != todo[k].s.id.dev ||
+                strcmp(sl->name, todo[k].s.name) != 0)
+                continue; /* released (and the slot maybe reused) meanwhile */
+            if (!todo[k].err) {
+                sl->ctr = todo[k].s.ctr;
+            } else if (!sl->warned) {
+                sl->warned = true;
+                log_warn("claim %s: cannot renew it: %s", sl->name, strerror(todo[k].err));
             }
         }
     }

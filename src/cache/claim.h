@@ -12,9 +12,9 @@
  *   first looked at, not earlier.
  * An expired claim is taken over under a takeover token (NAME.take, created exclusively and
  * judged the same way), checking that the claim is still the very file judged (its contents
- * carry a random nonce) before removing it. Between processes of one host an open-file-
- * description lock on a byte of the file "all" comes first: it makes waiting cheap there and
- * orders local takers. */
+ * carry a random nonce) before removing it. A wait takes an open-file-description lock on a
+ * byte of the file "all" first: processes of one host then wait in the kernel, in order,
+ * rather than by looking again (a try takes none: the claim alone tells). */
 #ifndef ROIFS_CLAIM_H
 #define ROIFS_CLAIM_H
 
