@@ -184,6 +184,7 @@ struct slot {
     int ofd;           /* the local byte-range lock, or -1 */
     int dirfd;         /* borrowed */
     struct file_id id; /* the claim file: which file is ours */
+    long spare;        /* the spare it is a link of (to give back at the release), or -1 */
     bool warned;
     off_t ctr_off;
     uint64_t ctr;
@@ -294,14 +295,77 @@ static void start_renewer(void)
 
 /* ---- files ---- */
 
+/* Spare claim files of this process ("s.HOST.PID.N" in a claims directory): a claim on a hot
+ * path (a chunk's, a shared ROI's) is its spare's contents written, then a hard link of the
+ * spare at the claim's name, exclusive as a create is (EEXIST when another holds it), and its
+ * release the link's removal. No inode is made or freed per claim: file systems make
+ * creating files after many removals slow (ext4's inode allocator skips recently deleted
+ * inodes: a fifth of the daemon's time with a claim file made and removed per chunk). A spare
+ * of a process that died is removed by roifs clean --unused (claim_remove_dead). */
+struct spare {
+    int dirfd;
+    bool busy;
+    char name[64];
+};
+static struct spare *spares; /* mu */
+static size_t nspares;
+static pid_t spares_pid; /* the process whose spares these are (a forked child makes its own) */
+
+/* A free spare of directory dirfd, marked busy (mu held): its index. */
+static size_t get_spare(int dirfd)
+{
+    if (spares_pid != getpid()) {
+        nspares = 0;
+        spares_pid = getpid();
+    }
+    for (size_t i = 0; i < nspares; i++)
+        if (!spares[i].busy && spares[i].dirfd == dirfd) {
+            spares[i].busy = true;
+            return i;
+        }
+    spares = xrealloc(spares, (nspares + 1) * sizeof *spares);
+    struct spare *sp = &spares[nspares];
+    sp->dirfd = dirfd;
+    sp->busy = true;
+    snprintf(sp->name, sizeof sp->name, "s.%016" PRIx64 ".%ld.%zu",
+             hash64(HASH64_INIT, host_id, strlen(host_id)), (long)getpid(), nspares);
+    return nspares++;
+}
+
+static void put_spare(size_t i)
+{
+    pthread_mutex_lock(&mu);
+    if (spares_pid == getpid() && i < nspares)
+        spares[i].busy = false;
+    pthread_mutex_unlock(&mu);
+}
+
 /* Creates claim file name exclusively with our holder text: 0 and its identity in *id,
- * -EEXIST, or -errno. *ctr_off: where the renewal counter is. */
-static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file_id *id)
+ * -EEXIST, or -errno. *ctr_off: where the renewal counter is. With spare not NULL, through a
+ * spare of this process, whose index it gets (to give back at the release). */
+static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file_id *id,
+                        long *spare)
 {
     static _Atomic uint64_t seq;
-    int fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
+    char sname[64] = "";
+    size_t si = 0;
+    if (spare) {
+        claim_holder_text(); /* host_id known */
+        pthread_mutex_lock(&mu);
+        si = get_spare(dirfd);
+        memcpy(sname, spares[si].name, sizeof sname);
+        pthread_mutex_unlock(&mu);
+    }
+    int fd = openat(dirfd, spare ? sname : name,
+                    spare ? O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC
+                          : O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+    if (fd < 0) {
+        int e = -errno;
+        if (spare)
+            put_spare(si);
+        return e;
+    }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     uint64_t nonce = (uint64_t)ts_to_ns(now) ^ (++seq << 40) ^ (uint64_t)getpid();
@@ -310,16 +374,28 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file
     int n = snprintf(text, sizeof text, "%s%snonce %016" PRIx64 "\nrenewed %020d\n", CLAIM_MAGIC,
                      claim_holder_text(), nonce, 0);
     struct stat st;
-    if (n < 0 || n >= (int)sizeof text || write_full(fd, text, (size_t)n) < 0 ||
+    /* a spare's contents always have this length: those of this process are alike but for
+     * the nonce and counter, of fixed widths */
+    if (n < 0 || n >= (int)sizeof text || pwrite(fd, text, (size_t)n, 0) != n ||
         fstat(fd, &st) < 0) {
-        int e = n < 0 || n >= (int)sizeof text ? -ENAMETOOLONG : -errno;
+        int e = n < 0 || n >= (int)sizeof text ? -ENAMETOOLONG : errno ? -errno : -EIO;
         close(fd);
-        unlinkat(dirfd, name, 0);
+        if (spare)
+            put_spare(si);
+        else
+            unlinkat(dirfd, name, 0);
         return e;
     }
     saw_fs_time(&st);
     /* no descriptor kept open for writing: it would keep a remount read-only from happening */
     close(fd);
+    if (spare && linkat(dirfd, sname, dirfd, name, 0) < 0) {
+        int e = -errno;
+        put_spare(si);
+        return e;
+    }
+    if (spare)
+        *spare = (long)si;
     *ctr_off = n - 21;
     *id = (struct file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
     return 0;
@@ -410,7 +486,7 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
     snprintf(tok, sizeof tok, "%s.take", name);
     off_t off;
     struct file_id tid;
-    int t = create_claim(dirfd, tok, &off, &tid);
+    int t = create_claim(dirfd, tok, &off, &tid, NULL);
     if (t == -EEXIST) {
         uint64_t tfp;
         if (judge(dirfd, tok, &tfp) == V_STALE)
@@ -471,7 +547,8 @@ static int ofd_lock(int dirfd, uint64_t byte, bool wait)
     return fd;
 }
 
-static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const char *name)
+static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const char *name,
+                    long spare)
 {
     pthread_mutex_lock(&mu);
     start_renewer();
@@ -484,8 +561,8 @@ static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const 
         memset(slots + nslots, 0, (cap - nslots) * sizeof *slots);
         nslots = cap;
     }
-    slots[i] =
-        (struct slot){.used = true, .ofd = ofd, .dirfd = dirfd, .id = id, .ctr_off = ctr_off};
+    slots[i] = (struct slot){
+        .used = true, .ofd = ofd, .dirfd = dirfd, .id = id, .ctr_off = ctr_off, .spare = spare};
     snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
     pthread_mutex_unlock(&mu);
     return (int)i;
@@ -502,9 +579,10 @@ int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait)
     for (;;) {
         off_t off;
         struct file_id id;
-        int fd = create_claim(dirfd, name, &off, &id);
+        long spare = -1;
+        int fd = create_claim(dirfd, name, &off, &id, ofd_byte != UINT64_MAX ? &spare : NULL);
         if (fd >= 0)
-            return add_slot(ofd, dirfd, id, off, name);
+            return add_slot(ofd, dirfd, id, off, name, spare);
         if (fd != -EEXIST) {
             if (ofd >= 0)
                 close(ofd);
@@ -547,6 +625,8 @@ void claim_release(int h)
     else
         log_warn("claim %s: taken over while held (this process stalled past its lease of %u s)",
                  s.name, lease_s);
+    if (s.spare >= 0)
+        put_spare((size_t)s.spare);
     if (s.ofd >= 0)
         close(s.ofd);
 }
