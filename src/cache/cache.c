@@ -551,6 +551,8 @@ void cache_close(struct cache *c)
     if (c->users_fd >= 0)
         close(c->users_fd);
     store_close(c->store);
+    if (c->locks_fd >= 0)
+        claim_drop_spares(c->locks_fd);
     for (int i = 0; i < c->nold_stores; i++)
         store_close(c->old_stores[i]);
     int fds[] = {c->dirfd, c->chunks_fd, c->results_fd, c->locks_fd};

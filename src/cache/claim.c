@@ -340,6 +340,18 @@ static void put_spare(size_t i)
     pthread_mutex_unlock(&mu);
 }
 
+void claim_drop_spares(int dirfd)
+{
+    pthread_mutex_lock(&mu);
+    if (spares_pid == getpid())
+        for (size_t i = 0; i < nspares; i++)
+            if (spares[i].dirfd == dirfd && !spares[i].busy) {
+                unlinkat(dirfd, spares[i].name, 0);
+                spares[i].dirfd = -1; /* gone: never given out again */
+            }
+    pthread_mutex_unlock(&mu);
+}
+
 /* Creates claim file name exclusively with our holder text: 0 and its identity in *id,
  * -EEXIST, or -errno. *ctr_off: where the renewal counter is. With spare not NULL, through a
  * spare of this process, whose index it gets (to give back at the release). */

@@ -46,6 +46,9 @@ int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait);
 /* Removes the claim and releases its lock. */
 void claim_release(int handle);
 
+/* Removes this process's spare claim files in directory dirfd (it is done with it). */
+void claim_drop_spares(int dirfd);
+
 /* Removes the claims in directory dirfd whose holder is gone: of this host, its process
  * ended; of another host, not renewed for longer than the lease + 2 s by the file system's
  * time (a claim of another host seen for the first time is never judged by the observer's

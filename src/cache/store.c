@@ -184,6 +184,16 @@ int store_claim_pack(struct store *s, uint32_t n)
     return claim_take(s->locks_fd, name, UINT64_MAX, false);
 }
 
+/* Whether pack n is still the file of the directory that this process has open. */
+static bool still_there(struct store *s, uint32_t n)
+{
+    char name[32];
+    store_pack_name(n, name, sizeof name);
+    struct stat a, b;
+    return fstatat(s->dirfd, name, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+           fstat(s->packs[n].fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
 /* Makes a pack numbered at least floor (1 at least) this process's own (append and scan locks
  * held): the one it has, else the first existing one whose claim is free (its writer ended:
  * appends to it resume), else a new one above every pack there is. Its number, or -errno. */
@@ -208,6 +218,12 @@ static int64_t own_pack(struct store *s, uint32_t floor)
             continue;
         if (h < 0)
             return h;
+        if (exists && !still_there(s, n)) {
+            /* compacted away since our look (its claim let go after the unlink) */
+            claim_release(h);
+            s->packs[n].unlinked = true;
+            continue;
+        }
         int r = exists ? 0 : store_open_pack(s, n, true);
         if (r < 0) {
             claim_release(h);
