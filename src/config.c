@@ -307,6 +307,7 @@ static void set_defaults(struct config *cfg)
     cfg->passthrough = true;
     cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
+    cfg->cache_lease = 30;
     cfg->channel = -1;
     cfg->remote_connections = 8;
     cfg->remote_retries = 5;

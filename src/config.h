@@ -137,6 +137,7 @@ struct config {
     /* [cache] */
     char *cache_dir; /* absolute, or NULL for the default location */
     uint64_t max_size;
+    int cache_lease; /* seconds a claim on work lasts unless renewed (default 30, at least 5) */
 
     /* HCS plates (docs/plates.md): [input] wells (as written, NULL: every well), acquisition
      * (-1: every image); [rois] table and mask as written, which a plate resolves inside each

@@ -97,6 +97,7 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
         bool first = i == 0; /* every level serves that version */
         if (first)
             version = task_version(t);
+        cache_set_lease((unsigned)t->cfg.cache_lease);
         int r =
             cache_open(t->cache_dir, first ? t->cfg.path : NULL, version, &s->arrays[i].cache, err);
         if (r < 0)

@@ -290,6 +290,7 @@ static int open_image_caches(struct arrayset *s, struct set_image *im, struct er
         struct array *a = &s->arrays[i];
         if (a->cache)
             continue;
+        cache_set_lease((unsigned)a->task->cfg.cache_lease);
         int r = cache_open(a->task->cache_dir, i == im->first ? a->task->cfg.path : NULL, version,
                            &a->cache, err);
         if (r < 0)
