@@ -120,6 +120,10 @@ struct config {
     unsigned measure_features; /* MEASURE_* bits; 0 in the file: all of them */
     char *measure_table_name;
     int measure_table_format; /* 0 anndata, 1 csv */
+    /* [measure] labels: the name of the input image's label image measured (labels/NAME), or
+     * NULL (this mount's computed labels). Set, the mount has no [process] nor [rois]: it is an
+     * ome = labels mount whose level is a copy of that label image's (docs/measurements.md) */
+    char *measure_labels;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;

@@ -401,6 +401,7 @@ static const struct key_spec keys[] = {
     {"measure", "table_name", .set = set_name, .off = F(measure_table_name)},
     {"measure", "table_format", .set = set_choice_int, .off = F(measure_table_format),
      .choices = "anndata|csv"},
+    {"measure", "labels", .set = set_name, .off = F(measure_labels)},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

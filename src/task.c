@@ -61,6 +61,56 @@ static int open_input(struct task *t, struct errbuf *err)
     return 0;
 }
 
+/* [measure] labels = NAME (docs/measurements.md): the level [input] level of the input image's
+ * label image labels/NAME, opened beside the intensities' reader. An image with one dimension
+ * more than it (its c axis) is viewed as one channel ([input] channel 0 unless set), so that the
+ * presented axes are the label image's; measure.c reads every channel through reader. */
+static int open_measured(struct task *t, struct errbuf *err)
+{
+    if (!t->cfg.measure_labels)
+        return 0;
+    if (!t->ome.found || !t->ome.group_path)
+        TASK_ERR(t, err, "measure", "labels",
+                 "[measure] labels: [input] path %s is not an OME-Zarr image (group or dataset)",
+                 t->cfg.input_path);
+    char *dir = xasprintf("%s/labels/%s", t->ome.group_path, t->cfg.measure_labels);
+    struct ome_image lo;
+    struct errbuf e;
+    int r = ome_resolve(dir, t->cfg.level, &lo, &e);
+    if (r == 0 && (!lo.found || !lo.is_group)) {
+        r = -EINVAL;
+        snprintf(e.msg, sizeof e.msg, "%s is not an OME-Zarr label image", dir);
+    }
+    if (r == 0)
+        r = zarr_input_open(lo.array_path, 64u << 20, &t->measured, &e);
+    ome_image_free(&lo);
+    free(dir);
+    if (r < 0)
+        TASK_ERR(t, err, "measure", "labels", "[measure] labels: %s", e.msg);
+    zarr_input_set_verify(t->measured, t->cfg.verify == 1);
+    const struct zarr_meta *lm = zarr_input_meta(t->measured);
+    if (lm->dtype.kind != DT_INT && lm->dtype.kind != DT_UINT)
+        TASK_ERR(t, err, "measure", "labels",
+                 "[measure] labels: the label image '%s' is not of an integer dtype",
+                 t->cfg.measure_labels);
+    if (t->in_meta->ndim == lm->ndim + 1 && t->cfg.channel < 0)
+        t->cfg.channel = 0;
+    return 0;
+}
+
+/* After the channel view: the task's input is the label image (each ROI, a chunk of it, is
+ * copied), so that every chunk's key follows the label image's content. */
+static void read_measured(struct task *t)
+{
+    if (!t->measured)
+        return;
+    t->source = (struct input_source){.meta = zarr_input_meta(t->measured),
+                                      .read = zarr_source_read,
+                                      .signature = zarr_source_signature,
+                                      .ctx = t->measured};
+    t->in_meta = t->source.meta;
+}
+
 /* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
 static int view_channel(struct task *t, struct errbuf *err)
 {
@@ -397,8 +447,9 @@ static int load_rois(struct task *t, char **region, struct errbuf *err)
     } else if (cfg->rois_kind == ROIS_GRID) {
         if ((r = check_dims(t, "grid", "rois", cfg->grid_ndim, err)) < 0)
             return r;
-        struct errbuf e;
-        r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
+        struct errbuf e; /* [measure] labels: the label image's chunks */
+        r = roi_grid(t->measured ? zarr_meta_read_chunks(t->in_meta) : cfg->grid, nd,
+                     t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
     } else if ((r = load_table(t, region, err)) < 0) {
@@ -450,6 +501,8 @@ static void build_result_identity(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-result 2\nroifs %s\ninput %s\n", ROIFS_VERSION, t->ome.array_path);
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
+    if (t->measured)
+        sb_printf(&sb, "measured %s\n", cfg->measure_labels);
     sb_printf(&sb, "%s", code_files_lines(t->code));
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
@@ -473,6 +526,9 @@ static void build_manifest(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-cache 1\ninput %s\n", t->ome.array_path);
     sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->reader));
+    if (t->measured)
+        sb_printf(&sb, "measured %s\n%s\n", cfg->measure_labels,
+                  zarr_input_zarray_text(t->measured));
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
@@ -584,8 +640,11 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
     }
     labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
     char *region = NULL;                  /* a masking table's label image */
-    if ((r = open_input(t, err)) < 0 || (r = view_channel(t, err)) < 0 ||
-        (r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
+    if ((r = open_input(t, err)) < 0 || (r = open_measured(t, err)) < 0 ||
+        (r = view_channel(t, err)) < 0)
+        goto fail;
+    read_measured(t);
+    if ((r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
         goto fail;
     r = mask_open(&t->cfg, t->rois.label != NULL, &t->ome, &t->out, region, &t->mask, err);
     free(region);
@@ -642,6 +701,8 @@ void task_close(struct task *t)
     mask_close(t->mask);
     if (t->reader)
         zarr_input_close(t->reader);
+    if (t->measured)
+        zarr_input_close(t->measured);
     ome_image_free(&t->ome);
     channel_close(t->channel);
     free(t->zarray_json);

@@ -62,6 +62,10 @@ struct task {
     /* the presented array's dimension names (a JSON list; NULL: none): in zarr.json for
      * format 3, as the _ARRAY_DIMENSIONS attribute for format 2 */
     char *dimension_names;
+    /* [measure] labels: the reader of the input image's label image measured (its level
+     * [input] level), which source then reads (the copy's ROIs are its chunks); reader stays
+     * the intensities'. NULL otherwise. */
+    struct zarr_input *measured;
 };
 
 /* Reads a box of the input; *sig (when not NULL) gets the signature of what was read. */

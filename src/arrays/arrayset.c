@@ -88,6 +88,8 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
             return r;
         if (t->reader)
             cache_keep_input_hashes(s->arrays[i].cache, t->reader);
+        if (t->measured) /* [measure] labels: the label image's too */
+            cache_keep_input_hashes(s->arrays[i].cache, t->measured);
     }
     return 0;
 }

@@ -36,6 +36,9 @@ struct overlay {
     struct overlay_file files[8];
     size_t nfiles;
     bool overwrite; /* labels/NAME and tables/NAME of the input are replaced, not refused */
+    /* [measure] labels: the label image is the input's own, shown as it is; level k (a copy
+     * of it) is not presented, only measured; there are no other levels */
+    bool measured;
 };
 
 /* ---- checks ---- */
@@ -73,7 +76,7 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
                    image_keys[i]);
     if (c->watch)
         OV_ERR(t, err, "input", "watch", "[input] watch cannot be used with ome = labels");
-    if (!overwrite && exists(t->ome.group_path, "labels", c->label_name))
+    if (!overwrite && !t->measured && exists(t->ome.group_path, "labels", c->label_name))
         OV_ERR(t, err, "output", config_line(c, "output", "label_name") ? "label_name" : "ome",
                "[output] ome = labels: the image %s already has a label '%s'; choose another "
                "label_name",
@@ -517,11 +520,12 @@ int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct 
     ov->t0 = t0;
     ov->overwrite = overwrite;
     ov->dir = xstrdup(t0->ome.group_path);
+    ov->measured = t0->measured != NULL;
     r = read_parent(ov, err);
     for (int j = 0; r == 0 && j < ov->n; j++) {
         if (j == ov->k)
             ov->lv[j].task = t0;
-        else
+        else if (!ov->measured)
             r = level_task(ov, &ov->lv[j], err);
     }
     if (r < 0) {
@@ -532,8 +536,10 @@ int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct 
     for (int j = 0, i = 1; j < ov->n; j++)
         if (j != ov->k)
             ov->order[i++] = j;
-    list_group(ov, "labels", t0->cfg.label_name);
-    label_group(ov);
+    if (!ov->measured) {
+        list_group(ov, "labels", t0->cfg.label_name);
+        label_group(ov);
+    }
     if (t0->cfg.table_name) {
         list_group(ov, "tables", t0->cfg.table_name);
         ov->table_dir = xasprintf("tables/%s", t0->cfg.table_name);
@@ -566,7 +572,12 @@ void overlay_free(struct overlay *ov)
 
 size_t overlay_narrays(const struct overlay *ov)
 {
-    return (size_t)ov->n;
+    return ov->measured ? 1 : (size_t)ov->n;
+}
+
+bool overlay_presents_levels(const struct overlay *ov)
+{
+    return !ov->measured;
 }
 
 struct task *overlay_array_task(const struct overlay *ov, size_t array)
@@ -626,7 +637,7 @@ char *overlay_file_now(const struct overlay *ov, size_t i)
 bool overlay_owns(const struct overlay *ov, const char *rel)
 {
     const struct config *c = &ov->t0->cfg;
-    return at_or_below(rel, "labels", c->label_name) ||
+    return (!ov->measured && at_or_below(rel, "labels", c->label_name)) ||
            (c->table_name && at_or_below(rel, "tables", c->table_name));
 }
 

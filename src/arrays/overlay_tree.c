@@ -68,7 +68,7 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
     }
     if (status && ns_child(ns, NS_ROOT, ".roifs") < 0)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
-    for (size_t i = 0; i < overlay_narrays(ov) && r == 0; i++)
+    for (size_t i = 0; overlay_presents_levels(ov) && i < overlay_narrays(ov) && r == 0; i++)
         r = ns_add_array(ns, dir_of(ov, ns, overlay_level_path(ov, i), true, NULL),
                          overlay_array_task(ov, i), (int)i, err);
     if (!tab || r < 0)
