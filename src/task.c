@@ -20,25 +20,13 @@
 #include "mask.h"
 #include "nd.h"
 #include "provenance.h"
+#include "task_measured.h"
 
 /* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
 #define TASK_ERR(t, err, section, key, ...)                                                        \
     return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
 /* ---- the input of a configured task: its Zarr array ---- */
-
-static int zarr_source_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
-                            uint64_t *sig, struct errbuf *err)
-{
-    return sig ? zarr_input_read_sig(ctx, start, shape, dst, sig, err)
-               : zarr_input_read(ctx, start, shape, dst, err);
-}
-
-static int zarr_source_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
-                                 struct zarr_sigmemo *memo, uint64_t *sig)
-{
-    return zarr_input_signature_memo(ctx, start, shape, memo, sig);
-}
 
 static int open_input(struct task *t, struct errbuf *err)
 {
@@ -53,62 +41,9 @@ static int open_input(struct task *t, struct errbuf *err)
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
     zarr_input_set_verify(t->reader, t->cfg.verify == 1);
-    t->source = (struct input_source){.meta = zarr_input_meta(t->reader),
-                                      .read = zarr_source_read,
-                                      .signature = zarr_source_signature,
-                                      .ctx = t->reader};
+    task_zarr_source(t->reader, &t->source);
     t->in_meta = t->source.meta;
     return 0;
-}
-
-/* [measure] labels = NAME (docs/measurements.md): the level [input] level of the input image's
- * label image labels/NAME, opened beside the intensities' reader. An image with one dimension
- * more than it (its c axis) is viewed as one channel ([input] channel 0 unless set), so that the
- * presented axes are the label image's; measure.c reads every channel through reader. */
-static int open_measured(struct task *t, struct errbuf *err)
-{
-    if (!t->cfg.measure_labels)
-        return 0;
-    if (!t->ome.found || !t->ome.group_path)
-        TASK_ERR(t, err, "measure", "labels",
-                 "[measure] labels: [input] path %s is not an OME-Zarr image (group or dataset)",
-                 t->cfg.input_path);
-    char *dir = xasprintf("%s/labels/%s", t->ome.group_path, t->cfg.measure_labels);
-    struct ome_image lo;
-    struct errbuf e;
-    int r = ome_resolve(dir, t->cfg.level, &lo, &e);
-    if (r == 0 && (!lo.found || !lo.is_group)) {
-        r = -EINVAL;
-        snprintf(e.msg, sizeof e.msg, "%s is not an OME-Zarr label image", dir);
-    }
-    if (r == 0)
-        r = zarr_input_open(lo.array_path, 64u << 20, &t->measured, &e);
-    ome_image_free(&lo);
-    free(dir);
-    if (r < 0)
-        TASK_ERR(t, err, "measure", "labels", "[measure] labels: %s", e.msg);
-    zarr_input_set_verify(t->measured, t->cfg.verify == 1);
-    const struct zarr_meta *lm = zarr_input_meta(t->measured);
-    if (lm->dtype.kind != DT_INT && lm->dtype.kind != DT_UINT)
-        TASK_ERR(t, err, "measure", "labels",
-                 "[measure] labels: the label image '%s' is not of an integer dtype",
-                 t->cfg.measure_labels);
-    if (t->in_meta->ndim == lm->ndim + 1 && t->cfg.channel < 0)
-        t->cfg.channel = 0;
-    return 0;
-}
-
-/* After the channel view: the task's input is the label image (each ROI, a chunk of it, is
- * copied), so that every chunk's key follows the label image's content. */
-static void read_measured(struct task *t)
-{
-    if (!t->measured)
-        return;
-    t->source = (struct input_source){.meta = zarr_input_meta(t->measured),
-                                      .read = zarr_source_read,
-                                      .signature = zarr_source_signature,
-                                      .ctx = t->measured};
-    t->in_meta = t->source.meta;
 }
 
 /* [input] channel: the input without its c axis, a source wrapping the array's (channel.c). */
@@ -640,10 +575,10 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
     }
     labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
     char *region = NULL;                  /* a masking table's label image */
-    if ((r = open_input(t, err)) < 0 || (r = open_measured(t, err)) < 0 ||
+    if ((r = open_input(t, err)) < 0 || (r = task_open_measured(t, err)) < 0 ||
         (r = view_channel(t, err)) < 0)
         goto fail;
-    read_measured(t);
+    task_read_measured(t);
     if ((r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
         goto fail;
     r = mask_open(&t->cfg, t->rois.label != NULL, &t->ome, &t->out, region, &t->mask, err);

@@ -94,3 +94,47 @@ def test_refuses_process_and_missing_labels(tmp_path, roifs_bin):
     r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
     assert r.returncode == 2 and "not done yet" in r.stderr, r.stderr
     assert zarr.open_group(str(img / "labels"), mode="r").attrs["labels"] == ["cells"]
+
+
+def test_label_image_of_another_resolution(tmp_path, roifs_bin):
+    """labels/cells whose level 0 has the shape of the image's level 1 (a segmentation made at
+    half resolution): that image level is measured (anndata), equal to the references over it."""
+    img, data = make_image(tmp_path, (40, 36))
+    half = np.ascontiguousarray(data[:, ::2, ::2])
+    root = zarr.open_group(str(img), mode="r+")
+    root.create_dataset("1", data=half, chunks=(1, 7, 6))
+    ms = root.attrs["multiscales"]
+    ms[0]["datasets"].append({"path": "1", "coordinateTransformations": [
+        {"type": "scale", "scale": [1.0, 2.0, 2.0]}]})
+    root.attrs["multiscales"] = ms
+    lab = add_labels(img, half, chunks=(7, 6))
+    config = config_of(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "anndata", lab, half)
+        assert m.status()["measure"]["pieces"] == 9
+
+
+def test_clean_unused_after_a_label_edit(tmp_path, roifs_bin):
+    """After an edit of one label chunk, `roifs clean --unused` removes the records of the label
+    image as it was (the whole table's, the edited chunk's partial) and keeps the current ones:
+    a remount reads the table from its record."""
+    img, data = make_image(tmp_path, (40, 36))
+    lab = add_labels(img, data)
+    config = config_of(tmp_path, img, {"table_format": "csv"})
+    cache = tmp_path / "cache"
+    with mounted(roifs_bin, config) as m:
+        (m.path / "tables" / "feat" / "table.csv").read_bytes()
+    first = {p.name for p in cache.glob("*.rows")}
+    lab[:5, :5] = 0
+    zarr.open_array(str(img / "labels" / "cells" / "0"), mode="r+")[:5, :5] = 0
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "csv", lab, data)
+    both = {p.name for p in cache.glob("*.rows")}
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    left = {p.name for p in cache.glob("*.rows")}
+    assert both - first <= left and sorted(n.split("-")[0] for n in both - left) == [
+        "features", "mpiece"], (both, left)
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "csv", lab, data)
+        assert m.status()["table"] == {"scans": 0, "from_record": 1}
