@@ -138,3 +138,31 @@ def test_clean_unused_after_a_label_edit(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
         assert m.status()["table"] == {"scans": 0, "from_record": 1}
+
+
+def test_3d_image_without_channels(tmp_path, roifs_bin):
+    """A 3-D image without a c axis and its 3-D label image of int32 ids far apart: one channel
+    named 0, every value equal to the references."""
+    rng = np.random.default_rng(5)
+    shape = (10, 20, 18)
+    data = ndimage.gaussian_filter(rng.normal(size=shape), 2.0)
+    data = np.clip(data / data.std() * 400 + 400, 0, 1000).astype("<u2")
+    img = tmp_path / "img3.zarr"
+    g = zarr.open_group(str(img), mode="w")
+    g.create_dataset("0", data=data, chunks=(5, 8, 8))
+    axes = [{"name": a, "type": "space", "unit": "micrometer"} for a in "zyx"]
+    g.attrs["multiscales"] = [{"version": "0.4", "name": "img", "axes": axes, "datasets": [
+        {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * 3}]}]}]
+    lab = (ndimage.label(data > 700)[0] * 1000).astype("<i4")
+    lg = g.require_group("labels")
+    lg.attrs["labels"] = ["cells"]
+    cg = lg.create_group("cells")
+    cg.create_dataset("0", data=lab, chunks=(4, 7, 6))
+    cg.attrs["multiscales"] = [{"version": "0.4", "name": "cells", "axes": axes, "datasets": [
+        {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * 3}]}]}]
+    cg.attrs["image-label"] = {"version": "0.4"}
+    config = config_of(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        ids = check_table(m.path / "tables" / "feat", "anndata", lab, data[None],
+                          channels=("0",), chan_idx=(0,))
+        assert len(ids) >= 3 and ids.max() >= 3000
