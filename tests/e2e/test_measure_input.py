@@ -57,6 +57,7 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
             zarr.open_array(str(m.path / "labels" / "cells" / "0"), mode="r")[...], lab)
         st = m.status()
         assert st["measure"]["pieces"] == 12 and st["measure"]["objects"] == lab.max(), st
+        assert st["calls"] == 12 and st["rois"]["total"] == 12, st  # each label chunk copied once
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
         st = m.status()
