@@ -477,6 +477,7 @@ void config_free(struct config *cfg)
     free(cfg->measure_intensity);
     free(cfg->measure_table_name);
     free(cfg->measure_labels);
+    free(cfg->measure_python);
     free(cfg->mask);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);

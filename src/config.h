@@ -124,6 +124,11 @@ struct config {
      * NULL (this mount's computed labels). Set, the mount has no [process] nor [rois]: it is an
      * ome = labels mount whose level is a copy of that label image's (docs/measurements.md) */
     char *measure_labels;
+    /* [measure] python = FILE.py:FUNCTION (NULL: none) and halo (one number for every
+     * dimension, or one per dimension; measure_halo_ndim 0: none) */
+    char *measure_python;
+    uint64_t measure_halo[ROIFS_MAX_DIM];
+    int measure_halo_ndim;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;

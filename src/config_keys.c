@@ -402,6 +402,9 @@ static const struct key_spec keys[] = {
     {"measure", "table_format", .set = set_choice_int, .off = F(measure_table_format),
      .choices = "anndata|csv"},
     {"measure", "labels", .set = set_name, .off = F(measure_labels)},
+    {"measure", "python", .set = set_str, .off = F(measure_python)},
+    {"measure", "halo", .set = set_list, .off = F(measure_halo), .off_n = F(measure_halo_ndim),
+     .min = 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -196,8 +196,15 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
-    if (ok && (t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
-                     : table_encode(&t->spec, rows, n, &files, &err)) < 0) {
+    int r = 0;
+    if (ok && t->py)
+        r = measure_encode_extra(t->ms, &t->spec, &t->stats, t->pyvals.ncols,
+                                 (const char *const *)t->pyvals.names, t->pyvals.ids,
+                                 t->pyvals.vals, &files, &err);
+    else if (ok)
+        r = t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
+                  : table_encode(&t->spec, rows, n, &files, &err);
+    if (r < 0) {
         log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
     }
@@ -211,6 +218,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     if (t->ms) {
         mstats_destroy(&t->stats);
         measure_stats_init(t->ms, &t->stats);
+        mpy_values_free(&t->pyvals);
     }
     t->state = ok ? DONE : IDLE;
     if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
@@ -247,7 +255,10 @@ void otable_release(struct otable *t)
     /* The record only when the chunks scanned are those of its name: had the input changed
      * during the scan, the rows could be of newer chunks (the next request, seeing another
      * key, makes the table again). */
-    if (ok && key_eq(record_key_now(t), t->record_key)) {
+    bool same = ok && key_eq(record_key_now(t), t->record_key);
+    if (ok && t->py)
+        ok = otable_python_values(t, same);
+    if (ok && same) {
         if (t->ms)
             otable_stats_record_write(t);
         else
@@ -308,7 +319,8 @@ static void start(struct otable *t)
         pthread_mutex_lock(&t->m);
         t->records++;
         pthread_mutex_unlock(&t->m);
-        finish(t, NULL, 0, t->record_key, true);
+        bool ok = !t->py || otable_python_values(t, true);
+        finish(t, NULL, 0, t->record_key, ok);
         return;
     }
     if (rows) {
@@ -381,6 +393,8 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
                                   .type = c->measure ? "feature_table" : NULL};
     struct table_row one = {.label = 1, .length = {1, 1, 1}};
     int r = c->measure ? measure_new(t->g.t, &t->ms, err) : 0;
+    if (r == 0 && t->ms && c->measure_python)
+        r = mpython_new(t->ms, &t->py, err);
     if (r == 0 && t->ms) { /* the files of a table of one row (any values) */
         struct mstats s;
         measure_stats_init(t->ms, &s);
@@ -392,6 +406,7 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
         r = table_encode(&t->spec, &one, 1, &t->names, err);
     }
     if (r < 0) {
+        mpython_free(t->py);
         measure_free(t->ms);
         free(t->region);
         free(t);
@@ -413,6 +428,8 @@ void otable_free(struct otable *t)
     map_destroy(&t->boxes);
     if (t->ms)
         mstats_destroy(&t->stats);
+    mpy_values_free(&t->pyvals);
+    mpython_free(t->py);
     measure_free(t->ms);
     for (struct waiter *w = t->waiters, *next; w; w = next) {
         next = w->next;
@@ -466,7 +483,8 @@ uint64_t otable_size(struct otable *t, size_t i, bool *exact)
     *exact = f != NULL;
     if (f)
         return len;
-    uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0);
+    uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0) +
+                   (t->py ? 32 * (uint64_t)MPY_MAX_COLS : 0);
     return t->names.v[i].len + row * (t->nmax + 1);
 }
 
@@ -534,7 +552,8 @@ bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out)
     if (!t->ms)
         return false;
     pthread_mutex_lock(&t->m);
-    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures};
+    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures,
+                                          t->pycalls};
     pthread_mutex_unlock(&t->m);
     return true;
 }

@@ -50,6 +50,7 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
  * chunk partials read from their records, requests that failed. False without [measure]. */
 struct otable_measure_counts {
     uint64_t objects, pieces, pieces_recorded, failed;
+    uint64_t calls; /* [measure] python's calls */
 };
 bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out);
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "../measure/measure.h"
+#include "../measure/mpython.h"
 #include "../nd.h"
 #include "upread.h"
 
@@ -94,6 +95,8 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
         if (r < 0)
             return r;
         measure_free(ms);
+        if ((r = mpython_check(t, err)) < 0)
+            return r;
     }
     return 0;
 }

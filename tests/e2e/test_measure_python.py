@@ -1,0 +1,120 @@
+"""[measure] python = feat.py:measure (docs/measurements.md, Python features): called once per
+object in the interpreters of the python processor's fork server with the labels crop over the
+object's box grown by halo (clipped), the intensities of that box channels first and obj (label,
+start, stop, bbox_start, bbox_stop, params); its dict becomes columns after the builtin ones;
+each object once across reads and remounts (status measure.calls and the function's own log of
+calls); an exception fails the table with EIO, logged, naming the object."""
+import errno
+import json
+
+import numpy as np
+import pytest
+from skimage.measure import regionprops_table
+
+from conftest import mounted, write_config
+from test_measure import THRESHOLD, make_image, read_table
+from test_measure_input import add_labels
+
+FEAT = '''
+import json
+import numpy as np
+
+def measure(labels, intensity, obj):
+    with open({log!r}, "a") as f:
+        f.write(json.dumps({{"label": obj["label"], "start": obj["start"], "stop": obj["stop"],
+                             "bbox_start": obj["bbox_start"], "bbox_stop": obj["bbox_stop"],
+                             "lshape": labels.shape, "ishape": intensity.shape,
+                             "params": obj["params"]}}) + "\\n")
+    if obj["label"] == {fail}:
+        raise ValueError("no good")
+    m = labels == obj["label"]
+    return {{"npix": int(m.sum()), "gfp_max": intensity[1][m].max(),
+             "dapi_mean": float(intensity[0][m].mean())}}
+'''
+
+
+def prepare(tmp_path, fail=-1, halo="2", **sections):
+    img, data = make_image(tmp_path, (40, 36))
+    lab = add_labels(img, data)
+    log = tmp_path / "calls.jsonl"
+    (tmp_path / "feat.py").write_text(FEAT.format(log=str(log), fail=fail))
+    config = write_config(tmp_path / "meas.ini", {
+        "input": {"path": img},
+        "measure": {"labels": "cells", "table_name": "feat", "table_format": "csv",
+                    "python": "feat.py:measure", "halo": halo},
+        "cache": {"dir": tmp_path / "cache"}, **sections})
+    return config, lab, data, log
+
+
+def calls_of(log):
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_python_features_once_per_object(tmp_path, roifs_bin):
+    """The function's columns follow the builtin ones and equal numpy over each object's pixels;
+    its crops are the bbox grown by the halo and clipped, the intensities channels first; each
+    object is called once: a second read and a remount call nothing (the record)."""
+    config, lab, data, log = prepare(tmp_path)
+    with mounted(roifs_bin, config) as m:
+        path = m.path / "tables" / "feat"
+        ids, cols, x = read_table(path, "csv")
+        (path / "table.csv").read_bytes()
+        st = m.status()
+        assert st["measure"]["calls"] == len(ids) == lab.max(), st
+    assert cols[-3:] == ["npix", "gfp_max", "dapi_mean"] and cols[0] == "area", cols
+    rp = regionprops_table(lab, properties=["label", "area", "bbox"])
+    np.testing.assert_array_equal(ids, rp["label"])
+    np.testing.assert_array_equal(x[:, cols.index("npix")], rp["area"])
+    for i, L in enumerate(ids):
+        mask = lab == L
+        assert x[i, cols.index("gfp_max")] == data[1][mask].max()
+        np.testing.assert_allclose(x[i, cols.index("dapi_mean")], data[0][mask].mean(), rtol=1e-12)
+    calls = calls_of(log)
+    assert sorted(c["label"] for c in calls) == list(ids)  # each object once
+    by = {c["label"]: c for c in calls}
+    for j, L in enumerate(rp["label"]):
+        lo = [rp["bbox-0"][j], rp["bbox-1"][j]]
+        hi = [rp["bbox-2"][j], rp["bbox-3"][j]]
+        c = by[L]
+        assert c["bbox_start"] == lo and c["bbox_stop"] == hi, c
+        assert c["start"] == [max(0, v - 2) for v in lo], c
+        assert c["stop"] == [min(s, v + 2) for v, s in zip(hi, lab.shape)], c
+        shape = [b - a for a, b in zip(c["start"], c["stop"])]
+        assert c["lshape"] == shape and c["ishape"] == [2] + shape, c
+        assert c["params"] == {}
+    with mounted(roifs_bin, config) as m:
+        ids2, cols2, x2 = read_table(m.path / "tables" / "feat", "csv")
+        assert m.status()["measure"]["calls"] == 0
+    np.testing.assert_array_equal(x2, x)
+    assert len(calls_of(log)) == len(ids)
+
+
+def test_python_exception_fails_the_table(tmp_path, roifs_bin):
+    """An exception in the function for object 3 fails the table's files with EIO, counted in
+    status measure.failed, logged with the object's id and the message; no record: a later read
+    calls again (and fails again)."""
+    config, lab, data, log = prepare(tmp_path, fail=3)
+    with mounted(roifs_bin, config) as m:
+        f = m.path / "tables" / "feat" / "table.csv"
+        for attempt in (1, 2):
+            with pytest.raises(OSError) as e:
+                f.read_bytes()
+            assert e.value.errno == errno.EIO
+            assert m.status()["measure"]["failed"] == attempt
+        text = m.log_text()
+        assert "object 3" in text and "ValueError: no good" in text, text
+    assert not list((tmp_path / "cache").glob("mpyvals-*.rows"))
+    assert sum(c["label"] == 3 for c in calls_of(log)) == 2
+
+
+def test_python_refusals(tmp_path, roifs_bin):
+    from conftest import run_roifs
+    config, *_ = prepare(tmp_path, halo="1,2,3")
+    r = run_roifs(roifs_bin, "check", config)
+    assert r.returncode == 2 and "[measure] halo has 3 entries" in r.stderr, r.stderr
+    (tmp_path / "bad.py").write_text("def measure(labels, intensity):\n    return {}\n")
+    text = config.read_text().replace("feat.py:measure", "bad.py:measure").replace("1,2,3", "0")
+    config.write_text(text)
+    r = run_roifs(roifs_bin, "warm", config)
+    assert r.returncode == 2 and "[measure] python" in r.stderr and "three arguments" in r.stderr, \
+        r.stderr
