@@ -202,7 +202,17 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
     key_init(&h, "roifs-feature-partials 1");
     key_add_key(&h, otable_key_now(g));
     measure_identity(ms, &h);
-    keep_name(keep, key_final(&h));
+    struct key128 whole = key_final(&h);
+    keep_name(keep, whole);
+    if (k->cfg.measure_python) { /* the Python features' record of that table */
+        char hex[33];
+        key_hex(whole, hex);
+        char *name = xasprintf("features-%s.rows", hex);
+        struct key128 py;
+        if (mpython_record_key_now(k, name, &py) == 0)
+            keep_name(keep, py);
+        free(name);
+    }
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -230,11 +240,7 @@ bool otable_kept(const struct map *keep, const char *hex)
 static char *python_path(const struct otable *t)
 {
     char *table = otable_record_path(t), hex[33];
-    struct keyhash h;
-    key_init(&h, "roifs-measure-python 1");
-    key_add_str(&h, strrchr(table, '/') + 1);
-    mpython_identity(t->py, &h);
-    key_hex(key_final(&h), hex);
+    key_hex(mpython_record_key(t->py, strrchr(table, '/') + 1), hex);
     free(table);
     return xasprintf("%s/mpyvals-%s.rows", t->g.t->cache_dir, hex);
 }

@@ -109,15 +109,37 @@ void mpython_free(struct mpython *p)
     free(p);
 }
 
-void mpython_identity(const struct mpython *p, struct keyhash *h)
+static struct key128 record_key(const struct config *cfg, const char *table_record, uint64_t code,
+                                const char *params, const uint64_t *halo, int nd)
 {
-    const struct config *cfg = &measure_task(p->m)->cfg;
-    key_add_str(h, "measure python 1");
-    key_add_str(h, cfg->measure_python);
-    key_add_u64(h, p->code_hash);
-    key_add_str(h, p->params ? p->params : "");
-    for (int d = 0; d < p->nd; d++)
-        key_add_u64(h, p->halo[d]);
+    struct keyhash h;
+    key_init(&h, "roifs-measure-python 1");
+    key_add_str(&h, table_record);
+    key_add_str(&h, cfg->measure_python);
+    key_add_u64(&h, code);
+    key_add_str(&h, params ? params : "");
+    for (int d = 0; d < nd; d++)
+        key_add_u64(&h, halo[d]);
+    return key_final(&h);
+}
+
+struct key128 mpython_record_key(const struct mpython *p, const char *table_record)
+{
+    return record_key(&measure_task(p->m)->cfg, table_record, p->code_hash, p->params, p->halo,
+                      p->nd);
+}
+
+int mpython_record_key_now(const struct task *t, const char *table_record, struct key128 *out)
+{
+    uint64_t halo[ROIFS_MAX_DIM];
+    char *params = NULL;
+    struct errbuf e = {{0}};
+    if (resolve_halo(t, halo, &e) < 0 || proc_params_json(&t->cfg, &params, &e) != 0)
+        return -EINVAL;
+    *out = record_key(&t->cfg, table_record, code_hash(&t->cfg, t->cfg.measure_python), params,
+                      halo, t->out.ndim);
+    free(params);
+    return 0;
 }
 
 static int by_id(const void *a, const void *b)

@@ -34,9 +34,12 @@ int mpython_new(const struct measure *m, struct mpython **out, struct errbuf *er
  * "FILE:LINE: [measure] halo ...". */
 int mpython_check(const struct task *t, struct errbuf *err);
 void mpython_free(struct mpython *p);
-/* What the values depend on besides the objects' pixels: the function, its file's content,
- * the params and the halo. */
-void mpython_identity(const struct mpython *p, struct keyhash *h);
+/* The name of the values' record: what they depend on besides the objects' pixels, which the
+ * whole table's record (its file name, table_record) stands for: the function, its file's
+ * content (as at mpython_new; _now: as it is now, for `clean`), the params and the halo.
+ * _now: 0 or -EINVAL (the configuration). */
+struct key128 mpython_record_key(const struct mpython *p, const char *table_record);
+int mpython_record_key_now(const struct task *t, const char *table_record, struct key128 *out);
 
 /* Reads the label image's box [start, start + shape) into dst (its dtype, C order). */
 typedef int (*mpython_labels_fn)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,

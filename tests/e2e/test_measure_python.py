@@ -118,3 +118,44 @@ def test_python_refusals(tmp_path, roifs_bin):
     r = run_roifs(roifs_bin, "warm", config)
     assert r.returncode == 2 and "[measure] python" in r.stderr and "three arguments" in r.stderr, \
         r.stderr
+
+
+def test_python_on_computed_stitched_labels_and_clean(tmp_path, roifs_bin):
+    """On a mount's own labels (ids = unique, stitch = iou: objects cut by ROIs), the function
+    sees each stitched object whole (npix equals its area); after an intensity edit every object
+    is called again, and `roifs clean --unused` removes the Python features' record of the
+    earlier table and keeps the current one (a remount calls nothing)."""
+    from conftest import run_roifs
+    from test_measure import config_of
+    img, data = make_image(tmp_path, (40, 36))
+    log = tmp_path / "calls.jsonl"
+    (tmp_path / "feat.py").write_text(FEAT.format(log=str(log), fail=-1))
+    config = config_of(tmp_path, img, (16, 16), {"ids": "unique", "block": 1000,
+                                                 "stitch": "iou", "stitch_iou": 0.3},
+                       {"table_format": "csv", "python": "feat.py:measure", "halo": "1, 0"},
+                       rois={"grid": "16,16", "halo": "3,3"})
+    cache = tmp_path / "cache"
+    with mounted(roifs_bin, config) as m:
+        ids, cols, x = read_table(m.path / "tables" / "feat", "csv")
+        lab = np.asarray(__import__("zarr").open_array(str(m.path / "labels" / "seg" / "0"),
+                                                        mode="r")[...])
+        assert m.status()["measure"]["calls"] == len(ids)
+    np.testing.assert_array_equal(x[:, cols.index("npix")], x[:, cols.index("area")])
+    for i, L in enumerate(ids):
+        assert x[i, cols.index("gfp_max")] == data[1][lab == L].max()
+    first = {p.name for p in cache.glob("mpyvals-*.rows")}
+    assert len(first) == 1
+    arr = __import__("zarr").open_array(str(img / "0"), mode="r+")
+    arr[1, :8, :8] = data[1, :8, :8] + 7
+    with mounted(roifs_bin, config) as m:
+        read_table(m.path / "tables" / "feat", "csv")
+        assert m.status()["measure"]["calls"] == len(ids)
+    both = {p.name for p in cache.glob("mpyvals-*.rows")}
+    assert len(both) == 2
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in cache.glob("mpyvals-*.rows")} == both - first
+    with mounted(roifs_bin, config) as m:
+        read_table(m.path / "tables" / "feat", "csv")
+        assert m.status()["measure"]["calls"] == 0
+    assert len(calls_of(log)) == 2 * len(ids)
