@@ -498,12 +498,12 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
 
 /* Whether a file of the cache directory is a table record that the names keep (the masking
  * table's record of now, or [measure]'s records of now) leave out: "table-", "features-",
- * "mpiece-" or "mpyvals-", 32 hexadecimal digits, ".rows". */
+ * "mpiece-", "mpyvals-" or "mpyobj-", 32 hexadecimal digits, ".rows". */
 static bool stale_record(const char *name, const char *table_keep, const struct map *keep)
 {
-    static const char *const prefix[] = {"table-", "features-", "mpiece-", "mpyvals-"};
+    static const char *const prefix[] = {"table-", "features-", "mpiece-", "mpyvals-", "mpyobj-"};
     size_t n = strlen(name);
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < 5; p++) {
         size_t l = strlen(prefix[p]);
         if (n != l + 32 + 5 || strncmp(name, prefix[p], l) != 0 || strcmp(name + n - 5, ".rows"))
             continue;

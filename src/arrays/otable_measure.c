@@ -211,6 +211,8 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
         struct key128 py;
         if (mpython_record_key_now(k, name, &py) == 0)
             keep_name(keep, py);
+        if (mpython_record_key_now(k, "objects", &py) == 0) /* mpyobj-, per object */
+            keep_name(keep, py);
         free(name);
     }
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
@@ -265,7 +267,7 @@ bool otable_python_values(struct otable *t, bool record)
     mpy_values_free(&t->pyvals);
     uint64_t calls = 0;
     struct errbuf e = {{0}};
-    int r = mpython_run(t->py, &t->stats, labels_box, t, &t->pyvals, &calls, &e);
+    int r = mpython_run(t->py, &t->stats, labels_box, t, t->g.t->cache_dir, &t->pyvals, &calls, &e);
     pthread_mutex_lock(&t->m);
     t->pycalls += calls;
     pthread_mutex_unlock(&t->m);

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "../map.h"
 #include "../proc/proc.h"
 
 #define OUT_CAP (64u << 10) /* bytes of one object's JSON reply */
@@ -204,13 +208,128 @@ static int take_reply(struct mpy_values *v, const struct measure *m, uint64_t id
     return r;
 }
 
-int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn labels, void *ctx,
-                struct mpy_values *out, uint64_t *calls, struct errbuf *err)
+/* ---- the values of each object, by what its crops hold ---- */
+
+#define OBJECTS_MAGIC "roifs-measure-python-objects 1\n"
+
+/* The record of the last table's values per object: names, then (key, values) per object. */
+static char *objects_path(const struct mpython *p, const char *cache_dir)
 {
+    char hex[33];
+    key_hex(mpython_record_key(p, "objects"), hex);
+    return xasprintf("%s/mpyobj-%s.rows", cache_dir, hex);
+}
+
+static void objects_write(const struct mpy_values *v, const struct key128 *keys, const char *path)
+{
+    struct strbuf sb = {0};
+    sb_append(&sb, OBJECTS_MAGIC, strlen(OBJECTS_MAGIC));
+    uint64_t head[2] = {v->ncols, v->n};
+    sb_append(&sb, (const char *)head, sizeof head);
+    for (size_t j = 0; j < v->ncols; j++)
+        sb_append(&sb, v->names[j], strlen(v->names[j]) + 1);
+    sb_append(&sb, (const char *)keys, v->n * sizeof *keys);
+    sb_append(&sb, (const char *)v->vals, v->n * v->ncols * sizeof *v->vals);
+    uint64_t sum = hash64(HASH64_INIT, sb.buf, sb.len);
+    sb_append(&sb, (const char *)&sum, sizeof sum);
+    char *dir = xstrdup(path);
+    *strrchr(dir, '/') = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || file_write_atomic(dfd, strrchr(path, '/') + 1, sb.buf, sb.len, false) < 0)
+        log_warn("%s: cannot write the Python features' record", path);
+    if (dfd >= 0)
+        close(dfd);
+    free(dir);
+    free(sb.buf);
+}
+
+/* The last table's values (v: names, n, vals; *keys) of path, or nothing (v empty). */
+static void objects_read(const char *path, struct mpy_values *v, struct key128 **keys)
+{
+    char *data = NULL;
+    size_t len = 0, magic = strlen(OBJECTS_MAGIC);
+    uint64_t head[2], sum;
+    *v = (struct mpy_values){0};
+    *keys = NULL;
+    if (file_read_all(path, &data, &len) < 0)
+        return;
+    bool ok = len >= magic + sizeof head + sizeof sum && memcmp(data, OBJECTS_MAGIC, magic) == 0 &&
+              (memcpy(&sum, data + len - sizeof sum, sizeof sum),
+               hash64(HASH64_INIT, data, len - sizeof sum) == sum);
+    if (ok) {
+        memcpy(head, data + magic, sizeof head);
+        ok = head[0] <= MPY_MAX_COLS;
+    }
+    const char *q = data + magic + sizeof head, *end = data + len - sizeof sum;
+    if (ok)
+        v->names = xcalloc(head[0] + 1, sizeof *v->names);
+    for (uint64_t j = 0; ok && j < head[0]; j++) {
+        const char *z = memchr(q, '\0', (size_t)(end - q));
+        if ((ok = z != NULL)) {
+            v->names[v->ncols++] = xstrdup(q);
+            q = z + 1;
+        }
+    }
+    size_t each = sizeof(struct key128) + (ok ? head[0] : 0) * sizeof(double);
+    ok = ok && head[1] <= (uint64_t)(end - q) / each && (size_t)(end - q) == head[1] * each;
+    if (ok) {
+        v->n = head[1];
+        *keys = xmalloc((v->n ? v->n : 1) * sizeof **keys);
+        memcpy(*keys, q, v->n * sizeof **keys);
+        v->vals = xmalloc((v->n * v->ncols > 0 ? v->n * v->ncols : 1) * sizeof *v->vals);
+        memcpy(v->vals, q + v->n * sizeof **keys, v->n * v->ncols * sizeof *v->vals);
+    } else {
+        if (len)
+            log_warn("%s: damaged; its objects are computed again", path);
+        mpy_values_free(v);
+    }
+    free(data);
+}
+
+/* What an object's values depend on besides the function: its id, its boxes and its crops. */
+static struct key128 object_key(uint64_t id, int nd, const uint64_t *start, const uint64_t *stop,
+                                const uint64_t *lo, const uint64_t *hi, const void *in, size_t len)
+{
+    struct keyhash h;
+    key_init(&h, "roifs-measure-object 1");
+    key_add_u64(&h, id);
+    for (int d = 0; d < nd; d++) {
+        key_add_u64(&h, start[d]);
+        key_add_u64(&h, stop[d]);
+        key_add_u64(&h, lo[d]);
+        key_add_u64(&h, hi[d]);
+    }
+    key_add_u64(&h, hash64(HASH64_INIT, in, len));
+    return key_final(&h);
+}
+
+int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn labels, void *ctx,
+                const char *cache_dir, struct mpy_values *out, uint64_t *calls, struct errbuf *err)
+{
+    char *opath = cache_dir ? objects_path(p, cache_dir) : NULL;
+    struct mpy_values prev;
+    struct key128 *pkeys = NULL;
+    if (opath)
+        objects_read(opath, &prev, &pkeys);
+    else
+        prev = (struct mpy_values){0};
+    struct map pidx; /* the previous table's objects by key */
+    map_init(&pidx, sizeof(size_t), prev.n + 1);
+    for (size_t i = 0; i < prev.n; i++)
+        *(size_t *)map_put(&pidx, pkeys[i].lo, pkeys[i].hi, &(bool){false}) = i;
+    struct key128 *keys = xmalloc((s->n ? s->n : 1) * sizeof *keys);
+    bool have_names = prev.names != NULL;
     const struct task *t = measure_task(p->m);
     int nd = p->nd, nch = measure_nchannels(p->m);
     const struct dtype *ldt = &t->out.dtype, *idt = measure_input_dtype(p->m);
     struct mpy_values v = {.n = s->n};
+    if (have_names) { /* the same function: the same names */
+        v.ncols = prev.ncols;
+        v.names = xcalloc(v.ncols + 1, sizeof *v.names);
+        for (size_t j = 0; j < v.ncols; j++)
+            v.names[j] = xstrdup(prev.names[j]);
+        v.vals = xmalloc((s->n * v.ncols > 0 ? s->n * v.ncols : 1) * sizeof *v.vals);
+    }
     v.ids = xmalloc((s->n ? s->n : 1) * sizeof *v.ids);
     memcpy(v.ids, s->ids, s->n * sizeof *v.ids);
     qsort(v.ids, s->n, sizeof *v.ids, by_id);
@@ -237,7 +356,14 @@ int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn lab
         r = labels(ctx, start, shape, in, err);
         if (r == 0)
             r = measure_intensity_crop(p->m, start, shape, in + ioff, err);
+        const size_t *hit = NULL;
         if (r == 0) {
+            keys[i] = object_key(v.ids[i], nd, start, stop, o->lo, bstop, in, total);
+            hit = map_get(&pidx, keys[i].lo, keys[i].hi);
+        }
+        if (r == 0 && hit) { /* its crops as they were: its values as they were */
+            memcpy(v.vals + i * v.ncols, prev.vals + *hit * prev.ncols, v.ncols * sizeof *v.vals);
+        } else if (r == 0) {
             struct proc_request rq = {.kind = PROC_REQ_MEASURE,
                                       .roi = (size_t)nch,
                                       .ndim = nd,
@@ -261,13 +387,13 @@ int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn lab
                     r = err_set(err, -EIO, "object %" PRIu64 ": %s", v.ids[i], e.msg);
             } else {
                 reply[OUT_CAP - 1] = '\0';
-                r = take_reply(&v, p->m, v.ids[i], reply, row, i == 0, err);
-                if (r == 0) {
-                    if (i == 0)
-                        v.vals =
-                            xmalloc((s->n ? s->n : 1) * (v.ncols ? v.ncols : 1) * sizeof *v.vals);
-                    memcpy(v.vals + i * v.ncols, row, v.ncols * sizeof *row);
+                r = take_reply(&v, p->m, v.ids[i], reply, row, !have_names, err);
+                if (r == 0 && !have_names) {
+                    have_names = true;
+                    v.vals = xmalloc((s->n * v.ncols > 0 ? s->n * v.ncols : 1) * sizeof *v.vals);
                 }
+                if (r == 0)
+                    memcpy(v.vals + i * v.ncols, row, v.ncols * sizeof *row);
             }
         }
         free(in);
@@ -276,6 +402,13 @@ int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn lab
     free(reply);
     if (r == 0 && !v.vals)
         v.vals = xmalloc(sizeof *v.vals);
+    if (r == 0 && opath)
+        objects_write(&v, keys, opath);
+    map_destroy(&pidx);
+    mpy_values_free(&prev);
+    free(pkeys);
+    free(keys);
+    free(opath);
     if (r < 0) {
         mpy_values_free(&v);
         return r;

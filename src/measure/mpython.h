@@ -44,11 +44,14 @@ int mpython_record_key_now(const struct task *t, const char *table_record, struc
 /* Reads the label image's box [start, start + shape) into dst (its dtype, C order). */
 typedef int (*mpython_labels_fn)(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
                                  struct errbuf *err);
-/* Calls the function for every object of s in order of id (*calls counts the calls). 0, or
- * -EIO with err naming the object (an exception, a reply that is no dict of numbers, names
- * other than the first object's, a builtin column's name). */
+/* Calls the function for every object of s in order of id (*calls counts the calls), but for
+ * the objects whose id, boxes and crops are those of an object of the last table made in
+ * cache_dir (NULL: none), whose values are taken from its record (mpyobj-<function>.rows,
+ * then replaced by this table's). 0, or -EIO with err naming the object (an exception, a
+ * reply that is no dict of numbers, names other than the first object's, a builtin column's
+ * name). */
 int mpython_run(struct mpython *p, const struct mstats *s, mpython_labels_fn labels, void *ctx,
-                struct mpy_values *out, uint64_t *calls, struct errbuf *err);
+                const char *cache_dir, struct mpy_values *out, uint64_t *calls, struct errbuf *err);
 
 /* The record of the values (checksummed, written atomically): write; read (-ENOENT: none,
  * -EIO: damaged). */

@@ -122,9 +122,10 @@ def test_python_refusals(tmp_path, roifs_bin):
 
 def test_python_on_computed_stitched_labels_and_clean(tmp_path, roifs_bin):
     """On a mount's own labels (ids = unique, stitch = iou: objects cut by ROIs), the function
-    sees each stitched object whole (npix equals its area); after an intensity edit every object
-    is called again, and `roifs clean --unused` removes the Python features' record of the
-    earlier table and keeps the current one (a remount calls nothing)."""
+    sees each stitched object whole (npix equals its area); after an intensity edit only the
+    objects whose crops it touches are called again (the others' values from the record of
+    each object's), and `roifs clean --unused` removes the Python features' record of the
+    earlier table and keeps the current ones (a remount calls nothing)."""
     from conftest import run_roifs
     from test_measure import config_of
     img, data = make_image(tmp_path, (40, 36))
@@ -145,11 +146,17 @@ def test_python_on_computed_stitched_labels_and_clean(tmp_path, roifs_bin):
         assert x[i, cols.index("gfp_max")] == data[1][lab == L].max()
     first = {p.name for p in cache.glob("mpyvals-*.rows")}
     assert len(first) == 1
+    touched = [c["label"] for c in calls_of(log) if c["start"][0] < 8 and c["start"][1] < 8]
+    assert 0 < len(touched) < len(ids)
     arr = __import__("zarr").open_array(str(img / "0"), mode="r+")
     arr[1, :8, :8] = data[1, :8, :8] + 7
+    data[1, :8, :8] += 7
     with mounted(roifs_bin, config) as m:
-        read_table(m.path / "tables" / "feat", "csv")
-        assert m.status()["measure"]["calls"] == len(ids)
+        ids2, cols2, x2 = read_table(m.path / "tables" / "feat", "csv")
+        assert m.status()["measure"]["calls"] == len(touched)
+    assert sorted(c["label"] for c in calls_of(log)[len(ids):]) == sorted(touched)
+    for i, L in enumerate(ids2):
+        assert x2[i, cols2.index("gfp_max")] == data[1][lab == L].max()
     both = {p.name for p in cache.glob("mpyvals-*.rows")}
     assert len(both) == 2
     r = run_roifs(roifs_bin, "clean", "--unused", config)
@@ -158,4 +165,5 @@ def test_python_on_computed_stitched_labels_and_clean(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         read_table(m.path / "tables" / "feat", "csv")
         assert m.status()["measure"]["calls"] == 0
-    assert len(calls_of(log)) == 2 * len(ids)
+    assert len(calls_of(log)) == len(ids) + len(touched)
+    assert len(list(cache.glob("mpyobj-*.rows"))) == 1
