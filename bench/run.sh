@@ -4,7 +4,7 @@
 # bench/results/*.json, the plots in bench/results/*.png and the notes in bench/notes/*.md.
 #
 # Names: seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay measure
-# warm gaussian memory (the default set: every issue's benchmark, each with its alternative),
+# warm gaussian memory serve (the default set: every issue's benchmark, each with its alternative),
 # or any other bench/<name>.py
 # (e.g. proc_overhead, cache_cost, warm_cost), which runs the same way. bench/report.py then
 # rewrites RESULTS.md, starting with the summary of every target from all results files.
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=(seed seed_numpy segmentation small_rois scaling incremental apply labels masks overlay
-     warm gaussian memory measure)
+     warm gaussian memory measure serve)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for n in "${names[@]}"; do

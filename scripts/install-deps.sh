@@ -7,8 +7,12 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
       python3-scipy python3-anndata python3-xarray python3-skimage
       clang libclang-rt-14-dev  # these two: fuzz/run.sh (libFuzzer and its sanitizers)
       xxhash                    # xxh128sum: the hashes of provenance attributes, checked
-      zip unzip rsync nginx)    # readers of tests/e2e/test_size_contract.py (which starts its
+      zip unzip rsync nginx     # readers of tests/e2e/test_size_contract.py (which starts its
                                 # own nginx on a loopback port; the service is not needed)
+      libcurl4-openssl-dev openssl)  # remote inputs (docs/remote.md); openssl: the tests' CA
+pkgs+=(libmicrohttpd-dev        # roifs serve (src/serve/)
+       python3-fsspec python3-aiohttp  # tests/e2e/test_serve.py: zarr over HTTP
+       chromium wrk)            # tests/e2e/test_serve_browser.py; bench/serve.py
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
 # packages only when the machine has none.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

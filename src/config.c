@@ -330,6 +330,7 @@ static void set_defaults(struct config *cfg)
     cfg->lines = xcalloc(1, sizeof *cfg->lines);
     cfg->rounding = ROUNDING_FRACTAL;
     cfg->readahead = READAHEAD_AUTO; /* measured: bench/scaling.py, docs/performance.md */
+    cfg->retry_after = -1;           /* unset: 0 for mounts, warm and export, 10 for serve */
     cfg->executor = EXECUTOR_LOCAL;
     cfg->format = 2;
     cfg->fill_value = xstrdup("0");
@@ -344,6 +345,10 @@ static void set_defaults(struct config *cfg)
     cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
     cfg->channel = -1;
+    cfg->remote_connections = 8;
+    cfg->remote_retries = 5;
+    cfg->remote_timeout = 30;
+    cfg->remote_revalidate = 60;
     cfg->label_block = 65536;
     cfg->stitch_iou = 0.5;
 }
@@ -479,6 +484,8 @@ void config_free(struct config *cfg)
     free(cfg->measure_labels);
     free(cfg->measure_python);
     free(cfg->mask);
+    free(cfg->ca_file);
+    free(cfg->headers_file);
     for (int i = 0; i < cfg->nparams; i++) {
         free(cfg->params[i].name);
         free(cfg->params[i].value);

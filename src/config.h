@@ -56,11 +56,14 @@ struct config {
     int verify;  /* 0 identity: a file whose identity did not change is not read again; 1
                   * content: every look hashes the input's files (docs/reliability.md) */
     int channel; /* index along the input's c axis, -1: none (docs/labels.md) */
+    /* a remote input (http://, https://): docs/remote.md */
+    int remote_connections, remote_retries, remote_timeout, remote_revalidate;
+    char *ca_file, *headers_file; /* absolute, or NULL */
 
     /* [rois] */
     enum rois_kind rois_kind;
     char *rois_file;  /* absolute (file) */
-    char *rois_table; /* absolute (table) */
+    char *rois_table; /* absolute (table), a URL, or a bare name of the image's tables list */
     uint64_t grid[ROIFS_MAX_DIM];
     int grid_ndim;
     uint64_t halo[ROIFS_MAX_DIM];
@@ -80,6 +83,8 @@ struct config {
     bool readahead_is_threads; /* -1 in the file: follows a command line's -j too */
     double timeout;            /* seconds, 0 = none */
     int retries;
+    double retry_after; /* seconds before a failed ROI is tried again on demand; -1: unset (the
+                         * command's default: arrayset_opts.retry_after_unset) */
     enum executor_kind executor;
     struct config_param *params;
     int nparams;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 static const char *const sections[] = {"input", "rois",  "process", "output", "labels",
@@ -99,11 +100,31 @@ static int set_path(struct loader *ld, const struct key_spec *k, const char *v)
     if (!*v)
         return config_bad_value(ld, k, "empty value");
     char **p = field(ld, k->off);
+    if (strncmp(v, "http://", 7) == 0 || strncmp(v, "https://", 8) == 0) {
+        free(*p); /* a remote input or table (docs/remote.md) */
+        *p = xstrdup(v);
+        return 0;
+    }
     char *joined = path_join(ld->cfg->dir, v);
     free(*p);
     *p = path_absolute(joined);
     free(joined);
     return 0;
+}
+
+/* [rois] table: a bare name (no '/') is looked up in the image's tables list (task.c), unless
+ * the configuration's directory holds a table of that name; else a path or URL. */
+static int set_table(struct loader *ld, const struct key_spec *k, const char *v)
+{
+    int r = set_path(ld, k, v);
+    struct stat st;
+    char **p = field(ld, k->off);
+    if (r == 0 && *v && !strchr(v, '/') && strcmp(v, ".") != 0 && strcmp(v, "..") != 0 &&
+        stat(*p, &st) < 0) {
+        free(*p);
+        *p = xstrdup(v);
+    }
+    return r;
 }
 
 static int set_int(struct loader *ld, const struct key_spec *k, const char *v)
@@ -144,7 +165,9 @@ static int set_seconds(struct loader *ld, const struct key_spec *k, const char *
     if (parse_double(v, &x) < 0 || !isfinite(x))
         return config_bad_value(ld, k, "'%s' is not a number of seconds", v);
     if (x < 0)
-        return config_bad_value(ld, k, "%s is negative (0 means no limit)", v);
+        return config_bad_value(ld, k, "%s is negative (0 means %s)", v,
+                                k->off == offsetof(struct config, retry_after) ? "at once"
+                                                                               : "no limit");
     *(double *)field(ld, k->off) = x;
     return 0;
 }
@@ -332,10 +355,16 @@ static const struct key_spec keys[] = {
     {"input", "watch", .set = set_bool, .off = F(watch)},
     {"input", "verify", .set = set_choice_int, .off = F(verify), .choices = "identity|content"},
     {"input", "channel", .set = set_int, .off = F(channel), .min = 0, .max = INT_MAX},
+    {"input", "connections", .set = set_int, .off = F(remote_connections), .min = 1, .max = 256},
+    {"input", "retries", .set = set_int, .off = F(remote_retries), .min = 0, .max = 100},
+    {"input", "request_timeout", .set = set_int, .off = F(remote_timeout), .min = 1, .max = 86400},
+    {"input", "revalidate", .set = set_int, .off = F(remote_revalidate), .min = 0, .max = INT_MAX},
+    {"input", "ca_file", .set = set_path, .off = F(ca_file)},
+    {"input", "headers_file", .set = set_path, .off = F(headers_file)},
     {"rois", "file", .set = set_path, .off = F(rois_file), .group = GROUP_ROIS, .kind = ROIS_FILE},
     {"rois", "grid", .set = set_list, .off = F(grid), .off_n = F(grid_ndim), .min = 1,
      .group = GROUP_ROIS, .kind = ROIS_GRID},
-    {"rois", "table", .set = set_path, .off = F(rois_table), .group = GROUP_ROIS,
+    {"rois", "table", .set = set_table, .off = F(rois_table), .group = GROUP_ROIS,
      .kind = ROIS_TABLE},
     {"rois", "halo", .set = set_list, .off = F(halo), .off_n = F(halo_ndim), .min = 0},
     {"rois", "rounding", .set = set_choice_int, .off = F(rounding), .choices = "fractal|ngio"},
@@ -356,6 +385,7 @@ static const struct key_spec keys[] = {
     {"process", "readahead", .set = set_readahead, .off = F(readahead), .min = -1, .max = INT_MAX},
     {"process", "timeout", .set = set_seconds, .off = F(timeout)},
     {"process", "retries", .set = set_int, .off = F(retries), .min = 0, .max = INT_MAX},
+    {"process", "retry_after", .set = set_seconds, .off = F(retry_after)},
     {"process", "executor", .set = set_choice_int, .off = F(executor), .choices = "local|slurm"},
     {"output", "format", .set = set_int, .off = F(format), .min = 2, .max = 3},
     {"output", "dtype", .set = set_str, .off = F(dtype)},

@@ -25,6 +25,8 @@ static const char usage_text[] =
     "       roifs apply [-j N] [--again] CONFIG   write the result into the input array\n"
     "       roifs clean CONFIG           delete the cache of CONFIG\n"
     "       roifs clean --unused CONFIG  remove what no ROI or chunk of CONFIG needs now\n"
+    "       roifs serve [--listen ADDR:PORT] [--token-file F] [--cors ORIGINS]\n"
+    "                   [--tls-cert F --tls-key F] [-d] CONFIG   the same tree over HTTP\n"
     "       roifs --help | --version\n"
     "       roifs CONFIG MOUNTPOINT [-o OPTIONS]   as mount(8) runs it: mount -t fuse.roifs\n"
     "\n"
@@ -40,9 +42,12 @@ static const struct command {
     const char *name;
     int (*fn)(int, char **);
 } commands[] = {
+    // clang-format off
     {"mount", cmd_mount},   {"unmount", cmd_unmount}, {"umount", cmd_unmount},
     {"check", cmd_check},   {"warm", cmd_warm},       {"export", cmd_export},
     {"status", cmd_status}, {"clean", cmd_clean},     {"apply", cmd_apply},
+    {"serve", cmd_serve},
+    // clang-format on
 };
 
 /* mount(8) runs helpers with a cleaned environment, without HOME: find it the way a login

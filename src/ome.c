@@ -9,18 +9,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "zarr/zarr.h"
+
 /* The node metadata of dir: .zattrs (v2) or zarr.json's "attributes" (v3), and whether the
  * node is an array. *attrs NULL when there are none. */
 static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct errbuf *err)
 {
     char *p = path_join(dir, ".zarray");
-    struct stat st;
-    *is_array = stat(p, &st) == 0;
+    *is_array = zarr_store_exists(p);
     free(p);
     *attrs = NULL;
     char *text;
     size_t len;
-    int r = file_read_optional(dir, "zarr.json", &text, &len, err);
+    int r = zarr_store_read_optional(dir, "zarr.json", &text, &len, err);
     if (r == 0 && text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         free(text);
@@ -29,7 +30,8 @@ static int node_attrs(const char *dir, bool *is_array, json_t **attrs, struct er
             *is_array = true;
         *attrs = json_incref(json_object_get(root, "attributes"));
         json_decref(root);
-    } else if (r == 0 && (r = file_read_optional(dir, ".zattrs", &text, &len, err)) == 0 && text) {
+    } else if (r == 0 && (r = zarr_store_read_optional(dir, ".zattrs", &text, &len, err)) == 0 &&
+               text) {
         *attrs = json_loadb(text, len, 0, NULL);
         free(text);
     }

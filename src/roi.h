@@ -87,6 +87,9 @@ struct roi_pixels {
 /* Reads a table group: AnnData on Zarr v2 (X plus the column names in var/<_index>) or
  * ngio's CSV backend (table.csv). -EINVAL / -errno with a message naming the file. */
 int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err);
+/* The table name of OME-Zarr image group (local or a URL) as its tables group lists it (no
+ * listing): *path malloc'd GROUP/tables/NAME; -ENOENT when the list does not name it. */
+int roi_table_find(const char *group, const char *name, char **path, struct errbuf *err);
 void roi_table_free(struct roi_table *t);
 /* Converts the table to boxes of an ndim-dimensional array of the given shape: axes other
  * than z, y, x are taken whole; boxes are clipped to the array, and rows left empty are

@@ -24,8 +24,7 @@ static const char *const column_names[ROI_TCOLS] = {
 static bool exists(const char *dir, const char *name)
 {
     char *p = path_join(dir, name);
-    struct stat st;
-    bool r = stat(p, &st) == 0;
+    bool r = zarr_store_node_exists(p);
     free(p);
     return r;
 }
@@ -36,11 +35,11 @@ static int group_attrs(const char *dir, json_t **attrs, struct errbuf *err)
     char *text;
     size_t len;
     *attrs = NULL;
-    int r = file_read_optional(dir, ".zattrs", &text, &len, err);
+    int r = zarr_store_read_optional(dir, ".zattrs", &text, &len, err);
     if (r == 0 && text) {
         *attrs = json_loadb(text, len, 0, NULL);
         free(text);
-    } else if (r == 0 && (r = file_read_optional(dir, "zarr.json", &text, &len, err)) == 0 &&
+    } else if (r == 0 && (r = zarr_store_read_optional(dir, "zarr.json", &text, &len, err)) == 0 &&
                text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         *attrs = json_incref(json_object_get(root, "attributes"));
@@ -113,7 +112,7 @@ static int string_array_meta(const char *dir, struct string_array *sa, struct er
     sa->v3 = !exists(dir, ".zarray") && exists(dir, "zarr.json");
     char *text, *p = path_join(dir, sa->v3 ? "zarr.json" : ".zarray");
     size_t len;
-    int r = file_read_all(p, &text, &len);
+    int r = zarr_store_read(p, &text, &len, NULL);
     if (r < 0) {
         err_set(err, r == -ENOENT ? -EINVAL : r, "%s: %s", p, file_strerror(r));
         free(p);
@@ -146,7 +145,7 @@ static int string_chunk(const char *dir, const struct string_array *sa, uint64_t
     char *kp = path_join(dir, key), *raw;
     size_t rawlen;
     *dec = NULL;
-    int r = file_read_all(kp, &raw, &rawlen);
+    int r = zarr_store_read(kp, &raw, &rawlen, NULL);
     if (r == -ENOENT && sa->v3) {
         r = 0; /* zarr-python 3 writes no chunk that holds only the fill value */
     } else if (r < 0) {
@@ -282,7 +281,7 @@ static bool is_string_array(const char *dir)
     size_t len;
     struct errbuf e;
     bool v3 = !exists(dir, ".zarray");
-    if (file_read_optional(dir, v3 ? "zarr.json" : ".zarray", &text, &len, &e) < 0 || !text)
+    if (zarr_store_read_optional(dir, v3 ? "zarr.json" : ".zarray", &text, &len, &e) < 0 || !text)
         return false;
     bool r = false;
     if (v3) {
@@ -451,7 +450,7 @@ static int read_csv(const char *path, const struct label_source *ls, struct roi_
 {
     char *p = path_join(path, "table.csv"), *text;
     size_t len;
-    int r = file_read_all(p, &text, &len);
+    int r = zarr_store_read(p, &text, &len, NULL);
     if (r < 0) {
         err_set(err, -EINVAL, "%s: %s", p, file_strerror(r));
         free(p);
@@ -518,10 +517,9 @@ static char *table_region(const char *path, json_t *attrs)
         return NULL; /* [rois] mask must name the label image */
     char *parent = path_dirname(path);
     char *p = path_join(parent, rel);
-    struct stat st;
-    if (stat(p, &st) < 0) {
+    if (!zarr_store_node_exists(p)) {
         char *own = path_join(path, rel);
-        if (stat(own, &st) == 0) {
+        if (zarr_store_node_exists(own)) {
             free(p);
             p = own;
         } else {
@@ -536,9 +534,11 @@ int roi_table_read(const char *path, struct roi_table *t, struct errbuf *err)
 {
     memset(t, 0, sizeof *t);
     struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (zarr_is_url(path) ? !zarr_store_node_exists(path)
+                          : stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return err_set(err, -EINVAL, "%s: %s", path,
-                       errno == ENOENT ? "no such table" : "not a table group (a directory)");
+                       zarr_is_url(path) || errno == ENOENT ? "no such table"
+                                                            : "not a table group (a directory)");
     json_t *attrs;
     int r = group_attrs(path, &attrs, err);
     if (r < 0)
@@ -668,4 +668,26 @@ int roi_table_to_set(const char *name, const struct roi_table *t, const struct r
         return err_set(err, -EINVAL, "%s: no row selects any element of the image", name);
     }
     return 0;
+}
+
+int roi_table_find(const char *group, const char *name, char **path, struct errbuf *err)
+{
+    char *tables = path_join(group, "tables");
+    json_t *attrs;
+    int r = group_attrs(tables, &attrs, err);
+    json_t *list = json_object_get(attrs, "tables"), *v;
+    size_t i;
+    bool listed = false;
+    json_array_foreach(list, i, v)
+    {
+        const char *s = json_string_value(v);
+        listed = listed || (s && strcmp(s, name) == 0);
+    }
+    json_decref(attrs);
+    if (r == 0 && listed)
+        *path = path_join(tables, name);
+    else if (r == 0)
+        r = err_set(err, -ENOENT, "%s: no table \"%s\" in its \"tables\" list", tables, name);
+    free(tables);
+    return r;
 }

@@ -21,6 +21,7 @@
 #include "nd.h"
 #include "provenance.h"
 #include "task_measured.h"
+#include "zarr/remote.h"
 
 /* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
 #define TASK_ERR(t, err, section, key, ...)                                                        \
@@ -31,7 +32,18 @@
 static int open_input(struct task *t, struct errbuf *err)
 {
     struct errbuf e;
-    int r = ome_resolve(t->cfg.input_path, t->cfg.level, &t->ome, &e);
+    int r = 0;
+    if (remote_is_url(t->cfg.input_path)) {
+        if (t->cfg.watch)
+            TASK_ERR(t, err, "input", "watch",
+                     "[input] watch: a remote input is revalidated instead (docs/remote.md)");
+        struct remote_opts o = {
+            t->cfg.remote_connections, t->cfg.remote_retries, t->cfg.remote_timeout,
+            t->cfg.remote_revalidate,  t->cfg.ca_file,        t->cfg.headers_file};
+        if (remote_configure(&o, &e) < 0)
+            TASK_ERR(t, err, "input", o.headers_file ? "headers_file" : "path", "%s", e.msg);
+    }
+    r = ome_resolve(t->cfg.input_path, t->cfg.level, &t->ome, &e);
     if (r < 0) {
         bool level_err = t->cfg.level != 0 && strstr(e.msg, "level") != NULL;
         TASK_ERR(t, err, "input", level_err ? "level" : "path", "[input] %s: %s",
@@ -348,6 +360,13 @@ static int load_table(struct task *t, char **region, struct errbuf *err)
         px.size[a] = px.axis[a] >= 0 ? o->scale[px.axis[a]] : 1.0;
     struct roi_table tab;
     struct errbuf e;
+    if (!strchr(t->cfg.rois_table, '/')) { /* a bare name: the image's tables list */
+        char *found;
+        if (roi_table_find(o->group_path, t->cfg.rois_table, &found, &e) < 0)
+            TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);
+        free(t->cfg.rois_table);
+        t->cfg.rois_table = found;
+    }
     int r = roi_table_read(t->cfg.rois_table, &tab, &e);
     if (r < 0)
         TASK_ERR(t, err, "rois", "table", "[rois] table: %s", e.msg);

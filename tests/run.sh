@@ -12,7 +12,11 @@ if [ "${ROIFS_SANITIZE:-0}" = 1 ]; then
 else
     scripts/build.sh
 fi
-[ -d tests/js/node_modules ] || npm install --prefix tests/js --no-audit --no-fund  # zarrita.js
+# zarrita.js and playwright-core (which drives Debian's chromium; never a browser download):
+# installed again whenever package.json names a package node_modules lacks.
+for dep in $(/usr/bin/python3 -c 'import json; print(*json.load(open("tests/js/package.json"))["dependencies"])'); do
+    [ -d "tests/js/node_modules/$dep" ] || { npm install --prefix tests/js --no-audit --no-fund; break; }
+done
 # A private base directory: concurrent runs must not clean up each other's mounts.
 base=$(mktemp -d /tmp/roifs-tests.XXXXXX)
 exec /usr/bin/python3 -m pytest -p no:cacheprovider --basetemp "$base" tests "$@"

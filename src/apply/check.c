@@ -171,6 +171,10 @@ int apply_check(struct apply *a, struct errbuf *err)
 {
     struct task *t = a->t;
     a->input_path = t->ome.array_path;
+    if (zarr_is_url(a->input_path)) /* docs/remote.md */
+        return apply_refuse(a, err, "input", "path",
+                            "%s is a remote input, read-only: apply writes the input in place",
+                            a->input_path);
     if (t->cfg.ome)
         return apply_refuse(a, err, "output", "ome",
                             "apply writes the input array itself, not an OME-Zarr image of it");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../nd.h"
+#include "../zarr/remote.h"
 #include "otable.h"
 #include "overlay.h"
 #include "overlay_tree.h"
@@ -25,12 +26,16 @@ struct arrayset {
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
 
-/* The engine options of the configuration, with the command line's thread count. */
-static void engine_opts_of(const struct config *cfg, int threads, struct engine_opts *o)
+/* The engine options of the configuration, with the command line's thread count and the
+ * command's retry_after when the configuration sets none. */
+static void engine_opts_of(const struct config *cfg, int threads, double retry_after_unset,
+                           struct engine_opts *o)
 {
     *o = (struct engine_opts){.threads = cfg->threads,
                               .readahead = cfg->readahead,
                               .retries = cfg->retries,
+                              .retry_after =
+                                  cfg->retry_after >= 0 ? cfg->retry_after : retry_after_unset,
                               .max_size = cfg->max_size};
     if (threads <= 0)
         return;
@@ -115,7 +120,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
 {
     struct arrayset *s = xcalloc(1, sizeof *s);
     struct engine_opts eo;
-    engine_opts_of(&t->cfg, o->threads, &eo);
+    engine_opts_of(&t->cfg, o->threads, o->retry_after_unset, &eo);
     s->arrays[0] = (struct array){.task = t, .opts = eo};
     s->overwrite = o->overlay_overwrite;
     s->n = 1;
@@ -238,6 +243,14 @@ json_t *arrayset_status(struct arrayset *s)
             json_array_append_new(levels, level_status(&s->arrays[i]));
         json_object_set_new(doc, "levels", levels);
     }
+    struct remote_stats rs; /* a remote input (docs/remote.md) */
+    remote_get_stats(&rs);
+    if (rs.requests)
+        json_object_set_new(doc, "remote",
+                            json_pack("{s:I, s:I, s:I, s:I}", "requests", (json_int_t)rs.requests,
+                                      "retried", (json_int_t)rs.retried, "failed",
+                                      (json_int_t)rs.failed, "unconfirmed",
+                                      (json_int_t)rs.unconfirmed));
     if (s->table) {
         uint64_t scans, records;
         otable_counts(s->table, &scans, &records);

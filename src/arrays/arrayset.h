@@ -23,6 +23,9 @@ struct arrayset_opts {
     /* ome = labels: a label or table of the configured name in the input is replaced, not
      * refused (`export --into --overwrite`) */
     bool overlay_overwrite;
+    /* [process] retry_after when the configuration leaves it unset: 0 for mounts, warm and
+     * export (a zero-initialised struct), 10 for `roifs serve` */
+    double retry_after_unset;
 };
 
 struct array {

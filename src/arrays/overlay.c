@@ -50,8 +50,7 @@ struct overlay {
 static bool exists(const char *dir, const char *a, const char *b)
 {
     char *p = xasprintf("%s/%s/%s", dir, a, b);
-    struct stat st;
-    bool r = stat(p, &st) == 0;
+    bool r = zarr_store_exists(p);
     free(p);
     return r;
 }
@@ -59,6 +58,10 @@ static bool exists(const char *dir, const char *a, const char *b)
 static int check_config(const struct task *t, bool overwrite, struct errbuf *err)
 {
     const struct config *c = &t->cfg;
+    if (zarr_is_url(c->input_path)) /* docs/remote.md: its files are known by name only */
+        OV_ERR(t, err, "input", "path",
+               "[input] path: ome = labels presents every file of the input image, which a "
+               "remote input cannot list; use a local copy, or export the labels");
     if (!t->ome.found || !t->ome.is_group || !t->ome.group_path)
         OV_ERR(t, err, "input", "path",
                "[input] path: ome = labels needs an OME-Zarr image group (a group with "
@@ -395,7 +398,7 @@ static json_t *json_file(const char *dir, const char *rel)
     char *p = path_join(dir, rel), *text = NULL;
     size_t len;
     json_t *j = NULL;
-    if (file_read_all(p, &text, &len) == 0)
+    if (zarr_store_read(p, &text, &len, NULL) == 0)
         j = json_loadb(text, len, 0, NULL);
     free(text);
     free(p);

@@ -117,6 +117,12 @@ int cmd_check(int argc, char **argv)
     printf("processor: %s %s, %d threads%s, readahead %s\n", proc_kind_name(t->cfg.proc_kind),
            t->cfg.proc_value, t->cfg.threads,
            config_line(&t->cfg, "process", "threads") ? "" : " (the default: one per CPU)", ahead);
+    if (t->cfg.retry_after >= 0)
+        printf("failures:  retries %d, retry_after %g s\n", t->cfg.retries, t->cfg.retry_after);
+    else
+        printf("failures:  retries %d, retry_after unset (0 s for mount, warm and export; 10 s "
+               "for serve)\n",
+               t->cfg.retries);
     r = print_cache_state(t);
     task_close(t);
     return r;

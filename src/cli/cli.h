@@ -86,6 +86,8 @@ int cmd_export(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_clean(int argc, char **argv);
 int cmd_apply(int argc, char **argv);
+/* serve.c: `roifs serve` (src/serve/, docs/serve.md) */
+int cmd_serve(int argc, char **argv);
 
 /* ---- the runner (runner.c): every listed chunk through the set's engines ---- */
 

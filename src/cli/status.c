@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/vfs.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -48,7 +49,26 @@ static int read_status_doc(const char *mnt, json_t **doc)
     return 0;
 }
 
-/* The recent failures, one line per ROI (its latest message), at most 20. */
+/* A failed ROI's "retry_at" (seconds since the epoch) when it is still to come: no read
+ * tries the ROI again before then ([process] retry_after). */
+static void print_retry(json_t *retry_at)
+{
+    if (!json_is_number(retry_at))
+        return;
+    double at = json_number_value(retry_at), now = (double)clock_ns(CLOCK_REALTIME) / 1e9;
+    if (at <= now)
+        return;
+    time_t t = (time_t)at;
+    struct tm tm;
+    char when[32], left[24];
+    if (!localtime_r(&t, &tm) || !strftime(when, sizeof when, "%H:%M:%S", &tm))
+        return;
+    cli_format_duration(at - now, left, sizeof left);
+    printf("    not tried again before %s (in %s): [process] retry_after\n", when, left);
+}
+
+/* The recent failures, one line per ROI (its latest message), at most 20; a ROI not to be
+ * tried again yet says until when. */
 static void print_failures(json_t *errors)
 {
     size_t n = json_array_size(errors), shown = 0, i;
@@ -67,6 +87,7 @@ static void print_failures(json_t *errors)
         if (shown <= 20) {
             const char *msg = json_string_value(json_object_get(er, "message"));
             printf("  roi %lld: %s\n", roi, msg ? msg : "?");
+            print_retry(json_object_get(er, "retry_at"));
         }
     }
     if (shown > 20)

@@ -41,7 +41,7 @@ void engine_verify_ahead(struct engine *e, uint64_t id)
         store_refresh(cache_store(e->f.c));
         pthread_mutex_lock(&e->lock);
         if (!e->s.stopping && !engine_job_find(e, id) && e->s.jobs_ended == ended)
-            engine_job_create(e, id, false, true, &keys);
+            engine_job_create(e, id, false, true, &keys, ENGINE_BEGAN_NEVER_RETRY);
         pthread_mutex_unlock(&e->lock);
     }
     chunk_keys_free(&keys);
@@ -120,7 +120,7 @@ void engine_read_ahead(struct engine *e, uint64_t id)
         if (!e->s.stopping && !engine_job_find(e, next[i]) &&
             !engine_has_failed_roi(e, k0 + (size_t)at[i]) && /* failed during the look */
             (e->s.jobs_ended == ended || !cache_chunk_exists(e->f.c, next[i])))
-            engine_job_create(e, next[i], false, false, &keys);
+            engine_job_create(e, next[i], false, false, &keys, ENGINE_BEGAN_NEVER_RETRY);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);
     }

@@ -13,6 +13,7 @@
 #include "../nd.h"
 #include "engine_internal.h"
 #include "compute.h"
+#include "jobs.h"
 #include "outcome.h"
 #include "results.h"
 #include "scratch.h"
@@ -433,6 +434,15 @@ int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh
         if (fresh && state == RS_DONE && sl->pins) { /* being pasted: not now */
             pthread_mutex_unlock(&e->lock);
             return err_set(err, -EAGAIN, "roi %u: its result is in use; try again", s);
+        }
+        /* within [process] retry_after of its failure a ROI is not tried again, also not for
+         * the ids of another chunk (engine_failure_stands: the window alone, no open's start) */
+        if (state == RS_FAILED && engine_failure_stands(e, s, INT64_MAX)) {
+            pthread_mutex_unlock(&e->lock);
+            return err_set(err, -EIO,
+                           "roi %u, which the ids of this chunk depend on, failed; not tried "
+                           "again within [process] retry_after",
+                           s);
         }
         bool have = state == RS_DONE && key_eq(sl->key, *k) && !fresh;
         bool mine = !have && !stopping && state != RS_RUNNING && state != RS_DONE;

@@ -21,7 +21,8 @@ void engine_run_rois(struct engine *e, const uint32_t *rs, size_t n);
  * lock, when nobody else is; fresh: even when it is stored), for results that others depend
  * on ([labels]: id counts, strip records). On 0, *k names the result done, which is of newer
  * input than *k named when the input changed since *k was taken (or by being read: a chunk
- * of another roifs mount). 0, -EIO (it failed) or -ECANCELED (stopping), with err. */
+ * of another roifs mount). 0, -EIO (it failed, or failed less than [process] retry_after
+ * seconds ago: not tried again) or -ECANCELED (stopping), with err. */
 int engine_roi_ensure(struct engine *e, uint32_t s, struct key128 *k, bool fresh,
                       struct errbuf *err);
 

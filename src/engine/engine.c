@@ -44,17 +44,22 @@ static void serve_cached(struct engine *e, uint64_t id, int fd, bool replaced, e
     engine_read_ahead(e, id);
 }
 
-/* cb(ctx, ...) is told when job ends (lock held). */
-static void add_waiter(struct chunk_job *job, engine_chunk_cb cb, void *ctx)
+/* cb(ctx, ...) is told when job ends (lock held); the open began at `began`. */
+static void add_waiter(struct chunk_job *job, engine_chunk_cb cb, void *ctx, int64_t began)
 {
     struct waiter *w = xmalloc(sizeof *w);
     w->cb = cb;
     w->ctx = ctx;
+    w->began = began;
     w->next = job->waiters;
     job->waiters = w;
 }
 
-void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
+/* engine_open_chunk of an open that began at `began` (CLOCK_MONOTONIC ns): a ROI that failed
+ * since (while this open looked at the keys, which is slow for input written under 2 s ago:
+ * it is hashed again at every look) answers it with EIO; only a failure older than the open
+ * is tried again (engine_failure_stands). */
+static void open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx, int64_t began)
 {
     if (e->is_broken) { /* the input's metadata changed under the mount (changes.c) */
         cb(ctx, -EIO, -1, 0);
@@ -67,12 +72,19 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     struct chunk_job *running = e->s.stopping ? NULL : engine_job_find(e, id);
     if (running) {
         engine_job_promote(e, running);
-        add_waiter(running, cb, ctx);
+        add_waiter(running, cb, ctx, began);
         pthread_mutex_unlock(&e->lock);
         engine_read_ahead(e, id);
         return;
     }
+    /* a ROI of the chunk failed since this open began, or within retry_after: EIO at once,
+     * without a look at the keys */
+    bool stands = !e->s.stopping && engine_chunk_failure_stands(e, id, NULL, began);
     pthread_mutex_unlock(&e->lock);
+    if (stands) {
+        cb(ctx, -EIO, -1, 0);
+        return;
+    }
     struct chunk_keys keys;
     engine_chunk_keys_now(e->f.t, id, NULL, &keys);
     bool replaced = false;
@@ -99,17 +111,28 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
             pthread_mutex_unlock(&e->lock);
             continue;
         }
+        if (!job && engine_chunk_failure_stands(e, id, &keys, began)) {
+            pthread_mutex_unlock(&e->lock);
+            chunk_keys_free(&keys);
+            cb(ctx, -EIO, -1, 0);
+            return;
+        }
         if (!job) {
-            job = engine_job_create(e, id, true, replaced, &keys);
+            job = engine_job_create(e, id, true, replaced, &keys, began);
         } else {
             engine_job_promote(e, job);
         }
-        add_waiter(job, cb, ctx);
+        add_waiter(job, cb, ctx, began);
         pthread_mutex_unlock(&e->lock);
         chunk_keys_free(&keys);
         engine_read_ahead(e, id);
         return;
     }
+}
+
+void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
+{
+    open_chunk(e, id, cb, ctx, clock_ns(CLOCK_MONOTONIC));
 }
 
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known, int64_t *made_ns)
@@ -152,9 +175,10 @@ static void *worker_main(void *arg)
             uint64_t id = job->id;
             pthread_mutex_unlock(&e->lock);
             struct waiter *again = engine_run_assembly(e, job);
-            while (again) { /* came to a failed job: an attempt of their own */
+            while (again) { /* came to a failed job: an attempt of their own, unless the
+                             * failure came after their open began */
                 struct waiter *next = again->next;
-                engine_open_chunk(e, id, again->cb, again->ctx);
+                open_chunk(e, id, again->cb, again->ctx, again->began);
                 free(again);
                 again = next;
             }

@@ -46,6 +46,10 @@ struct engine_opts {
                         * ENGINE_READAHEAD_AUTO: as many as hold ENGINE_AUTO_AHEAD_NS of work */
     int retries;       /* extra attempts of a failed ROI within one computation */
     uint64_t max_size; /* bytes the chunk files may take ([cache] max_size); 0: unlimited */
+
+    /* seconds after its failure before a ROI is tried again on demand; within them an open
+     * that needs it gets EIO at once (0: the next open that began after the failure) */
+    double retry_after;
 };
 
 /* Starts o->threads compute threads after looking at what the cache holds (the chunk files,
@@ -104,6 +108,16 @@ size_t engine_failed_rois(struct engine *e, void (*fn)(void *ctx, size_t roi, co
 
 /* True when a ROI that touches chunk id has failed: opening the chunk would try it again. */
 bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id);
+
+/* What a status picture shows of chunk id (engine_chunk_state): nothing made yet, being
+ * made (a job of it exists), made and current in the cache, or a ROI of it failed. */
+enum engine_chunk_look {
+    ENGINE_CHUNK_IDLE,
+    ENGINE_CHUNK_BUSY,
+    ENGINE_CHUNK_DONE,
+    ENGINE_CHUNK_FAILED
+};
+enum engine_chunk_look engine_chunk_state(struct engine *e, uint64_t id);
 
 /* The task and the cache an engine serves. */
 const struct task *engine_task(const struct engine *e);

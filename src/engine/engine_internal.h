@@ -37,6 +37,7 @@ struct roi_slot {
      * was when it was asked for; the result is named by what its read actually saw) */
     struct key128 key;
     struct roi_result *result; /* RS_DONE and pinned: in memory, else NULL */
+    int64_t failed_ns;         /* RS_FAILED: when it failed (CLOCK_MONOTONIC ns) */
 };
 
 struct roi_queue {

@@ -90,6 +90,20 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
 {
     job->scheduled = true;
     struct store *st = cache_store(e->f.c);
+    bool stands = false;
+    for (size_t i = 0; i < job->nrois && !stands; i++)
+        stands =
+            engine_failure_stands(e, job->rois[i], job->began) && !store_has(st, job->want.rois[i]);
+    if (stands) {
+        /* A failure this job's open must not retry (one that came while its keys were looked
+         * at, or another process held the chunk's lock): nothing is asked for; its waiters
+         * are opened again (engine_run_assembly), each answered by its own start. */
+        for (size_t i = 0; i < job->nrois; i++)
+            e->s.rois[job->rois[i]].pins++;
+        job->failed = true;
+        engine_asm_enqueue(e, job);
+        return;
+    }
     for (size_t i = 0; i < job->nrois; i++) {
         uint32_t r = job->rois[i];
         struct roi_slot *s = &e->s.rois[r];
@@ -129,10 +143,11 @@ static void job_schedule(struct engine *e, struct chunk_job *job)
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
  * once the chunk's lock is ours, which makes making it exclusive between processes. */
 struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded, bool replaced,
-                                    struct chunk_keys *keys)
+                                    struct chunk_keys *keys, int64_t began)
 {
     struct chunk_job *job = xcalloc(1, sizeof *job);
     job->id = id;
+    job->began = began;
     job->row = roi_index_find(e->f.t->index, id);
     job->rois = job->row >= 0 ? roi_index_rois(e->f.t->index, (size_t)job->row, &job->nrois) : NULL;
     job->want = *keys;
@@ -193,6 +208,37 @@ bool engine_has_failed_roi(struct engine *e, size_t row)
     const uint32_t *rois = roi_index_rois(e->f.t->index, row, &n);
     for (size_t i = 0; i < n; i++)
         if (e->s.rois[rois[i]].state == RS_FAILED)
+            return true;
+    return false;
+}
+
+bool engine_failure_stands(struct engine *e, uint32_t r, int64_t began)
+{
+    const struct roi_slot *s = &e->s.rois[r];
+    if (s->state != RS_FAILED)
+        return false;
+    if (s->failed_ns >= began)
+        return true;
+    double after = e->f.opts.retry_after; /* seconds; as a double, no overflow */
+    return after > 0 && (double)(clock_ns(CLOCK_MONOTONIC) - s->failed_ns) < after * 1e9;
+}
+
+int64_t engine_retry_at_ns(struct engine *e, uint32_t r)
+{
+    double after = e->f.opts.retry_after > 0 ? e->f.opts.retry_after * 1e9 : 0;
+    int64_t wait = after > 9e18 ? INT64_MAX / 2 : (int64_t)after;
+    return clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC) + e->s.rois[r].failed_ns + wait;
+}
+
+bool engine_chunk_failure_stands(struct engine *e, uint64_t id, const struct chunk_keys *keys,
+                                 int64_t began)
+{
+    int64_t row = roi_index_find(e->f.t->index, id);
+    size_t n = 0;
+    const uint32_t *rois = row >= 0 ? roi_index_rois(e->f.t->index, (size_t)row, &n) : NULL;
+    for (size_t i = 0; i < n; i++)
+        if (engine_failure_stands(e, rois[i], began) &&
+            !(keys && i < keys->n && store_has(cache_store(e->f.c), keys->rois[i])))
             return true;
     return false;
 }

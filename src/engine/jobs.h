@@ -16,8 +16,12 @@ struct roi_result;
 struct waiter {
     engine_chunk_cb cb;
     void *ctx;
+    int64_t began; /* when its open began (CLOCK_MONOTONIC ns): failures since stand for it */
     struct waiter *next;
 };
+
+/* A job's `began` for read-ahead: every failure stands for it (only a reader's open retries). */
+#define ENGINE_BEGAN_NEVER_RETRY INT64_MIN
 
 /* One chunk being made. Written under the lock; but from the moment it is queued for
  * assembly (pending == 0, asm_enqueue) until its assembly has finished, only the assembling
@@ -44,6 +48,7 @@ struct chunk_job {
     int lock;              /* the chunk's cache lock, or -1 */
     bool replaced;         /* a cached version that was not current is being replaced */
     int attempts;          /* assemblies redone because a stored result vanished */
+    int64_t began;         /* when the open that made it began (engine_failure_stands) */
     struct waiter *waiters;
     struct chunk_job *qnext; /* assembly queue */
 };
@@ -68,14 +73,30 @@ void engine_notify(struct engine *e, struct waiter *w, int fd, int err, int flag
 /* Creates the job for chunk id (not current, no job yet), owning keys; schedules its ROIs
  * once the chunk's lock is ours (lock held). replaced: the caller found a version that is not
  * current; else it found none, and one that is there once the lock is ours was made by
- * another process since: served when current (checked by the poller, outside the lock). */
+ * another process since: served when current (checked by the poller, outside the lock).
+ * began: when the open that asks for it began (ENGINE_BEGAN_NEVER_RETRY for read-ahead); a
+ * ROI whose failure stands for it (engine_failure_stands) is not asked for again: the job
+ * fails, and its waiters are opened again, each by its own start. */
 struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded, bool replaced,
-                                    struct chunk_keys *keys);
+                                    struct chunk_keys *keys, int64_t began);
 /* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
 void engine_job_promote(struct engine *e, struct chunk_job *job);
 /* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
  * retries it (lock held). */
 bool engine_has_failed_roi(struct engine *e, size_t row);
+/* True when ROI r failed and its failure answers an open that began at `began`
+ * (CLOCK_MONOTONIC ns) with EIO instead of a new attempt: it failed after the open began
+ * (while the open looked at the keys, say), or less than [process] retry_after seconds ago
+ * (engine_opts.retry_after). An open retries only a failure older than itself, and not within
+ * retry_after (lock held). */
+bool engine_failure_stands(struct engine *e, uint32_t r, int64_t began);
+/* When failed ROI r is tried again on demand: its failure plus retry_after, in
+ * CLOCK_REALTIME ns (lock held). */
+int64_t engine_retry_at_ns(struct engine *e, uint32_t r);
+/* engine_failure_stands for some ROI of chunk id whose result, with keys (when not NULL: the
+ * chunk's keys now), is not in the store either (lock held). */
+bool engine_chunk_failure_stands(struct engine *e, uint64_t id, const struct chunk_keys *keys,
+                                 int64_t began);
 /* The next queued ROI to compute, demanded ones first (lock held). */
 bool engine_pop_roi(struct engine *e, uint32_t *r);
 /* ROI r (popped, marked running) and more queued batchable ROIs after it, marked running

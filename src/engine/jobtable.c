@@ -140,6 +140,7 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
             s->result = res;
     } else {
         s->state = RS_FAILED;
+        s->failed_ns = clock_ns(CLOCK_MONOTONIC);
         e->s.n_failed++;
         engine_record_error(e, r, errmsg);
     }

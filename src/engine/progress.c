@@ -2,6 +2,7 @@
  * the failed ROIs with their messages, and the time since the engine started. */
 #include "engine_internal.h"
 #include "progress.h"
+#include "stale.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +108,22 @@ bool engine_chunk_has_failed_roi(struct engine *e, uint64_t id)
         failed = e->s.rois[rois[i]].state == RS_FAILED;
     pthread_mutex_unlock(&e->lock);
     return failed;
+}
+
+enum engine_chunk_look engine_chunk_state(struct engine *e, uint64_t id)
+{
+    if (engine_chunk_has_failed_roi(e, id))
+        return ENGINE_CHUNK_FAILED;
+    pthread_mutex_lock(&e->lock);
+    bool busy = map_get_ptr(&e->s.jobs, id, 0) != NULL;
+    bool stale = busy || (e->nstale && engine_is_stale(e, id));
+    pthread_mutex_unlock(&e->lock);
+    if (busy)
+        return ENGINE_CHUNK_BUSY;
+    uint64_t size;
+    int64_t mtime_ns;
+    return !stale && cache_chunk_stat(e->f.c, id, &size, &mtime_ns, NULL) == 0 ? ENGINE_CHUNK_DONE
+                                                                               : ENGINE_CHUNK_IDLE;
 }
 
 void engine_note_made(struct engine *e, uint32_t made)

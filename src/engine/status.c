@@ -7,16 +7,33 @@
 #include <time.h>
 
 #include "engine_internal.h"
+#include "jobs.h"
 
-/* The recent errors, oldest first (a copy taken under the lock). */
+/* True when the i-th recent error is its ROI's latest (lock held). */
+static bool latest_of_its_roi(struct engine *e, size_t i)
+{
+    size_t roi = e->s.errors[(e->s.err_head + i) % ENGINE_MAX_ERRORS].roi;
+    for (size_t j = i + 1; j < e->s.nerrors; j++)
+        if (e->s.errors[(e->s.err_head + j) % ENGINE_MAX_ERRORS].roi == roi)
+            return false;
+    return true;
+}
+
+/* The recent errors, oldest first (a copy taken under the lock); a ROI's latest one, while
+ * the ROI is failed, with "retry_at": when an open that needs it tries it again (seconds
+ * since the epoch, to the millisecond; its failure plus [process] retry_after). */
 static json_t *recent_errors(struct engine *e)
 {
     json_t *errors = json_array();
     pthread_mutex_lock(&e->lock);
     for (size_t i = 0; i < e->s.nerrors; i++) {
         const struct engine_error *er = &e->s.errors[(e->s.err_head + i) % ENGINE_MAX_ERRORS];
-        json_array_append_new(
-            errors, json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi, "message", er->message));
+        json_t *o = json_pack("{s:I, s:s}", "roi", (json_int_t)er->roi, "message", er->message);
+        if (e->s.rois[er->roi].state == RS_FAILED && latest_of_its_roi(e, i)) {
+            int64_t ms = engine_retry_at_ns(e, (uint32_t)er->roi) / 1000000;
+            json_object_set_new(o, "retry_at", json_real((double)ms / 1000));
+        }
+        json_array_append_new(errors, o);
     }
     pthread_mutex_unlock(&e->lock);
     return errors;

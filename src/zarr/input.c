@@ -17,6 +17,7 @@
 
 #include "../nd.h"
 #include "input_state.h"
+#include "remote.h"
 
 /* ---- the cache of decoded chunks (callers hold in->lock) ---- */
 
@@ -76,14 +77,18 @@ static void chunk_key(const struct zarr_input *in, uint64_t id, char *key, size_
 /* Identity of the file holding LRU entry id. */
 static void stat_chunk(const struct zarr_input *in, uint64_t id, struct file_id *fid)
 {
-    char key[ROIFS_MAX_DIM * 24 + 4];
-    chunk_key(in, id, key, sizeof key);
-    input_stat_key(in, key, fid);
+    uint64_t pos;
+    input_stat_storage(
+        in, id & INDEX_ENTRY ? id & ~INDEX_ENTRY : input_storage_of_unit(in, id, &pos), fid);
 }
 
 /* Identity of the chunk (or shard) file of storage grid index sid. */
 void input_stat_storage(const struct zarr_input *in, uint64_t sid, struct file_id *fid)
 {
+    if (in->remote) {
+        input_remote_stat(in, sid, fid); /* with a look at the objects after it */
+        return;
+    }
     char key[ROIFS_MAX_DIM * 24 + 4];
     zarr_input_storage_key(in, sid, key, sizeof key);
     input_stat_key(in, key, fid);
@@ -197,6 +202,15 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct re
     char key[ROIFS_MAX_DIM * 24 + 4];
     zarr_input_storage_key(in, sid, key, sizeof key);
     *out = NULL;
+    if (in->remote) {
+        void *raw = NULL;
+        int r = input_remote_shard_index(in, key, &raw, ri, ixhash, err);
+        if (r < 0)
+            return r == -ENOENT ? 0 : r;
+        uint64_t *entries = xmalloc(in->index_nbytes);
+        r = zarr_shard_index_decode(m, raw, ri->fid.size, entries, err);
+        return keep_decoded(in, key, r, raw, entries, out, err);
+    }
     uint64_t start = input_now_ns();
     /* as read_chunk_file: never block in open, read regular files only */
     int fd = input_open_key(in, key);
@@ -241,6 +255,24 @@ static int load_index(struct zarr_input *in, uint64_t sid, void **out, struct re
     return keep_decoded(in, key, r, raw, entries, out, err);
 }
 
+/* Decodes inner chunk pos (raw, n bytes, freed) of shard key into a malloc'd *out. */
+static int decode_inner(struct zarr_input *in, const char *key, uint64_t pos, void *raw, uint64_t n,
+                        void **out, struct errbuf *err)
+{
+    const struct zarr_meta *m = &in->meta;
+    void *data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
+    int r = zarr_chain_decode(&m->shard.codecs, &m->dtype, m->shard.inner, m->ndim, raw, (size_t)n,
+                              data, err);
+    free(raw);
+    if (r < 0) {
+        free(data);
+        return err_prefix(err, -EIO, "%s/%s: inner chunk %llu", in->path, key,
+                          (unsigned long long)pos);
+    }
+    *out = data;
+    return 0;
+}
+
 /* Reads and decodes inner chunk uid of a sharded array through its shard's (cached) index. */
 static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct read_info *ri,
                       struct errbuf *err)
@@ -266,6 +298,14 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct re
     uint64_t off = e[0], n = e[1];
     char key[ROIFS_MAX_DIM * 24 + 4];
     zarr_input_storage_key(in, sid, key, sizeof key);
+    void *raw = NULL;
+    if (in->remote) {
+        r = input_remote_inner(in, key, off, n, &ix->fid, &raw, err);
+        if (r == -EAGAIN)
+            forget(in, ix);
+        release(in, ix);
+        return r < 0 ? r : decode_inner(in, key, pos, raw, n, out, err);
+    }
     int fd = input_open_key(in, key);
     struct stat st;
     struct file_id now = {0};
@@ -282,7 +322,6 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct re
     if (fd < 0)
         return err_set(err, -EIO, "%s/%s: cannot open shard: %s", in->path, key, strerror(-fd));
     uint64_t start = input_now_ns();
-    void *raw = NULL;
     /* as read_chunk_file: no codec makes a chunk this much larger than its data */
     if (n > 2 * (uint64_t)in->chunk_nbytes + (1u << 20))
         r = err_set(err, -EIO,
@@ -309,17 +348,7 @@ static int load_inner(struct zarr_input *in, uint64_t uid, void **out, struct re
         free(raw);
         return r;
     }
-    void *data = xmalloc(in->chunk_nbytes ? in->chunk_nbytes : 1);
-    r = zarr_chain_decode(&m->shard.codecs, &m->dtype, m->shard.inner, m->ndim, raw, (size_t)n,
-                          data, err);
-    free(raw);
-    if (r < 0) {
-        free(data);
-        return err_prefix(err, -EIO, "%s/%s: inner chunk %llu", in->path, key,
-                          (unsigned long long)pos);
-    }
-    *out = data;
-    return 0;
+    return decode_inner(in, key, pos, raw, n, out, err);
 }
 
 /* Loads LRU entry id: *out is the decoded data (NULL: fill) and *cost its size. */
@@ -437,7 +466,7 @@ static void release(struct zarr_input *in, struct chunk *c)
 static bool box_is_chunk(const struct zarr_input *in, const uint64_t *ci, const uint64_t *start,
                          const uint64_t *stop)
 {
-    if (in->meta.sharded)
+    if (in->meta.sharded || in->remote) /* remote: kept, a second fetch costs a round trip */
         return false;
     for (int d = 0; d < in->meta.ndim; d++)
         if (start[d] != ci[d] * in->unit[d] || stop[d] - start[d] != in->unit[d])
@@ -588,16 +617,31 @@ int zarr_input_read(struct zarr_input *in, const uint64_t *start, const uint64_t
 
 /* ---- opening ---- */
 
+/* Metadata file name of the input, whole (-ENOENT when absent; a remote failure: err set). */
+static int read_meta(struct zarr_input *in, const char *name, char **text, size_t *len,
+                     struct errbuf *err)
+{
+    if (in->remote)
+        return input_remote_read_meta(in, name, text, len, err);
+    int r = file_read_all_at(input_dir_fd(in->dir), name, text, len);
+    if (r < 0 && r != -ENOENT)
+        err_set(err, r, "%s/%s: %s", in->path, name, file_strerror(r));
+    return r;
+}
+
 static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
 {
     size_t len;
-    int r = file_read_all_at(input_dir_fd(in->dir), "zarr.json", &in->zarray, &len);
+    int r = read_meta(in, "zarr.json", &in->zarray, &len, err);
     if (r == -ENOENT)
         return err_set(err, -ENOENT,
-                       "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no zarr.json)",
+                       in->remote ? "%s: not a Zarr v2 array (HTTP 404 for .zarray) nor a Zarr v3 "
+                                    "array (HTTP 404 for zarr.json)"
+                                  : "%s: not a Zarr v2 array (no .zarray) nor a Zarr v3 array (no "
+                                    "zarr.json)",
                        in->path);
     if (r < 0)
-        return err_set(err, r, "%s/zarr.json: %s", in->path, file_strerror(r));
+        return r;
     r = zarr_meta_parse_v3(in->zarray, len, &in->meta, &in->zattrs, &in->dimnames, err);
     if (r < 0)
         return err_prefix(err, r, "%s/zarr.json", in->path);
@@ -607,21 +651,21 @@ static int read_v3_metadata(struct zarr_input *in, struct errbuf *err)
 static int read_metadata(struct zarr_input *in, struct errbuf *err)
 {
     size_t len;
-    int r = file_read_all_at(input_dir_fd(in->dir), ".zarray", &in->zarray, &len);
+    int r = read_meta(in, ".zarray", &in->zarray, &len, err);
     if (r == -ENOENT)
         return read_v3_metadata(in, err);
     if (r < 0)
-        return err_set(err, r, "%s/.zarray: %s", in->path, file_strerror(r));
+        return r;
     r = zarr_meta_parse_v2(in->zarray, len, &in->meta, err);
     if (r < 0)
         return err_prefix(err, r, "%s/.zarray", in->path);
-    r = file_read_all_at(input_dir_fd(in->dir), ".zattrs", &in->zattrs, &len);
+    r = read_meta(in, ".zattrs", &in->zattrs, &len, err);
     if (r == -ENOENT) {
         in->zattrs = NULL;
         return 0;
     }
     if (r < 0)
-        return err_set(err, r, "%s/.zattrs: %s", in->path, file_strerror(r));
+        return r;
     json_error_t jerr;
     json_t *attrs = json_loadb(in->zattrs, len, 0, &jerr);
     bool ok = json_is_object(attrs);
@@ -652,6 +696,7 @@ static int setup_units(struct zarr_input *in, struct errbuf *err)
 static void free_opened(struct zarr_input *in)
 {
     input_dir_close(in->dir);
+    input_remote_close(in->remote);
     free(in->zarray);
     free(in->zattrs);
     free(in->dimnames);
@@ -663,7 +708,11 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
 {
     struct zarr_input *in = xcalloc(1, sizeof *in);
     in->path = xstrdup(path);
-    int e = input_dir_open(path, &in->dir);
+    int e = 0;
+    if (remote_is_url(path))
+        input_remote_open(in);
+    else
+        e = input_dir_open(path, &in->dir);
     if (e < 0) {
         err_set(err, e, "%s: %s", path, strerror(-e));
         free_opened(in);
@@ -684,8 +733,8 @@ int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
     idlru_init(&in->lru);
     input_hashes_init(&in->hashes);
     struct statfs sfs; /* FUSE: reading a file may compute it (another roifs mount) */
-    in->hashes.by_identity =
-        fstatfs(input_dir_fd(in->dir), &sfs) == 0 && sfs.f_type == 0x65735546 /* FUSE */;
+    in->hashes.by_identity = in->remote || (fstatfs(input_dir_fd(in->dir), &sfs) == 0 &&
+                                            sfs.f_type == 0x65735546 /* FUSE */);
     pthread_mutex_init(&in->lock, NULL);
     pthread_cond_init(&in->loaded, NULL);
     *out = in;

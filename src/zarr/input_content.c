@@ -15,6 +15,12 @@ uint64_t input_hash_bytes(const void *p, size_t n)
     return (uint64_t)XXH3_64bits(p, n);
 }
 
+bool input_same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+           a->ctime_ns == b->ctime_ns && a->ino == b->ino;
+}
+
 uint64_t input_identity_value(const struct file_id *fid)
 {
     uint64_t rec[5] = {fid->size, fid->mtime_ns, fid->ctime_ns, fid->ino, 0x6964656e74ULL};

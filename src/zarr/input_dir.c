@@ -69,7 +69,7 @@ void input_dir_leave(struct input_dir *d)
 
 unsigned input_dir_generation(const struct input_dir *d)
 {
-    return d->generation;
+    return d ? d->generation : 0;
 }
 
 /* Closes the descriptors replaced when no thread can be using one (lock held). */
@@ -184,6 +184,8 @@ static bool fs_went_away(const struct input_dir *d)
 int input_dir_look(const struct zarr_input *in, struct errbuf *err)
 {
     struct input_dir *d = in->dir;
+    if (!d)
+        return 0; /* a remote input: its objects are looked at one by one (input_remote.c) */
     struct stat st;
     int r = stat(in->path, &st) < 0 ? -errno : 0;
     if (r == 0 && held(d, &st) && !d->gone && (d->nold == 0 || d->users != 0))

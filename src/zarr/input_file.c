@@ -42,6 +42,8 @@ static bool reconnected(const struct zarr_input *in, int fd, int r)
 /* openat of the input file key, read-only, never blocking in open: a descriptor or -errno. */
 int input_open_key(const struct zarr_input *in, const char *key)
 {
+    if (in->remote)
+        return -EOPNOTSUPP; /* its readers go through input_remote.c */
     for (int attempt = 0;; attempt++) {
         int dfd = input_dir_enter(in->dir);
         int fd = openat(dfd, key, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -56,6 +58,10 @@ int input_open_key(const struct zarr_input *in, const char *key)
 void input_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid)
 {
     struct stat st;
+    if (in->remote) {
+        input_remote_stat_key(in, key, fid);
+        return;
+    }
     memset(fid, 0, sizeof *fid);
     int dfd = input_dir_enter(in->dir);
     bool ok = fstatat(dfd, key, &st, 0) == 0;
@@ -67,12 +73,6 @@ void input_stat_key(const struct zarr_input *in, const char *key, struct file_id
     input_dir_leave(in->dir);
     if (ok)
         input_fid_of(&st, fid);
-}
-
-bool input_same_file(const struct file_id *a, const struct file_id *b)
-{
-    return a->exists == b->exists && a->size == b->size && a->mtime_ns == b->mtime_ns &&
-           a->ctime_ns == b->ctime_ns && a->ino == b->ino;
 }
 
 /* The end of a read of the whole file fd, begun at start, as ri->fid (fstat before the read),
@@ -97,6 +97,8 @@ static void read_done(const struct zarr_input *in, int fd, uint64_t start, const
 int input_read_file(const struct zarr_input *in, const char *key, char **raw, size_t *len,
                     struct read_info *ri, struct errbuf *err)
 {
+    if (in->remote)
+        return input_remote_read_file(in, key, input_max_file_size(in), raw, len, ri, err);
     uint64_t start = input_now_ns();
     int fd = input_open_key(in, key);
     if (fd < 0) {

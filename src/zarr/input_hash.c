@@ -190,7 +190,7 @@ int zarr_input_keep_hashes(struct zarr_input *in, int dirfd)
 
 void zarr_input_set_verify(struct zarr_input *in, bool verify)
 {
-    in->hashes.verify = verify;
+    in->hashes.verify = verify && !in->remote; /* a remote input: its signatures */
 }
 
 void zarr_input_set_racy_margin(struct zarr_input *in, uint64_t ns)

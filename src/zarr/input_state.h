@@ -77,9 +77,12 @@ bool input_dir_reconnect(const struct zarr_input *in, int failed);
 int input_dir_look(const struct zarr_input *in, struct errbuf *err);
 void input_dir_close(struct input_dir *d);
 
+struct input_remote;
+
 struct zarr_input {
     char *path;
-    struct input_dir *dir;
+    struct input_dir *dir;       /* NULL for a remote input */
+    struct input_remote *remote; /* an http(s) input (input_remote.c), else NULL */
     struct zarr_meta meta;
     char *zarray, *zattrs, *dimnames;
     uint64_t meta_hash;            /* of zarray: where every signature starts */
@@ -204,5 +207,35 @@ bool input_by_identity(const struct zarr_input *in);
  * held meanwhile (input_dir_look): read again. */
 int input_read_box(struct zarr_input *in, const uint64_t *start, const uint64_t *shape, void *dst,
                    struct seen *sn, struct errbuf *err);
+
+/* ---- an input at an http(s) URL (input_remote.c) ---- */
+
+/* Makes in (whose path is a URL) read through remote.c, named by identity. */
+void input_remote_open(struct zarr_input *in);
+void input_remote_close(struct input_remote *r);
+/* Metadata file name of the input, whole: -ENOENT when the server has none. */
+int input_remote_read_meta(const struct zarr_input *in, const char *name, char **text, size_t *len,
+                           struct errbuf *err);
+/* The identity of object key: the one confirmed within `revalidate`, else the server's answer
+ * to a (conditional) HEAD, else, unreachable, the one last confirmed. */
+void input_remote_stat_key(const struct zarr_input *in, const char *key, struct file_id *fid);
+/* The same of storage object sid, asking at once (remote_head_many) for the objects after it
+ * in storage order whose identity is not fresh either. */
+void input_remote_stat(const struct zarr_input *in, uint64_t sid, struct file_id *fid);
+/* input_read_file of a remote input (max: the largest body taken). */
+int input_remote_read_file(const struct zarr_input *in, const char *key, uint64_t max, char **raw,
+                           size_t *len, struct read_info *ri, struct errbuf *err);
+/* Bytes range ("A-B", or "-N": the last N) of object key into a malloc'd *raw (*len), *fid its
+ * identity; expect (not NULL): -EAGAIN when the object is no longer that one. -ENOENT: absent. */
+int input_remote_read_range(const struct zarr_input *in, const char *key, const char *range,
+                            const struct file_id *expect, void **raw, size_t *len,
+                            struct file_id *fid, struct errbuf *err);
+/* The index of remote shard key (its bytes in *raw; ri: the shard's identity; *ixhash: the
+ * index's hash): one range request, a suffix one when the index is at the end. */
+int input_remote_shard_index(const struct zarr_input *in, const char *key, void **raw,
+                             struct read_info *ri, uint64_t *ixhash, struct errbuf *err);
+/* Bytes [off, off + n) of remote shard key, which must still be expect: -EAGAIN when not. */
+int input_remote_inner(const struct zarr_input *in, const char *key, uint64_t off, uint64_t n,
+                       const struct file_id *expect, void **raw, struct errbuf *err);
 
 #endif

@@ -192,6 +192,17 @@ struct zarr_input;
  * the memory held by decoded chunks (at least two chunks are always kept). A sharded v3
  * array is read inner chunk by inner chunk: the LRU holds decoded inner chunks and decoded
  * shard indexes, never whole shards. 0 or -errno. */
+/* The input's metadata and tables by path, a local file or an http(s) URL (store.c):
+ * zarr_store_read as file_read_all (-ENOENT when absent, else err set); never a listing. */
+bool zarr_is_url(const char *path);
+int zarr_store_read(const char *path, char **data, size_t *len, struct errbuf *err);
+bool zarr_store_exists(const char *path);
+/* As file_read_optional (*data NULL when dir/name is absent). */
+int zarr_store_read_optional(const char *dir, const char *name, char **data, size_t *len,
+                             struct errbuf *err);
+/* Whether path is a file, or (a URL) an object or a Zarr node (its metadata is there). */
+bool zarr_store_node_exists(const char *path);
+
 int zarr_input_open(const char *path, size_t lru_bytes, struct zarr_input **out,
                     struct errbuf *err);
 const struct zarr_meta *zarr_input_meta(const struct zarr_input *in);

@@ -7,6 +7,7 @@ input with EIO and the reason in the status and the log, and the array put back 
 again. With [input] watch the replacement is noticed within a second without any open (the
 parent directory is watched for the array's name), and the new directory is watched in the old
 one's place. A remount afterwards serves the same, from the cache."""
+import contextlib
 import errno
 import os
 import shutil
@@ -59,6 +60,36 @@ def read_all(m):
     return zarr.open(str(m.path), mode="r")[:]
 
 
+def assert_serves(m, data):
+    """The mount reads as the job's result on input data (numpy reference)."""
+    np.testing.assert_array_equal(read_all(m), reference(data))
+
+
+@contextlib.contextmanager
+def served_first(tmp_path, mount, watch):
+    """The job of task_for mounted and read once, as the result on its first input: yields
+    (task, that input, the mount)."""
+    task, data = task_for(tmp_path, watch)
+    with mount(task.config) as m:
+        assert_serves(m, data)
+        yield task, data, m
+
+
+def remount_serves(mount, task, data):
+    """A remount reads as the result on data, all of it from the cache: no processor call."""
+    with mount(task.config) as m:
+        assert_serves(m, data)
+        assert m.status()["calls"] == 0
+
+
+def swap_in(tmp_path, task, data, shape=SHAPE):
+    """Writes data to new.zarr beside the input, then mv in.zarr old.zarr; mv new.zarr in.zarr."""
+    write_array(tmp_path / "new.zarr", data, shape=shape)
+    os.rename(task.input, tmp_path / "old.zarr")
+    os.rename(tmp_path / "new.zarr", task.input)
+    return data
+
+
 def wait_for(cond, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -105,35 +136,27 @@ def eio_with(m, key, reason):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("watch", [False, True])
 def test_zarr_open_w_makes_the_directory_again(tmp_path, mount, watch):
-    task, data = task_for(tmp_path, watch)
-    with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
+    with served_first(tmp_path, mount, watch) as (task, data, m):
         new = write_array(task.input, new_data(5))
         watched_replacement_noticed(m, watch)
-        np.testing.assert_array_equal(read_all(m), reference(new))
+        assert_serves(m, new)
         assert "reading it from now on" in whole_log(m)
         # and again, while the first replacement's directory is the one held
         newer = write_array(task.input, new_data(6))
         watched_replacement_noticed(m, watch)
-        np.testing.assert_array_equal(read_all(m), reference(newer))
+        assert_serves(m, newer)
         read_bytes(m.path / "0.0")  # a look while no other thread reads: the old ones closed
         assert not removed_dirs_open(m, task.input.name)
-    with mount(task.config) as m:  # a remount: the same, from the cache
-        np.testing.assert_array_equal(read_all(m), reference(newer))
-        assert m.status()["calls"] == 0
+    remount_serves(mount, task, newer)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("watch", [False, True])
 def test_swapped_directory_of_the_same_array_is_followed(tmp_path, mount, watch):
-    task, data = task_for(tmp_path, watch)
-    with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
-        new = write_array(tmp_path / "new.zarr", new_data(7))
-        os.rename(task.input, tmp_path / "old.zarr")  # mv in.zarr old.zarr; mv new.zarr in.zarr
-        os.rename(tmp_path / "new.zarr", task.input)
+    with served_first(tmp_path, mount, watch) as (task, data, m):
+        new = swap_in(tmp_path, task, new_data(7))
         watched_replacement_noticed(m, watch)
-        np.testing.assert_array_equal(read_all(m), reference(new))  # never the old results
+        assert_serves(m, new)  # never the old results
         if watch:  # the new directory is watched in the old one's place
             assert m.status()["rois"]["done"] == len(ROIS)
             z = zarr.open(str(task.input), mode="r+")
@@ -141,27 +164,20 @@ def test_swapped_directory_of_the_same_array_is_followed(tmp_path, mount, watch)
             z[0:16, 0:16] = new[0:16, 0:16]
             wait_for(lambda: m.status()["rois"]["done"] < len(ROIS), 1.0,
                      "a chunk of the new directory rewritten, noticed")
-            np.testing.assert_array_equal(read_all(m), reference(new))
+            assert_serves(m, new)
         # the old directory moved back: followed again
         os.rename(task.input, tmp_path / "new.zarr")
         os.rename(tmp_path / "old.zarr", task.input)
         watched_replacement_noticed(m, watch)
-        np.testing.assert_array_equal(read_all(m), reference(data))
-    with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
-        assert m.status()["calls"] == 0
+        assert_serves(m, data)
+    remount_serves(mount, task, data)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("watch", [False, True])
 def test_swapped_directory_of_another_array_fails(tmp_path, mount, watch):
-    task, data = task_for(tmp_path, watch)
-    with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
-        other = np.zeros((64, 80), "<i4")
-        write_array(tmp_path / "new.zarr", other, shape=(64, 80))
-        os.rename(task.input, tmp_path / "old.zarr")
-        os.rename(tmp_path / "new.zarr", task.input)
+    with served_first(tmp_path, mount, watch) as (task, data, m):
+        swap_in(tmp_path, task, np.zeros((64, 80), "<i4"), shape=(64, 80))
         if watch:
             wait_for(lambda: "input_error" in m.status(), 1.5, "the other array noticed")
         for key in ("0.0", "3.3"):  # a cached chunk too: nothing of the old array is served
@@ -172,9 +188,7 @@ def test_swapped_directory_of_another_array_fails(tmp_path, mount, watch):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("watch", [False, True])
 def test_removed_directory_fails_until_the_array_is_back(tmp_path, mount, watch):
-    task, data = task_for(tmp_path, watch)
-    with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
+    with served_first(tmp_path, mount, watch) as (task, data, m):
         shutil.rmtree(task.input)
         watched_replacement_noticed(m, watch)
         for key in ("0.0", "1.2"):
@@ -182,7 +196,7 @@ def test_removed_directory_fails_until_the_array_is_back(tmp_path, mount, watch)
         assert m.alive()
         new = write_array(task.input, new_data(9))  # the array back, other data
         watched_replacement_noticed(m, watch)
-        np.testing.assert_array_equal(read_all(m), reference(new))
+        assert_serves(m, new)
         assert "there again" in whole_log(m)
 
 
@@ -218,7 +232,7 @@ def test_ome_image_group_removed_then_made_again(tmp_path, mount, watch):
     task.config.write_text(task.config.read_text().replace("path = in.zarr",
                                                            "path = img.zarr\nlevel = 0"))
     with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
+        assert_serves(m, data)
         shutil.rmtree(img)
         watched_replacement_noticed(m, watch)
         eio_with(m, "1.1", "was removed")
@@ -228,14 +242,14 @@ def test_ome_image_group_removed_then_made_again(tmp_path, mount, watch):
         write_image(img, new)
         if watch:
             wait_for(lambda: m.status()["watch"]["dirs"] > 0, 1.0, "the new group watched")
-        np.testing.assert_array_equal(read_all(m), reference(new))
+        assert_serves(m, new)
         if watch:  # the new level array is watched
             assert m.status()["rois"]["done"] == len(ROIS)
             new[0:16, 0:16] = 77
             zarr.open(str(img / "0"), mode="r+")[0:16, 0:16] = 77
             wait_for(lambda: m.status()["rois"]["done"] < len(ROIS), 1.0,
                      "a chunk of the new level array rewritten, noticed")
-            np.testing.assert_array_equal(read_all(m), reference(new))
+            assert_serves(m, new)
 
 
 @pytest.mark.timeout(120)
@@ -245,7 +259,7 @@ def test_directory_emptied_then_removed_under_watch_is_no_metadata_change(tmp_pa
     an array of the same layout is there again, not a metadata change that stops the mount."""
     task, data = task_for(tmp_path, True)
     with mount(task.config) as m:
-        np.testing.assert_array_equal(read_all(m), reference(data))
+        assert_serves(m, data)
         for f in task.input.iterdir():
             f.unlink()
         time.sleep(0.3)
@@ -254,4 +268,4 @@ def test_directory_emptied_then_removed_under_watch_is_no_metadata_change(tmp_pa
         assert "input_error" not in m.status()
         new = write_array(task.input, new_data(12))
         wait_for(lambda: m.status()["watch"]["dirs"] > 0, 1.0, "the new directory watched")
-        np.testing.assert_array_equal(read_all(m), reference(new))
+        assert_serves(m, new)

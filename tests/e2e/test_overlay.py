@@ -367,6 +367,21 @@ def test_table_rows(tmp_path, roifs_bin, backend, k):
         assert st["calls"] == nrois and st["table"]["scans"] == 1
 
 
+def chained_on_table(tmp_path, roifs_bin, m, table, nrois):
+    """step2.ini: a second job over mount m's level 0 whose [rois] table is m's masking table
+    `table` (ngio's chain), adding 1 in each ROI; `roifs check` must count nrois ROIs."""
+    step2 = write_config(tmp_path / "step2.ini", {
+        "input": {"path": m.path, "level": 0},
+        "rois": {"table": table},
+        "process": {"builtin": "add", "param.value": 1},
+        "output": {"format": 2},
+        "cache": {"dir": tmp_path / "cache2"}})
+    r = run_roifs(roifs_bin, "check", step2)
+    assert r.returncode == 0, r.stderr
+    assert f"rois:      {nrois}\n" in r.stdout, r.stdout
+    return step2
+
+
 def test_v3_anndata_table_is_a_second_mounts_rois(tmp_path, roifs_bin):
     """OME-NGFF 0.5 chained as ngio chains it: the masking table a mount writes as AnnData on
     Zarr v3 (table_format = anndata) is the [rois] table of a second mount over the first;
@@ -380,15 +395,7 @@ def test_v3_anndata_table_is_a_second_mounts_rois(tmp_path, roifs_bin):
         table = m.path / "tables" / "seg_table"
         assert json.loads((table / "var" / "_index" / "zarr.json").read_text())[
             "data_type"] == "string"
-        step2 = write_config(tmp_path / "step2.ini", {
-            "input": {"path": m.path, "level": 0},
-            "rois": {"table": table},
-            "process": {"builtin": "add", "param.value": 1},
-            "output": {"format": 2},
-            "cache": {"dir": tmp_path / "cache2"}})
-        r = run_roifs(roifs_bin, "check", step2)
-        assert r.returncode == 0, r.stderr
-        assert f"rois:      {len(ids)}\n" in r.stdout, r.stdout
+        step2 = chained_on_table(tmp_path, roifs_bin, m, table, len(ids))
         with mounted(roifs_bin, step2, tmp_path / "mnt2") as m2:
             got = zarr.open_array(str(m2.path), mode="r")[...]
             assert m2.status()["calls"] == len(ids)
@@ -634,15 +641,7 @@ def test_table_follows_input_changes_while_mounted(tmp_path, roifs_bin, backend)
             data = (path / rel).read_bytes()
             assert os.stat(path / rel).st_size == len(data), rel
         if backend == "anndata":  # ngio's chain: a second mount's ROIs are these rows
-            step2 = write_config(tmp_path / "step2.ini", {
-                "input": {"path": m.path, "level": 0},
-                "rois": {"table": path},
-                "process": {"builtin": "add", "param.value": 1},
-                "output": {"format": 2},
-                "cache": {"dir": tmp_path / "cache2"}})
-            r = run_roifs(roifs_bin, "check", step2)
-            assert r.returncode == 0, r.stderr
-            assert f"rois:      {len(new_ids)}\n" in r.stdout, r.stdout
+            step2 = chained_on_table(tmp_path, roifs_bin, m, path, len(new_ids))
             with mounted(roifs_bin, step2, tmp_path / "mnt2") as m2:
                 assert m2.status()["rois"]["total"] == len(new_ids)
         z[...] = levels[0]  # back as it was (files written again): the old rows

@@ -48,6 +48,26 @@ sys.stdout.buffer.write((a + 1).astype("<i4").tobytes())
 """
 
 
+def chunk_00(m):
+    """Chunk 0.0 of the 8x8-chunked <i4 output."""
+    return np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
+
+
+def raced_then_new(m, got, data, new):
+    """got, chunk 0.0 read by an open that raced with the input's write from data to new, is
+    either's result (+ 1), never a mix; every later open reads new's."""
+    assert (np.array_equal(got, data[0:8, 0:8] + 1) or
+            np.array_equal(got, new[0:8, 0:8] + 1)), got
+    np.testing.assert_array_equal(chunk_00(m), new[0:8, 0:8] + 1)
+
+
+def remount_keeps(mount, task, new):
+    """A remount reads chunk 0.0 made of new, from the cache (no processor call)."""
+    with mount(task.config) as m:
+        np.testing.assert_array_equal(chunk_00(m), new[0:8, 0:8] + 1)
+        assert m.status()["calls"] == 0, "the current result was not kept"
+
+
 def test_input_rewritten_keeping_its_identity_after_the_read(tmp_path, mount):
     """Issue 31 item 3: the input chunk is rewritten in place (same size, same inode, mtime put
     back) after the ROI's read and before its result is stored: the result made of the old
@@ -63,17 +83,11 @@ def test_input_rewritten_keeping_its_identity_after_the_read(tmp_path, mount):
     new = data.copy()
     new[0:4, 0:8] = (np.arange(32) + 5000).reshape(4, 8)  # the first half of chunk 0.0
     with mount(task.config) as m:
-        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
+        got = chunk_00(m)
         assert flag.exists()
         # the open that raced with the write may have the old version
-        assert (np.array_equal(got, data[0:8, 0:8] + 1) or
-                np.array_equal(got, new[0:8, 0:8] + 1)), got
-        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
-        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
-    with mount(task.config) as m:
-        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
-        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
-        assert m.status()["calls"] == 0, "the current result was not kept"
+        raced_then_new(m, got, data, new)
+    remount_keeps(mount, task, new)
     assert counter_lines(counter) == ["x", "x"]
 
 
@@ -101,16 +115,10 @@ def test_input_rewritten_while_its_roi_computes(tmp_path, mount):
         z[0:8, 0:8] = new[0:8, 0:8]
         t.join(timeout=30)
         got = np.frombuffer(first["bytes"], "<i4").reshape(8, 8)
-        # the open that raced with the write may have either version, never a mix
-        assert (np.array_equal(got, data[0:8, 0:8] + 1) or
-                np.array_equal(got, new[0:8, 0:8] + 1)), got
-        # every later open sees the input as it is now
-        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
-        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
-    with mount(task.config) as m:
-        got = np.frombuffer(read_bytes(m / "0.0"), "<i4").reshape(8, 8)
-        np.testing.assert_array_equal(got, new[0:8, 0:8] + 1)
-        assert m.status()["calls"] == 0, "the current result was not kept"
+        # the open that raced with the write may have either version, never a mix; every
+        # later open sees the input as it is now
+        raced_then_new(m, got, data, new)
+    remount_keeps(mount, task, new)
 
 
 # A command that fails on any input value 999 and adds 1 otherwise; counts its runs.

@@ -21,6 +21,7 @@ static inline struct engine_opts harness_opts(const struct task *t)
     return (struct engine_opts){.threads = t->cfg.threads,
                                 .readahead = t->cfg.readahead,
                                 .retries = t->cfg.retries,
+                                .retry_after = t->cfg.retry_after > 0 ? t->cfg.retry_after : 0,
                                 .max_size = t->cfg.max_size};
 }
 

@@ -200,6 +200,7 @@ static void test_defaults(void)
     CHECK(strcmp(cfg.proc_value, "copy") == 0);
     CHECK(cfg.timeout == 0);
     CHECK_EQ_INT(cfg.retries, 0);
+    CHECK(cfg.retry_after == -1); /* unset: the command's default */
     CHECK(cfg.executor == EXECUTOR_LOCAL);
     CHECK_EQ_INT(cfg.nparams, 0);
     CHECK_EQ_INT(cfg.format, 2);
@@ -326,7 +327,8 @@ static void test_whitespace(void)
                  "  grid =  1 , 2,3 \n"
                  "[process]\n"
                  "    worker = python3 -u w.py --flag;notacomment\n"
-                 "\ttimeout = 1e1\n",
+                 "\ttimeout = 1e1\n"
+                 "retry_after = 2.5 ; seconds\n",
                  &cfg, &err);
     CHECK_EQ_INT(r, 0);
     if (r != 0) {
@@ -338,6 +340,7 @@ static void test_whitespace(void)
     CHECK_EQ_INT(cfg.proc_kind, PROC_WORKER);
     CHECK(strcmp(cfg.proc_value, "python3 -u w.py --flag;notacomment") == 0);
     CHECK(cfg.timeout == 10.0);
+    CHECK(cfg.retry_after == 2.5);
     CHECK_EQ_INT(config_line(&cfg, "input", "level"), 4);
     CHECK_EQ_INT(config_line(&cfg, "process", "timeout"), 10);
     config_free(&cfg);
@@ -401,6 +404,7 @@ static void test_values(void)
     EXPECT_ERROR(BASE "readahead = deep\n", "task.ini:7: [process] readahead:",
                  "'deep' is not a number of chunks, -1 or auto");
     EXPECT_ERROR(BASE "timeout = -1\n", "task.ini:7: [process] timeout:", "negative");
+    EXPECT_ERROR(BASE "retry_after = -1\n", "task.ini:7: [process] retry_after:", "negative");
     EXPECT_ERROR(BASE "timeout = soon\n", "task.ini:7: [process] timeout:", "'soon'");
     EXPECT_ERROR(BASE "retries = -1\n", "task.ini:7: [process] retries:");
     EXPECT_ERROR(BASE "executor = pbs\n", "task.ini:7: [process] executor:", "'pbs'",

@@ -493,9 +493,9 @@ static int open_from_look(struct engine *e, uint64_t id, struct chunk_keys *look
     struct harness_open o = {
         .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .fd = -1};
     struct waiter *w = xmalloc(sizeof *w);
-    *w = (struct waiter){.cb = harness_on_open, .ctx = &o};
+    *w = (struct waiter){.cb = harness_on_open, .ctx = &o, .began = clock_ns(CLOCK_MONOTONIC)};
     pthread_mutex_lock(&e->lock);
-    struct chunk_job *job = engine_job_create(e, id, true, false, look);
+    struct chunk_job *job = engine_job_create(e, id, true, false, look, clock_ns(CLOCK_MONOTONIC));
     w->next = job->waiters;
     job->waiters = w;
     pthread_mutex_unlock(&e->lock);

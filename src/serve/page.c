@@ -1,0 +1,162 @@
+/* page.c: the status page `roifs serve` answers at `/` (docs/serve.md): plain HTML that the
+ * browser reloads every few seconds (a meta refresh, no script), with the ROI and chunk counts,
+ * the rate, the recent errors, and the chunk grid of the computed array as an SVG picture, one
+ * square per chunk coloured by its state. */
+#include "serve.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../task.h"
+#include "../util.h"
+
+/* The picture shows at most this many chunks (the first ones, in C order). */
+#define PAGE_MAX_CELLS 16384
+#define CELL           12
+
+/* The state colours (docs/serve.md): no ROI, not computed, computing, done, failed. */
+static const char *const colours[] = {"#ffffff", "#c8c8c8", "#f2b705", "#2e9e44", "#d62828"};
+
+struct out {
+    char *buf;
+    size_t len, cap;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        o->cap = o->cap * 2 + (n > 0 ? (size_t)n : 0) + 256;
+        o->buf = xrealloc(o->buf, o->cap);
+    }
+}
+
+/* text with HTML's special characters escaped. */
+static void put_escaped(struct out *o, const char *text)
+{
+    for (const char *p = text; *p; p++) {
+        switch (*p) {
+        case '<':
+            put(o, "&lt;");
+            break;
+        case '>':
+            put(o, "&gt;");
+            break;
+        case '&':
+            put(o, "&amp;");
+            break;
+        case '"':
+            put(o, "&quot;");
+            break;
+        default:
+            put(o, "%c", *p);
+        }
+    }
+}
+
+static json_int_t num(json_t *doc, const char *section, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(doc, section), key));
+}
+
+static void put_grid(struct out *o, struct engine *e)
+{
+    const struct task *t = engine_task(e);
+    int nd = t->out.ndim;
+    uint64_t cols = nd > 0 ? t->grid[nd - 1] : 1;
+    uint64_t n = t->nchunks < PAGE_MAX_CELLS ? t->nchunks : PAGE_MAX_CELLS;
+    if (cols == 0)
+        cols = 1;
+    if (cols > 128)
+        cols = 128;
+    uint64_t rows = (n + cols - 1) / cols;
+    size_t count[5] = {0};
+    struct out cells = {0};
+    for (uint64_t id = 0; id < n; id++) {
+        int s = task_chunk_present(t, id) ? 1 + (int)engine_chunk_state(e, id) : 0;
+        count[s]++;
+        put(&cells, "<rect class=\"s%d\" x=\"%llu\" y=\"%llu\" width=\"%d\" height=\"%d\"/>", s,
+            (unsigned long long)(id % cols * CELL), (unsigned long long)(id / cols * CELL),
+            CELL - 1, CELL - 1);
+    }
+    put(o,
+        "<h2>Chunks</h2><p id=\"legend\">"
+        "<span class=\"k s1\"></span> not computed: <b id=\"n-idle\">%zu</b> "
+        "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
+        "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
+        "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b> "
+        "<span class=\"k s0\"></span> no ROI: %zu</p>\n",
+        count[1], count[2], count[3], count[4], count[0]);
+    if (n < t->nchunks)
+        put(o, "<p>The first %llu of %llu chunks.</p>\n", (unsigned long long)n,
+            (unsigned long long)t->nchunks);
+    put(o, "<svg id=\"grid\" width=\"%llu\" height=\"%llu\">%s</svg>\n",
+        (unsigned long long)(cols * CELL), (unsigned long long)(rows * CELL),
+        cells.buf ? cells.buf : "");
+    free(cells.buf);
+}
+
+char *serve_page(struct arrayset *s, size_t *len)
+{
+    struct out o = {0};
+    json_t *doc = arrayset_status(s);
+    struct engine *e = arrayset_array(s, 0)->engine;
+    double uptime = json_number_value(json_object_get(doc, "uptime"));
+    json_int_t done = num(doc, "rois", "done"), total = num(doc, "rois", "total");
+    double rate = uptime > 0
+                      ? (double)json_integer_value(json_object_get(doc, "calls")) / uptime * 60.0
+                      : 0.0;
+    put(&o,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"refresh\" content=\"2\"><title>roifs: %lld/%lld ROIs</title>\n"
+        "<style>body{font-family:sans-serif;margin:1em}td{padding:0 1em 0 0}"
+        ".k{display:inline-block;width:10px;height:10px;border:1px solid #888}",
+        (long long)done, (long long)total);
+    for (int i = 0; i < 5; i++)
+        put(&o, ".s%d{fill:%s;background:%s}", i, colours[i], colours[i]);
+    put(&o, "</style></head><body>\n<h1>roifs serve</h1>\n<h2>ROIs</h2><table id=\"rois\">");
+    static const char *const keys[] = {"total", "pending", "running", "done", "failed"};
+    for (int i = 0; i < 5; i++)
+        put(&o, "<tr><td>%s</td><td id=\"rois-%s\">%lld</td></tr>", keys[i], keys[i],
+            (long long)num(doc, "rois", keys[i]));
+    put(&o,
+        "</table>\n<p>processor calls: <b id=\"calls\">%lld</b>, %.1f per minute over %.0f s; "
+        "chunks cached: <b id=\"cached\">%lld</b> of %lld</p>\n",
+        (long long)json_integer_value(json_object_get(doc, "calls")), rate, uptime,
+        (long long)num(doc, "chunks", "cached"), (long long)num(doc, "chunks", "present"));
+    if (e)
+        put_grid(&o, e);
+    json_t *errors = json_object_get(doc, "errors");
+    put(&o, "<h2>Recent errors</h2><ul id=\"errors\">");
+    size_t i;
+    json_t *er;
+    json_array_foreach(errors, i, er)
+    {
+        put(&o, "<li>ROI %lld: ", (long long)json_integer_value(json_object_get(er, "roi")));
+        const char *msg = json_string_value(json_object_get(er, "message"));
+        put_escaped(&o, msg ? msg : "");
+        json_t *at = json_object_get(er, "retry_at"); /* [process] retry_after */
+        time_t when = (time_t)json_number_value(at);
+        struct tm tm;
+        char hms[16];
+        if (at && when > time(NULL) && localtime_r(&when, &tm) &&
+            strftime(hms, sizeof hms, "%H:%M:%S", &tm))
+            put(&o, " <i>(not tried again before %s)</i>", hms);
+        put(&o, "</li>");
+    }
+    put(&o, "</ul>\n<p><a href=\".roifs/status\">status (JSON)</a></p></body></html>\n");
+    json_decref(doc);
+    *len = o.len;
+    return o.buf;
+}

@@ -1,0 +1,101 @@
+"""roifs serve in a browser (docs/serve.md): Debian's chromium, driven by playwright-core from
+npm (tests/js/serve_browser.mjs), reads the served array with zarrita.js in a page of another
+origin (CORS) while one ROI computes and another has failed, compared with numpy; the status
+page's chunk grid, in a screenshot, shows each chunk in its state's colour."""
+import json
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import REPO, zarrita_node
+from serving import served
+from test_serve import calls, job
+
+# docs/serve.md, The status page
+COLOURS = {"idle": (0xc8, 0xc8, 0xc8), "busy": (0xf2, 0xb7, 0x05), "done": (0x2e, 0x9e, 0x44),
+           "failed": (0xd6, 0x28, 0x28), "none": (0xff, 0xff, 0xff)}
+CELL = 12
+
+
+def browser_node():
+    """node with tests/js installed (playwright-core too), and Debian's chromium."""
+    node = zarrita_node()
+    js = REPO / "tests" / "js"
+    if not (js / "node_modules" / "playwright-core").is_dir():
+        r = subprocess.run([shutil.which("npm"), "ci", "--prefix", str(js), "--no-audit",
+                            "--no-fund"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    if not shutil.which("chromium"):
+        pytest.fail("Debian's chromium is needed (scripts/install-deps.sh)")
+    return node
+
+
+def in_the_page(node, s, spec, png=None):
+    """The arrays zarrita.js read in chromium (tests/js/serve_browser.mjs), as numpy arrays."""
+    r = subprocess.run([node, str(REPO / "tests/js/serve_browser.mjs"), s.url, json.dumps(spec)]
+                       + ([str(png)] if png else []), capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    out = []
+    for a in json.loads(r.stdout.strip().splitlines()[-1]):
+        data = np.array(a["data"])
+        out.append(np.lib.stride_tricks.as_strided(
+            data, a["shape"], [k * data.itemsize for k in a["stride"]]).copy())
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_zarrita_in_chromium_and_the_status_picture(tmp_path, roifs_bin):
+    node = browser_node()
+    task, want = job(tmp_path)
+    # no read-ahead: the chunks not asked for stay "not computed" for the picture
+    text = task.config.read_text().replace("[process]\n", "[process]\nreadahead = 0\n")
+    task.config.write_text(text)
+    (tmp_path / "slow").touch()  # ROI 0 (chunk 0.0) takes 20 s
+    (tmp_path / "fail").touch()  # ROI 1 (chunk 0.1) fails
+    png = tmp_path / "grid.png"
+    with served(roifs_bin, task.config, ["--cors", "http://localhost:8999"]) as s:
+        waiting = []
+        t = threading.Thread(target=lambda: waiting.append(s.request("/0.0", timeout=40)[0]))
+        t.start()
+        assert s.request("/0.1")[0] == 500
+        got, = in_the_page(node, s, [{"path": "", "row0": 2}], png)
+        np.testing.assert_array_equal(got, want[2:])
+        assert "0" in calls(tmp_path) and "2" not in calls(tmp_path)
+        assert not waiting
+    t.join(10)
+    assert waiting == [503]
+    # the grid: 4 columns of 12 px squares (11 px painted), rows in chunk order
+    img = np.asarray(Image.open(png).convert("RGB"))
+    states = {}
+    for cy in range(4):
+        for cx in range(4):
+            cell = img[cy * CELL + 3, cx * CELL + 3]
+            states[(cy, cx)] = next((k for k, c in COLOURS.items()
+                                     if np.abs(cell.astype(int) - c).max() <= 8), tuple(cell))
+    want_states = {(0, 0): "busy", (0, 1): "failed", (0, 2): "idle", (0, 3): "idle"}
+    want_states.update({(y, x): "done" for y in (1, 2) for x in range(4)})
+    want_states.update({(3, x): "none" for x in range(4)})
+    assert states == want_states
+
+
+@pytest.mark.timeout(120)
+def test_zarrita_in_chromium_reads_a_label_overlay_and_its_levels(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image: zarrita.js in chromium reads the label image's
+    levels 0 and 1 (the computed labels and their nearest-neighbour level) and the input's own
+    level 2 through roifs serve, equal to numpy's labels, their nearest level, and the input."""
+    from test_overlay import expected_labels, make_image, nearest, overlay_config
+    node = browser_node()
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    with served(roifs_bin, config, ["--cors", "http://localhost:8999"]) as s:
+        l0, l1, in2 = in_the_page(node, s, [{"path": "labels/seg/0", "row0": 0},
+                                             {"path": "labels/seg/1", "row0": 0},
+                                             {"path": "2", "row0": 0}])
+    want0 = expected_labels(levels[0])
+    np.testing.assert_array_equal(l0, want0)
+    np.testing.assert_array_equal(l1, nearest(want0, levels[1].shape))
+    np.testing.assert_array_equal(in2, levels[2])
