@@ -167,3 +167,52 @@ def test_python_on_computed_stitched_labels_and_clean(tmp_path, roifs_bin):
         assert m.status()["measure"]["calls"] == 0
     assert len(calls_of(log)) == len(ids) + len(touched)
     assert len(list(cache.glob("mpyobj-*.rows"))) == 1
+
+
+def test_python_crops_of_an_image_with_t_before_c(tmp_path, roifs_bin):
+    """An image of axes t, c, y, x (2 time points: the c axis is not the first) and its label
+    image t, y, x whose objects span both time points: the intensity crops are channels first
+    over the object's box of every axis, the function's sums (and the builtin sums) equal numpy
+    over each object's pixels per channel."""
+    from scipy import ndimage
+    import zarr
+    rng = np.random.default_rng(9)
+    ch0 = ndimage.gaussian_filter(rng.normal(size=(2, 20, 18)), (0, 2, 2))
+    ch0 = np.clip(ch0 / ch0.std() * 400 + 400, 0, 1000).astype("<u2")
+    data = np.stack([ch0, rng.integers(0, 5000, ch0.shape).astype("<u2")], axis=1)  # t, c, y, x
+    img = tmp_path / "tc.zarr"
+    g = zarr.open_group(str(img), mode="w")
+    g.create_dataset("0", data=data, chunks=(1, 1, 8, 8))
+    axes = [{"name": "t", "type": "time"}, {"name": "c", "type": "channel"},
+            {"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    g.attrs["multiscales"] = [{"version": "0.4", "name": "img", "axes": axes, "datasets": [
+        {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * 4}]}]}]
+    ch0[1] = ch0[0]  # the objects span both time points: the crops' t extent is 2
+    lab = ndimage.label(ch0 > 600)[0].astype("<u4")
+    lg = g.require_group("labels")
+    lg.attrs["labels"] = ["cells"]
+    cg = lg.create_group("cells")
+    cg.create_dataset("0", data=lab, chunks=(1, 8, 8))
+    cg.attrs["multiscales"] = [{"version": "0.4", "name": "cells", "axes": [
+        axes[0], axes[2], axes[3]], "datasets": [{"path": "0", "coordinateTransformations": [
+            {"type": "scale", "scale": [1.0] * 3}]}]}]
+    cg.attrs["image-label"] = {"version": "0.4"}
+    (tmp_path / "sums.py").write_text(
+        "def measure(labels, intensity, obj):\n"
+        "    m = labels == obj['label']\n"
+        "    return {'s0': int(intensity[0][m].sum()), 's1': int(intensity[1][m].sum()),\n"
+        "            'nch': intensity.shape[0]}\n")
+    config = write_config(tmp_path / "tc.ini", {
+        "input": {"path": img},
+        "measure": {"labels": "cells", "table_name": "feat", "table_format": "csv",
+                    "python": "sums.py:measure", "halo": "0,1,1"},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, config) as m:
+        ids, cols, x = read_table(m.path / "tables" / "feat", "csv")
+    assert len(ids) >= 3 and (x[:, cols.index("nch")] == 2).all()
+    assert (x[:, cols.index("bbox-t-stop")] - x[:, cols.index("bbox-t-start")] == 2).all()
+    for i, L in enumerate(ids):
+        mask = lab == L
+        assert x[i, cols.index("s0")] == data[:, 0][mask].sum()
+        assert x[i, cols.index("s1")] == data[:, 1][mask].sum()
+        assert x[i, cols.index("1-sum")] == data[:, 1][mask].sum()
