@@ -267,10 +267,11 @@ static int check_measure(struct loader *ld)
         return config_fail(ld, line, "[measure] table_name is required");
     if (!cfg->ome_labels)
         return config_fail(ld, line, "[measure] needs [output] ome = labels");
-    if (cfg->table_name)
+    if (cfg->table_name && strcmp(cfg->table_name, cfg->measure_table_name) == 0)
         return config_fail(ld, config_line(cfg, "output", "table_name"),
-                           "[output] table_name: a mount with [measure] presents one table, "
-                           "[measure] table_name");
+                           "[output] table_name: '%s' is [measure] table_name's; the masking "
+                           "table needs a name of its own",
+                           cfg->table_name);
     return 0;
 }
 
@@ -421,6 +422,8 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
     if ((cfg->measure = ld.section_line[8] != 0)) {
         if (!cfg->measure_features)
             cfg->measure_features = MEASURE_ALL;
+        cfg->mask_table_name = cfg->table_name; /* [output] table_name: the masking table */
+        cfg->mask_table_format = cfg->table_format;
         cfg->table_name = xstrdup(cfg->measure_table_name);
         cfg->table_format = cfg->measure_table_format;
     }
@@ -482,6 +485,7 @@ void config_free(struct config *cfg)
     free(cfg->measure_intensity);
     free(cfg->measure_table_name);
     free(cfg->measure_labels);
+    free(cfg->mask_table_name);
     free(cfg->measure_python);
     free(cfg->mask);
     free(cfg->ca_file);

@@ -134,6 +134,10 @@ struct config {
     char *measure_python;
     uint64_t measure_halo[ROIFS_MAX_DIM];
     int measure_halo_ndim;
+    /* [output] table_name with [measure]: the masking table presented beside the feature table
+     * (table_name is then the feature table's), and its [output] table_format; NULL: none */
+    char *mask_table_name;
+    int mask_table_format;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;

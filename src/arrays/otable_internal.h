@@ -58,6 +58,11 @@ struct otable {
     struct mpython *py;
     struct mpy_values pyvals;
     uint64_t pycalls;
+    /* [output] table_name with [measure]: the masking table too, its rows from the merged
+     * partials' boxes; its files (as names and files above) come after the feature table's */
+    bool mask;
+    struct table_spec mspec;
+    struct table_files mnames, mfiles;
 };
 
 /* A label chunk asked for: [measure] also names its partial's record. */

@@ -86,10 +86,15 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
                "label_name",
                t->ome.group_path, c->label_name);
     if (!overwrite && c->table_name && exists(t->ome.group_path, "tables", c->table_name))
+        OV_ERR(t, err, c->measure ? "measure" : "output", "table_name",
+               "[%s] table_name: the image %s already has a table '%s'; choose another "
+               "table_name",
+               c->measure ? "measure" : "output", t->ome.group_path, c->table_name);
+    if (!overwrite && c->mask_table_name && exists(t->ome.group_path, "tables", c->mask_table_name))
         OV_ERR(t, err, "output", "table_name",
                "[output] table_name: the image %s already has a table '%s'; choose another "
                "table_name",
-               t->ome.group_path, c->table_name);
+               t->ome.group_path, c->mask_table_name);
     if (config_line(c, "output", "table_name") == 0 && config_line(c, "output", "table_format"))
         OV_ERR(t, err, "output", "table_format", "[output] table_format needs table_name");
     if (c->measure) { /* [measure]'s channels and shapes (measure.h) */
@@ -420,8 +425,9 @@ static json_t *object_at(json_t *o, const char *key)
     return v;
 }
 
-char *overlay_list_text(const char *image, int format, const char *group, const char *name,
-                        char **rel)
+/* overlay_list_text with the names name and name2 (NULL: none) added. */
+static char *list_text(const char *image, int format, const char *group, const char *name,
+                       const char *name2, char **rel)
 {
     bool v3 = format == 3;
     *rel = xasprintf("%s/%s", group, v3 ? "zarr.json" : ".zattrs");
@@ -441,14 +447,23 @@ char *overlay_list_text(const char *image, int format, const char *group, const 
         list = json_array();
         json_object_set_new(where, group, list);
     }
-    bool listed = false; /* already (an overwrite): listed once */
-    for (size_t i = 0; i < json_array_size(list); i++)
-        listed = listed || strcmp(json_string_value(json_array_get(list, i)) ?: "", name) == 0;
-    if (!listed)
-        json_array_append_new(list, json_string(name));
+    for (int k = 0; k < 2; k++) {
+        const char *nm = k ? name2 : name;
+        bool listed = !nm; /* already (an overwrite): listed once */
+        for (size_t i = 0; i < json_array_size(list) && nm; i++)
+            listed = listed || strcmp(json_string_value(json_array_get(list, i)) ?: "", nm) == 0;
+        if (!listed)
+            json_array_append_new(list, json_string(nm));
+    }
     char *text = json_dumps(doc, JSON_INDENT(4));
     json_decref(doc);
     return text;
+}
+
+char *overlay_list_text(const char *image, int format, const char *group, const char *name,
+                        char **rel)
+{
+    return list_text(image, format, group, name, NULL, rel);
 }
 
 static void add_text(struct overlay *ov, char *path, char *text)
@@ -468,7 +483,8 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
 {
     bool v3 = ov->t0->out.format == 3;
     char *rel;
-    char *text = overlay_list_text(ov->dir, ov->t0->out.format, group, name, &rel);
+    const char *name2 = strcmp(group, "tables") == 0 ? ov->t0->cfg.mask_table_name : NULL;
+    char *text = list_text(ov->dir, ov->t0->out.format, group, name, name2, &rel);
     ov->files[ov->nfiles++] = (struct overlay_file){rel, text, group, name};
     char *zg = xasprintf("%s/.zgroup", group);
     json_t *g = v3 ? NULL : json_file(ov->dir, zg);
@@ -635,7 +651,8 @@ char *overlay_file_now(const struct overlay *ov, size_t i)
     const struct overlay_file *f = &ov->files[i];
     if (!f->group)
         return xstrdup(f->text);
-    char *rel, *text = overlay_list_text(ov->dir, ov->t0->out.format, f->group, f->name, &rel);
+    const char *name2 = strcmp(f->group, "tables") == 0 ? ov->t0->cfg.mask_table_name : NULL;
+    char *rel, *text = list_text(ov->dir, ov->t0->out.format, f->group, f->name, name2, &rel);
     free(rel);
     return text;
 }
@@ -644,6 +661,7 @@ bool overlay_owns(const struct overlay *ov, const char *rel)
 {
     const struct config *c = &ov->t0->cfg;
     return (!ov->measured && at_or_below(rel, "labels", c->label_name)) ||
+           (c->mask_table_name && at_or_below(rel, "tables", c->mask_table_name)) ||
            (c->table_name && at_or_below(rel, "tables", c->table_name));
 }
 

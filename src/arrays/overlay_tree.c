@@ -74,7 +74,7 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
     if (!tab || r < 0)
         return r;
     for (size_t i = 0; i < otable_nfiles(tab); i++) {
-        char *rel = xasprintf("%s/%s", overlay_table_dir(ov), otable_path(tab, i));
+        char *rel = xasprintf("tables/%s/%s", otable_table_name(tab, i), otable_path(tab, i));
         const char *base;
         int dir = dir_of(ov, ns, rel, false, &base);
         ns_add_table(ns, dir, base, i);
