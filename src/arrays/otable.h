@@ -25,8 +25,11 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
 void otable_free(struct otable *t);
 
 size_t otable_nfiles(const struct otable *t);
-/* File i's path relative to tables/NAME ("obs/.zattrs", "table.csv"). */
+/* File i's path relative to tables/NAME ("obs/.zattrs", "table.csv"), and that NAME: the
+ * table's, or with [measure] and [output] table_name the feature table's files then the
+ * masking table's (docs/measurements.md). */
 const char *otable_path(const struct otable *t, size_t i);
+const char *otable_table_name(const struct otable *t, size_t i);
 /* File i's size: exact (*exact) when the table is made from the label chunks as they were at
  * the last request, else an upper bound (before the first request, or while it is made again). */
 uint64_t otable_size(struct otable *t, size_t i, bool *exact);
@@ -55,6 +58,7 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
  * chunk partials read from their records, requests that failed. False without [measure]. */
 struct otable_measure_counts {
     uint64_t objects, pieces, pieces_recorded, failed;
+    uint64_t calls; /* [measure] python's calls */
 };
 bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out);
 
