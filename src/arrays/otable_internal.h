@@ -55,6 +55,10 @@ struct otable {
     /* label chunks measured, and partials read from their records; objects of the last table
      * made; requests that failed */
     uint64_t pieces, pieces_recorded, objects, failures;
+    /* [measure]: the rows of files (have_files), for a plate's feature table */
+    uint64_t *fids;
+    double *fvals;
+    size_t fn;
 };
 
 /* A label chunk asked for: [measure] also names its partial's record. */
