@@ -105,6 +105,7 @@ def test_plate_feature_tables(tmp_path, roifs_bin, version, fmt):
         pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=0, atol=0)
         st = m.status()
         assert st["images"]["failed"] == 0 and st["calls"] == st["rois"]["total"], st
+        assert st["measure"]["objects"] == len(want) and st["measure"]["failed"] == 0, st
     # one image of the plate against a mount of that image alone: the same files
     p = "B/03/1"
     single = measure_config(tmp_path / "single.ini", images[p], tmp_path / "c1", fmt)
@@ -125,7 +126,8 @@ def test_plate_feature_tables(tmp_path, roifs_bin, version, fmt):
 def test_plate_feature_table_narrowed_and_with_a_failed_image(tmp_path, roifs_bin):
     """acquisition narrows the plate's feature table to the selected images (B/03/1 is of
     acquisition 1); a selected image that is missing (C/05/0) fails alone: no rows of it, EIO on
-    its table, and the other images' rows are their own tables'."""
+    its table, and the other images' rows are their own tables'. A remount gives the same table
+    from the images' records, computing nothing; the status sums the images' measure counts."""
     plate, images = make_plate(tmp_path, "0.4", "fractal", channels=2, skip_images=("C/05/0",))
     config = measure_config(tmp_path / "p.ini", plate, tmp_path / "cache", "csv")
     config.write_text(config.read_text().replace("channel = 0", "channel = 0\nacquisition = 0"))
@@ -140,3 +142,10 @@ def test_plate_feature_table_narrowed_and_with_a_failed_image(tmp_path, roifs_bi
         assert len(own) >= 3
         pd.testing.assert_frame_equal(got[list(own.columns)], own, check_dtype=False)
         assert [f["path"] for f in m.status()["failed_images"]] == ["C/05/0"]
+        first = (m.path / "tables/feat/table.csv").read_bytes()
+    # a remount reads each image's record: the same table, no ROI computed, no chunk measured
+    with mounted(roifs_bin, config) as m:
+        assert (m.path / "tables/feat/table.csv").read_bytes() == first
+        st = m.status()
+        assert st["calls"] == 0 and st["measure"]["pieces"] == 0, st
+        assert st["measure"]["objects"] == len(got), st
