@@ -16,7 +16,7 @@ import zarr
 from conftest import mounted, write_config
 from test_measure import check_table
 from test_overlay import THRESHOLD, make_image
-from test_plate import attrs, make_plate, without_provenance
+from test_plate import attrs, make_plate, set_channels, without_provenance
 
 ORDER = ["B/03/0", "B/03/1", "C/05/0"]  # make_plate's Fractal layout, in plate order
 ACQ = {"B/03/0": "0", "B/03/1": "1", "C/05/0": "0"}
@@ -149,3 +149,32 @@ def test_plate_feature_table_narrowed_and_with_a_failed_image(tmp_path, roifs_bi
         st = m.status()
         assert st["calls"] == 0 and st["measure"]["pieces"] == 0, st
         assert st["measure"]["objects"] == len(got), st
+
+
+@pytest.mark.timeout(120)
+def test_plate_feature_table_of_images_naming_channels_differently(tmp_path, roifs_bin):
+    """Channels named by each image's omero.channels (`channel = DAPI` resolved per image): the
+    plate's columns are every image's, once each in the order first met, an image's row NaN in
+    the columns it has not (pandas' outer concat of the images' tables); an image whose channels
+    come in another order has its values under the right names."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal", channels=2)
+    set_channels(images["B/03/0"], "0.4", ["DAPI", "GFP"])
+    set_channels(images["B/03/1"], "0.4", ["GFP", "DAPI"])
+    set_channels(images["C/05/0"], "0.4", ["DAPI", "RFP"])
+    config = measure_config(tmp_path / "p.ini", plate, tmp_path / "cache", "csv")
+    config.write_text(config.read_text().replace("channel = 0", "channel = DAPI"))
+    extra = ["row", "column", "path_in_well", "path_in_plate", "acquisition_id"]
+    with mounted(roifs_bin, config) as m:
+        frames = []
+        for p in ORDER:
+            t = pd.read_csv(m.path / p / "tables/feat/table.csv")
+            assert len(t) >= 3, p
+            t.insert(0, "index", [f"{p}:{lab}" for lab in t["label"]])
+            frames.append(t)
+        got = pd.read_csv(m.path / "tables/feat/table.csv", dtype={k: str for k in extra})
+    want = pd.concat(frames, ignore_index=True)  # the columns' union, first met first
+    assert [c for c in want.columns if c.endswith("-sum")] == ["DAPI-sum", "GFP-sum",
+                                                               "RFP-sum"]
+    assert list(got.columns) == list(want.columns) + extra
+    assert got["RFP-sum"].isna().sum() == len(frames[0]) + len(frames[1])
+    pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
