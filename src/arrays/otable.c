@@ -214,6 +214,9 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
+    uint64_t *fids = NULL;
+    double *fvals = NULL;
+    size_t fn = ok && t->ms ? measure_rows(t->ms, &t->stats, &fids, &fvals) : 0;
     int r = 0;
     if (ok && t->py)
         r = measure_encode_extra(t->ms, &t->spec, &t->stats, t->pyvals.ncols,
@@ -259,6 +262,10 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         old = t->mfiles;
         t->mfiles = mfiles;
         mfiles = old;
+        uint64_t *fids_was = t->fids;
+        double *fvals_was = t->fvals;
+        t->fids = fids, t->fvals = fvals, t->fn = fn;
+        fids = fids_was, fvals = fvals_was;
         t->have_files = true;
         t->files_key = key;
     }
@@ -266,6 +273,8 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     t->waiters = NULL;
     pthread_mutex_unlock(&t->m);
     free(rows);
+    free(fids);
+    free(fvals);
     if (ok)
         table_files_free(&files);
     table_files_free(&mfiles);
@@ -485,6 +494,8 @@ void otable_free(struct otable *t)
     pthread_mutex_destroy(&t->m);
     free(t->region);
     free(t->rows);
+    free(t->fids);
+    free(t->fvals);
     free(t);
 }
 
@@ -570,6 +581,27 @@ struct table_row *otable_rows(struct otable *t, size_t *n)
         memcpy(rows, t->rows, *n * sizeof *rows);
     pthread_mutex_unlock(&t->m);
     return rows;
+}
+
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals)
+{
+    size_t ncols = t->ms ? measure_ncols(t->ms) : 0;
+    pthread_mutex_lock(&t->m);
+    size_t n = t->have_files ? t->fn : 0;
+    *ids = xmalloc((n ? n : 1) * sizeof **ids);
+    *vals = xmalloc((n ? n : 1) * (ncols ? ncols : 1) * sizeof **vals);
+    if (n) {
+        memcpy(*ids, t->fids, n * sizeof **ids);
+        memcpy(*vals, t->fvals, n * ncols * sizeof **vals);
+    }
+    pthread_mutex_unlock(&t->m);
+    return n;
+}
+
+const char *const *otable_feature_columns(const struct otable *t, size_t *ncols)
+{
+    *ncols = t->ms ? measure_ncols(t->ms) : 0;
+    return t->ms ? measure_colnames(t->ms) : NULL;
 }
 
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)

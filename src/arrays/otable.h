@@ -49,6 +49,11 @@ char *otable_copy(struct otable *t, size_t i, size_t *len);
 /* After a cb(ctx, 0): a copy of the latest table's rows (malloc'd, *n of them), for a plate's
  * table (docs/plates.md). */
 struct table_row *otable_rows(struct otable *t, size_t *n);
+/* [measure]: after a cb(ctx, 0), a copy of the latest feature table's rows: *ids (sorted) and
+ * *vals (rows of otable_feature_columns' columns), malloc'd; returns how many. */
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals);
+/* [measure]'s column names (*ncols of them, owned by t), or NULL without [measure]. */
+const char *const *otable_feature_columns(const struct otable *t, size_t *ncols);
 /* How many rows the table may have at most (the elements of the label image's level). */
 uint64_t otable_max_rows(const struct otable *t);
 /* How many times the rows were computed from the chunks, and read from the record. */

@@ -65,6 +65,10 @@ struct otable {
     bool mask;
     struct table_spec mspec;
     struct table_files mnames, mfiles;
+    /* [measure]: the rows of files (have_files), for a plate's feature table */
+    uint64_t *fids;
+    double *fvals;
+    size_t fn;
 };
 
 /* A label chunk asked for: [measure] also names its partial's record. */
