@@ -114,12 +114,11 @@ static void test_pieces_merge_to_the_whole(void)
                 }
             CHECK(a->n == n && w->n == n && a->csum[0] == csum && a->lo[0] == lo && a->hi[0] == hi);
             for (int c = 0; c < NCH; c++) {
-                long double mean = sum[c] / n, sq = 0;
+                long double mean = sum[c] / n;
                 for (size_t i = 0; i < N; i++)
                     if (labels[i] == id) {
                         long double d = inten[c][i] - mean;
                         m2[c] += d * d;
-                        sq += (long double)inten[c][i] * inten[c][i];
                     }
                 const struct mchan *ch = mstats_chan((struct mobj *)a, c);
                 CHECK(close_to(ch->mean, mean, 1e-12));
