@@ -129,13 +129,13 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 /* ---- the format ---- */
 
 /* Empty but for what a cache of this layout being made holds before its marker shows: its
- * marker's temporary files (file_write_atomic's "format.tmp.*": a process that made the
- * directory and was killed before the marker's rename, or one writing it now) and, made by
+ * marker's temporary files (file_write_atomic's ".tmp.*", "format.tmp.*" before: a process that
+ * made the directory and was killed before the marker's rename, or one writing it now) and, made by
  * another host at this moment, its subdirectories, a marker this host does not see yet (a
  * network file system's cached lookup) and a marker renamed over while it was read (kept as
  * .nfsXXXX by NFS, .fuse_hiddenXXXX by FUSE). Such a directory is still new, not a foreign one.
  * *format_listed says whether the marker is listed. */
-static bool dir_is_new(int fd, bool *format_listed)
+static bool dir_is_new(int fd, bool *format_listed, char *foreign, size_t foreign_len)
 {
     static const char *const ours[] = {".", "..", "chunks", "results", "locks", "users", "inputs"};
     *format_listed = false;
@@ -146,12 +146,14 @@ static bool dir_is_new(int fd, bool *format_listed)
     struct dirent *de;
     while (empty && (de = readdir(d))) {
         /* a marker's temporary file; a file renamed over while open, kept by NFS or FUSE */
-        bool mine = !strncmp(de->d_name, "format.tmp.", 11) || !strncmp(de->d_name, ".nfs", 4) ||
-                    !strncmp(de->d_name, ".fuse_hidden", 12);
+        bool mine = !strncmp(de->d_name, "format.tmp.", 11) || !strncmp(de->d_name, ".tmp.", 5) ||
+                    !strncmp(de->d_name, ".nfs", 4) || !strncmp(de->d_name, ".fuse_hidden", 12);
         for (size_t i = 0; !mine && i < sizeof ours / sizeof ours[0]; i++)
             mine = !strcmp(de->d_name, ours[i]);
         if (!strcmp(de->d_name, "format"))
             mine = *format_listed = true;
+        if (!mine)
+            snprintf(foreign, foreign_len, "%s", de->d_name);
         empty = mine;
     }
     closedir(d);
@@ -177,13 +179,14 @@ static int older_layout(int dirfd)
  * is refused. */
 static int check_format(struct cache *c, struct errbuf *err)
 {
-    char text[256];
+    char text[256], foreign[256] = "";
     bool listed = false, fresh = false;
     for (int i = 0; i < 30; i++) {
         ssize_t got = read_small(c->dirfd, "format", text, sizeof text);
         if (got >= 0 && !strcmp(text, FORMAT_TEXT))
             return 0;
-        fresh = got < 0 && dir_is_new(c->dirfd, &listed); /* a marker of another kind: not new */
+        fresh = got < 0 && dir_is_new(c->dirfd, &listed, foreign,
+                                      sizeof foreign); /* a marker of another kind: not new */
         if (!fresh || !listed)
             break;
         struct timespec pause = {0, 100 * 1000 * 1000};
@@ -193,9 +196,9 @@ static int check_format(struct cache *c, struct errbuf *err)
         int old = older_layout(c->dirfd);
         if (!old)
             return err_set(err, -EINVAL,
-                           "%s: not a roifs cache directory (not empty, no roifs format marker); "
-                           "refusing to use it",
-                           c->path);
+                           "%s: not a roifs cache directory (not empty: it holds '%s'; no roifs "
+                           "format marker); refusing to use it",
+                           c->path, *foreign ? foreign : "format");
         log_warn("cache %s: made by an older roifs (cache layout %d); emptying it", c->path, old);
         empty_dir(c->dirfd, 3);
     }

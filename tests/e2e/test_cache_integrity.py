@@ -422,8 +422,8 @@ def test_foreign_directory_is_refused(tmp_path, roifs_bin):
     (task.cache / "precious.txt").write_text("keep me")
     r = run_roifs(roifs_bin, "warm", task.config)
     assert r.returncode == 2, r.stderr
-    assert (f"roifs: {task.cache}: not a roifs cache directory (not empty, no roifs format "
-            "marker); refusing to use it") in r.stderr, r.stderr
+    assert (f"roifs: {task.cache}: not a roifs cache directory (not empty: it holds "
+            "'precious.txt'; no roifs format marker); refusing to use it") in r.stderr, r.stderr
     assert os.listdir(task.cache) == ["precious.txt"]
 
 

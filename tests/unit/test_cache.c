@@ -104,6 +104,16 @@ static void test_format(void)
     cache_close(c);
     CHECK(exists("killed/format"));
     free(p);
+    /* the same with the temporary names of today's writer (".tmp.HOSTTAG.PID.N": another host
+     * writing the marker at this moment) */
+    p = path_of("killed2");
+    mkdir_p(p, 0700);
+    scratch_write_file(dir, "killed2/.tmp.34506fc2.4.1", "roifs-cache 4\n", 14);
+    c = NULL;
+    CHECK_EQ_INT(open_cache("killed2", NULL, &c, &msg), 0);
+    cache_close(c);
+    CHECK(exists("killed2/format"));
+    free(p);
     /* the older layout is emptied and converted */
     p = path_of("old");
     mkdir_p(p, 0700);
