@@ -136,6 +136,13 @@ int ptable_new(const struct ptable_image *images, size_t n, int format, enum tab
     return 0;
 }
 
+void ptable_add_image(struct ptable *p, struct otable *table)
+{
+    pthread_mutex_lock(&p->m);
+    p->nmax += otable_max_rows(table);
+    pthread_mutex_unlock(&p->m);
+}
+
 void ptable_free(struct ptable *p)
 {
     if (!p)
@@ -161,12 +168,12 @@ uint64_t ptable_size(struct ptable *p, size_t i, bool *exact)
     pthread_mutex_lock(&p->m);
     const struct table_file *f =
         p->have_files ? table_files_find(&p->files, p->names.v[i].path) : NULL;
-    uint64_t len = f ? f->len : 0;
+    uint64_t len = f ? f->len : 0, nmax = p->nmax;
     pthread_mutex_unlock(&p->m);
     *exact = f != NULL;
     if (f)
         return len;
-    return p->names.v[i].len + (uint64_t)p->row_bound * (p->nmax + 1);
+    return p->names.v[i].len + (uint64_t)p->row_bound * (nmax + 1);
 }
 
 char *ptable_copy(struct ptable *p, size_t i, size_t *len)

@@ -126,14 +126,15 @@ def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, la
     """Every image of the plate gets labels/seg and tables/seg_table byte for byte as a mount
     of that image alone (but the provenance, which names the configuration and input); the
     plate's and the wells' files are read through; the plate, wells and label images validate
-    against the official schemas; the status counts the images and wells."""
+    against the official schemas; the status counts the images and wells (after the mount, the
+    first image alone is opened: the others are when first looked into)."""
     plate, images = make_plate(tmp_path, version, layout)
     config = plate_config(tmp_path / "plate.ini", plate, tmp_path / "cache")
     got = {}
     with mounted(roifs_bin, config) as m:
         st = m.status()
-        assert st["images"] == {"total": len(images), "ready": len(images), "done": 0,
-                                "failed": 0, "open": 0}, st["images"]
+        assert st["images"] == {"total": len(images), "ready": 1, "done": 0, "failed": 0,
+                                "open": 0, "unread": len(images) - 1}, st["images"]
         assert list(st["wells"]) == list(LAYOUTS[layout])
         assert st["failed_images"] == []
         for rel in files_of(plate):  # read through, byte for byte (but the lists with seg)
@@ -153,7 +154,7 @@ def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, la
             got[p] = {f: (img / f).read_bytes() for f in added_files(img)}
             assert any(f.startswith("tables/seg_table/") for f in got[p]), p
         st = m.status()
-        assert st["images"]["done"] == len(images), st["images"]
+        assert st["images"]["done"] == len(images) and st["images"]["unread"] == 0, st["images"]
         assert sum(w["rois"]["done"] for w in st["wells"].values()) == st["rois"]["done"] > 0
     contents = set()
     for p, img in images.items():
@@ -206,8 +207,9 @@ def test_plate_refusals(tmp_path, roifs_bin):
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
 def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
     """A missing image, an image whose ROI table is invalid and a listed well that is missing
-    fail alone: the status lists each with its reason, the log says so once each, the failed
-    images' added files give EIO, and every other image is served."""
+    fail alone: the status lists each with its reason once something looked into it, the log
+    says so once each, the failed images' added files give EIO, and every other image is
+    served."""
     plate, images = make_plate(tmp_path, version, "idr", skip_images={"A/1/1"})
     shutil.rmtree(plate / "B/2")  # a listed well that is missing
     bad = images["A/1/2"]
@@ -226,18 +228,21 @@ def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
         (img / "tables" / "FOV_ROI_table").mkdir()
         (img / "tables" / "FOV_ROI_table" / "table.csv").write_text(text)
     with mounted(roifs_bin, config) as m:
-        st = m.status()
-        failed = {f["path"]: f["message"] for f in st["failed_images"]}
-        assert sorted(failed) == ["A/1/1", "A/1/2", "B/2"], failed
-        assert "missing" in failed["B/2"]
-        assert "y_micrometer" in failed["A/1/2"], failed
-        assert st["images"]["failed"] == 3 and st["images"]["ready"] == 1, st["images"]
+        st = m.status()  # the mount opened A/1/0; the missing well is known from the plate
+        assert [f["path"] for f in st["failed_images"]] == ["B/2"], st["failed_images"]
+        assert st["images"]["unread"] == 2, st["images"]
         meta = ".zattrs" if version == "0.4" else "zarr.json"
         for p in ("A/1/1", "A/1/2"):
             with pytest.raises(OSError) as e:
                 (m.path / p / "labels" / "seg" / meta).read_bytes()
             assert e.value.errno == errno.EIO, p
         assert (m.path / "A/1/0/labels/seg" / meta).read_bytes()
+        st = m.status()
+        failed = {f["path"]: f["message"] for f in st["failed_images"]}
+        assert sorted(failed) == ["A/1/1", "A/1/2", "B/2"], failed
+        assert "missing" in failed["B/2"]
+        assert "y_micrometer" in failed["A/1/2"], failed
+        assert st["images"]["failed"] == 3 and st["images"]["ready"] == 1, st["images"]
         lab = np.frombuffer((m.path / "A/1/0/labels/seg/0" /
                              ("0.0" if version == "0.4" else "c/0/0")).read_bytes(), "u1")
         assert lab.size > 0
@@ -329,6 +334,7 @@ def test_plate_channel_by_name(tmp_path, roifs_bin, version):
     chunk = "labels/seg/0/" + ("0.0" if version == "0.4" else "c/0/0")
     with mounted(roifs_bin, config) as m:
         got = {p: (m.path / p / chunk).read_bytes() for p in ("B/03/0", "B/03/1")}
+        os.listdir(m.path / "C/05/0")  # looked into: opened (and failed)
         failed = {f["path"]: f["message"] for f in m.status()["failed_images"]}
         assert list(failed) == ["C/05/0"] and 'no channel "WGFP"' in failed["C/05/0"], failed
     for p, index in (("B/03/0", 1), ("B/03/1", 0)):
@@ -402,8 +408,8 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
     with mounted(roifs_bin, config) as m:
         st = m.status()
-        assert st["images"]["open"] == 0 and st["images"]["ready"] == 5, st["images"]
-        assert st["rois"]["total"] == 5 * 12 and st["rois"]["done"] == 0, st["rois"]
+        assert st["images"]["open"] == 0 and st["images"]["ready"] == 1, st["images"]
+        assert st["rois"]["total"] == 12 and st["rois"]["done"] == 0, st["rois"]
         before = threads_of(m.proc.pid)
         (m.path / "A/1/1/labels/seg/0/0.0").read_bytes()
         st = m.status()
@@ -457,9 +463,14 @@ def test_status_draws_the_plate(tmp_path, roifs_bin):
         for c in files_of(m.path / "B/03/0/labels/seg/0"):
             (m.path / "B/03/0/labels/seg/0" / c).read_bytes()
         r = run_roifs(roifs_bin, "status", m.path)
+        assert [ln.split() for ln in r.stdout.splitlines()
+                if ln.startswith("     B")] == [["B", "99%"]], r.stdout  # B/03/1 unread
+        for p in ("B/03/1", "C/05/0"):  # looked into: opened (C/05/0 fails)
+            os.listdir(m.path / p)
+        r = run_roifs(roifs_bin, "status", m.path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert any(ln.startswith("images:  3 (2 ready, 1 open, 1 done, 1 failed) in 2 wells")
+    assert any(ln.startswith("images:  3 (2 ready, 1 open, 1 done, 1 failed, 0 unread) in 2 wells")
                for ln in lines), r.stdout
     head = next(i for i, ln in enumerate(lines) if ln.startswith("plate:"))
     assert lines[head + 1].split() == ["03", "05"], r.stdout
@@ -528,6 +539,57 @@ def test_images_open_bounds_the_open_images(tmp_path, roifs_bin):
             assert again == first[p], p
         st = m.status()
         assert st["images"]["open"] <= 2 and st["calls"] == calls > 0, st
+
+
+def wide_plate(root, nwells):
+    """A 0.4 plate of nwells wells (row A), each with one copy of one make_image image."""
+    plate = root / f"wide{nwells}.zarr"
+    wells = [f"A/{c}" for c in range(1, nwells + 1)]
+    write_group(plate, "0.4", {"plate": {
+        "version": "0.4", "rows": [{"name": "A"}],
+        "columns": [{"name": str(c)} for c in range(1, nwells + 1)],
+        "wells": [{"path": w, "rowIndex": 0, "columnIndex": i} for i, w in enumerate(wells)]}})
+    write_group(plate / "A", "0.4", None)
+    img, _ = make_image(root / f"src-wide{nwells}", "0.4", seed=5)
+    for w in wells:
+        write_group(plate / w, "0.4", {"well": {"version": "0.4", "images": [{"path": "0"}]}})
+        shutil.copytree(img, plate / w / "0")
+    return plate, wells
+
+
+def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
+    """Mounting a plate opens its first image alone: an image whose metadata is invalid is not
+    known failed until something looks into it, and the daemon's open files after the mount
+    are those of a two-well plate's mount (no image's reader is held). With images_open = 2,
+    after reading every image the open files stay those of two open images (a closed image's
+    input reader lets its files go too) and a closed image read again gives the same bytes."""
+    big, wells = wide_plate(tmp_path, 12)
+    small, _ = wide_plate(tmp_path, 2)
+    (big / wells[-1] / "0" / ".zattrs").write_text("{}")  # no multiscales: the image fails
+    nfd = {}
+    for plate in (small, big):
+        config = plate_config(tmp_path / f"{plate.name}.ini", plate, tmp_path / f"c-{plate.name}")
+        config.write_text(config.read_text() + "\n[mount]\nimages_open = 2\n")
+        with mounted(roifs_bin, config) as m:
+            nfd[plate] = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+            if plate == small:
+                continue
+            st = m.status()
+            assert st["failed_images"] == [] and st["images"]["unread"] == 11, st["images"]
+            assert nfd[big] <= nfd[small] + 1, nfd
+            first = {w: (m.path / w / "0/labels/seg/0/0.0").read_bytes() for w in wells[:2]}
+            after_two = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+            for w in wells[2:-1]:
+                (m.path / w / "0/labels/seg/0/0.0").read_bytes()
+            with pytest.raises(OSError) as e:
+                (m.path / wells[-1] / "0/labels/seg/.zattrs").read_bytes()
+            assert e.value.errno == errno.EIO
+            st = m.status()
+            assert [f["path"] for f in st["failed_images"]] == [wells[-1] + "/0"], st
+            assert st["images"]["unread"] == 0 and st["images"]["open"] <= 2, st["images"]
+            assert len(os.listdir(f"/proc/{m.proc.pid}/fd")) <= after_two + 1, after_two
+            for w in wells[:2]:
+                assert (m.path / w / "0/labels/seg/0/0.0").read_bytes() == first[w], w
 
 
 @pytest.mark.parametrize("flavour", ["ngio", "csv"])
