@@ -58,6 +58,7 @@ struct arrayset {
     size_t nnew_files;
     struct engine_opts eo; /* a plate: each image's engine options */
     bool lazy_images;      /* a plate mount: images opened when first looked into */
+    struct turns *turns;   /* a plate: its threads, shared by the images' engines */
 };
 
 void arrayset_push(struct arrayset *s, struct array a);

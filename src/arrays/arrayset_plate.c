@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../engine/turns.h"
 #include "../plate/plate.h"
 #include "arrayset_internal.h"
 #include "overlay_tree.h"
@@ -32,8 +33,11 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
         return;
     }
     im->first = s->n;
+    struct engine_opts ko = *eo; /* the image's ROIs run within the plate's threads */
+    ko.turns = s->turns;
+    ko.turn_client = k;
     arrayset_push(s,
-                  (struct array){.task = im->task, .opts = *eo, .level_k = true, .image = (int)k});
+                  (struct array){.task = im->task, .opts = ko, .level_k = true, .image = (int)k});
     if (im->task->cfg.ome_labels) {
         r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
     } else { /* ome = true: the computed image with its pyramid, as one image alone */
@@ -98,6 +102,7 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
     s->images = xcalloc(s->nimages, sizeof *s->images);
     s->eo = *eo;
     s->lazy_images = lazy;
+    s->turns = turns_new(eo->threads, s->nimages);
     pthread_mutex_init(&s->lazy, NULL);
     /* every image's arrays fit (an image has at most 64 levels): an image opened while the
      * tree is looked at never moves the arrays others read */
@@ -598,6 +603,7 @@ void arrayset_close_plate(struct arrayset *s)
     if (s->images)
         pthread_mutex_destroy(&s->lazy);
     plate_files_free(s->new_files, s->nnew_files);
+    turns_free(s->turns);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         otable_free(im->table);

@@ -6,12 +6,14 @@ import errno
 import json
 import os
 import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import mounted, run_roifs, write_config
+from conftest import PY, mounted, run_roifs, write_config
 from test_overlay import THRESHOLD, files_of, make_image
 
 SCHEMAS = Path(os.environ.get("NGFF_SCHEMAS", "/work/shared/reference/ngff-schemas"))
@@ -590,6 +592,62 @@ def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
             assert len(os.listdir(f"/proc/{m.proc.pid}/fd")) <= after_two + 1, after_two
             for w in wells[:2]:
                 assert (m.path / w / "0/labels/seg/0/0.0").read_bytes() == first[w], w
+
+
+RECORDER = """import os, sys, time
+from pathlib import Path
+d = Path(sys.argv[1])
+sys.stdin.buffer.read()
+me = d / "run" / str(os.getpid())
+me.touch()
+at_once = len(os.listdir(d / "run"))
+time.sleep(0.15)
+me.unlink()
+with open(d / "log", "a") as f:
+    f.write(f"{at_once}\\n")
+n = 1
+for a, b in zip(os.environ["ROIFS_START"].split(","), os.environ["ROIFS_STOP"].split(",")):
+    n *= int(b) - int(a)
+sys.stdout.buffer.write(bytes(4 * n))
+"""
+
+
+def test_plate_threads_are_shared_round_robin(tmp_path, roifs_bin):
+    """`[process] threads = 2` is the whole plate's: four images read in parallel (each its
+    own engine with two threads) run at most two ROIs at once between them, the processor's
+    own count says (it was eight without the plate's turns), and the turns go round the
+    images: every image has a ROI done before any image has all of its ROIs done."""
+    plate, wells = wide_plate(tmp_path, 4)
+    rec = tmp_path / "rec"
+    (rec / "run").mkdir(parents=True)
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    config = write_config(tmp_path / "p.ini", {
+        "input": {"path": plate},
+        "rois": {"grid": "32,32"},
+        "process": {"command": f"{PY} {tmp_path / 'recorder.py'} {rec}", "threads": 2,
+                    "readahead": 0},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, config) as m:
+        def read_image(w):
+            for c in files_of(m.path / w / "0/labels/seg/0"):
+                (m.path / w / "0/labels/seg/0" / c).read_bytes()
+        seen = []
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(read_image, w) for w in wells]
+            while not all(f.done() for f in futures):
+                seen.append({w: v["rois"] for w, v in m.status()["wells"].items()})
+                time.sleep(0.05)
+            for f in futures:
+                f.result()
+        st = m.status()
+        seen.append({w: v["rois"] for w, v in st["wells"].items()})
+        assert st["rois"]["done"] == st["rois"]["total"] == 4 * 4, st["rois"]
+    counts = [int(x) for x in (rec / "log").read_text().split()]
+    assert len(counts) == 4 * 4 and max(counts) <= 2, counts
+    assert max(counts) == 2, counts  # two at once: the images share them, none is starved
+    first_full = next(s for s in seen if any(r.get("done") == r.get("total") for r in s.values()))
+    assert all(r.get("done", 0) > 0 for r in first_full.values()), first_full
 
 
 @pytest.mark.parametrize("flavour", ["ngio", "csv"])
