@@ -315,7 +315,7 @@ static void set_defaults(struct config *cfg)
     cfg->label_block = 65536;
     cfg->stitch_iou = 0.5;
     cfg->acquisition = -1;
-    cfg->images_open = 8;
+    cfg->images_open = 32;
 }
 
 static void resolve_defaults(struct config *cfg)

@@ -5,6 +5,7 @@ with labels/NAME and tables/NAME exactly as a mount of that image alone gives th
 import errno
 import json
 import os
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -430,7 +431,7 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
 def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
     """`warm` computes every image of a plate (a mount then finds every ROI done and computes
     nothing); `export` of an `ome = true` plate writes the new plate as the mount presents it;
-    the commands that do not take a plate yet refuse it (exit 2) instead of failing."""
+    the commands that do not take a plate yet (apply, export --into) refuse it (exit 2)."""
     plate, images = make_plate(tmp_path, "0.4", "fractal")
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
     r = run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60)
@@ -449,10 +450,40 @@ def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
         for rel in files_of(m.path):
             if not rel.startswith(".roifs"):
                 assert (tmp_path / "out" / rel).read_bytes() == (m.path / rel).read_bytes(), rel
-    for args in (("clean", config), ("clean", "--unused", config), ("apply", config),
-                 ("export", "--into", plate, config)):
+    for args in (("apply", config), ("export", "--into", plate, config)):
         r = run_roifs(roifs_bin, *args)
         assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
+
+
+def test_clean_of_a_plate(tmp_path, roifs_bin):
+    """`clean --unused` and `clean` of a plate take each image's cache directory (`DIR/B/03/0`):
+    after a warm and a parameter change, --unused removes the old results of every image; then
+    `clean` deletes every image's cache (a mount computes again); an image that cannot be
+    opened is named and the exit status is 1."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    cache = tmp_path / "cache"
+    config = plate_config(tmp_path / "p.ini", plate, cache)
+    assert run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60).returncode == 0
+    config.write_text(config.read_text().replace(f"param.value = {THRESHOLD}",
+                                                 f"param.value = {THRESHOLD + 1}"))
+    assert run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60).returncode == 0
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    for p in images:
+        assert f"cleaned {cache / p}" in r.stdout, r.stdout
+    removed = [int(n) for n in re.findall(r"results: (\d+) removed", r.stdout)]
+    assert len(removed) == 3 and min(removed) > 0, r.stdout  # each image's old results
+    r = run_roifs(roifs_bin, "clean", config)
+    assert r.returncode == 0, r.stderr
+    for p in images:
+        assert f"deleted {cache / p}" in r.stdout and not (cache / p).exists(), r.stdout
+    with mounted(roifs_bin, config) as m:
+        (m.path / "B/03/0/labels/seg/0/0.0").read_bytes()
+        assert m.status()["calls"] > 0
+    shutil.rmtree(images["C/05/0"] / "0")
+    r = run_roifs(roifs_bin, "clean", config)
+    assert r.returncode == 1 and "image C/05/0 cannot be opened" in r.stderr, r
+    assert f"deleted {cache / 'B/03/0'}" in r.stdout, r.stdout
 
 
 def test_status_draws_the_plate(tmp_path, roifs_bin):
