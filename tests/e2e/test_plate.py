@@ -593,7 +593,8 @@ def wide_plate(root, nwells):
 def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
     """Mounting a plate opens its first image alone: an image whose metadata is invalid is not
     known failed until something looks into it, and the daemon's open files after the mount
-    are those of a two-well plate's mount (no image's reader is held). With images_open = 2,
+    are those of a two-well plate's mount (no image's reader is held); the size of a chunk not
+    computed yet is the same bound in an image opened later. With images_open = 2,
     after reading every image the open files stay those of two open images (a closed image's
     input reader lets its files go too) and a closed image read again gives the same bytes."""
     big, wells = wide_plate(tmp_path, 12)
@@ -610,6 +611,10 @@ def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
             st = m.status()
             assert st["failed_images"] == [] and st["images"]["unread"] == 11, st["images"]
             assert nfd[big] <= nfd[small] + 1, nfd
+            # not computed yet: each chunk's size is the bound, an image opened since the mount's
+            # as the first one's (the same array)
+            sizes = {os.stat(m.path / w / "0/labels/seg/0/0.0").st_size for w in wells[:6]}
+            assert len(sizes) == 1 and min(sizes) > 0, sizes
             first = {w: (m.path / w / "0/labels/seg/0/0.0").read_bytes() for w in wells[:2]}
             after_two = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
             for w in wells[2:-1]:
