@@ -7,7 +7,7 @@ BENCH = Path(__file__).resolve().parent
 # The order of the sections (and of the summary's rows); benchmarks not named here (masks,
 # overlay, proc_overhead, ... once they write results) follow in alphabetical order.
 ORDER = ["seed", "seed_numpy", "segmentation", "small_rois", "scaling", "incremental", "apply",
-         "labels", "masks", "overlay", "cache_cost", "warm", "warm_cost", "gaussian", "memory",
+         "labels", "masks", "overlay", "cache_cost", "hosts_cost", "warm", "warm_cost", "gaussian", "memory",
          "proc_overhead_100k"]
 
 MACHINE_KEYS = [("nproc", "CPUs (nproc)"), ("cpu", "CPU model"), ("memory_gib", "memory (GiB)"),

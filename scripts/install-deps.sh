@@ -14,6 +14,7 @@ pkgs=(gcc meson ninja-build pkg-config fuse3 libfuse3-dev libblosc-dev libinih-d
 pkgs+=(libmicrohttpd-dev        # roifs serve (src/serve/)
        python3-fsspec python3-aiohttp  # tests/e2e/test_serve.py: zarr over HTTP
        chromium wrk)            # tests/e2e/test_serve_browser.py; bench/serve.py
+pkgs+=(bindfs)                  # tests/e2e/test_hosts.py: each simulated host's mirror of the cache
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
 # packages only when the machine has none.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

@@ -6,7 +6,38 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* A tag of this host and process for temporary names: a hash of the host's name, its boot id
+ * and pid namespace, and the pid, so that processes of two hosts sharing a directory (with
+ * the same pid) never pick one temporary name (computed again after a fork). */
+static unsigned long host_tag(void)
+{
+    static _Atomic long tag_pid;
+    static _Atomic unsigned long tag;
+    long me = (long)getpid();
+    if (tag_pid == me)
+        return tag;
+    char buf[512] = "";
+    gethostname(buf, 255);
+    size_t n = strlen(buf);
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t k = read(fd, buf + n, 64);
+        n += k > 0 ? (size_t)k : 0;
+        close(fd);
+    }
+    struct stat st;
+    unsigned long long ns = stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%llu", ns);
+    unsigned long h = 2166136261u; /* FNV-1a, 32 bits */
+    for (size_t i = 0; i < n && i < sizeof buf; i++)
+        h = ((h ^ (unsigned char)buf[i]) * 16777619u) & 0xffffffffu;
+    tag = h;
+    tag_pid = me;
+    return h;
+}
 
 int atomic_begin(struct atomic_file *a, int dirfd, const char *name, const char *tmp,
                  const char *prefix, mode_t mode)
@@ -25,8 +56,8 @@ int atomic_begin(struct atomic_file *a, int dirfd, const char *name, const char 
     } else {
         const char *slash = strrchr(name, '/');
         int dirlen = slash ? (int)(slash - name + 1) : 0;
-        n = snprintf(a->tmp, sizeof a->tmp, "%.*s%s%ld.%lu", dirlen, name, prefix, (long)getpid(),
-                     (unsigned long)++counter);
+        n = snprintf(a->tmp, sizeof a->tmp, "%.*s%s%08lx.%ld.%lu", dirlen, name, prefix, host_tag(),
+                     (long)getpid(), (unsigned long)++counter);
         flags |= O_EXCL;
     }
     if (n < 0 || (size_t)n >= sizeof a->tmp)

@@ -198,11 +198,48 @@ static void syntax_error(struct loader *ld, int line)
 
 /* ---- whole-file checks ---- */
 
+/* [measure] labels = NAME (docs/measurements.md): the label image labels/NAME of the input is
+ * measured, nothing computed: no [process], [rois] nor [labels]. The mount is an ome = labels
+ * overlay whose label level is the builtin copy of that label image's level, over its chunks. */
+static int check_measure_only(struct loader *ld)
+{
+    struct config *cfg = ld->cfg;
+    static const struct {
+        int section;
+        const char *name;
+    } no[] = {{1, "rois"}, {2, "process"}, {4, "labels"}};
+    for (int i = 0; i < 3; i++)
+        if (ld->section_line[no[i].section])
+            return config_fail(ld, ld->section_line[no[i].section],
+                               "[%s]: a mount with [measure] labels measures the input's label "
+                               "image '%s' and computes nothing (remove [%s], or [measure] labels "
+                               "to measure this mount's computed labels)",
+                               no[i].name, cfg->measure_labels, no[i].name);
+    if (config_line(cfg, "output", "ome") && !cfg->ome_labels)
+        return config_fail(ld, config_line(cfg, "output", "ome"),
+                           "[output] ome: a mount with [measure] labels is an ome = labels mount");
+    if (config_line(cfg, "output", "label_name"))
+        return config_fail(ld, config_line(cfg, "output", "label_name"),
+                           "[output] label_name: the label image is [measure] labels");
+    if (cfg->dtype)
+        return config_fail(ld, config_line(cfg, "output", "dtype"),
+                           "[output] dtype: the label image measured keeps its own");
+    cfg->ome_labels = true;
+    cfg->label_name = xstrdup(cfg->measure_labels);
+    cfg->proc_kind = PROC_BUILTIN;
+    free(cfg->proc_value);
+    cfg->proc_value = xstrdup("copy");
+    cfg->rois_kind = ROIS_GRID; /* task.c: the label image's chunks */
+    return 0;
+}
+
 static int check_required(struct loader *ld)
 {
     struct config *cfg = ld->cfg;
     if (!cfg->input_path)
         return config_fail(ld, ld->section_line[0], "[input] path is required");
+    if (cfg->measure_labels && ld->section_line[8]) /* the mount only measures */
+        return check_measure_only(ld);
     if (cfg->rois_kind == ROIS_NONE)
         return config_fail(ld, ld->section_line[1], "[rois] needs one of file, grid or table");
     if (cfg->proc_kind == PROC_NONE)
@@ -230,10 +267,11 @@ static int check_measure(struct loader *ld)
         return config_fail(ld, line, "[measure] table_name is required");
     if (!cfg->ome_labels)
         return config_fail(ld, line, "[measure] needs [output] ome = labels");
-    if (cfg->table_name)
+    if (cfg->table_name && strcmp(cfg->table_name, cfg->measure_table_name) == 0)
         return config_fail(ld, config_line(cfg, "output", "table_name"),
-                           "[output] table_name: a mount with [measure] presents one table, "
-                           "[measure] table_name");
+                           "[output] table_name: '%s' is [measure] table_name's; the masking "
+                           "table needs a name of its own",
+                           cfg->table_name);
     return 0;
 }
 
@@ -307,6 +345,7 @@ static void set_defaults(struct config *cfg)
     cfg->passthrough = true;
     cfg->downsample = DOWNSAMPLE_MEAN;
     cfg->slurm_cpus_per_task = 1;
+    cfg->cache_lease = 30;
     cfg->channel = -1;
     cfg->remote_connections = 8;
     cfg->remote_retries = 5;
@@ -386,6 +425,8 @@ int config_load(const char *path, struct config *cfg, struct errbuf *err)
     if ((cfg->measure = ld.section_line[8] != 0)) {
         if (!cfg->measure_features)
             cfg->measure_features = MEASURE_ALL;
+        cfg->mask_table_name = cfg->table_name; /* [output] table_name: the masking table */
+        cfg->mask_table_format = cfg->table_format;
         cfg->table_name = xstrdup(cfg->measure_table_name);
         cfg->table_format = cfg->measure_table_format;
     }
@@ -446,6 +487,9 @@ void config_free(struct config *cfg)
     free(cfg->table_name);
     free(cfg->measure_intensity);
     free(cfg->measure_table_name);
+    free(cfg->measure_labels);
+    free(cfg->mask_table_name);
+    free(cfg->measure_python);
     free(cfg->mask);
     free(cfg->ca_file);
     free(cfg->headers_file);

@@ -125,6 +125,19 @@ struct config {
     unsigned measure_features; /* MEASURE_* bits; 0 in the file: all of them */
     char *measure_table_name;
     int measure_table_format; /* 0 anndata, 1 csv */
+    /* [measure] labels: the name of the input image's label image measured (labels/NAME), or
+     * NULL (this mount's computed labels). Set, the mount has no [process] nor [rois]: it is an
+     * ome = labels mount whose level is a copy of that label image's (docs/measurements.md) */
+    char *measure_labels;
+    /* [measure] python = FILE.py:FUNCTION (NULL: none) and halo (one number for every
+     * dimension, or one per dimension; measure_halo_ndim 0: none) */
+    char *measure_python;
+    uint64_t measure_halo[ROIFS_MAX_DIM];
+    int measure_halo_ndim;
+    /* [output] table_name with [measure]: the masking table presented beside the feature table
+     * (table_name is then the feature table's), and its [output] table_format; NULL: none */
+    char *mask_table_name;
+    int mask_table_format;
 
     /* [slurm] */
     char *slurm_partition, *slurm_mem, *slurm_gres, *slurm_time, *slurm_extra;
@@ -137,6 +150,7 @@ struct config {
     /* [cache] */
     char *cache_dir; /* absolute, or NULL for the default location */
     uint64_t max_size;
+    int cache_lease; /* seconds a claim on work lasts unless renewed (default 30, at least 5) */
 
     /* HCS plates (docs/plates.md): [input] wells (as written, NULL: every well), acquisition
      * (-1: every image); [rois] table and mask as written, which a plate resolves inside each

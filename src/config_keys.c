@@ -476,6 +476,11 @@ static const struct key_spec keys[] = {
     {"input", "wells", .set = set_str, .off = F(wells)},
     {"mount", "images_open", .set = set_int, .off = F(images_open), .min = 1, .max = 1 << 20},
     {"input", "acquisition", .set = set_int, .off = F(acquisition), .min = 0, .max = INT_MAX},
+    {"cache", "lease", .set = set_int, .off = F(cache_lease), .min = 5, .max = 86400},
+    {"measure", "labels", .set = set_name, .off = F(measure_labels)},
+    {"measure", "python", .set = set_str, .off = F(measure_python)},
+    {"measure", "halo", .set = set_list, .off = F(measure_halo), .off_n = F(measure_halo_ndim),
+     .min = 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

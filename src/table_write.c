@@ -524,7 +524,8 @@ static int flatten(const struct table_concat *c, const struct table_part *parts,
 
 static json_t *concat_attrs(const struct table_spec *spec)
 {
-    json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "roi_table", "table_version", "1",
+    json_t *a = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type",
+                          spec->type ? spec->type : "roi_table", "table_version", "1",
                           "instance_key", "label", "index_key", "index", "index_type", "str");
     json_object_set_new(a, "backend", json_string(spec->backend == TABLE_CSV ? "csv" : "anndata"));
     if (spec->backend == TABLE_ANNDATA) {
@@ -532,6 +533,33 @@ static json_t *concat_attrs(const struct table_spec *spec)
         json_object_set_new(a, "encoding-version", json_string("0.1.0"));
     }
     return a;
+}
+
+/* obs of a concatenated table: the index "PREFIX:LABEL", the label column and the extra
+ * string columns. */
+static void add_concat_obs(struct flist *fl, int format, const struct table_concat *c,
+                           const char *const *index, const uint64_t *ids, size_t n,
+                           const char ***text)
+{
+    json_t *obs = dataframe_attrs("label");
+    json_t *order = json_object_get(obs, "column-order");
+    for (size_t k = 0; k < c->ntext; k++)
+        json_array_append_new(order, json_string(c->text_names[k]));
+    add_group(fl, format, "obs", obs);
+    add_string_array(fl, format, "obs/_index", index, n);
+    bool big = false;
+    for (size_t i = 0; i < n; i++)
+        big = big || ids[i] > INT64_MAX;
+    size_t len;
+    unsigned char *chunk = label_chunk(ids, n, &len);
+    uint64_t shape[1] = {n};
+    add_array(fl, format, "obs/label", big ? ELEM_U64 : ELEM_I64, 1, shape,
+              encoding("array", "0.2.0"), chunk, len);
+    for (size_t k = 0; k < c->ntext; k++) {
+        char *dir = xasprintf("obs/%s", c->text_names[k]);
+        add_string_array(fl, format, dir, text[k], n);
+        free(dir);
+    }
 }
 
 static void encode_concat_anndata(struct flist *fl, const struct table_spec *spec,
@@ -543,33 +571,12 @@ static void encode_concat_anndata(struct flist *fl, const struct table_spec *spe
     unsigned char *x = x_chunk(f->rows, f->n, &len);
     uint64_t xshape[2] = {f->n, NCOLS};
     add_array(fl, format, "X", ELEM_F32, 2, xshape, encoding("array", "0.2.0"), x, len);
-    json_t *obs = dataframe_attrs("label");
-    json_t *order = json_object_get(obs, "column-order");
-    for (size_t k = 0; k < c->ntext; k++)
-        json_array_append_new(order, json_string(c->text_names[k]));
-    add_group(fl, format, "obs", obs);
-    add_string_array(fl, format, "obs/_index", (const char *const *)f->index, f->n);
-    bool big = false;
-    for (size_t i = 0; i < f->n; i++)
-        big = big || f->rows[i].label > INT64_MAX;
     uint64_t *ids = xmalloc((f->n ? f->n : 1) * sizeof *ids);
     for (size_t i = 0; i < f->n; i++)
         ids[i] = f->rows[i].label;
-    unsigned char *chunk = label_chunk(ids, f->n, &len);
+    add_concat_obs(fl, format, c, (const char *const *)f->index, ids, f->n, f->text);
     free(ids);
-    uint64_t shape[1] = {f->n};
-    add_array(fl, format, "obs/label", big ? ELEM_U64 : ELEM_I64, 1, shape,
-              encoding("array", "0.2.0"), chunk, len);
-    for (size_t k = 0; k < c->ntext; k++) {
-        char *dir = xasprintf("obs/%s", c->text_names[k]);
-        add_string_array(fl, format, dir, f->text[k], f->n);
-        free(dir);
-    }
-    add_group(fl, format, "var", dataframe_attrs(NULL));
-    add_string_array(fl, format, "var/_index", column_names, NCOLS);
-    static const char *const mappings[] = {"layers", "obsm", "obsp", "uns", "varm", "varp"};
-    for (size_t i = 0; i < sizeof mappings / sizeof *mappings; i++)
-        add_group(fl, format, mappings[i], encoding("dict", "0.1.0"));
+    add_var_and_mappings(fl, format, column_names, NCOLS);
 }
 
 static void encode_concat_csv(struct flist *fl, const struct table_spec *spec,
@@ -616,6 +623,123 @@ int table_encode_concat(const struct table_spec *spec, const struct table_concat
     }
     flat_free(&f, c->ntext);
     return r;
+}
+
+/* ---- concatenated feature tables ---- */
+
+/* The columns of every part, each name once, in the order first seen. */
+static size_t column_union(const struct table_fpart *parts, size_t nparts, const char ***out)
+{
+    size_t n = 0, cap = 0;
+    const char **u = NULL;
+    for (size_t p = 0; p < nparts; p++)
+        for (size_t j = 0; j < parts[p].ncols; j++) {
+            size_t k = 0;
+            while (k < n && strcmp(u[k], parts[p].cols[j]) != 0)
+                k++;
+            if (k < n)
+                continue;
+            if (n == cap)
+                u = xrealloc(u, (cap = cap ? 2 * cap : 16) * sizeof *u);
+            u[n++] = parts[p].cols[j];
+        }
+    *out = u;
+    return n;
+}
+
+int table_encode_concat_features(const struct table_spec *spec, const struct table_concat *c,
+                                 const struct table_fpart *parts, size_t nparts,
+                                 struct table_files *out, struct errbuf *err)
+{
+    if (spec->zarr_format != 2 && spec->zarr_format != 3)
+        return err_set(err, -EINVAL, "table: Zarr format %d (expected 2 or 3)", spec->zarr_format);
+    size_t total = 0;
+    for (size_t p = 0; p < nparts; p++) {
+        total += parts[p].n;
+        for (size_t i = 0; i < parts[p].n; i++)
+            if (parts[p].labels[i] == 0 || (i && parts[p].labels[i] <= parts[p].labels[i - 1]))
+                return err_set(err, -EINVAL,
+                               "%s: row %zu: label %" PRIu64 " is 0 or not above the one before",
+                               parts[p].prefix, i, parts[p].labels[i]);
+    }
+    if (total > TABLE_MAX_ROWS)
+        return err_set(err, -EFBIG, "table: %zu rows (at most %zu)", total, TABLE_MAX_ROWS);
+    const char **cols;
+    size_t ncols = column_union(parts, nparts, &cols);
+    uint64_t *ids = xmalloc((total ? total : 1) * sizeof *ids);
+    double *x = xmalloc((total ? total : 1) * (ncols ? ncols : 1) * sizeof *x);
+    char **index = xmalloc((total ? total : 1) * sizeof *index);
+    const char ***text = xcalloc(c->ntext ? c->ntext : 1, sizeof *text);
+    for (size_t k = 0; k < c->ntext; k++)
+        text[k] = xmalloc((total ? total : 1) * sizeof **text);
+    size_t *where = xmalloc((ncols ? ncols : 1) * sizeof *where);
+    size_t n = 0;
+    for (size_t p = 0; p < nparts; p++) {
+        const struct table_fpart *pt = &parts[p];
+        for (size_t j = 0; j < pt->ncols; j++) /* the part's column j in the union */
+            for (where[j] = 0; strcmp(cols[where[j]], pt->cols[j]) != 0;)
+                where[j]++;
+        for (size_t i = 0; i < pt->n; i++, n++) {
+            ids[n] = pt->labels[i];
+            index[n] = xasprintf("%s:%" PRIu64, pt->prefix, pt->labels[i]);
+            for (size_t k = 0; k < c->ntext; k++)
+                text[k][n] = pt->text[k];
+            for (size_t j = 0; j < ncols; j++) /* a column the part has not: NaN */
+                x[n * ncols + j] = NAN;
+            for (size_t j = 0; j < pt->ncols; j++)
+                x[n * ncols + where[j]] = pt->values[i * pt->ncols + j];
+        }
+    }
+    struct flist fl = {0};
+    int format = spec->zarr_format;
+    add_group(&fl, format, "", concat_attrs(spec));
+    if (spec->backend == TABLE_ANNDATA) {
+        unsigned char *chunk = xmalloc(n * ncols * 8 + 1);
+        for (size_t i = 0; i < n * ncols; i++) {
+            uint64_t bits;
+            memcpy(&bits, &x[i], 8);
+            put_le(chunk + i * 8, bits, 8);
+        }
+        uint64_t xshape[2] = {n, ncols};
+        add_array(&fl, format, "X", ELEM_F64, 2, xshape, encoding("array", "0.2.0"), chunk,
+                  n * ncols * 8);
+        add_concat_obs(&fl, format, c, (const char *const *)index, ids, n, text);
+        add_var_and_mappings(&fl, format, cols, ncols);
+    } else {
+        struct strbuf sb = {0};
+        sb_printf(&sb, "index,label");
+        for (size_t j = 0; j < ncols; j++)
+            sb_printf(&sb, ",%s", cols[j]);
+        for (size_t k = 0; k < c->ntext; k++)
+            sb_printf(&sb, ",%s", c->text_names[k]);
+        sb_append(&sb, "\n", 1);
+        for (size_t i = 0; i < n; i++) {
+            sb_printf(&sb, "%s,%" PRIu64, index[i], ids[i]);
+            for (size_t j = 0; j < ncols; j++) {
+                sb_append(&sb, ",", 1);
+                if (!isnan(x[i * ncols + j])) /* empty: pandas reads NaN */
+                    put_double(&sb, x[i * ncols + j]);
+            }
+            for (size_t k = 0; k < c->ntext; k++)
+                sb_printf(&sb, ",%s", text[k][i]);
+            sb_append(&sb, "\n", 1);
+        }
+        add_file(&fl, "", "table.csv", sb.buf, sb.len);
+    }
+    qsort(fl.v, fl.n, sizeof *fl.v, by_path);
+    out->v = fl.v;
+    out->n = fl.n;
+    for (size_t i = 0; i < n; i++)
+        free(index[i]);
+    for (size_t k = 0; k < c->ntext; k++)
+        free(text[k]);
+    free(text);
+    free(index);
+    free(where);
+    free(x);
+    free(ids);
+    free(cols);
+    return 0;
 }
 
 const struct table_file *table_files_find(const struct table_files *f, const char *path)

@@ -78,6 +78,26 @@ struct table_concat {
 int table_encode_concat(const struct table_spec *spec, const struct table_concat *c,
                         const struct table_part *parts, size_t nparts, struct table_files *out,
                         struct errbuf *err);
+/* A feature table concatenated from parts (docs/plates.md, plate-level feature tables): each
+ * part one image's feature table (labels strictly increasing, nonzero; values n rows of ncols),
+ * its rows taking the part's extra string columns and the index "PREFIX:LABEL". The columns
+ * are every part's, each once in the order first seen; a part without one has NaN there (csv:
+ * an empty field). AnnData (X float64, obs the index, label and extra columns, var the column
+ * names) or csv (index, label, the features, the extra columns); spec->type the table's type
+ * ("roi_table" when NULL), spec->region_path not used. -EINVAL (a part's labels out of order),
+ * -EFBIG. */
+struct table_fpart {
+    const uint64_t *labels;
+    const double *values;
+    size_t n;
+    const char *const *cols;
+    size_t ncols;
+    const char *prefix;
+    const char *const *text;
+};
+int table_encode_concat_features(const struct table_spec *spec, const struct table_concat *c,
+                                 const struct table_fpart *parts, size_t nparts,
+                                 struct table_files *out, struct errbuf *err);
 /* The file at path, or NULL. */
 const struct table_file *table_files_find(const struct table_files *f, const char *path);
 void table_files_free(struct table_files *f);

@@ -21,6 +21,7 @@
 #include "nd.h"
 #include "plate/plate.h"
 #include "provenance.h"
+#include "task_measured.h"
 #include "zarr/remote.h"
 
 /* "FILE:LINE: message" with the line of section.key (config_error); returns -EINVAL. */
@@ -28,19 +29,6 @@
     return config_error(&(t)->cfg, err, section, key, __VA_ARGS__)
 
 /* ---- the input of a configured task: its Zarr array ---- */
-
-static int zarr_source_read(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
-                            uint64_t *sig, struct errbuf *err)
-{
-    return sig ? zarr_input_read_sig(ctx, start, shape, dst, sig, err)
-               : zarr_input_read(ctx, start, shape, dst, err);
-}
-
-static int zarr_source_signature(void *ctx, const uint64_t *start, const uint64_t *shape,
-                                 struct zarr_sigmemo *memo, uint64_t *sig)
-{
-    return zarr_input_signature_memo(ctx, start, shape, memo, sig);
-}
 
 static int open_input(struct task *t, struct errbuf *err)
 {
@@ -66,10 +54,7 @@ static int open_input(struct task *t, struct errbuf *err)
     if (r < 0)
         TASK_ERR(t, err, "input", "path", "[input] path: %s", e.msg);
     zarr_input_set_verify(t->reader, t->cfg.verify == 1);
-    t->source = (struct input_source){.meta = zarr_input_meta(t->reader),
-                                      .read = zarr_source_read,
-                                      .signature = zarr_source_signature,
-                                      .ctx = t->reader};
+    task_zarr_source(t->reader, &t->source);
     t->in_meta = t->source.meta;
     return 0;
 }
@@ -428,8 +413,9 @@ static int load_rois(struct task *t, char **region, struct errbuf *err)
     } else if (cfg->rois_kind == ROIS_GRID) {
         if ((r = check_dims(t, "grid", "rois", cfg->grid_ndim, err)) < 0)
             return r;
-        struct errbuf e;
-        r = roi_grid(cfg->grid, nd, t->in_meta->shape, &t->rois, &e);
+        struct errbuf e; /* [measure] labels: the label image's chunks */
+        r = roi_grid(t->measured ? zarr_meta_read_chunks(t->in_meta) : cfg->grid, nd,
+                     t->in_meta->shape, &t->rois, &e);
         if (r < 0)
             TASK_ERR(t, err, "rois", "grid", "[rois] grid: %s", e.msg);
     } else if ((r = load_table(t, region, err)) < 0) {
@@ -481,6 +467,8 @@ static void build_result_identity(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-result 2\nroifs %s\ninput %s\n", ROIFS_VERSION, t->ome.array_path);
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
+    if (t->measured)
+        sb_printf(&sb, "measured %s\n", cfg->measure_labels);
     sb_printf(&sb, "%s", code_files_lines(t->code));
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
@@ -504,6 +492,9 @@ static void build_manifest(struct task *t)
     char dt[8];
     sb_printf(&sb, "roifs-cache 1\ninput %s\n", t->ome.array_path);
     sb_printf(&sb, "input.zarray %s\n", zarr_input_zarray_text(t->reader));
+    if (t->measured)
+        sb_printf(&sb, "measured %s\n%s\n", cfg->measure_labels,
+                  zarr_input_zarray_text(t->measured));
     sb_printf(&sb, "process %d %s\n", (int)cfg->proc_kind, cfg->proc_value);
     for (int i = 0; i < cfg->nparams; i++)
         sb_printf(&sb, "param %s=%s\n", cfg->params[i].name, cfg->params[i].value);
@@ -708,8 +699,11 @@ static int task_open_loaded(struct task *t, unsigned flags, struct task **out, s
     int r;
     labels_rules_of(&t->cfg, &t->labels); /* the engine asks these, never the configuration */
     char *region = NULL;                  /* a masking table's label image */
-    if ((r = open_input(t, err)) < 0 || (r = view_channel(t, err)) < 0 ||
-        (r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
+    if ((r = open_input(t, err)) < 0 || (r = task_open_measured(t, err)) < 0 ||
+        (r = view_channel(t, err)) < 0)
+        goto fail;
+    task_read_measured(t);
+    if ((r = resolve_output(t, err)) < 0 || (r = load_rois(t, &region, err)) < 0)
         goto fail;
     r = mask_open(&t->cfg, t->rois.label != NULL, &t->ome, &t->out, region, &t->mask, err);
     free(region);
@@ -766,6 +760,8 @@ void task_close(struct task *t)
     mask_close(t->mask);
     if (t->reader)
         zarr_input_close(t->reader);
+    if (t->measured)
+        zarr_input_close(t->measured);
     ome_image_free(&t->ome);
     channel_close(t->channel);
     free(t->zarray_json);

@@ -67,6 +67,10 @@ struct task {
     /* [input] path is an HCS plate (docs/plates.md): the task holds only cfg and this, and
      * each image is a task of its own (task_open_image), NULL otherwise */
     struct plate *plate;
+    /* [measure] labels: the reader of the input image's label image measured (its level
+     * [input] level), which source then reads (the copy's ROIs are its chunks); reader stays
+     * the intensities'. NULL otherwise. */
+    struct zarr_input *measured;
 };
 
 /* Reads a box of the input; *sig (when not NULL) gets the signature of what was read. */

@@ -50,6 +50,12 @@ REQ = struct.Struct("<IIQQQQQQQ8s8s")
 # Reply: kind, 0, value; an error's message follows (UTF-8).
 REP = struct.Struct("<IIq")
 REQ_ROI, REQ_BATCH = 1, 2
+# [measure] python (roifs docs/measurements.md): one object, the ROI header's layout read as
+# kind 3, ndim, channels, label, map_size, labels crop offset, its bytes with the intensities',
+# JSON result offset, its capacity, labels and intensity typestrs; dims: the crop's start and
+# stop, the object's bbox start and stop. The intensities follow the labels at MEASURE_ALIGN.
+REQ_MEASURE = 3
+MEASURE_ALIGN = 64
 REP_OK, REP_ERROR, REP_DIED, REP_BATCH = 1, 2, 3, 4
 # A batch: kind, count, then `count` ROI requests as above. Its reply: REP_BATCH (value 1 when
 # the worker wrote to stdout or stderr), then `count` items (kind, length of its message),
@@ -72,7 +78,7 @@ def _last_line(exc):
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
-def _load(spec):
+def _load(spec, nargs=2):
     """The function named by 'FILE.py:FUNCTION' (relative to the current directory, the
     configuration's) or 'MODULE:FUNCTION'."""
     target, sep, name = spec.rpartition(":")
@@ -106,11 +112,12 @@ def _load(spec):
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # some C functions have none: let the call tell
         return fn
+    call, words = ("(labels, intensity, obj)", "three") if nargs == 3 else ("(block, roi)", "two")
     try:
-        sig.bind(None, None)
+        sig.bind(*([None] * nargs))
     except TypeError:
-        raise StartError(f"{name}{sig} cannot be called as {name}(block, roi) "
-                         f"(it must take two arguments)") from None
+        raise StartError(f"{name}{sig} cannot be called as {name}{call} "
+                         f"(it must take {words} arguments)") from None
     return fn
 
 
@@ -192,11 +199,62 @@ def _serve_rois(sock, mem_fd, fn, params):
             return nxt, describe(e).encode("utf-8", "replace")
         return nxt, None
 
+    def measure_at():
+        """Calls fn for the object whose request is in buf: None or the error."""
+        _, nd, nch, label, map_size, in_off, _, out_off, out_cap, ldt, idt = unpack(buf, 0)
+        dims = struct.unpack_from(f"<{4 * nd}Q", buf, REQ.size)
+        if map_size != state["size"]:
+            state["mm"], state["size"] = mmap.mmap(mem_fd, map_size), map_size
+            state["views"] = {}
+        mm = state["mm"]
+        start, stop = dims[:nd], dims[nd:2 * nd]
+        shape = tuple(b - a for a, b in zip(start, stop))
+        n = 1
+        for s in shape:
+            n *= s
+        ld = np.dtype(ldt.rstrip(b"\0").decode())
+        idt_ = np.dtype(idt.rstrip(b"\0").decode())
+        labels = np.frombuffer(mm, ld, n, in_off).reshape(shape)
+        labels.flags.writeable = False
+        i_off = in_off + (n * ld.itemsize + MEASURE_ALIGN - 1) // MEASURE_ALIGN * MEASURE_ALIGN
+        inten = np.frombuffer(mm, idt_, n * nch, i_off).reshape((nch,) + shape)
+        inten.flags.writeable = False
+        obj = {"label": label, "start": start, "stop": stop, "bbox_start": dims[2 * nd:3 * nd],
+               "bbox_stop": dims[3 * nd:], "params": dict(params)}
+        try:
+            res = fn(labels, inten, obj)
+            if not isinstance(res, dict):
+                raise TypeError(f"the function returned {type(res).__name__}, not a dict")
+            out = {}
+            for k, v in res.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"feature name {k!r} is not a string")
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+                    raise TypeError(f"feature {k!r}: {type(v).__name__} is not a number")
+                out[k] = float(v)
+            data = json.dumps(out, allow_nan=True).encode() + b"\0"
+            if len(data) > out_cap:
+                raise ValueError(f"{len(out)} features: more than roifs takes ({out_cap} bytes)")
+        except Exception as e:
+            sys.stderr.write(f"object {label}: " + format_user_exception(e))
+            sys.stderr.flush()
+            return f"object {label}: {describe(e)}".encode("utf-8", "replace")
+        mm[out_off:out_off + len(data)] = data
+        return None
+
     while True:
         n = sock.recv_into(buf)
         if n == 0:
             return
         kind, count = BATCH.unpack_from(buf)
+        if kind == REQ_MEASURE:
+            msg = measure_at()
+            if msg is not None:
+                sock.send(REP.pack(REP_ERROR, 0, 0) + msg[:MSG_MAX])
+            else:
+                sock.send(ok_wrote if _wrote[0] else ok)
+            _wrote[0] = False
+            continue
         if kind == REQ_BATCH:
             off, items, msgs = BATCH.size, [], []
             for _ in range(count):
@@ -407,7 +465,7 @@ def main():
             raise StartError(f"{_last_line(e)} (the interpreter {sys.executable} needs numpy)")
         roifs._in_fork_server = True
         try:
-            fn = _load(spec)
+            fn = _load(spec, 3 if hello.get("measure") else 2)
         finally:
             roifs._in_fork_server = False
         _check_single_threaded(target)

@@ -97,12 +97,15 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
         bool first = i == 0; /* every level serves that version */
         if (first)
             version = task_version(t);
+        cache_set_lease((unsigned)t->cfg.cache_lease);
         int r =
             cache_open(t->cache_dir, first ? t->cfg.path : NULL, version, &s->arrays[i].cache, err);
         if (r < 0)
             return r;
         if (t->reader)
             cache_keep_input_hashes(s->arrays[i].cache, t->reader);
+        if (t->measured) /* [measure] labels: the label image's too */
+            cache_keep_input_hashes(s->arrays[i].cache, t->measured);
     }
     return 0;
 }
@@ -338,10 +341,11 @@ json_t *arrayset_status(struct arrayset *s)
         struct otable_measure_counts mc;
         if (otable_measure_counts(s->table, &mc))
             json_object_set_new(doc, "measure",
-                                json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)mc.objects,
-                                          "pieces", (json_int_t)mc.pieces, "pieces_from_record",
-                                          (json_int_t)mc.pieces_recorded, "failed",
-                                          (json_int_t)mc.failed));
+                                json_pack("{s:I, s:I, s:I, s:I, s:I}", "objects",
+                                          (json_int_t)mc.objects, "pieces", (json_int_t)mc.pieces,
+                                          "pieces_from_record", (json_int_t)mc.pieces_recorded,
+                                          "failed", (json_int_t)mc.failed, "calls",
+                                          (json_int_t)mc.calls));
     }
     return doc;
 }

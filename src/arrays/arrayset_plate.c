@@ -377,6 +377,7 @@ static int open_image_caches(struct arrayset *s, struct set_image *im, struct er
         struct array *a = &s->arrays[i];
         if (a->cache)
             continue;
+        cache_set_lease((unsigned)a->task->cfg.cache_lease);
         int r = cache_open(a->task->cache_dir, i == im->first ? a->task->cfg.path : NULL, version,
                            &a->cache, err);
         if (r < 0)
@@ -664,6 +665,25 @@ static void add_counts(json_t *sum, json_t *doc, const char *section)
     }
 }
 
+/* [measure]: the images' counts summed (docs/plates.md), as one image's status has them. */
+static void add_measure_counts(struct arrayset *s, json_t *doc)
+{
+    struct otable_measure_counts sum = {0}, mc;
+    bool any = false;
+    for (size_t k = 0; k < s->nimages; k++)
+        if (s->images[k].table && otable_measure_counts(s->images[k].table, &mc)) {
+            any = true;
+            sum.objects += mc.objects, sum.pieces += mc.pieces;
+            sum.pieces_recorded += mc.pieces_recorded, sum.failed += mc.failed;
+        }
+    if (any)
+        json_object_set_new(doc, "measure",
+                            json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)sum.objects,
+                                      "pieces", (json_int_t)sum.pieces, "pieces_from_record",
+                                      (json_int_t)sum.pieces_recorded, "failed",
+                                      (json_int_t)sum.failed));
+}
+
 json_t *arrayset_plate_status(struct arrayset *s)
 {
     json_t *doc = json_object(), *errors = json_array(), *failed = json_array(),
@@ -734,5 +754,6 @@ json_t *arrayset_plate_status(struct arrayset *s)
                                   (json_int_t)unread));
     json_object_set_new(doc, "failed_images", failed);
     json_object_set_new(doc, "wells", wells);
+    add_measure_counts(s, doc);
     return doc;
 }

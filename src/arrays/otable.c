@@ -98,6 +98,24 @@ static struct table_row *rows_of(const struct otable *t, size_t *n)
     return rows;
 }
 
+/* The masking table's rows of the merged partials s ([measure] with [output] table_name). */
+static struct table_row *rows_of_stats(const struct otable *t, const struct mstats *s, size_t *n)
+{
+    struct table_row *rows = xmalloc((s->n ? s->n : 1) * sizeof *rows);
+    for (size_t i = 0; i < s->n; i++) {
+        const struct mobj *o = mstats_get(s, s->ids[i]);
+        struct table_row *r = &rows[i];
+        r->label = s->ids[i];
+        for (int a = 0; a < 3; a++) {
+            int ax = t->g.axis[a];
+            r->start[a] = ax < 0 ? 0 : t->g.translation[ax] + (double)o->lo[ax] * t->g.scale[ax];
+            r->length[a] = ax < 0 ? 1 : (double)(o->hi[ax] + 1 - o->lo[ax]) * t->g.scale[ax];
+        }
+    }
+    *n = s->n;
+    return rows;
+}
+
 /* ---- the record of the rows ---- */
 
 char *otable_record_path(const struct otable *t)
@@ -196,10 +214,30 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 {
     struct table_files files = {0};
     struct errbuf err = {{0}};
-    if (ok && (t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
-                     : table_encode(&t->spec, rows, n, &files, &err)) < 0) {
+    uint64_t *fids = NULL;
+    double *fvals = NULL;
+    size_t fn = ok && t->ms ? measure_rows(t->ms, &t->stats, &fids, &fvals) : 0;
+    int r = 0;
+    if (ok && t->py)
+        r = measure_encode_extra(t->ms, &t->spec, &t->stats, t->pyvals.ncols,
+                                 (const char *const *)t->pyvals.names, t->pyvals.ids,
+                                 t->pyvals.vals, &files, &err);
+    else if (ok)
+        r = t->ms ? measure_encode(t->ms, &t->spec, &t->stats, &files, &err)
+                  : table_encode(&t->spec, rows, n, &files, &err);
+    if (r < 0) {
         log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
+    }
+    struct table_files mfiles = {0};
+    if (ok && t->mask) {
+        size_t nm;
+        struct table_row *mrows = rows_of_stats(t, &t->stats, &nm);
+        if (table_encode(&t->mspec, mrows, nm, &mfiles, &err) < 0) {
+            log_error("%s: the masking table: %s", t->g.t->cfg.path, err.msg);
+            ok = false;
+        }
+        free(mrows);
     }
     pthread_mutex_lock(&t->m);
     map_destroy(&t->boxes);
@@ -210,6 +248,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     if (t->ms) {
         mstats_destroy(&t->stats);
         measure_stats_init(t->ms, &t->stats);
+        mpy_values_free(&t->pyvals);
     }
     t->state = ok ? DONE : IDLE;
     if (ok) { /* the one before goes: nothing points into it (otable_copy copies) */
@@ -220,6 +259,13 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         t->rows = rows;
         t->nrows = n;
         rows = was;
+        old = t->mfiles;
+        t->mfiles = mfiles;
+        mfiles = old;
+        uint64_t *fids_was = t->fids;
+        double *fvals_was = t->fvals;
+        t->fids = fids, t->fvals = fvals, t->fn = fn;
+        fids = fids_was, fvals = fvals_was;
         t->have_files = true;
         t->files_key = key;
     }
@@ -227,8 +273,11 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     t->waiters = NULL;
     pthread_mutex_unlock(&t->m);
     free(rows);
+    free(fids);
+    free(fvals);
     if (ok)
         table_files_free(&files);
+    table_files_free(&mfiles);
     while (w) {
         struct waiter *next = w->next;
         w->cb(w->ctx, ok ? 0 : -EIO);
@@ -251,7 +300,10 @@ void otable_release(struct otable *t)
     /* The record only when the chunks scanned are those of its name: had the input changed
      * during the scan, the rows could be of newer chunks (the next request, seeing another
      * key, makes the table again). */
-    if (ok && key_eq(record_key_now(t), t->record_key)) {
+    bool same = ok && key_eq(record_key_now(t), t->record_key);
+    if (ok && t->py)
+        ok = otable_python_values(t, same);
+    if (ok && same) {
         if (t->ms)
             otable_stats_record_write(t);
         else
@@ -312,7 +364,8 @@ static void start(struct otable *t)
         pthread_mutex_lock(&t->m);
         t->records++;
         pthread_mutex_unlock(&t->m);
-        finish(t, NULL, 0, t->record_key, true);
+        bool ok = !t->py || otable_python_values(t, true);
+        finish(t, NULL, 0, t->record_key, ok);
         return;
     }
     if (rows) {
@@ -385,6 +438,16 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
                                   .type = c->measure ? "feature_table" : NULL};
     struct table_row one = {.label = 1, .length = {1, 1, 1}};
     int r = c->measure ? measure_new(t->g.t, &t->ms, err) : 0;
+    if (r == 0 && t->ms && c->measure_python)
+        r = mpython_new(t->ms, &t->py, err);
+    if (r == 0 && t->ms && c->mask_table_name) { /* the masking table too */
+        t->mask = true;
+        t->mspec =
+            (struct table_spec){.zarr_format = t->g.t->out.format,
+                                .backend = c->mask_table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
+                                .region_path = t->region};
+        r = table_encode(&t->mspec, &one, 1, &t->mnames, err);
+    }
     if (r == 0 && t->ms) { /* the files of a table of one row (any values) */
         struct mstats s;
         measure_stats_init(t->ms, &s);
@@ -396,6 +459,8 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
         r = table_encode(&t->spec, &one, 1, &t->names, err);
     }
     if (r < 0) {
+        table_files_free(&t->mnames);
+        mpython_free(t->py);
         measure_free(t->ms);
         free(t->region);
         free(t);
@@ -414,9 +479,13 @@ void otable_free(struct otable *t)
         return;
     table_files_free(&t->names);
     table_files_free(&t->files);
+    table_files_free(&t->mnames);
+    table_files_free(&t->mfiles);
     map_destroy(&t->boxes);
     if (t->ms)
         mstats_destroy(&t->stats);
+    mpy_values_free(&t->pyvals);
+    mpython_free(t->py);
     measure_free(t->ms);
     for (struct waiter *w = t->waiters, *next; w; w = next) {
         next = w->next;
@@ -425,17 +494,34 @@ void otable_free(struct otable *t)
     pthread_mutex_destroy(&t->m);
     free(t->region);
     free(t->rows);
+    free(t->fids);
+    free(t->fvals);
     free(t);
 }
 
 size_t otable_nfiles(const struct otable *t)
 {
-    return t->names.n;
+    return t->names.n + t->mnames.n;
+}
+
+/* File i's name and files: the feature (or only) table's, then the masking table's. */
+static const struct table_file *name_of(const struct otable *t, size_t i,
+                                        const struct table_files **files)
+{
+    if (files)
+        *files = i < t->names.n ? &t->files : &t->mfiles;
+    return i < t->names.n ? &t->names.v[i] : &t->mnames.v[i - t->names.n];
 }
 
 const char *otable_path(const struct otable *t, size_t i)
 {
-    return t->names.v[i].path;
+    return name_of(t, i, NULL)->path;
+}
+
+const char *otable_table_name(const struct otable *t, size_t i)
+{
+    const struct config *c = &t->g.t->cfg;
+    return i < t->names.n ? c->table_name : c->mask_table_name;
 }
 
 const struct table_file *otable_file(struct otable *t, size_t i)
@@ -443,15 +529,18 @@ const struct table_file *otable_file(struct otable *t, size_t i)
     pthread_mutex_lock(&t->m);
     bool have = t->have_files;
     pthread_mutex_unlock(&t->m);
-    return have ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    const struct table_files *files;
+    const char *path = name_of(t, i, &files)->path;
+    return have ? table_files_find(files, path) : NULL;
 }
 
 char *otable_copy(struct otable *t, size_t i, size_t *len)
 {
     char *copy = NULL;
+    const struct table_files *files;
+    const char *path = name_of(t, i, &files)->path;
     pthread_mutex_lock(&t->m);
-    const struct table_file *f =
-        t->have_files ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    const struct table_file *f = t->have_files ? table_files_find(files, path) : NULL;
     if (f) {
         copy = xmalloc(f->len ? f->len : 1);
         memcpy(copy, f->data, f->len);
@@ -463,16 +552,19 @@ char *otable_copy(struct otable *t, size_t i, size_t *len)
 
 uint64_t otable_size(struct otable *t, size_t i, bool *exact)
 {
+    const struct table_files *files;
+    const struct table_file *nm = name_of(t, i, &files);
     pthread_mutex_lock(&t->m);
-    const struct table_file *f =
-        t->state == DONE ? table_files_find(&t->files, t->names.v[i].path) : NULL;
+    const struct table_file *f = t->state == DONE ? table_files_find(files, nm->path) : NULL;
     uint64_t len = f ? f->len : 0;
     pthread_mutex_unlock(&t->m);
     *exact = f != NULL;
     if (f)
         return len;
-    uint64_t row = ROW_BOUND + (t->ms ? 32 * (uint64_t)measure_ncols(t->ms) : 0);
-    return t->names.v[i].len + row * (t->nmax + 1);
+    bool feature = t->ms && i < t->names.n;
+    uint64_t row = ROW_BOUND + (feature ? 32 * (uint64_t)measure_ncols(t->ms) : 0) +
+                   (feature && t->py ? 32 * (uint64_t)MPY_MAX_COLS : 0);
+    return nm->len + row * (t->nmax + 1);
 }
 
 uint64_t otable_max_rows(const struct otable *t)
@@ -491,6 +583,27 @@ struct table_row *otable_rows(struct otable *t, size_t *n)
     return rows;
 }
 
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals)
+{
+    size_t ncols = t->ms ? measure_ncols(t->ms) : 0;
+    pthread_mutex_lock(&t->m);
+    size_t n = t->have_files ? t->fn : 0;
+    *ids = xmalloc((n ? n : 1) * sizeof **ids);
+    *vals = xmalloc((n ? n : 1) * (ncols ? ncols : 1) * sizeof **vals);
+    if (n) {
+        memcpy(*ids, t->fids, n * sizeof **ids);
+        memcpy(*vals, t->fvals, n * ncols * sizeof **vals);
+    }
+    pthread_mutex_unlock(&t->m);
+    return n;
+}
+
+const char *const *otable_feature_columns(const struct otable *t, size_t *ncols)
+{
+    *ncols = t->ms ? measure_ncols(t->ms) : 0;
+    return t->ms ? measure_colnames(t->ms) : NULL;
+}
+
 void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
 {
     pthread_mutex_lock(&t->m);
@@ -500,13 +613,13 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records)
 }
 
 /* Whether a file of the cache directory is a table record that the names keep (the masking
- * table's record of now, or [measure]'s records of now) leave out: "table-", "features-" or
- * "mpiece-", 32 hexadecimal digits, ".rows". */
+ * table's record of now, or [measure]'s records of now) leave out: "table-", "features-",
+ * "mpiece-", "mpyvals-" or "mpyobj-", 32 hexadecimal digits, ".rows". */
 static bool stale_record(const char *name, const char *table_keep, const struct map *keep)
 {
-    static const char *const prefix[] = {"table-", "features-", "mpiece-"};
+    static const char *const prefix[] = {"table-", "features-", "mpiece-", "mpyvals-", "mpyobj-"};
     size_t n = strlen(name);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 5; p++) {
         size_t l = strlen(prefix[p]);
         if (n != l + 32 + 5 || strncmp(name, prefix[p], l) != 0 || strcmp(name + n - 5, ".rows"))
             continue;
@@ -555,7 +668,8 @@ bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out)
     if (!t->ms)
         return false;
     pthread_mutex_lock(&t->m);
-    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures};
+    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures,
+                                          t->pycalls};
     pthread_mutex_unlock(&t->m);
     return true;
 }

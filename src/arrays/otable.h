@@ -25,8 +25,11 @@ int otable_new(const struct overlay *ov, struct otable **out, struct errbuf *err
 void otable_free(struct otable *t);
 
 size_t otable_nfiles(const struct otable *t);
-/* File i's path relative to tables/NAME ("obs/.zattrs", "table.csv"). */
+/* File i's path relative to tables/NAME ("obs/.zattrs", "table.csv"), and that NAME: the
+ * table's, or with [measure] and [output] table_name the feature table's files then the
+ * masking table's (docs/measurements.md). */
 const char *otable_path(const struct otable *t, size_t i);
+const char *otable_table_name(const struct otable *t, size_t i);
 /* File i's size: exact (*exact) when the table is made from the label chunks as they were at
  * the last request, else an upper bound (before the first request, or while it is made again). */
 uint64_t otable_size(struct otable *t, size_t i, bool *exact);
@@ -46,6 +49,11 @@ char *otable_copy(struct otable *t, size_t i, size_t *len);
 /* After a cb(ctx, 0): a copy of the latest table's rows (malloc'd, *n of them), for a plate's
  * table (docs/plates.md). */
 struct table_row *otable_rows(struct otable *t, size_t *n);
+/* [measure]: after a cb(ctx, 0), a copy of the latest feature table's rows: *ids (sorted) and
+ * *vals (rows of otable_feature_columns' columns), malloc'd; returns how many. */
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals);
+/* [measure]'s column names (*ncols of them, owned by t), or NULL without [measure]. */
+const char *const *otable_feature_columns(const struct otable *t, size_t *ncols);
 /* How many rows the table may have at most (the elements of the label image's level). */
 uint64_t otable_max_rows(const struct otable *t);
 /* How many times the rows were computed from the chunks, and read from the record. */
@@ -55,6 +63,7 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
  * chunk partials read from their records, requests that failed. False without [measure]. */
 struct otable_measure_counts {
     uint64_t objects, pieces, pieces_recorded, failed;
+    uint64_t calls; /* [measure] python's calls */
 };
 bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out);
 

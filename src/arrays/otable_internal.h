@@ -12,6 +12,7 @@
 #include "../key.h"
 #include "../map.h"
 #include "../measure/measure.h"
+#include "../measure/mpython.h"
 #include "otable.h"
 
 enum state { IDLE, RUNNING, DONE };
@@ -55,6 +56,19 @@ struct otable {
     /* label chunks measured, and partials read from their records; objects of the last table
      * made; requests that failed */
     uint64_t pieces, pieces_recorded, objects, failures;
+    /* [measure] python: the function, the values of the table being made, its calls */
+    struct mpython *py;
+    struct mpy_values pyvals;
+    uint64_t pycalls;
+    /* [output] table_name with [measure]: the masking table too, its rows from the merged
+     * partials' boxes; its files (as names and files above) come after the feature table's */
+    bool mask;
+    struct table_spec mspec;
+    struct table_files mnames, mfiles;
+    /* [measure]: the rows of files (have_files), for a plate's feature table */
+    uint64_t *fids;
+    double *fvals;
+    size_t fn;
 };
 
 /* A label chunk asked for: [measure] also names its partial's record. */
@@ -87,5 +101,9 @@ void otable_start_measure(struct otable *t);
 int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep);
 /* Whether keep (otable_measure_names_now) holds the record named by 32 hexadecimal digits. */
 bool otable_kept(const struct map *keep, const char *hex);
+/* [measure] python: the values of every object of t->stats into t->pyvals, from their record
+ * (named by the whole table's and the function's) or by calling the function (then recorded
+ * when record). False (logged) when a call failed. */
+bool otable_python_values(struct otable *t, bool record);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
+#include "upread.h"
 #include "otable_internal.h"
 
 /* ---- the partials' records ---- */
@@ -201,7 +202,19 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
     key_init(&h, "roifs-feature-partials 1");
     key_add_key(&h, otable_key_now(g));
     measure_identity(ms, &h);
-    keep_name(keep, key_final(&h));
+    struct key128 whole = key_final(&h);
+    keep_name(keep, whole);
+    if (k->cfg.measure_python) { /* the Python features' record of that table */
+        char hex[33];
+        key_hex(whole, hex);
+        char *name = xasprintf("features-%s.rows", hex);
+        struct key128 py;
+        if (mpython_record_key_now(k, name, &py) == 0)
+            keep_name(keep, py);
+        if (mpython_record_key_now(k, "objects", &py) == 0) /* mpyobj-, per object */
+            keep_name(keep, py);
+        free(name);
+    }
     struct zarr_sigmemo *memo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -221,4 +234,50 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
 bool otable_kept(const struct map *keep, const char *hex)
 {
     return map_get(keep, hash64(HASH64_INIT, hex, 32), hash64(1, hex, 32)) != NULL;
+}
+
+/* ---- [measure] python ---- */
+
+/* The record of the function's values: named by the whole table's record and the function. */
+static char *python_path(const struct otable *t)
+{
+    char *table = otable_record_path(t), hex[33];
+    key_hex(mpython_record_key(t->py, strrchr(table, '/') + 1), hex);
+    free(table);
+    return xasprintf("%s/mpyvals-%s.rows", t->g.t->cache_dir, hex);
+}
+
+/* A labels crop, read through level k's engine (its chunks cached by the table's scan). */
+static int labels_box(void *ctx, const uint64_t *start, const uint64_t *shape, void *dst,
+                      struct errbuf *err)
+{
+    const struct otable *t = ctx;
+    struct upread u = {.up = t->g.t, .engine = overlay_engine(t->ov), .level = 0};
+    return upread_box(&u, start, shape, dst, NULL, err);
+}
+
+bool otable_python_values(struct otable *t, bool record)
+{
+    char *path = python_path(t);
+    mpy_values_free(&t->pyvals);
+    if (mpython_record_read(&t->pyvals, path) == 0 && t->pyvals.n == t->stats.n) {
+        free(path);
+        return true;
+    }
+    mpy_values_free(&t->pyvals);
+    uint64_t calls = 0;
+    struct errbuf e = {{0}};
+    int r = mpython_run(t->py, &t->stats, labels_box, t, t->g.t->cache_dir, &t->pyvals, &calls, &e);
+    pthread_mutex_lock(&t->m);
+    t->pycalls += calls;
+    pthread_mutex_unlock(&t->m);
+    if (r < 0)
+        log_error("%s: the feature table: [measure] python: %s", t->g.t->cfg.path, e.msg);
+    int dfd = r == 0 && record ? open(t->g.t->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd >= 0 && mpython_record_write(&t->pyvals, dfd, strrchr(path, '/') + 1) < 0)
+        log_warn("%s: cannot write the Python features' record", path);
+    if (dfd >= 0)
+        close(dfd);
+    free(path);
+    return r == 0;
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "../measure/measure.h"
+#include "../measure/mpython.h"
 #include "../nd.h"
 #include "upread.h"
 
@@ -36,6 +37,9 @@ struct overlay {
     struct overlay_file files[8];
     size_t nfiles;
     bool overwrite; /* labels/NAME and tables/NAME of the input are replaced, not refused */
+    /* [measure] labels: the label image is the input's own, shown as it is; level k (a copy
+     * of it) is not presented, only measured; there are no other levels */
+    bool measured;
 };
 
 /* ---- checks ---- */
@@ -76,16 +80,21 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
                    image_keys[i]);
     if (c->watch)
         OV_ERR(t, err, "input", "watch", "[input] watch cannot be used with ome = labels");
-    if (!overwrite && exists(t->ome.group_path, "labels", c->label_name))
+    if (!overwrite && !t->measured && exists(t->ome.group_path, "labels", c->label_name))
         OV_ERR(t, err, "output", config_line(c, "output", "label_name") ? "label_name" : "ome",
                "[output] ome = labels: the image %s already has a label '%s'; choose another "
                "label_name",
                t->ome.group_path, c->label_name);
     if (!overwrite && c->table_name && exists(t->ome.group_path, "tables", c->table_name))
+        OV_ERR(t, err, c->measure ? "measure" : "output", "table_name",
+               "[%s] table_name: the image %s already has a table '%s'; choose another "
+               "table_name",
+               c->measure ? "measure" : "output", t->ome.group_path, c->table_name);
+    if (!overwrite && c->mask_table_name && exists(t->ome.group_path, "tables", c->mask_table_name))
         OV_ERR(t, err, "output", "table_name",
                "[output] table_name: the image %s already has a table '%s'; choose another "
                "table_name",
-               t->ome.group_path, c->table_name);
+               t->ome.group_path, c->mask_table_name);
     if (config_line(c, "output", "table_name") == 0 && config_line(c, "output", "table_format"))
         OV_ERR(t, err, "output", "table_format", "[output] table_format needs table_name");
     if (c->measure) { /* [measure]'s channels and shapes (measure.h) */
@@ -94,6 +103,8 @@ static int check_config(const struct task *t, bool overwrite, struct errbuf *err
         if (r < 0)
             return r;
         measure_free(ms);
+        if ((r = mpython_check(t, err)) < 0)
+            return r;
     }
     return 0;
 }
@@ -416,8 +427,9 @@ static json_t *object_at(json_t *o, const char *key)
     return v;
 }
 
-char *overlay_list_text(const char *image, int format, const char *group, const char *name,
-                        char **rel)
+/* overlay_list_text with the names name and name2 (NULL: none) added. */
+static char *list_text(const char *image, int format, const char *group, const char *name,
+                       const char *name2, char **rel)
 {
     bool v3 = format == 3;
     *rel = xasprintf("%s/%s", group, v3 ? "zarr.json" : ".zattrs");
@@ -437,14 +449,23 @@ char *overlay_list_text(const char *image, int format, const char *group, const 
         list = json_array();
         json_object_set_new(where, group, list);
     }
-    bool listed = false; /* already (an overwrite): listed once */
-    for (size_t i = 0; i < json_array_size(list); i++)
-        listed = listed || strcmp(json_string_value(json_array_get(list, i)) ?: "", name) == 0;
-    if (!listed)
-        json_array_append_new(list, json_string(name));
+    for (int k = 0; k < 2; k++) {
+        const char *nm = k ? name2 : name;
+        bool listed = !nm; /* already (an overwrite): listed once */
+        for (size_t i = 0; i < json_array_size(list) && nm; i++)
+            listed = listed || strcmp(json_string_value(json_array_get(list, i)) ?: "", nm) == 0;
+        if (!listed)
+            json_array_append_new(list, json_string(nm));
+    }
     char *text = json_dumps(doc, JSON_INDENT(4));
     json_decref(doc);
     return text;
+}
+
+char *overlay_list_text(const char *image, int format, const char *group, const char *name,
+                        char **rel)
+{
+    return list_text(image, format, group, name, NULL, rel);
 }
 
 static void add_text(struct overlay *ov, char *path, char *text)
@@ -464,7 +485,8 @@ static void list_group(struct overlay *ov, const char *group, const char *name)
 {
     bool v3 = ov->t0->out.format == 3;
     char *rel;
-    char *text = overlay_list_text(ov->dir, ov->t0->out.format, group, name, &rel);
+    const char *name2 = strcmp(group, "tables") == 0 ? ov->t0->cfg.mask_table_name : NULL;
+    char *text = list_text(ov->dir, ov->t0->out.format, group, name, name2, &rel);
     ov->files[ov->nfiles++] = (struct overlay_file){rel, text, group, name};
     char *zg = xasprintf("%s/.zgroup", group);
     json_t *g = v3 ? NULL : json_file(ov->dir, zg);
@@ -522,11 +544,12 @@ int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct 
     ov->t0 = t0;
     ov->overwrite = overwrite;
     ov->dir = xstrdup(t0->ome.group_path);
+    ov->measured = t0->measured != NULL;
     r = read_parent(ov, err);
     for (int j = 0; r == 0 && j < ov->n; j++) {
         if (j == ov->k)
             ov->lv[j].task = t0;
-        else
+        else if (!ov->measured)
             r = level_task(ov, &ov->lv[j], err);
     }
     if (r < 0) {
@@ -537,8 +560,10 @@ int overlay_build(struct task *t0, bool overwrite, struct overlay **out, struct 
     for (int j = 0, i = 1; j < ov->n; j++)
         if (j != ov->k)
             ov->order[i++] = j;
-    list_group(ov, "labels", t0->cfg.label_name);
-    label_group(ov);
+    if (!ov->measured) {
+        list_group(ov, "labels", t0->cfg.label_name);
+        label_group(ov);
+    }
     if (t0->cfg.table_name) {
         list_group(ov, "tables", t0->cfg.table_name);
         ov->table_dir = xasprintf("tables/%s", t0->cfg.table_name);
@@ -572,7 +597,12 @@ void overlay_free(struct overlay *ov)
 
 size_t overlay_narrays(const struct overlay *ov)
 {
-    return (size_t)ov->n;
+    return ov->measured ? 1 : (size_t)ov->n;
+}
+
+bool overlay_presents_levels(const struct overlay *ov)
+{
+    return !ov->measured;
 }
 
 struct task *overlay_array_task(const struct overlay *ov, size_t array)
@@ -624,7 +654,8 @@ char *overlay_file_now(const struct overlay *ov, size_t i)
     const struct overlay_file *f = &ov->files[i];
     if (!f->group)
         return xstrdup(f->text);
-    char *rel, *text = overlay_list_text(ov->dir, ov->t0->out.format, f->group, f->name, &rel);
+    const char *name2 = strcmp(f->group, "tables") == 0 ? ov->t0->cfg.mask_table_name : NULL;
+    char *rel, *text = list_text(ov->dir, ov->t0->out.format, f->group, f->name, name2, &rel);
     free(rel);
     return text;
 }
@@ -632,7 +663,8 @@ char *overlay_file_now(const struct overlay *ov, size_t i)
 bool overlay_owns(const struct overlay *ov, const char *rel)
 {
     const struct config *c = &ov->t0->cfg;
-    return at_or_below(rel, "labels", c->label_name) ||
+    return (!ov->measured && at_or_below(rel, "labels", c->label_name)) ||
+           (c->mask_table_name && at_or_below(rel, "tables", c->mask_table_name)) ||
            (c->table_name && at_or_below(rel, "tables", c->table_name));
 }
 

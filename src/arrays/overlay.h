@@ -43,6 +43,9 @@ void overlay_free(struct overlay *ov);
 size_t overlay_narrays(const struct overlay *ov);
 struct task *overlay_array_task(const struct overlay *ov, size_t array);
 int overlay_array_level(const struct overlay *ov, size_t array);
+/* False with [measure] labels (docs/measurements.md): the label image is the input's own, shown
+ * as the input has it; array 0 (a copy of its level k) is measured, not presented. */
+bool overlay_presents_levels(const struct overlay *ov);
 /* Level k's engine (NULL: none): the other levels read it. Set before their engines start,
  * cleared after they are gone. */
 void overlay_set_engine(struct overlay *ov, struct engine *e);

@@ -68,13 +68,13 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
     }
     if (status && ns_child(ns, NS_ROOT, ".roifs") < 0)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
-    for (size_t i = 0; i < overlay_narrays(ov) && r == 0; i++)
+    for (size_t i = 0; overlay_presents_levels(ov) && i < overlay_narrays(ov) && r == 0; i++)
         r = ns_add_array(ns, dir_of(ov, ns, root, overlay_level_path(ov, i), true, NULL),
                          overlay_array_task(ov, i), array_base + (int)i, err);
     if (!tab || r < 0)
         return r;
     for (size_t i = 0; i < otable_nfiles(tab); i++) {
-        char *rel = xasprintf("%s/%s", overlay_table_dir(ov), otable_path(tab, i));
+        char *rel = xasprintf("tables/%s/%s", otable_table_name(tab, i), otable_path(tab, i));
         const char *base;
         int dir = dir_of(ov, ns, root, rel, false, &base);
         ns_add_table(ns, dir, base, index_base + i);

@@ -14,9 +14,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../zarr/zarr.h"
+#include "claim.h"
 #include "store.h"
 
 #define FORMAT_TEXT CACHE_FORMAT_TEXT
@@ -126,19 +128,32 @@ static ssize_t read_small(int dirfd, const char *name, char *buf, size_t cap)
 
 /* ---- the format ---- */
 
-/* Empty but for temporary files of the format marker (file_write_atomic's "format.tmp.PID.N"):
- * a process that made the directory and was killed before the marker's rename, or another
- * making it at this moment, leaves a cache that is still new, not a foreign directory. */
-static bool dir_is_empty(int fd)
+/* Empty but for what a cache of this layout being made holds before its marker shows: its
+ * marker's temporary files (file_write_atomic's "format.tmp.*": a process that made the
+ * directory and was killed before the marker's rename, or one writing it now) and, made by
+ * another host at this moment, its subdirectories, a marker this host does not see yet (a
+ * network file system's cached lookup) and a marker renamed over while it was read (kept as
+ * .nfsXXXX by NFS, .fuse_hiddenXXXX by FUSE). Such a directory is still new, not a foreign one.
+ * *format_listed says whether the marker is listed. */
+static bool dir_is_new(int fd, bool *format_listed)
 {
+    static const char *const ours[] = {".", "..", "chunks", "results", "locks", "users", "inputs"};
+    *format_listed = false;
     DIR *d = opendir_at(fd, ".");
     if (!d)
         return false;
     bool empty = true;
     struct dirent *de;
-    while (empty && (de = readdir(d)))
-        empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-                !strncmp(de->d_name, "format.tmp.", 11);
+    while (empty && (de = readdir(d))) {
+        /* a marker's temporary file; a file renamed over while open, kept by NFS or FUSE */
+        bool mine = !strncmp(de->d_name, "format.tmp.", 11) || !strncmp(de->d_name, ".nfs", 4) ||
+                    !strncmp(de->d_name, ".fuse_hidden", 12);
+        for (size_t i = 0; !mine && i < sizeof ours / sizeof ours[0]; i++)
+            mine = !strcmp(de->d_name, ours[i]);
+        if (!strcmp(de->d_name, "format"))
+            mine = *format_listed = true;
+        empty = mine;
+    }
     closedir(d);
     return empty;
 }
@@ -148,8 +163,9 @@ static bool dir_is_empty(int fd)
 static int older_layout(int dirfd)
 {
     char text[256];
-    if (read_small(dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, "roifs-cache 2\n"))
-        return 2;
+    if (read_small(dirfd, "format", text, sizeof text) >= 0 &&
+        (!strcmp(text, "roifs-cache 2\n") || !strcmp(text, "roifs-cache 3\n")))
+        return text[12] - '0';
     if (read_small(dirfd, "manifest", text, sizeof text) >= 0 &&
         (!strncmp(text, "roifs-cache 1\n", 14) || !strncmp(text, "roifs-level 1\n", 14)))
         return 1;
@@ -162,9 +178,18 @@ static int older_layout(int dirfd)
 static int check_format(struct cache *c, struct errbuf *err)
 {
     char text[256];
-    if (read_small(c->dirfd, "format", text, sizeof text) >= 0 && !strcmp(text, FORMAT_TEXT))
-        return 0;
-    if (!dir_is_empty(c->dirfd)) {
+    bool listed = false, fresh = false;
+    for (int i = 0; i < 30; i++) {
+        ssize_t got = read_small(c->dirfd, "format", text, sizeof text);
+        if (got >= 0 && !strcmp(text, FORMAT_TEXT))
+            return 0;
+        fresh = got < 0 && dir_is_new(c->dirfd, &listed); /* a marker of another kind: not new */
+        if (!fresh || !listed)
+            break;
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL); /* listed, not seen yet: another host's, just made */
+    }
+    if (!fresh) {
         int old = older_layout(c->dirfd);
         if (!old)
             return err_set(err, -EINVAL,
@@ -175,6 +200,10 @@ static int check_format(struct cache *c, struct errbuf *err)
         empty_dir(c->dirfd, 3);
     }
     int r = file_write_atomic(c->dirfd, "format", FORMAT_TEXT, strlen(FORMAT_TEXT), true);
+    /* another host making the cache at this moment wrote the same marker */
+    if (r < 0 && read_small(c->dirfd, "format", text, sizeof text) >= 0 &&
+        !strcmp(text, FORMAT_TEXT))
+        r = 0;
     if (r < 0)
         return err_set(err, r, "%s/format: cannot write: %s", c->path, strerror(-r));
     return 0;
@@ -182,49 +211,98 @@ static int check_format(struct cache *c, struct errbuf *err)
 
 /* ---- locks ---- */
 
-/* Locks are byte ranges of DIR/locks/all taken with open-file-description locks: released by
- * the kernel when the holder dies, carried by NFS's lock manager. Each handle is an open file
- * description of its own, so two holders conflict even inside one process; it is closed with
- * the lock, since a descriptor open for writing would keep the file system from being
- * remounted read-only. */
-static int take_lock(struct cache *c, uint64_t byte, short type, bool wait)
+/* Claims (claim.h) in DIR/locks: exclusive files naming their holder, with a lease, which
+ * hold between hosts whatever the file system's byte-range locks do; a wait takes the
+ * byte-range lock of a byte of locks/all first, so that processes of one host wait in the
+ * kernel rather than by looking again. Each handle
+ * is a claim of its own, so two holders conflict even inside one process. */
+static int take_lock(struct cache *c, char kind, uint64_t byte, bool wait)
 {
-    int fd = openat(c->locks_fd, "all", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1};
-    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
-        if (errno == EINTR)
-            continue;
-        int e = errno == EAGAIN || errno == EACCES ? -EWOULDBLOCK : -errno;
-        close(fd);
-        return e;
-    }
-    return fd;
+    char name[40];
+    snprintf(name, sizeof name, "%c%" PRIx64, kind, byte);
+    return claim_take(c->locks_fd, name, byte, wait);
+}
+
+void cache_set_lease(unsigned seconds)
+{
+    claim_set_lease(seconds);
 }
 
 void cache_unlock(struct cache *c, int lock)
 {
     (void)c;
-    if (lock >= 0)
-        close(lock); /* closing its open file description releases the lock */
+    claim_release(lock);
 }
 
 int cache_lock_chunk(struct cache *c, uint64_t id, bool wait)
 {
-    return take_lock(c, LOCK_CHUNK_BASE + id % (LOCK_RESULT_BASE - LOCK_CHUNK_BASE), F_WRLCK, wait);
+    return take_lock(c, 'c', LOCK_CHUNK_BASE + id % (LOCK_RESULT_BASE - LOCK_CHUNK_BASE), wait);
 }
 
 int cache_lock_result(struct cache *c, struct key128 key)
 {
-    return take_lock(c, LOCK_RESULT_BASE + (key.lo >> 2), F_WRLCK, true);
+    return take_lock(c, 'r', LOCK_RESULT_BASE + (key.lo >> 2), true);
 }
 
 /* ---- users: one configuration at a time ---- */
 
+/* A registration is the claim users/NAME (renewed while its process runs) and NAME.info,
+ * "CONFIG\nPID HOST\nversion V\n", written whole. Whether its process is live: on this host,
+ * by its pid and start time; on another, by the file system's own times: its claim was
+ * renewed (modified) within the lease and 5 s before fs_now, the file system's time now
+ * (claim_fs_time; 0: unknown, live). 1 live, 0 gone, -errno. */
+static int registration_live(int users_fd, const char *name, int64_t fs_now)
+{
+    char text[1024];
+    int fd = openat(users_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    size_t got = 0;
+    int r = fstat(fd, &st) < 0 ? -errno : pread_full(fd, text, sizeof text - 1, 0, &got);
+    close(fd);
+    if (r < 0)
+        return r;
+    text[got] = '\0';
+    int j = claim_judge_holder(text);
+    if (j >= 0)
+        return j;
+    int64_t age = fs_now ? fs_now - ts_to_ns(st.st_mtim) : 0;
+    return age <= ((int64_t)claim_lease() + 5) * 1000000000LL;
+}
+
+/* Reads NAME.info of a registration into text (NUL ended; "" when there is none). */
+static void read_info(int users_fd, const char *name, char *text, size_t cap)
+{
+    char *info = xasprintf("%s.info", name);
+    if (read_small(users_fd, info, text, cap) < 0)
+        text[0] = '\0';
+    free(info);
+}
+
+/* "CONFIG (pid N on HOST)" of a registration's info text. */
+static void describe(const char *text, char *who, size_t len)
+{
+    const char *nl = strchr(text, '\n');
+    int n = nl ? (int)(nl - text) : (int)strlen(text);
+    long pid = 0;
+    char host[256] = "?";
+    if (nl)
+        sscanf(nl + 1, "%ld %255s", &pid, host);
+    snprintf(who, len, "%.*s (pid %ld on %s)", n, n ? text : "another configuration", pid, host);
+}
+
+static bool is_registration(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] != '.' && !(n > 5 && !strcmp(name + n - 5, ".info")) &&
+           !(n > 5 && !strcmp(name + n - 5, ".take"));
+}
+
 /* Refuses when a live process serves another configuration from this directory; removes the
  * registrations of processes that are gone. users_fd: DIR/users; mine: our name's prefix. */
-static int check_users(struct cache *c, int users_fd, const char *mine, struct errbuf *err)
+static int check_users(struct cache *c, int users_fd, const char *mine, int64_t fs_now,
+                       struct errbuf *err)
 {
     DIR *d = opendir_at(users_fd, ".");
     if (!d)
@@ -232,56 +310,59 @@ static int check_users(struct cache *c, int users_fd, const char *mine, struct e
     int r = 0;
     struct dirent *de;
     while (r == 0 && (de = readdir(d))) {
-        if (de->d_name[0] == '.')
+        if (!is_registration(de->d_name))
             continue;
-        int fd = openat(users_fd, de->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0) {
-            unlinkat(users_fd, de->d_name, 0); /* not a file of ours */
-            continue;
-        }
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
-            unlinkat(users_fd, de->d_name, 0); /* its process is gone */
+        int live = registration_live(users_fd, de->d_name, fs_now);
+        if (live <= 0) {
+            if (live == 0 || live == -ENOENT) { /* its process is gone */
+                char *info = xasprintf("%s.info", de->d_name);
+                unlinkat(users_fd, info, 0);
+                free(info);
+            }
+            unlinkat(users_fd, de->d_name, 0);
         } else if (strncmp(de->d_name, mine, strlen(mine)) != 0) {
-            char text[4200] = "";
-            size_t got = 0;
-            pread_full(fd, text, sizeof text - 1, 0, &got);
-            text[got] = '\0';
-            char *nl = strchr(text, '\n');
-            long pid = nl ? strtol(nl + 1, NULL, 10) : 0;
-            if (nl)
-                *nl = '\0';
+            char text[4200], who[4400];
+            read_info(users_fd, de->d_name, text, sizeof text);
+            describe(text, who, sizeof who);
             r = err_set(err, -EINVAL,
-                        "%s: in use by %s (pid %ld); a cache directory serves one configuration "
-                        "at a time",
-                        c->path, text[0] ? text : "another configuration", pid);
+                        "%s: in use by %s; a cache directory serves one configuration at a time",
+                        c->path, who);
         }
-        close(fd);
     }
     closedir(d);
     return r;
 }
 
-/* Writes "CONFIG\nPID\nversion V\n" into our registration (through a descriptor of its own:
- * the one holding the lock is read-only, like every descriptor that stays open). V names the
+/* Writes NAME.info: "CONFIG\nPID HOST\nversion V\n" (whole, renamed into place). V names the
  * version of the configuration (its manifest and processor identity) that this process
  * serves: garbage collection keeps what another version may need. */
 static int write_registration(struct cache *c, int users_fd)
 {
-    char *text = xasprintf("%s\n%ld\nversion %016llx\n", c->config_path, (long)getpid(),
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    char *text = xasprintf("%s\n%ld %s\nversion %016llx\n", c->config_path, (long)getpid(), host,
                            (unsigned long long)c->version);
-    int w = openat(users_fd, c->user_name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-    int r = w < 0 || ftruncate(w, 0) < 0 ? -errno : 0;
-    if (r == 0)
-        r = write_full(w, text, strlen(text));
-    if (w >= 0)
-        close(w);
+    char *info = xasprintf("%s.info", c->user_name);
+    int r = file_write_atomic(users_fd, info, text, strlen(text), false);
+    free(info);
     free(text);
     return r;
 }
 
-/* Registers this process in DIR/users (a shared lock on its own file, held until it exits),
- * after checking, under the users lock, that no other configuration is served from here. */
+/* Takes our registration claim, named by the configuration, the host and the process. */
+static int make_registration(struct cache *c, int users_fd, const char *mine)
+{
+    static _Atomic unsigned counter;
+    free(c->user_name);
+    c->user_name = xasprintf("%s%016" PRIx64 "-%ld.%u", mine,
+                             hash64(HASH64_INIT, claim_host(), strlen(claim_host())),
+                             (long)getpid(), ++counter);
+    c->user_claim = claim_take(users_fd, c->user_name, UINT64_MAX, false);
+    return c->user_claim < 0 ? c->user_claim : write_registration(c, users_fd);
+}
+
+/* Registers this process in DIR/users (a claim renewed until it exits), after checking, under
+ * the users claim, that no other configuration is served from here. */
 static int register_user(struct cache *c, const char *config_path, struct errbuf *err)
 {
     int users_fd = open_subdir(c->dirfd, c->path, "users", err);
@@ -290,25 +371,17 @@ static int register_user(struct cache *c, const char *config_path, struct errbuf
     char mine[24];
     snprintf(mine, sizeof mine, "%016" PRIx64 "-",
              hash64(HASH64_INIT, config_path, strlen(config_path)));
-    int lock = take_lock(c, LOCK_USERS, F_WRLCK, true);
-    int r = lock < 0 ? err_set(err, lock, "%s/locks/all: %s", c->path, strerror(-lock)) : 0;
+    int lock = take_lock(c, 'u', LOCK_USERS, true);
+    int r = lock < 0 ? err_set(err, lock, "%s/locks: %s", c->path, strerror(-lock)) : 0;
+    int64_t fs_now = claim_fs_time(); /* the users claim was just made: the time it was given */
     if (r == 0)
-        r = check_users(c, users_fd, mine, err);
+        r = check_users(c, users_fd, mine, fs_now, err);
     if (r == 0) {
-        static _Atomic unsigned counter;
         c->config_path = xstrdup(config_path);
-        c->user_name = xasprintf("%s%ld.%u", mine, (long)getpid(), ++counter);
-        int made = openat(users_fd, c->user_name,
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (made >= 0)
-            close(made);
-        c->user_fd =
-            made < 0 ? -1 : openat(users_fd, c->user_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        if (c->user_fd < 0 || fcntl(c->user_fd, F_OFD_SETLK, &fl) < 0 ||
-            write_registration(c, users_fd) < 0)
-            r = err_set(err, -errno, "%s/users/%s: cannot register: %s", c->path, c->user_name,
-                        strerror(errno));
+        int e = make_registration(c, users_fd, mine);
+        if (e < 0)
+            r = err_set(err, e, "%s/users/%s: cannot register: %s", c->path, c->user_name,
+                        strerror(-e));
     }
     cache_unlock(c, lock);
     c->users_fd = users_fd;
@@ -317,8 +390,25 @@ static int register_user(struct cache *c, const char *config_path, struct errbuf
 
 void cache_adopt(struct cache *c)
 {
-    if (c->user_fd >= 0)
-        write_registration(c, c->users_fd);
+    if (c->user_claim < 0 || c->user_pid == getpid())
+        return;
+    /* forked: the registration names the process that serves the cache */
+    char *old = xstrdup(c->user_name);
+    const char *dash = strchr(old, '-');
+    char mine[24];
+    snprintf(mine, sizeof mine, "%.*s", dash ? (int)(dash - old + 1) : 0, old);
+    int prev = c->user_claim;
+    if (make_registration(c, c->users_fd, mine) == 0) {
+        c->user_pid = getpid();
+        claim_release(prev);
+        char *info = xasprintf("%s.info", old);
+        unlinkat(c->users_fd, info, 0);
+        free(info);
+    } else {
+        log_warn("cache %s: cannot register the serving process", c->path);
+        c->user_claim = prev;
+    }
+    free(old);
 }
 
 int cache_other_version(struct cache *c, char *who, size_t len)
@@ -330,31 +420,21 @@ int cache_other_version(struct cache *c, char *who, size_t len)
         return -errno;
     char mine[32];
     snprintf(mine, sizeof mine, "version %016llx\n", (unsigned long long)c->version);
+    /* the file system's time now, from our own claims' (0: none yet, every one judged live) */
+    int64_t fs_now = claim_fs_time();
     int found = 0;
     struct dirent *de;
     while (!found && (de = readdir(d))) {
-        if (de->d_name[0] == '.' || (c->user_name && strcmp(de->d_name, c->user_name) == 0))
+        if (!is_registration(de->d_name) || (c->user_name && strcmp(de->d_name, c->user_name) == 0))
             continue;
-        int fd = openat(c->users_fd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0)
+        if (registration_live(c->users_fd, de->d_name, fs_now) != 1)
             continue;
-        /* a live registration holds a shared lock: a test for a write lock sees it */
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-        char text[4200] = "";
-        size_t got = 0;
-        if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK &&
-            pread_full(fd, text, sizeof text - 1, 0, &got) == 0) {
-            text[got] = '\0';
-            if (!strstr(text, mine)) {
-                char *nl = strchr(text, '\n');
-                long pid = nl ? strtol(nl + 1, NULL, 10) : 0;
-                if (nl)
-                    *nl = '\0';
-                snprintf(who, len, "%s (pid %ld)", text, pid);
-                found = 1;
-            }
+        char text[4200];
+        read_info(c->users_fd, de->d_name, text, sizeof text);
+        if (text[0] && !strstr(text, mine)) {
+            describe(text, who, len);
+            found = 1;
         }
-        close(fd);
     }
     closedir(d);
     return found;
@@ -367,7 +447,8 @@ int cache_other_version(struct cache *c, char *who, size_t len)
 static void probe_xattrs(struct cache *c)
 {
     char tmp[64];
-    snprintf(tmp, sizeof tmp, ".probe.%ld", (long)getpid());
+    snprintf(tmp, sizeof tmp, ".probe.%016" PRIx64 ".%ld",
+             hash64(HASH64_INIT, claim_host(), strlen(claim_host())), (long)getpid());
     int fd = openat(c->chunks_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return; /* cannot write here: writes will say why */
@@ -411,7 +492,8 @@ int cache_open(const char *dir, const char *config_path, uint64_t version, struc
     struct cache *c = xcalloc(1, sizeof *c);
     c->path = xstrdup(dir);
     c->version = version;
-    c->user_fd = c->users_fd = -1;
+    c->user_claim = c->users_fd = -1;
+    c->user_pid = getpid();
     pthread_mutex_init(&c->repair_lock, NULL);
     pthread_mutex_init(&c->verified_lock, NULL);
     map_init(&c->ver, sizeof(struct verified), 128);
@@ -458,13 +540,19 @@ void cache_close(struct cache *c)
 {
     if (!c)
         return;
-    /* The registration stays: after a fork the serving child holds the same lock, and a
-     * registration whose lock nobody holds is removed by the next process to look. */
-    if (c->user_fd >= 0)
-        close(c->user_fd);
+    /* Our registration goes (a forked parent's was replaced by the child's, cache_adopt); one
+     * left by a process killed is removed by the next process to look. */
+    if (c->user_claim >= 0 && c->user_pid == getpid()) {
+        char *info = xasprintf("%s.info", c->user_name);
+        unlinkat(c->users_fd, info, 0);
+        free(info);
+        claim_release(c->user_claim);
+    }
     if (c->users_fd >= 0)
         close(c->users_fd);
     store_close(c->store);
+    if (c->locks_fd >= 0)
+        claim_drop_spares(c->locks_fd);
     for (int i = 0; i < c->nold_stores; i++)
         store_close(c->old_stores[i]);
     int fds[] = {c->dirfd, c->chunks_fd, c->results_fd, c->locks_fd};

@@ -1,15 +1,18 @@
-/* cache.h: the backing directory, the only persistent state of roifs (layout 3: keys are
- * XXH3-128; layout 2 had a home-made hash, layout 1 one file per result):
- *   DIR/format          "roifs-cache 3"
+/* cache.h: the backing directory, the only persistent state of roifs (layout 4: claims between
+ * hosts, a pack per writer; layout 3 shared packs under byte-range locks and named processes by
+ * pid alone, layout 2 had a home-made hash, layout 1 one file per result):
+ *   DIR/format          "roifs-cache 4"
  *   DIR/chunks/<id>     encoded output chunks by linear chunk id, each with its record
  *                       {version, chunk key, length, crc32c}: the extended attribute
  *                       user.roifs.chunk, or on file systems without user xattrs the sidecar
  *                       chunks/<id>.meta (valid only for the data file's inode)
  *   DIR/results/        every ROI result, by key (store.h)
- *   DIR/locks/all       byte-range locks that make computing a chunk, a ROI result or an
- *                       append exclusive between processes; the kernel drops a dead
- *                       process's locks
- *   DIR/users/          one file per process using the directory, naming its configuration
+ *   DIR/locks/          claims (claim.h): c<hex> a chunk being made, r<hex> a ROI result
+ *                       shared by chunks, p<n> a pack's writer, u1 the users check, each
+ *                       created exclusively, naming its holder (host, process) and renewed
+ *                       under a lease; all: byte-range locks, for waits on one host
+ *   DIR/users/          per process using the directory: a claim named by configuration,
+ *                       host and pid, and NAME.info naming its configuration and version
  *   DIR/inputs/<id>     the content hashes of an input array's files by identity (one file
  *                       per input array, rewritten whole; docs/design.md)
  *   DIR/L<n>/           the cache of pyramid level n ([output] ome), laid out the same
@@ -26,14 +29,17 @@
  *   cache_open, any other non-empty directory that is not a roifs cache is refused; the
  *   directory and its subdirectories are used only when they belong to the user and nobody
  *   else may write there, every entry opened relative to it with O_NOFOLLOW.
- * - Exactly once between processes: computing chunk id holds its byte of locks/all
- *   (cache_lock_chunk), a ROI result that spans chunks the byte chosen by its key
- *   (cache_lock_result), an append to the store byte 0; all are open-file-description locks,
- *   which the kernel drops when their process dies, so a killed holder's work is taken over,
- *   never waited on forever.
+ * - Exactly once between processes and hosts, whatever the file system's byte-range locks do:
+ *   computing chunk id holds its claim (cache_lock_chunk), a ROI result that spans chunks the
+ *   claim chosen by its key (cache_lock_result), appending to a pack that pack's claim (one
+ *   writer per pack, never two processes or hosts); a claim of a dead process of this host is
+ *   taken over at once, one of another host once its lease ran out unrenewed, so a killed
+ *   holder's work is taken over, never waited on forever. No state is named or judged by a
+ *   pid alone: registrations, claims and temporary files name their host.
  * - Atomic appearance: every file appears by rename of a complete temporary file (chunk
  *   files, their sidecars, the format marker), so a reader never sees a partial one; results
- *   are appended records, a torn tail of which the next writer truncates.
+ *   are appended records, a torn tail of which readers ignore and the pack's next holder
+ *   truncates.
  * - Checked: every chunk file carries its record {version, chunk key, length, inode, stamp,
  *   crc32c}, every stored result its header {key, raw and stored length, codec, crc32c of the
  *   stored bytes, crc32c of the header}; what does not verify (or has no record) is never
@@ -49,7 +55,7 @@
 #define ROIFS_CACHE_H
 
 /* DIR/format of this layout; a directory of an older layout is emptied at cache_open. */
-#define CACHE_FORMAT_TEXT "roifs-cache 3\n"
+#define CACHE_FORMAT_TEXT "roifs-cache 4\n"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -142,7 +148,10 @@ int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *
  * sidecars whose data file is gone (roifs clean --unused). Returns how many. */
 size_t cache_chunk_remove_leftovers(struct cache *c);
 
-/* ---- locks ---- */
+/* ---- locks (claims between hosts, claim.h) ---- */
+
+/* The lease of this process's claims, [cache] lease (seconds, at least 5; default 30). */
+void cache_set_lease(unsigned seconds);
 
 /* Takes the lock of chunk id (wait = false: -EWOULDBLOCK when another process holds it).
  * Returns a lock handle for cache_unlock, or -errno. */

@@ -4,6 +4,7 @@
 #define ROIFS_CACHE_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "../map.h"
 #include "cache.h"
@@ -27,8 +28,9 @@ struct cache {
     struct store *old_stores[CACHE_MAX_OLD];
     int nold, nold_stores;
     pthread_mutex_t repair_lock;
-    /* users/: this process's registration (a read-only descriptor holding a shared lock) */
-    int user_fd, users_fd;
+    /* users/: this process's registration (a claim, claim.h) and the process it names */
+    int user_claim, users_fd;
+    pid_t user_pid;
     char *user_name, *config_path;
     uint64_t version; /* of the configuration served (cache_other_version) */
     /* chunk records: in the extended attribute CACHE_CHUNK_XATTR, or sidecar files (decided

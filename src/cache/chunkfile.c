@@ -10,6 +10,7 @@
  * file since, a copy, or a restore changes one of them. Such a file's checksum is read once
  * per process and file state (inode, modification time). */
 #include "cache_internal.h"
+#include "claim.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -278,8 +279,22 @@ static enum cache_chunk_state damaged(struct cache *c, uint64_t id, const char *
     return CHUNK_DAMAGED;
 }
 
-enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, struct key128 want,
-                                                int *fd, struct cache_chunk_meta *meta)
+/* open_current's answer for a file replaced while it was looked at (never returned) */
+#define CHUNK_REPLACED ((enum cache_chunk_state)(CHUNK_DAMAGED + 1))
+
+/* Whether the file named name is no longer the one open as st (renamed over by another
+ * process, maybe of another host, since it was opened). */
+static bool replaced_since(struct cache *c, const char *name, const struct stat *st)
+{
+    struct stat now;
+    return fstatat(c->chunks_fd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 ||
+           now.st_ino != st->st_ino || now.st_dev != st->st_dev || now.st_size != st->st_size ||
+           ts_to_ns(now.st_mtim) != ts_to_ns(st->st_mtim) ||
+           ts_to_ns(now.st_ctim) != ts_to_ns(st->st_ctim);
+}
+
+static enum cache_chunk_state open_current(struct cache *c, uint64_t id, struct key128 want,
+                                           int *fd, struct cache_chunk_meta *meta, bool last)
 {
     char name[32];
     name_of(id, name, sizeof name);
@@ -312,6 +327,12 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
         int r = crc_of_file(f, m.length, &crc);
         end_verify(c, id, &st, want, r == 0 && crc == m.crc);
         log_debug("chunk %" PRIu64 ": checksum of %" PRIu64 " bytes verified", id, m.length);
+        if (r == 0 && crc != m.crc && !last && replaced_since(c, name, &st)) {
+            /* its record read by name may be the new file's (a file system that reads extended
+             * attributes by path, or a sidecar): not damage, a file replaced; look again */
+            close(f);
+            return CHUNK_REPLACED;
+        }
         if (r < 0 || crc != m.crc)
             s = damaged(c, id, r < 0 ? "cannot be read" : "fails its checksum", false);
     }
@@ -322,6 +343,15 @@ enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, st
     if (meta)
         *meta = m;
     *fd = f;
+    return s;
+}
+
+enum cache_chunk_state cache_chunk_open_current(struct cache *c, uint64_t id, struct key128 want,
+                                                int *fd, struct cache_chunk_meta *meta)
+{
+    enum cache_chunk_state s = CHUNK_REPLACED;
+    for (int i = 0; i < 4 && s == CHUNK_REPLACED; i++)
+        s = open_current(c, id, want, fd, meta, i == 3);
     return s;
 }
 
@@ -536,5 +566,5 @@ size_t cache_chunk_remove_leftovers(struct cache *c)
             n++;
     }
     closedir(d);
-    return n;
+    return n + claim_remove_dead(c->locks_fd);
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../crc32c.h"
+#include "claim.h"
 
 uint64_t store_pack_limit = 1ULL << 30;
 
@@ -54,9 +55,33 @@ static int open_listed_packs(struct store *s)
     return 0;
 }
 
+/* Indexes what pack n gained, looking at it through a descriptor opened now unless it is our
+ * own (scan lock held): a network file system shows another host's appends to an open, not
+ * to the size of a descriptor opened before them (close-to-open consistency). */
+static void scan_fresh(struct store *s, uint32_t n)
+{
+    if (s->packs[n].fd < 0)
+        return;
+    if (n == s->own && s->own_pid == getpid()) {
+        store_scan_pack(s, n);
+        return;
+    }
+    char name[32];
+    store_pack_name(n, name, sizeof name);
+    int fd = openat(s->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat a, b;
+    if (fd >= 0 && fstat(fd, &a) == 0 && fstat(s->packs[n].fd, &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+        store_scan_pack_fd(s, n, fd);
+    else
+        store_scan_pack(s, n); /* another file has the name, or none: the old one tells */
+    if (fd >= 0)
+        close(fd);
+}
+
 void store_catch_up(struct store *s)
 {
-    /* Only the newest pack grows: older ones were complete when the next one was made. */
+    /* Every pack may grow (each has its own writer): one fstat each tells which did. */
     uint32_t cur = store_current_pack(s);
     discover_packs(s);
     int64_t m = dir_mtime(s->dirfd);
@@ -70,8 +95,8 @@ void store_catch_up(struct store *s)
             if (s->packs[n].fd >= 0 && fstat(s->packs[n].fd, &st) == 0)
                 s->packs[n].unlinked = st.st_nlink == 0;
     }
-    for (uint32_t n = cur ? cur : 1; n < s->npacks; n++)
-        store_scan_pack(s, n);
+    for (uint32_t n = 1; n < s->npacks; n++)
+        scan_fresh(s, n);
     store_retire_unlinked(s);
 }
 
@@ -82,6 +107,7 @@ int store_open(int results_fd, int locks_fd, const char *path, struct store **ou
     s->path = xstrdup(path);
     s->dirfd = results_fd;
     s->locks_fd = locks_fd;
+    s->own_claim = -1;
     pthread_mutex_init(&s->append_lock, NULL);
     pthread_mutex_init(&s->scan_lock, NULL);
     pthread_mutex_init(&s->index_lock, NULL);
@@ -110,6 +136,8 @@ void store_close(struct store *s)
 {
     if (!s)
         return;
+    if (s->own_claim >= 0 && s->own_pid == getpid())
+        claim_release(s->own_claim);
     for (uint32_t n = 0; n < s->npacks; n++)
         if (s->packs[n].fd >= 0)
             close(s->packs[n].fd);
@@ -149,20 +177,62 @@ void store_refresh(struct store *s)
 
 /* ---- appending ---- */
 
-/* Takes the append lock (byte 0 of locks/all): a descriptor to close, or -errno. */
-int store_lock_appends(struct store *s)
+int store_claim_pack(struct store *s, uint32_t n)
 {
-    int fd = openat(s->locks_fd, "all", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    while (fcntl(fd, F_OFD_SETLKW, &fl) < 0)
-        if (errno != EINTR) {
-            int e = -errno;
-            close(fd);
-            return e;
+    char name[24];
+    snprintf(name, sizeof name, "p%u", n);
+    return claim_take(s->locks_fd, name, UINT64_MAX, false);
+}
+
+/* Whether pack n is still the file of the directory that this process has open. */
+static bool still_there(struct store *s, uint32_t n)
+{
+    char name[32];
+    store_pack_name(n, name, sizeof name);
+    struct stat a, b;
+    return fstatat(s->dirfd, name, &a, AT_SYMLINK_NOFOLLOW) == 0 &&
+           fstat(s->packs[n].fd, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* Makes a pack numbered at least floor (1 at least) this process's own (append and scan locks
+ * held): the one it has, else the first existing one whose claim is free (its writer ended:
+ * appends to it resume), else a new one above every pack there is. Its number, or -errno. */
+static int64_t own_pack(struct store *s, uint32_t floor)
+{
+    floor = floor ? floor : 1;
+    pid_t me = getpid();
+    if (s->own_pid == me && s->own >= floor && s->own < s->npacks && s->packs[s->own].fd >= 0 &&
+        !s->packs[s->own].unlinked)
+        return s->own;
+    if (s->own_pid == me && s->own_claim >= 0)
+        claim_release(s->own_claim);
+    s->own = 0;
+    s->own_claim = -1;
+    s->own_pid = me;
+    for (uint32_t n = floor;; n++) {
+        bool exists = n < s->npacks && s->packs[n].fd >= 0 && !s->packs[n].unlinked;
+        if (!exists && n < s->npacks)
+            continue; /* a gap: numbers only grow, new packs go above every one */
+        int h = store_claim_pack(s, n);
+        if (h == -EWOULDBLOCK)
+            continue;
+        if (h < 0)
+            return h;
+        if (exists && !still_there(s, n)) {
+            /* compacted away since our look (its claim let go after the unlink) */
+            claim_release(h);
+            s->packs[n].unlinked = true;
+            continue;
         }
-    return fd;
+        int r = exists ? 0 : store_open_pack(s, n, true);
+        if (r < 0) {
+            claim_release(h);
+            return r;
+        }
+        s->own = n;
+        s->own_claim = h;
+        return n;
+    }
 }
 
 /* Compression must save this share of a record to be kept; after a record where it did not,
@@ -239,9 +309,12 @@ static int write_all(int w, uint64_t off, struct iovec *iov, int n)
 static int open_for_append(struct store *s, uint32_t *n, struct errbuf *err)
 {
     int r;
-    store_catch_up(s); /* the newest pack may have been compacted away by another process */
-    if ((*n = store_current_pack(s)) == 0 && (r = store_open_pack(s, *n = 1, true)) < 0)
-        return err_set(err, r, "%s/pack-000001: cannot create: %s", s->path, strerror(-r));
+    store_catch_up(s);
+    int64_t own = own_pack(s, s->own_floor);
+    if (own < 0)
+        return err_set(err, (int)own, "%s: cannot claim a pack to append to: %s", s->path,
+                       strerror((int)-own));
+    *n = (uint32_t)own;
     char name[32];
     store_pack_name(*n, name, sizeof name);
     int w = openat(s->dirfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -250,8 +323,8 @@ static int open_for_append(struct store *s, uint32_t *n, struct errbuf *err)
     store_scan_pack(s, *n); /* what others appended since we looked */
     struct pack *pk = &s->packs[*n];
     if (pk->scanned < pk->size) {
-        log_warn("%s/%s: dropping %llu bytes of an incomplete record at its end (a writer "
-                 "that died)",
+        log_info("%s/%s: dropping %llu bytes of an incomplete record at its end (its last "
+                 "writer died)",
                  s->path, name, (unsigned long long)(pk->size - pk->scanned));
         if (ftruncate(w, (off_t)pk->scanned) < 0) {
             r = err_set(err, -errno, "%s/%s: cannot truncate: %s", s->path, name, strerror(errno));
@@ -279,11 +352,11 @@ int store_append_records(struct store *s, struct pending *recs, size_t nrec, uin
         if (pk->scanned > 0 && pk->scanned + total > store_pack_limit) {
             close(w);
             w = -1;
-            if ((r = store_open_pack(s, n + 1, true)) < 0) {
-                err_set(err, r, "%s/pack-%06u: cannot create: %s", s->path, n + 1, strerror(-r));
-                break;
-            }
-            if ((w = r = open_for_append(s, &n, err)) < 0)
+            uint32_t floor = s->own_floor;
+            s->own_floor = n + 1; /* full: a pack of our own above it */
+            w = r = open_for_append(s, &n, err);
+            s->own_floor = floor;
+            if (w < 0)
                 break;
             r = 0;
             pk = &s->packs[n];
@@ -335,15 +408,9 @@ int store_put_many(struct store *s, size_t n, const struct store_item *items, si
     for (size_t i = 0; i < n; i++)
         encode(s, &items[i], typesize, &recs[i]);
     pthread_mutex_lock(&s->append_lock);
-    int lock = store_lock_appends(s), r = 0;
-    if (lock < 0) {
-        r = err_set(err, lock, "%s: cannot lock for appending: %s", s->path, strerror(-lock));
-    } else {
-        pthread_mutex_lock(&s->scan_lock);
-        r = store_append_records(s, recs, n, NULL, NULL, err);
-        pthread_mutex_unlock(&s->scan_lock);
-        close(lock);
-    }
+    pthread_mutex_lock(&s->scan_lock);
+    int r = store_append_records(s, recs, n, NULL, NULL, err);
+    pthread_mutex_unlock(&s->scan_lock);
     pthread_mutex_unlock(&s->append_lock);
     for (size_t i = 0; i < n; i++)
         free(recs[i].buf);

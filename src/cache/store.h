@@ -85,6 +85,7 @@ struct store_compaction {
     size_t kept, removed;               /* records */
     uint64_t bytes_before, bytes_after; /* of the packs */
     uint32_t packs_rewritten;
+    uint32_t packs_in_use; /* left as they are: a live writer (of any host) holds them */
 };
 
 /* Removes the records live does not want: each pack holding any is rewritten, one at a time

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../crc32c.h"
+#include "claim.h"
 
 void (*store_compact_hook)(int step);
 
@@ -143,40 +144,57 @@ static int compact_pack(struct store *s, uint32_t n, uint32_t end, store_live_fn
                         struct store_compaction *out, struct errbuf *err)
 {
     store_catch_up(s); /* everything appended elsewhere is in the index: nothing is lost */
-    struct pack *pk = &s->packs[n];
-    if (n >= s->npacks || pk->fd < 0 || pk->unlinked)
+    if (n >= s->npacks || s->packs[n].fd < 0 || s->packs[n].unlinked)
         return 0; /* compacted by another process meanwhile */
+    /* The pack's claim: no other writer appends to it while it is rewritten. A pack a live
+     * writer holds (a process of this host or another) is left for a later compaction. */
+    int claim;
+    if (n == s->own && s->own_pid == getpid()) {
+        claim = s->own_claim; /* ours: our appends go on in a new pack */
+        s->own = 0;
+        s->own_claim = -1;
+    } else if ((claim = store_claim_pack(s, n)) < 0) {
+        if (claim != -EWOULDBLOCK)
+            return err_set(err, claim, "%s/pack-%06u: cannot claim it: %s", s->path, n,
+                           strerror(-claim));
+        out->packs_in_use++;
+        return 0;
+    }
+    store_scan_pack(s, n); /* what its last writer appended before we held it */
+    struct pack *pk = &s->packs[n];
     size_t nkeep, indexed;
     uint64_t kept_bytes;
     struct entry *keep = wanted_records(s, n, live, ctx, &nkeep, &kept_bytes, &indexed);
     if (kept_bytes >= pk->scanned && pk->scanned == pk->size) {
         free(keep);
+        claim_release(claim);
         return 0; /* nothing to remove */
     }
-    /* The copies go to a pack above those this compaction looks at, so that none is copied
-     * twice, and appends go on above the removed ones: pack numbers only ever grow. */
-    int r = 0;
-    uint32_t newest = store_current_pack(s);
-    if (newest < end && (r = store_open_pack(s, newest + 1, true)) < 0) {
-        free(keep);
-        return err_set(err, r, "%s/pack-%06u: cannot create: %s", s->path, newest + 1,
-                       strerror(-r));
-    }
+    /* The copies go to a pack of ours above those this compaction looks at, so that none is
+     * copied twice, and appends go on above the removed ones: pack numbers only ever grow. */
     size_t copied = 0;
     uint32_t first, last;
-    r = copy_records(s, n, keep, nkeep, &copied, &first, &last, err);
+    s->own_floor = end;
+    int r = copy_records(s, n, keep, nkeep, &copied, &first, &last, err);
+    s->own_floor = 0;
     free(keep);
     hook(1);
     if (r == 0 && (r = sync_packs(s, first, last)) < 0)
         err_set(err, r, "%s: cannot make the copies durable: %s", s->path, strerror(-r));
-    if (r < 0)
+    if (r < 0) {
+        claim_release(claim);
         return r; /* the pack stays as it is: the copies are only duplicates */
+    }
     hook(2);
     char name[32];
     store_pack_name(n, name, sizeof name);
-    if (unlinkat(s->dirfd, name, 0) < 0)
-        return err_set(err, -errno, "%s/%s: cannot remove: %s", s->path, name, strerror(errno));
+    if (unlinkat(s->dirfd, name, 0) < 0) {
+        r = err_set(err, -errno, "%s/%s: cannot remove: %s", s->path, name, strerror(errno));
+        claim_release(claim);
+        return r;
+    }
     hook(3);
+    claim_release(claim);
     out->packs_rewritten++;
     out->kept += copied;
     out->removed += indexed - copied;
@@ -206,15 +224,9 @@ int store_compact(struct store *s, store_live_fn live, void *ctx, struct store_c
     int r = 0;
     for (uint32_t n = 1; n < end && r == 0; n++) {
         pthread_mutex_lock(&s->append_lock);
-        int lock = store_lock_appends(s);
-        if (lock < 0) {
-            r = err_set(err, lock, "%s: cannot lock for compacting: %s", s->path, strerror(-lock));
-        } else {
-            pthread_mutex_lock(&s->scan_lock);
-            r = compact_pack(s, n, end, live, ctx, out, err);
-            pthread_mutex_unlock(&s->scan_lock);
-            close(lock);
-        }
+        pthread_mutex_lock(&s->scan_lock);
+        r = compact_pack(s, n, end, live, ctx, out, err);
+        pthread_mutex_unlock(&s->scan_lock);
         pthread_mutex_unlock(&s->append_lock);
     }
     pthread_mutex_lock(&s->scan_lock);

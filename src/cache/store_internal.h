@@ -1,7 +1,8 @@
 /* store_internal.h: the result store's state (store.h), shared by store.c (index, scans,
  * appends, reads) and store_gc.c (compaction, and the retirement of packs another process
- * compacted away). Locks, outermost first: append (one appender per process, held with the
- * byte-range lock that makes it one appender across processes), scan (one reader of pack
+ * compacted away). Every pack has one writer at a time, the process holding its claim
+ * (claim.h): no file is ever appended to by two processes, or two hosts. Locks, outermost
+ * first: append (one appender per process), scan (one reader of pack
  * tails at a time; owns the packs' scan positions and descriptors), fds (read: a read in
  * progress; write: a pack descriptor being closed), index (the key table and the pack table,
  * never held across I/O). */
@@ -10,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "../map.h"
 #include "store.h"
@@ -56,6 +58,12 @@ struct store {
     struct map index;   /* key -> struct entry: the results by key */
     uint64_t damaged;
     int64_t dir_mtime_ns; /* of the directory at the last full look (scan lock) */
+    /* the pack this process appends to (0: none yet), whose claim ("p<n>" in locks/, claim.h)
+     * it holds, and the process that took it (a forked child takes its own); appends go to
+     * a pack numbered at least own_floor (a compaction's copies above the packs it reads) */
+    uint32_t own, own_floor;
+    int own_claim;
+    pid_t own_pid;
     /* records still to store raw without trying to compress them (see encode) */
     _Atomic unsigned raw_streak;
 };
@@ -82,6 +90,9 @@ void store_pack_name(uint32_t n, char *buf, size_t len);
 int store_open_pack(struct store *s, uint32_t n, bool create);
 /* Indexes what pack n gained since the last scan (scan lock held). */
 void store_scan_pack(struct store *s, uint32_t n);
+/* The same through descriptor fd of the pack (one opened just now: on a network file system
+ * an open is what shows another host's appends, close-to-open consistency). */
+void store_scan_pack_fd(struct store *s, uint32_t n, int fd);
 /* Closes the packs removed from the directory once the index points at what they held that
  * was copied elsewhere; what was not copied is dropped (scan lock held). */
 void store_retire_unlinked(struct store *s);
@@ -94,8 +105,9 @@ uint32_t store_current_pack(const struct store *s);
  * numbers, when the directory changed) and their records; packs removed are retired
  * (scan lock held). */
 void store_catch_up(struct store *s);
-/* Takes the byte-range append lock: a descriptor to close, or -errno. */
-int store_lock_appends(struct store *s);
+/* Takes the claim of pack n without waiting (a handle for claim_release, -EWOULDBLOCK when
+ * a live writer has it, or -errno). */
+int store_claim_pack(struct store *s, uint32_t n);
 /* Appends records (append and scan locks held), rolling over to new packs; the index then
  * points at the new copies. The packs written are [*first, *last] (when not NULL). */
 int store_append_records(struct store *s, struct pending *recs, size_t nrec, uint32_t *first,

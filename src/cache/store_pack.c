@@ -110,9 +110,14 @@ int store_open_pack(struct store *s, uint32_t n, bool create)
  * incomplete or does not verify (scan_lock held). */
 void store_scan_pack(struct store *s, uint32_t n)
 {
+    store_scan_pack_fd(s, n, s->packs[n].fd);
+}
+
+void store_scan_pack_fd(struct store *s, uint32_t n, int fd)
+{
     struct pack *pk = &s->packs[n];
     struct stat st;
-    if (pk->fd < 0 || fstat(pk->fd, &st) < 0)
+    if (pk->fd < 0 || fd < 0 || fstat(fd, &st) < 0)
         return;
     uint64_t size = (uint64_t)st.st_size, off = pk->scanned, wstart = 0, wlen = 0;
     pk->size = size;
@@ -125,7 +130,7 @@ void store_scan_pack(struct store *s, uint32_t n)
             size_t want = size - off < SCAN_WINDOW ? (size_t)(size - off) : SCAN_WINDOW, got = 0;
             if (!win)
                 win = xmalloc(SCAN_WINDOW);
-            if (pread_full(pk->fd, win, want, off, &got) < 0 || got < sizeof(struct rec_header))
+            if (pread_full(fd, win, want, off, &got) < 0 || got < sizeof(struct rec_header))
                 break;
             wstart = off;
             wlen = got;

@@ -46,7 +46,8 @@ static int print_cache_state(const struct task *t)
     }
     struct cache *c;
     if (r == 0)
-        r = cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err);
+        cache_set_lease((unsigned)t->cfg.cache_lease);
+    r = cache_open(t->cache_dir, t->cfg.path, task_version(t), &c, &err);
     if (r < 0) {
         printf(" (not usable)\n");
         fflush(stdout);

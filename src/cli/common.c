@@ -192,7 +192,8 @@ const char *cli_cache_layout(const char *dir)
     const char *what = NULL;
     if (format && strcmp(format, CACHE_FORMAT_TEXT) == 0)
         what = "cache";
-    else if (format && strcmp(format, "roifs-cache 2\n") == 0)
+    else if (format &&
+             (strcmp(format, "roifs-cache 2\n") == 0 || strcmp(format, "roifs-cache 3\n") == 0))
         what = "older cache";
     else if ((manifest = read_marker(dir, "manifest")) && strncmp(manifest, "roifs-", 6) == 0)
         what = "older cache";

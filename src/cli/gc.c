@@ -40,6 +40,7 @@ static void format_time(uint32_t t, char *buf, size_t len)
 static int open_cache(const struct task *t0, const struct task *t, struct cache **c)
 {
     struct errbuf err = {{0}};
+    cache_set_lease((unsigned)t->cfg.cache_lease);
     int r = cache_open(t->cache_dir, t == t0 ? t0->cfg.path : NULL, task_version(t0), c, &err);
     if (r < 0) {
         fprintf(stderr, "roifs: %s\n", err.msg);

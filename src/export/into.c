@@ -174,6 +174,16 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
     struct errbuf e = {{0}};
     if (!t->cfg.ome_labels)
         return err_set(err, -EINVAL, "%s: export --into needs [output] ome = labels", t->cfg.path);
+    if (t->cfg.mask_table_name) /* two tables: one temporary directory (measurements.md) */
+        return err_set(err, -EINVAL,
+                       "%s: export --into of a mount with [measure] and [output] table_name is "
+                       "not done yet (it presents two tables)",
+                       t->cfg.path);
+    if (t->cfg.measure_labels) /* the label image is the image's already (measurements.md) */
+        return err_set(err, -EINVAL,
+                       "%s: export --into of a mount with [measure] labels is not done yet (the "
+                       "label image is the image's own)",
+                       t->cfg.path);
     if (ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
         return err_set(err, -EINVAL, "--into: %s", e.msg);
     json_decref(attrs);

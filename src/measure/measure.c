@@ -306,6 +306,45 @@ void measure_identity(struct measure *m, struct keyhash *h)
     key_add_u64(h, sig);
 }
 
+const struct task *measure_task(const struct measure *m)
+{
+    return m->t;
+}
+
+int measure_nchannels(const struct measure *m)
+{
+    return m->nch;
+}
+
+const struct dtype *measure_input_dtype(const struct measure *m)
+{
+    return &m->in_dtype;
+}
+
+int measure_intensity_crop(const struct measure *m, const uint64_t *c0, const uint64_t *ext,
+                           void *dst, struct errbuf *err)
+{
+    uint64_t start[ROIFS_MAX_DIM], shape[ROIFS_MAX_DIM], n = 1, outer = 1;
+    input_box(m, c0, ext, start, shape);
+    for (int d = 0; d < m->nd; d++) {
+        n *= ext[d];
+        if (d < m->cax)
+            outer *= ext[d];
+    }
+    size_t es = m->in_dtype.size;
+    unsigned char *buf = xmalloc(n * m->nc * es + 1);
+    int r = zarr_input_read(m->t->reader, start, shape, buf, err);
+    if (r == 0) { /* (outer, c, inner) to (channels measured, outer, inner) */
+        uint64_t inner = n / (outer ? outer : 1);
+        for (int c = 0; c < m->nch; c++)
+            for (uint64_t o = 0; o < outer; o++)
+                memcpy((unsigned char *)dst + ((uint64_t)c * n + o * inner) * es,
+                       buf + ((o * m->nc + m->chan[c]) * inner) * es, inner * es);
+    }
+    free(buf);
+    return r;
+}
+
 size_t measure_ncols(const struct measure *m)
 {
     return m->ncols;
@@ -369,6 +408,38 @@ int measure_encode(const struct measure *m, const struct table_spec *spec, const
     double *vals;
     size_t n = measure_rows(m, s, &ids, &vals);
     int r = table_encode_features(spec, ids, n, measure_colnames(m), m->ncols, vals, out, err);
+    free(vals);
+    free(ids);
+    return r;
+}
+
+int measure_encode_extra(const struct measure *m, const struct table_spec *spec,
+                         const struct mstats *s, size_t nx, const char *const *xnames,
+                         const uint64_t *xids, const double *xvals, struct table_files *out,
+                         struct errbuf *err)
+{
+    uint64_t *ids;
+    double *vals;
+    size_t n = measure_rows(m, s, &ids, &vals), nc = m->ncols + nx;
+    for (size_t i = 0; i < n; i++)
+        if (xids[i] != ids[i]) {
+            free(vals);
+            free(ids);
+            return err_set(err, -EIO, "the Python features are not of the objects measured");
+        }
+    double *all = xmalloc((n ? n : 1) * (nc ? nc : 1) * sizeof *all);
+    const char **names = xmalloc((nc ? nc : 1) * sizeof *names);
+    for (size_t j = 0; j < m->ncols; j++)
+        names[j] = m->cols[j];
+    for (size_t j = 0; j < nx; j++)
+        names[m->ncols + j] = xnames[j];
+    for (size_t i = 0; i < n; i++) {
+        memcpy(all + i * nc, vals + i * m->ncols, m->ncols * sizeof *all);
+        memcpy(all + i * nc + m->ncols, xvals + i * nx, nx * sizeof *all);
+    }
+    int r = table_encode_features(spec, ids, n, names, nc, all, out, err);
+    free(names);
+    free(all);
     free(vals);
     free(ids);
     return r;

@@ -40,6 +40,15 @@ void measure_identity(struct measure *m, struct keyhash *h);
 struct key128 measure_piece_key(struct measure *m, struct key128 chunk, const uint64_t *c0,
                                 const uint64_t *ext, struct zarr_sigmemo *memo);
 
+/* The label image's task, the channels measured and the input's dtype (mpython.h). */
+const struct task *measure_task(const struct measure *m);
+int measure_nchannels(const struct measure *m);
+const struct dtype *measure_input_dtype(const struct measure *m);
+/* The intensities of the channels measured over the label box [c0, c0 + ext), channels
+ * first (nchannels x ext, C order, the input's dtype) into dst. 0 or -EIO (message). */
+int measure_intensity_crop(const struct measure *m, const uint64_t *c0, const uint64_t *ext,
+                           void *dst, struct errbuf *err);
+
 size_t measure_ncols(const struct measure *m);
 const char *const *measure_colnames(const struct measure *m);
 /* One object's features (measure_ncols values) from its merged partial. */
@@ -52,6 +61,12 @@ size_t measure_rows(const struct measure *m, const struct mstats *s, uint64_t **
 /* The table of the merged partials s: one row per object, sorted by id. 0 or -errno. */
 int measure_encode(const struct measure *m, const struct table_spec *spec, const struct mstats *s,
                    struct table_files *out, struct errbuf *err);
+/* measure_encode with nx more columns (xnames) after the builtin ones: xvals holds a row of nx
+ * values per object, in the order of xids (sorted, the objects of s). */
+int measure_encode_extra(const struct measure *m, const struct table_spec *spec,
+                         const struct mstats *s, size_t nx, const char *const *xnames,
+                         const uint64_t *xids, const double *xvals, struct table_files *out,
+                         struct errbuf *err);
 /* The record of merged partials in the cache (checksummed, written atomically): write, and
  * read into an empty s (-ENOENT: none; -EIO: damaged, or of other dimensions or channels). */
 int measure_record_write(const struct mstats *s, int dirfd, const char *name);

@@ -25,7 +25,15 @@ struct proc_request {
     void *out;
     size_t out_nbytes; /* prod(in_shape) * out_dtype.size */
     uint64_t label;    /* a masked ROI's label (docs/masks.md), 0 for any other ROI */
+    /* 0: a ROI. PROC_REQ_MEASURE: one object of [measure] python (python processors only,
+     * pyserver.h's PY_REQ_MEASURE): label its id, roi the number of channels, in the labels
+     * crop (in_dtype, shape stop - start) then at PROC_MEASURE_ALIGN its intensities
+     * channels-first (out_dtype), in_start / in_shape the object's bbox start and stop; out
+     * gets the function's dict as JSON (NUL-terminated, out_nbytes at most). */
+    unsigned kind;
 };
+#define PROC_REQ_MEASURE   3
+#define PROC_MEASURE_ALIGN 64
 
 struct proc;
 
@@ -84,5 +92,10 @@ int proc_plugin_create(const struct config *cfg, struct proc **out, struct errbu
 /* Starts the fork server (it imports the file and checks the function) and forks `threads`
  * workers: a file that does not import, or has no such function, fails here. */
 int proc_python_create(const struct config *cfg, struct proc **out, struct errbuf *err);
+/* [measure] python = spec (docs/measurements.md): interpreters of cfg's ([process] interpreter,
+ * timeout, threads) whose function takes (labels, intensity, obj), run by PROC_REQ_MEASURE
+ * requests only; always local. Errors name [measure] python. 0 or -errno. */
+int proc_python_create_measure(const struct config *cfg, const char *spec, struct proc **out,
+                               struct errbuf *err);
 
 #endif

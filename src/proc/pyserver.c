@@ -209,7 +209,8 @@ static void server_free(struct pyserver *s)
 /* Sends the hello, waits for the verdict on the import. */
 static int handshake(struct pyserver *s, const struct pyserver_opts *o, struct errbuf *err)
 {
-    char *hello = xasprintf("{\"params\": %s}", o->params_json ? o->params_json : "{}");
+    char *hello = xasprintf("{\"params\": %s, \"measure\": %s}",
+                            o->params_json ? o->params_json : "{}", o->measure ? "true" : "false");
     int rc = send_msg(s, hello, NULL, 0);
     free(hello);
     json_t *reply = NULL;

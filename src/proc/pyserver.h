@@ -25,6 +25,8 @@ struct py_shared {
  * worker's memfd (map_size bytes mapped by both sides), the result goes to out_off.
  * Little-endian, no padding. */
 #define PY_REQ_ROI 1
+/* One object of [measure] python (proc.h, PROC_REQ_MEASURE): the same header and dims. */
+#define PY_REQ_MEASURE 3
 struct py_request {
     uint32_t kind, ndim;
     uint64_t roi, label; /* label 0: not a masked ROI */
@@ -62,6 +64,7 @@ struct pyserver_opts {
     const char *spec;        /* FILE.py:FUNCTION or MODULE:FUNCTION, as configured */
     const char *dir;         /* the server's working directory (the configuration's) */
     const char *params_json; /* {"name": "value", ...} */
+    bool measure;            /* the function is [measure] python's (labels, intensity, obj) */
 };
 
 /* Starts the server and waits until it has imported the file and checked the function.

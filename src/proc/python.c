@@ -228,11 +228,12 @@ static const struct proc_ops python_ops = {
 
 /* ---- creation ---- */
 
-/* "FILE:LINE: [process] python: " before the message in err. */
-static int python_spec_error(const struct config *cfg, int rc, struct errbuf *err)
+/* "FILE:LINE: [process] python: " (measure: [measure] python) before the message in err. */
+static int python_spec_error(const struct config *cfg, bool measure, int rc, struct errbuf *err)
 {
-    return err_prefix_at(err, rc, cfg->path, config_line(cfg, "process", "python"),
-                         "[process] python");
+    const char *section = measure ? "measure" : "process";
+    return err_prefix_at(err, rc, cfg->path, config_line(cfg, section, "python"),
+                         measure ? "[measure] python" : "[process] python");
 }
 
 static int check_spec(const char *spec, struct errbuf *err)
@@ -272,24 +273,29 @@ static int create_slurm(const struct config *cfg, const char *interp, struct pro
     return rc;
 }
 
-int proc_python_create(const struct config *cfg, struct proc **out, struct errbuf *err)
+/* The pool of spec's interpreters (measure: [measure] python's). */
+static int create_pool(const struct config *cfg, const char *spec, bool measure, struct proc **out,
+                       struct errbuf *err)
 {
     const char *interp = cfg->interpreter ? cfg->interpreter : DEFAULT_INTERPRETER;
     char *params = NULL;
-    int rc = check_spec(cfg->proc_value, err);
+    int rc = check_spec(spec, err);
     if (rc)
-        return python_spec_error(cfg, rc, err);
+        return python_spec_error(cfg, measure, rc, err);
     if ((rc = proc_params_json(cfg, &params, err)))
         return rc;
-    struct pyserver_opts o = {
-        .interpreter = interp, .spec = cfg->proc_value, .dir = cfg->dir, .params_json = params};
+    struct pyserver_opts o = {.interpreter = interp,
+                              .spec = spec,
+                              .dir = cfg->dir,
+                              .params_json = params,
+                              .measure = measure};
     struct pyserver *srv = NULL;
     rc = pyserver_start(&o, &srv, err);
     if (rc) {
         free(params);
-        return python_spec_error(cfg, rc, err);
+        return python_spec_error(cfg, measure, rc, err);
     }
-    bool slurm = cfg->executor == EXECUTOR_SLURM;
+    bool slurm = cfg->executor == EXECUTOR_SLURM && !measure;
     if (slurm) { /* the file imports and has its function: the nodes run it */
         free(params);
         pyserver_stop(srv, true);
@@ -300,9 +306,10 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     pp->base.ops = &python_ops;
     pp->srv = srv;
     pp->opts = (struct pyserver_opts){.interpreter = xstrdup(interp),
-                                      .spec = xstrdup(cfg->proc_value),
+                                      .spec = xstrdup(spec),
                                       .dir = cfg->dir ? xstrdup(cfg->dir) : NULL,
-                                      .params_json = params};
+                                      .params_json = params,
+                                      .measure = measure};
     pthread_mutex_init(&pp->srv_lock, NULL);
     pp->timeout = cfg->timeout;
     pp->creator = getpid();
@@ -319,8 +326,19 @@ int proc_python_create(const struct config *cfg, struct proc **out, struct errbu
     }
     if (rc) {
         python_destroy(&pp->base);
-        return python_spec_error(cfg, rc, err);
+        return python_spec_error(cfg, measure, rc, err);
     }
     *out = &pp->base;
     return 0;
+}
+
+int proc_python_create(const struct config *cfg, struct proc **out, struct errbuf *err)
+{
+    return create_pool(cfg, cfg->proc_value, false, out, err);
+}
+
+int proc_python_create_measure(const struct config *cfg, const char *spec, struct proc **out,
+                               struct errbuf *err)
+{
+    return create_pool(cfg, spec, true, out, err);
 }

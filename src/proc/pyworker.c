@@ -283,7 +283,7 @@ static size_t build_request(const struct pyworker *w, const struct proc_request 
     struct py_request *h = (struct py_request *)dst;
     char dt[8];
     memset(h, 0, sizeof *h);
-    h->kind = PY_REQ_ROI;
+    h->kind = rq->kind == PROC_REQ_MEASURE ? PY_REQ_MEASURE : PY_REQ_ROI;
     h->ndim = (uint32_t)rq->ndim;
     h->roi = rq->roi;
     h->label = rq->label;

@@ -5,6 +5,7 @@ command's script, a worker's script, a plugin) makes new results."""
 import errno
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import time
@@ -195,7 +196,7 @@ def test_two_configurations_on_one_cache(tmp_path, mount, roifs_bin, first):
         for r in (run_roifs(roifs_bin, "warm", cfgs[second]),
                   mount_refused(roifs_bin, cfgs[second], tmp_path / "mnt2")):
             assert r.returncode == 2, r.stderr
-            assert (f"roifs: {task.cache}: in use by {cfgs[first]} (pid {m.proc.pid}); a cache "
+            assert (f"roifs: {task.cache}: in use by {cfgs[first]} (pid {m.proc.pid} on {socket.gethostname()}); a cache "
                     "directory serves one configuration at a time") in r.stderr, r.stderr
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], refs[first])
     # one after the other: each gets its own results, never the other's, nothing emptied
@@ -393,23 +394,26 @@ def test_older_cache_layout_is_emptied(tmp_path, mount):
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
         assert "made by an older roifs (cache layout 1); emptying it" in m.log_text()
-    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
+    assert (task.cache / "format").read_text() == "roifs-cache 4\n"
     assert not (task.cache / "manifest").exists() and not (task.cache / "rois").exists()
 
 
-def test_cache_layout_2_is_made_again(tmp_path, roifs_bin, mount):
-    """Layout 2 named results by another hash: its results and chunk files are never taken
-    (never a wrong hit, never an error); the cache is emptied, logged, and made again."""
+@pytest.mark.parametrize("layout", [2, 3])
+def test_cache_layout_2_is_made_again(tmp_path, roifs_bin, mount, layout):
+    """Layout 2 named results by another hash, layout 3 appended every process's results to
+    shared packs under byte-range locks alone and named registrations by pid alone (issue 35):
+    their results and chunk files are never taken (never a wrong hit, never an error); the
+    cache is emptied, logged, and made again."""
     task, ref = spanning_task(tmp_path)
     assert run_roifs(roifs_bin, "warm", task.config).returncode == 0
-    (task.cache / "format").write_text("roifs-cache 2\n")  # as the older roifs left it
+    (task.cache / "format").write_text(f"roifs-cache {layout}\n")  # as the older roifs left it
     r = run_roifs(roifs_bin, "check", task.config)
     assert "(made by an older roifs; it will be emptied at the next mount)" in r.stdout, r
     with mount(task.config) as m:
         np.testing.assert_array_equal(zarr.open(str(m.path), mode="r")[:], ref)
-        assert "made by an older roifs (cache layout 2); emptying it" in m.log_text()
+        assert f"made by an older roifs (cache layout {layout}); emptying it" in m.log_text()
         assert m.status()["calls"] == len(ROIS)  # every ROI computed again
-    assert (task.cache / "format").read_text() == "roifs-cache 3\n"
+    assert (task.cache / "format").read_text() == "roifs-cache 4\n"
 
 
 def test_foreign_directory_is_refused(tmp_path, roifs_bin):

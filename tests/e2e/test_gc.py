@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import signal
+import socket
 import struct
 import subprocess
 import time
@@ -150,7 +151,7 @@ def test_clean_unused_while_a_mount_reads(tmp_path, mount, roifs_bin):
         set_option(task, "param.value", 2)  # the mount serves value 1, the file says 2
         r = run_roifs(roifs_bin, "clean", "--unused", task.config)
         assert r.returncode == 1, r.stdout + r.stderr
-        assert (f"in use by {task.config} (pid {m.proc.pid}), which serves another version "
+        assert (f"in use by {task.config} (pid {m.proc.pid} on {socket.gethostname()}), which serves another version "
                 "of this configuration") in r.stderr, r.stderr
         assert len(records(task.cache)) == 12
         # value 2 warmed next to the mount: unused for value 1, and its chunk files replace

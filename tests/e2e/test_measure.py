@@ -223,7 +223,7 @@ def test_record_and_incremental(tmp_path, roifs_bin):
 @pytest.mark.parametrize("measure, output, message", [
     ({"table_name": None, "features": "area"}, {}, "[measure] table_name is required"),
     ({"features": "volume"}, {}, "unknown feature 'volume'"),
-    ({}, {"table_name": "t2"}, "a mount with [measure] presents one table"),
+    ({}, {"table_name": "feat"}, "[output] table_name: 'feat' is [measure] table_name's"),
     ({"intensity": "CY5"}, {}, "[measure] intensity: no channel 'CY5'"),
 ])
 def test_refusals(tmp_path, roifs_bin, measure, output, message):
@@ -329,3 +329,47 @@ def test_one_channel_input_and_chosen_features(tmp_path, roifs_bin):
     np.testing.assert_array_equal(ids, want_ids)
     for j, c in enumerate(cols):
         np.testing.assert_allclose(x[:, j], want[c], rtol=1e-9, atol=0, err_msg=c)
+
+
+def test_masking_table_beside_the_feature_table(tmp_path, roifs_bin):
+    """[output] table_name with [measure]: tables/masks (the masking table, from the merged
+    partials' boxes) is byte for byte the one a mount without [measure] presents, beside
+    tables/feat (equal to the references); both listed in tables; a remount makes both from
+    the feature table's record (no label chunk); export --into refuses (exit 2)."""
+    img, data = make_image(tmp_path, (40, 36))
+    labels = {"ids": "unique", "block": 1000}
+    plain = write_config(tmp_path / "plain.ini", {
+        "input": {"path": img, "channel": 0},
+        "rois": {"grid": "16,16"},
+        "process": {"builtin": "label", "param.value": THRESHOLD},
+        "output": {"ome": "labels", "dtype": "<u4", "table_name": "masks", "label_name": "seg"},
+        "labels": labels, "cache": {"dir": tmp_path / "cache_plain"}})
+    want = {}
+    with mounted(roifs_bin, plain, mnt=tmp_path / "mnt_plain") as m:
+        root = m.path / "tables" / "masks"
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                want[str(p.relative_to(root))] = p.read_bytes()
+    config = write_config(tmp_path / "seg.ini", {
+        "input": {"path": img, "channel": 0},
+        "rois": {"grid": "16,16"},
+        "process": {"builtin": "label", "param.value": THRESHOLD},
+        "output": {"ome": "labels", "dtype": "<u4", "table_name": "masks"},
+        "labels": labels,
+        "measure": {"table_name": "feat"},
+        "cache": {"dir": tmp_path / "cache"}})
+    for mount in (1, 2):
+        with mounted(roifs_bin, config) as m:
+            root = m.path / "tables" / "masks"
+            got = {str(p.relative_to(root)): p.read_bytes()
+                   for p in sorted(root.rglob("*")) if p.is_file()}
+            assert got == want and len(want) >= 3, (sorted(got), sorted(want))
+            lab = zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...]
+            check_table(m.path / "tables" / "feat", "anndata", lab, data)
+            tables = json.loads((m.path / "tables" / ".zattrs").read_text())["tables"]
+            assert sorted(tables) == ["feat", "masks"]
+            st = m.status()
+            if mount == 2:
+                assert st["calls"] == 0 and st["table"] == {"scans": 0, "from_record": 1}, st
+    r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
+    assert r.returncode == 2 and "two tables" in r.stderr, r.stderr

@@ -232,7 +232,7 @@ def test_cache_removed_under_a_running_mount(tmp_path, mount):
         np.testing.assert_array_equal(z[0:32, 0:32], ref[0:32, 0:32])
         subprocess.run(["rm", "-rf", str(task.cache)], check=True)
         np.testing.assert_array_equal(z[:], ref)
-        assert (task.cache / "format").read_text() == "roifs-cache 3\n"  # cache layout 3
+        assert (task.cache / "format").read_text() == "roifs-cache 4\n"  # cache layout 4
     with mount(task.config) as m:  # the recreated cache is a valid cache
         np.testing.assert_array_equal(read_all(m.path), ref)
         assert m.status()["calls"] == 0

@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "cache/cache.h"
+#include "cache/claim.h"
 #include "key.h"
 #include "scratch.h"
 
@@ -81,7 +83,7 @@ static void test_format(void)
     CHECK_EQ_INT(open_cache("fresh", NULL, &c, &msg), 0);
     cache_close(c);
     char *text = NULL, *fp = path_of("fresh/format");
-    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, "roifs-cache 3\n") == 0);
+    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, CACHE_FORMAT_TEXT) == 0);
     free(text);
     free(fp);
     /* a directory of something else is left alone */
@@ -111,6 +113,19 @@ static void test_format(void)
     cache_close(c);
     CHECK(!exists("old/manifest") && !exists("old/chunks/0") && exists("old/format"));
     free(p);
+    /* so is layout 3, whose packs were appended to by every process under byte-range locks
+     * alone and whose registrations were named by pid alone (several hosts) */
+    p = path_of("three");
+    mkdir_p(p, 0700);
+    scratch_write_file(dir, "three/format", "roifs-cache 3\n", 14);
+    scratch_write_file(dir, "three/chunks/0", "stale", 5);
+    scratch_write_file(dir, "three/results/pack-000001", "old records", 11);
+    scratch_write_file(dir, "three/users/0123456789abcdef-42.1", "/cfg/x.ini\n42\n", 14);
+    CHECK_EQ_INT(open_cache("three", "/cfg/y.ini", &c, &msg), 0);
+    cache_close(c);
+    CHECK(!exists("three/chunks/0") && !exists("three/results/pack-000001") &&
+          !exists("three/users/0123456789abcdef-42.1"));
+    free(p);
     /* so is layout 2, whose keys were of another hash: made again, never a wrong hit */
     p = path_of("two");
     mkdir_p(p, 0700);
@@ -122,7 +137,7 @@ static void test_format(void)
     CHECK(!exists("two/chunks/0") && !exists("two/results/pack-000001"));
     text = NULL;
     fp = path_of("two/format");
-    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, "roifs-cache 3\n") == 0);
+    CHECK(file_read_all(fp, &text, NULL) == 0 && strcmp(text, CACHE_FORMAT_TEXT) == 0);
     free(text);
     free(fp);
     free(p);
@@ -164,6 +179,86 @@ static void test_locks(void)
     cache_unlock(c, l2);
     cache_unlock(c, l3);
     cache_close(c);
+}
+
+/* Writes a claim or registration file dir/name held by holder text who (a claim's form). */
+static void write_claim(const char *name, const char *who)
+{
+    char *text = xasprintf("roifs-claim 1\n%snonce 0000000000000001\nrenewed %020d\n", who, 0);
+    scratch_write_file(dir, name, text, strlen(text));
+    free(text);
+}
+
+/* Claims hold between hosts (claim.h): another host's claim is live while it changes (a
+ * lease), never judged by a local pid; one of this host whose process is gone is taken over at
+ * once; a registration of another host with our very pid neither collides with ours nor is
+ * removed as gone, unless its lease ran out by the file system's times. */
+static void test_claims_between_hosts(void)
+{
+    struct errbuf msg = {{0}};
+    struct cache *c = NULL;
+    CHECK_EQ_INT(open_cache("claims", NULL, &c, NULL), 0);
+    /* another host's holder, with our pid and start time */
+    char *other = xasprintf("host elsewhere\nboot 0\npidns 1\npid %ld\nstart %llu\n",
+                            (long)getpid(), claim_my_start());
+    write_claim("claims/locks/c15", other); /* chunk 5: byte 16 + 5 */
+    CHECK_EQ_INT(cache_lock_chunk(c, 5, false), -EWOULDBLOCK);
+    CHECK_EQ_INT(cache_lock_chunk(c, 5, false), -EWOULDBLOCK); /* unchanged, but within the lease */
+    /* this host's holder whose process ended: taken over at once */
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0);
+    char *dead = xasprintf("%spid %ld\nstart 1\n", claim_host(), (long)child);
+    write_claim("claims/locks/c16", dead); /* chunk 6 */
+    int l = cache_lock_chunk(c, 6, false);
+    CHECK(l >= 0);
+    cache_unlock(c, l);
+    CHECK(!exists("claims/locks/c16"));
+    /* and of a live process of this host: held */
+    char *live = xasprintf("%s", claim_holder_text());
+    write_claim("claims/locks/c17", live);
+    CHECK_EQ_INT(cache_lock_chunk(c, 7, false), -EWOULDBLOCK);
+    /* clean --unused removes the claims of processes gone: of this host by pid, of another
+     * by the file system's time (not renewed for longer than the lease), never a live one */
+    write_claim("claims/locks/c99", dead);
+    write_claim("claims/locks/c98", other);
+    char *old_claim = path_of("claims/locks/c98");
+    struct timespec hour_ago[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    CHECK(utimensat(AT_FDCWD, old_claim, hour_ago, 0) == 0);
+    free(old_claim);
+    CHECK(cache_chunk_remove_leftovers(c) >= 2);
+    CHECK(!exists("claims/locks/c99") && !exists("claims/locks/c98"));
+    CHECK(exists("claims/locks/c15") && exists("claims/locks/c17")); /* fresh, and live */
+    cache_close(c);
+    /* registrations: another host's, with our pid, another configuration: refused while its
+     * claim is fresh, removed once it is older than the lease (plus 5 s) */
+    char *p = path_of("hosts");
+    mkdir_p(p, 0700);
+    char *users = path_of("hosts/users");
+    mkdir_p(users, 0700);
+    scratch_write_file(dir, "hosts/format", CACHE_FORMAT_TEXT, strlen(CACHE_FORMAT_TEXT));
+    char *reg = xasprintf("hosts/users/0123456789abcdef-fedcba9876543210-%ld.1", (long)getpid());
+    write_claim(reg, other);
+    char *info = xasprintf("%s.info", reg);
+    scratch_write_file(dir, info, "/cfg/other.ini\n42 elsewhere\nversion 1\n", 38);
+    CHECK_EQ_INT(open_cache("hosts", "/cfg/mine.ini", &c, &msg), -EINVAL);
+    CHECK_STR_CONTAINS(msg.msg, "in use by /cfg/other.ini (pid 42 on elsewhere)");
+    char *rp = path_of(reg);
+    struct timespec old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    CHECK(utimensat(AT_FDCWD, rp, old, 0) == 0);
+    c = NULL;
+    CHECK_EQ_INT(open_cache("hosts", "/cfg/mine.ini", &c, &msg), 0);
+    CHECK(!exists(reg) && !exists(info));
+    cache_close(c);
+    free(rp);
+    free(info);
+    free(reg);
+    free(users);
+    free(p);
+    free(live);
+    free(dead);
+    free(other);
 }
 
 static enum cache_chunk_state open_state(struct cache *c, uint64_t id, struct key128 k)
@@ -288,6 +383,7 @@ int main(void)
     RUN(test_trust);
     RUN(test_format);
     RUN(test_users);
+    RUN(test_claims_between_hosts);
     RUN(test_locks);
     RUN(test_chunk_files);
     RUN(test_written_fd_outlives_its_name);

@@ -332,6 +332,107 @@ static void test_concurrent_writers(void)
     store_pack_limit = 1ULL << 30;
 }
 
+static int count_packs(void);
+
+/* A record's header as store.h describes it (56 bytes): what the test reads of a pack. */
+struct test_header {
+    char magic[8];
+    uint64_t key_lo, key_hi, raw_len, stored_len;
+    uint32_t codec, data_crc, made, header_crc;
+};
+
+/* The writers (who) whose records pack n holds, as a bit set (bit who), reading its headers. */
+static unsigned writers_of_pack(int n, int nwho, int per)
+{
+    char *path = pack_path(n);
+    int fd = open(path, O_RDONLY);
+    free(path);
+    unsigned set = 0;
+    struct test_header h;
+    off_t off = 0;
+    while (fd >= 0 && pread(fd, &h, sizeof h, off) == (ssize_t)sizeof h &&
+           memcmp(h.magic, "roifsP1", 8) == 0) {
+        for (int w = 1; w <= nwho; w++)
+            for (int i = 0; i < per; i++) {
+                struct key128 k = key_of(w, i);
+                if (k.lo == h.key_lo && k.hi == h.key_hi)
+                    set |= 1u << w;
+            }
+        off += (off_t)(sizeof h + h.stored_len);
+    }
+    if (fd >= 0)
+        close(fd);
+    return set;
+}
+
+/* No pack is ever appended to by two writers (issue 35: hosts whose byte-range locks do not
+ * reach each other tore each other's records): 4 processes storing at once each append to a
+ * pack of their own, held by its claim; a pack whose writer ended is resumed by the next
+ * writer (no new pack), and one whose writer was killed too. */
+static void test_one_writer_per_pack(void)
+{
+    fresh("onewriter");
+    int done[2], go[2];
+    CHECK(pipe(done) == 0 && pipe(go) == 0);
+    pid_t pids[4];
+    for (int w = 0; w < 4; w++) {
+        pids[w] = fork();
+        if (pids[w] == 0) {
+            close(done[0]);
+            close(go[1]);
+            struct store *s = open_store();
+            int r = s ? put_many(s, w + 1, 0, 60) : -1;
+            char b = 'x';
+            if (write(done[1], &b, 1) != 1 || read(go[0], &b, 1) < 0) /* all at once, open */
+                r = -1;
+            store_close(s);
+            _exit(r == 0 ? 0 : 1);
+        }
+    }
+    close(done[1]);
+    close(go[0]);
+    char b[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = read(done[0], b + got, 4 - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    CHECK_EQ_INT(got, 4);
+    int packs = count_packs();
+    CHECK_EQ_INT(packs, 4); /* four writers at once: four packs, each of one writer */
+    for (int n = 1; n <= packs; n++) {
+        unsigned set = writers_of_pack(n, 4, 60);
+        CHECK(set != 0 && (set & (set - 1)) == 0);
+    }
+    close(go[1]); /* they may end now */
+    close(done[0]);
+    for (int w = 0; w < 4; w++) {
+        int status;
+        CHECK(waitpid(pids[w], &status, 0) == pids[w] && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0);
+    }
+    struct store *s = open_store();
+    for (int w = 1; w <= 4; w++)
+        CHECK_EQ_INT(count_good(s, w, 0, 60), 60);
+    /* a writer killed (no store_close: its claim stays, naming a process that is gone) */
+    pid_t k = fork();
+    if (k == 0) {
+        struct store *c = open_store();
+        _exit(c && put_many(c, 5, 0, 10) == 0 ? 0 : 1);
+    }
+    int status;
+    CHECK(waitpid(k, &status, 0) == k && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ_INT(count_packs(), packs);     /* it resumed a pack whose writer had ended */
+    CHECK_EQ_INT(put_many(s, 6, 0, 10), 0); /* and this one the killed writer's, or another */
+    CHECK_EQ_INT(count_packs(), packs);
+    store_refresh(s);
+    CHECK_EQ_INT(count_good(s, 5, 0, 10), 10);
+    CHECK_EQ_INT(count_good(s, 6, 0, 10), 10);
+    store_close(s);
+}
+
 /* ---- compaction ---- */
 
 /* Live: the records of who whose index is even (or, with all, every record of who). */
@@ -564,6 +665,7 @@ int main(void)
     RUN(test_damaged_records);
     RUN(test_packs_roll_over);
     RUN(test_concurrent_writers);
+    RUN(test_one_writer_per_pack);
     RUN(test_compact_keeps_what_is_wanted);
     RUN(test_compact_killed_at_each_step);
     RUN(test_compact_while_others_append);

@@ -397,6 +397,52 @@ static void test_roi_table_reads_it(void)
     free(cmd);
 }
 
+/* A plate's feature table (table_encode_concat_features): the parts' rows in order with the
+ * index and extra columns; the columns are every part's, once each in the order first seen, a
+ * part without one NaN (an empty csv field); X float64; a part's labels out of order refused. */
+static void test_concat_features(void)
+{
+    static const char *const names[2] = {"row", "path_in_plate"};
+    static const char *const t1[2] = {"B", "B/03/0"}, *const t2[2] = {"C", "C/05/0"};
+    static const char *const c1[2] = {"area", "DAPI-sum"}, *const c2[2] = {"area", "GFP-sum"};
+    const uint64_t l1[2] = {1, 4}, l2[1] = {2};
+    const double v1[4] = {3, 0.5, 7, 1e21}, v2[2] = {2, 9.25};
+    struct table_fpart parts[2] = {
+        {l1, v1, 2, c1, 2, "B/03/0", t1},
+        {l2, v2, 1, c2, 2, "C/05/0", t2},
+    };
+    struct table_concat c = {names, 2};
+    struct table_spec spec = {2, TABLE_CSV, NULL, "feature_table"};
+    struct table_files f = {0};
+    struct errbuf err;
+    CHECK_EQ_INT(table_encode_concat_features(&spec, &c, parts, 2, &f, &err), 0);
+    CHECK(text_is(&f, "table.csv",
+                  "index,label,area,DAPI-sum,GFP-sum,row,path_in_plate\n"
+                  "B/03/0:1,1,3.0,0.5,,B,B/03/0\n"
+                  "B/03/0:4,4,7.0,1e+21,,B,B/03/0\n"
+                  "C/05/0:2,2,2.0,,9.25,C,C/05/0\n"));
+    CHECK_STR_CONTAINS((const char *)table_files_find(&f, ".zattrs")->data,
+                       "\"type\": \"feature_table\"");
+    table_files_free(&f);
+    spec.backend = TABLE_ANNDATA;
+    CHECK_EQ_INT(table_encode_concat_features(&spec, &c, parts, 2, &f, &err), 0);
+    const struct table_file *x = table_files_find(&f, "X/0.0");
+    CHECK(x && x->len == 3 * 3 * 8);
+    if (x && x->len == 72) {
+        double got[9];
+        memcpy(got, x->data, sizeof got); /* little-endian hosts only run the tests */
+        CHECK(got[0] == 3 && got[1] == 0.5 && isnan(got[2]) && got[4] == 1e21);
+        CHECK(got[6] == 2 && isnan(got[7]) && got[8] == 9.25);
+    }
+    CHECK_STR_CONTAINS((const char *)table_files_find(&f, "X/.zarray")->data, "<f8");
+    CHECK(table_files_find(&f, "obs/path_in_plate/0") && table_files_find(&f, "obs/_index/0"));
+    table_files_free(&f);
+    const uint64_t bad[2] = {4, 1};
+    parts[0].labels = bad;
+    CHECK_EQ_INT(table_encode_concat_features(&spec, &c, parts, 2, &f, &err), -EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "B/03/0: row 1: label 1");
+}
+
 int main(void)
 {
     RUN(test_vlen_utf8_bytes);
@@ -409,5 +455,6 @@ int main(void)
     RUN(test_deterministic);
     RUN(test_refusals);
     RUN(test_roi_table_reads_it);
+    RUN(test_concat_features);
     return check_done();
 }
