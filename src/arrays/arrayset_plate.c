@@ -670,12 +670,16 @@ static void add_measure_counts(struct arrayset *s, json_t *doc)
 {
     struct otable_measure_counts sum = {0}, mc;
     bool any = false;
-    for (size_t k = 0; k < s->nimages; k++)
-        if (s->images[k].table && otable_measure_counts(s->images[k].table, &mc)) {
+    for (size_t k = 0; k < s->nimages; k++) {
+        pthread_mutex_lock(&s->lazy); /* an image opened meanwhile (fill_locked) */
+        struct otable *table = s->images[k].table;
+        pthread_mutex_unlock(&s->lazy);
+        if (table && otable_measure_counts(table, &mc)) {
             any = true;
             sum.objects += mc.objects, sum.pieces += mc.pieces;
             sum.pieces_recorded += mc.pieces_recorded, sum.failed += mc.failed;
         }
+    }
     if (any)
         json_object_set_new(doc, "measure",
                             json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)sum.objects,

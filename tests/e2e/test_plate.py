@@ -682,7 +682,8 @@ def test_plate_threads_are_shared_round_robin(tmp_path, roifs_bin):
     counts = [int(x) for x in (rec / "log").read_text().split()]
     assert len(counts) == 4 * 4 and max(counts) <= 2, counts
     assert max(counts) == 2, counts  # two at once: the images share them, none is starved
-    first_full = next(s for s in seen if any(r.get("done") == r.get("total") for r in s.values()))
+    first_full = next(s for s in seen
+                      if any(r.get("total", 0) > 0 and r["done"] == r["total"] for r in s.values()))
     assert all(r.get("done", 0) > 0 for r in first_full.values()), first_full
 
 
