@@ -137,7 +137,7 @@ int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset
     s->overwrite = o->overlay_overwrite;
     int r = 0;
     if (t->plate) {
-        r = arrayset_open_plate(s, t, &eo, err);
+        r = arrayset_open_plate(s, t, &eo, o->status_file, err);
         goto opened;
     }
     arrayset_push(s, (struct array){.task = t, .opts = eo});
@@ -264,8 +264,8 @@ struct otable *arrayset_table(const struct arrayset *s)
 uint64_t arrayset_table_size(const struct arrayset *s, uint64_t index, bool *exact)
 {
     size_t file = (size_t)(index & ARRAYSET_FILE_MASK);
-    if (s->plate && arrayset_plate_is_ptable(s, index))
-        return ptable_size(s->ptable, file, exact);
+    if (s->plate && arrayset_plate_is_ptable(s, index)) /* its bound opens every image */
+        return arrayset_plate_ptable_size((struct arrayset *)s, file, exact);
     return otable_size(s->plate ? arrayset_plate_table(s, index) : s->table, file, exact);
 }
 

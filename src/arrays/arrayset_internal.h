@@ -30,6 +30,9 @@ struct set_image {
     size_t uses;             /* holders of its engines (arrayset_engine_get) */
     uint64_t last_use;       /* when it was last got, in s->clock ticks */
     char *error;             /* why it failed, or NULL */
+    bool opened;             /* its task was opened (or it failed): open_image ran */
+    bool lazy_dir;           /* its directory's files are added when first looked into */
+    int dir;                 /* its directory entry in the tree */
 };
 
 struct arrayset {
@@ -53,6 +56,9 @@ struct arrayset {
     uint64_t clock;               /* ticks of arrayset_engine_get */
     struct plate_file *new_files; /* ome = true: the new plate's group files */
     size_t nnew_files;
+    struct engine_opts eo; /* a plate: each image's engine options */
+    bool lazy_images;      /* a plate mount: images opened when first looked into */
+    struct turns *turns;   /* a plate: its threads, shared by the images' engines */
 };
 
 void arrayset_push(struct arrayset *s, struct array a);
@@ -62,7 +68,8 @@ json_t *arrayset_level_status(const struct array *a);
 
 /* arrayset_plate.c */
 int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
-                        struct errbuf *err);
+                        bool lazy, struct errbuf *err);
+uint64_t arrayset_plate_ptable_size(struct arrayset *s, uint64_t index, bool *exact);
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
 int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
 struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);

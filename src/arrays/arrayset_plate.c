@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../engine/turns.h"
 #include "../plate/plate.h"
 #include "arrayset_internal.h"
 #include "overlay_tree.h"
@@ -19,6 +20,7 @@
 static void open_image(struct arrayset *s, size_t k, const struct engine_opts *eo)
 {
     struct set_image *im = &s->images[k];
+    im->opened = true;
     if (im->pim->error) {
         im->error = xstrdup(im->pim->error);
         return;
@@ -31,8 +33,11 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
         return;
     }
     im->first = s->n;
+    struct engine_opts ko = *eo; /* the image's ROIs run within the plate's threads */
+    ko.turns = s->turns;
+    ko.turn_client = k;
     arrayset_push(s,
-                  (struct array){.task = im->task, .opts = *eo, .level_k = true, .image = (int)k});
+                  (struct array){.task = im->task, .opts = ko, .level_k = true, .image = (int)k});
     if (im->task->cfg.ome_labels) {
         r = arrayset_open_overlay(s, im->first, eo, &im->overlay, &im->table, &e);
     } else { /* ome = true: the computed image with its pyramid, as one image alone */
@@ -56,6 +61,10 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
         s->n = im->first;
         im->n = 0;
         im->error = xstrdup(e.msg);
+    }
+    if (s->pimages && im->table) { /* the plate's table, made after it: its rows count now */
+        s->pimages[k].table = im->table;
+        ptable_add_image(s->ptable, im->table);
     }
 }
 
@@ -85,16 +94,27 @@ static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *
 }
 
 int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
-                        struct errbuf *err)
+                        bool lazy, struct errbuf *err)
 {
     s->plate = t->plate;
     s->plate_task = t;
     s->nimages = t->plate->n;
     s->images = xcalloc(s->nimages, sizeof *s->images);
+    s->eo = *eo;
+    s->lazy_images = lazy;
+    s->turns = turns_new(eo->threads, s->nimages);
     pthread_mutex_init(&s->lazy, NULL);
+    /* every image's arrays fit (an image has at most 64 levels): an image opened while the
+     * tree is looked at never moves the arrays others read */
+    s->cap = s->nimages *
+             (OVERLAY_MAX_LEVELS > PYRAMID_MAX_LEVELS ? OVERLAY_MAX_LEVELS : PYRAMID_MAX_LEVELS);
+    s->arrays = xcalloc(s->cap, sizeof *s->arrays);
+    bool one = false; /* lazy: the images up to the first one that opens (none: refused) */
     for (size_t k = 0; k < s->nimages; k++) {
         s->images[k].pim = &t->plate->images[k];
-        open_image(s, k, eo);
+        if (!lazy || !one || t->plate->images[k].error)
+            open_image(s, k, eo);
+        one = one || s->n > 0;
     }
     if (t->cfg.ome) {
         int r = plate_new_files(t->plate, &s->new_files, &s->nnew_files, err);
@@ -139,6 +159,93 @@ static int image_dir(struct arrayset *s, const struct plate_image *pim)
 }
 
 /* A failed image's added files: each fails with EIO (arrayset_plate_generated gives NULL). */
+static void failed_files(struct arrayset *s, size_t k, int dir);
+
+/* Image k's files in the tree below its directory entry dir: its overlay's (labels/NAME,
+ * tables/NAME), or with ome = true its computed image's; a failed image's give EIO. */
+static int image_files(struct arrayset *s, size_t k, int dir, struct errbuf *err)
+{
+    struct ns *ns = s->tree;
+    struct set_image *im = &s->images[k];
+    bool v3 = s->plate->format == 3;
+    if (!s->plate_task->cfg.ome) {
+        if (!im->overlay) {
+            failed_files(s, k, dir);
+            return 0;
+        }
+        return overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
+                                  (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+    }
+    if (!im->pyramid) {
+        uint64_t index = ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK;
+        ns_add_generated(ns, dir, v3 ? "zarr.json" : ".zattrs", index);
+        return 0;
+    }
+    ns_add_file(ns, dir, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(im->pyramid));
+    if (!v3)
+        ns_add_file(ns, dir, ".zattrs", pyramid_group_attrs(im->pyramid));
+    for (size_t i = 0; i < im->n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", s->arrays[im->first + i].level);
+        int r = ns_add_array(ns, ns_add_dir(ns, dir, name), s->arrays[im->first + i].task,
+                             (int)(im->first + i), err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* Image k opened (when it was not) and its files added to the tree; s->lazy held. An image
+ * that fails to open, or whose files cannot be numbered, fails alone (logged once). */
+static void fill_locked(struct arrayset *s, size_t k)
+{
+    struct set_image *im = &s->images[k];
+    if (!im->opened) {
+        open_image(s, k, &s->eo);
+        if (im->error && s->started)
+            log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
+    }
+    if (!im->lazy_dir)
+        return;
+    struct errbuf e = {{0}};
+    if (image_files(s, k, im->dir, &e) < 0 && !im->error) {
+        im->error = xstrdup(e.msg);
+        log_error("image %s of the plate failed: %s", im->pim->path_in_plate, im->error);
+    }
+    im->lazy_dir = false;
+    ns_filled(s->tree, im->dir);
+}
+
+/* ns_fill_fn: the first look into image k's directory. */
+static void fill_image(void *ctx, uint64_t k)
+{
+    struct arrayset *s = ctx;
+    pthread_mutex_lock(&s->lazy);
+    fill_locked(s, (size_t)k);
+    pthread_mutex_unlock(&s->lazy);
+}
+
+/* Every image opened (the plate's table asks each one's). */
+static void fill_every_image(struct arrayset *s)
+{
+    pthread_mutex_lock(&s->lazy);
+    for (size_t k = 0; k < s->nimages; k++)
+        fill_locked(s, k);
+    pthread_mutex_unlock(&s->lazy);
+}
+
+/* Image k's directory: its files now when it is open, else when it is first looked into. */
+static int image_dir_files(struct arrayset *s, size_t k, int dir, struct errbuf *err)
+{
+    struct set_image *im = &s->images[k];
+    im->dir = dir;
+    if (im->opened)
+        return image_files(s, k, dir, err);
+    im->lazy_dir = true;
+    ns_set_lazy(s->tree, dir, k);
+    return 0;
+}
+
 static void failed_files(struct arrayset *s, size_t k, int dir)
 {
     const struct config *c = &s->plate_task->cfg;
@@ -219,7 +326,6 @@ static int new_dir(struct ns *ns, const char *rel)
 static int new_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 {
     struct ns *ns = s->tree;
-    bool v3 = s->plate->format == 3;
     for (size_t i = 0; i < s->nnew_files; i++) {
         const char *base;
         int d = table_dir_of(ns, NS_ROOT, s->new_files[i].path, &base);
@@ -231,29 +337,16 @@ static int new_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
         struct set_image *im = &s->images[k];
         if (!*im->pim->path_in_well)
             continue;
-        int dir = new_dir(ns, im->pim->path_in_plate);
-        if (!im->pyramid) {
-            uint64_t index = ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK;
-            ns_add_generated(ns, dir, v3 ? "zarr.json" : ".zattrs", index);
-            continue;
-        }
-        ns_add_file(ns, dir, v3 ? "zarr.json" : ".zgroup", pyramid_group_meta(im->pyramid));
-        if (!v3)
-            ns_add_file(ns, dir, ".zattrs", pyramid_group_attrs(im->pyramid));
-        for (size_t i = 0; i < im->n; i++) {
-            char name[16];
-            snprintf(name, sizeof name, "%d", s->arrays[im->first + i].level);
-            int r = ns_add_array(ns, ns_add_dir(ns, dir, name), s->arrays[im->first + i].task,
-                                 (int)(im->first + i), err);
-            if (r < 0)
-                return r;
-        }
+        int r = image_dir_files(s, k, new_dir(ns, im->pim->path_in_plate), err);
+        if (r < 0)
+            return r;
     }
     return 0;
 }
 
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 {
+    ns_set_filler(s->tree, fill_image, s);
     if (s->plate_task->cfg.ome)
         return new_plate_tree(s, status, err);
     struct ns *ns = s->tree;
@@ -266,13 +359,7 @@ int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
         struct set_image *im = &s->images[k];
         if (!*im->pim->path_in_well) /* a missing well: nothing of it to add to */
             continue;
-        int dir = image_dir(s, im->pim);
-        if (!im->overlay) {
-            failed_files(s, k, dir);
-            continue;
-        }
-        int r = overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
-                                   (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+        int r = image_dir_files(s, k, image_dir(s, im->pim), err);
         if (r < 0)
             return r;
     }
@@ -303,6 +390,8 @@ static int open_image_caches(struct arrayset *s, struct set_image *im, struct er
 
 static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *err)
 {
+    if (im->task->reader) /* closed with the image (close_image) */
+        zarr_input_resume(im->task->reader);
     int r0 = open_image_caches(s, im, err);
     if (r0 < 0)
         return r0;
@@ -346,6 +435,8 @@ static void close_image(struct arrayset *s, struct set_image *im)
         cache_close(a->cache);
         a->cache = NULL;
     }
+    if (im->task->reader) /* its input's descriptors too: started again, it opens them */
+        zarr_input_park(im->task->reader);
     s->nopen--;
 }
 
@@ -442,6 +533,8 @@ void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
     *h = (struct held_request){.s = s, .cb = cb, .ctx = ctx};
     h->arrays = xcalloc(s->nimages + 1, sizeof *h->arrays);
     bool failed = false;
+    if (k == s->nimages) /* the plate's: every image's table */
+        fill_every_image(s);
     for (size_t j = 0; j < s->nimages; j++) { /* the image's, or every image's for the plate's */
         struct set_image *im = &s->images[j];
         if ((j != k && k != s->nimages) || im->error || !im->n)
@@ -459,6 +552,12 @@ void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
         ptable_request(s->ptable, held_answered, h);
     else
         otable_request(s->images[k].table, held_answered, h);
+}
+
+uint64_t arrayset_plate_ptable_size(struct arrayset *s, uint64_t file, bool *exact)
+{
+    fill_every_image(s); /* an upper bound counts every image's rows */
+    return ptable_size(s->ptable, (size_t)file, exact);
 }
 
 /* No cache is opened and no engine created here: each image's when it is first needed
@@ -505,6 +604,7 @@ void arrayset_close_plate(struct arrayset *s)
     if (s->images)
         pthread_mutex_destroy(&s->lazy);
     plate_files_free(s->new_files, s->nnew_files);
+    turns_free(s->turns);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
         otable_free(im->table);
@@ -570,12 +670,16 @@ static void add_measure_counts(struct arrayset *s, json_t *doc)
 {
     struct otable_measure_counts sum = {0}, mc;
     bool any = false;
-    for (size_t k = 0; k < s->nimages; k++)
-        if (s->images[k].table && otable_measure_counts(s->images[k].table, &mc)) {
+    for (size_t k = 0; k < s->nimages; k++) {
+        pthread_mutex_lock(&s->lazy); /* an image opened meanwhile (fill_locked) */
+        struct otable *table = s->images[k].table;
+        pthread_mutex_unlock(&s->lazy);
+        if (table && otable_measure_counts(table, &mc)) {
             any = true;
             sum.objects += mc.objects, sum.pieces += mc.pieces;
             sum.pieces_recorded += mc.pieces_recorded, sum.failed += mc.failed;
         }
+    }
     if (any)
         json_object_set_new(doc, "measure",
                             json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)sum.objects,
@@ -591,7 +695,7 @@ json_t *arrayset_plate_status(struct arrayset *s)
     json_object_set_new(doc, "rois", json_object());
     json_object_set_new(doc, "chunks", json_object());
     json_object_set_new(doc, "calls", json_integer(0));
-    size_t ready = 0, done = 0, nfailed = 0, open = 0;
+    size_t ready = 0, done = 0, nfailed = 0, open = 0, unread = 0;
     for (size_t w = 0; w < s->plate->nwells; w++)
         json_object_set_new(wells, s->plate->wells[w], json_pack("{s:{}}", "rois"));
     for (size_t k = 0; k < s->nimages; k++) {
@@ -599,9 +703,15 @@ json_t *arrayset_plate_status(struct arrayset *s)
         json_t *well = json_object_get(wells, im->pim->well);
         struct engine *eng = NULL; /* held while its status is read: not closed meanwhile */
         pthread_mutex_lock(&s->lazy);
-        if (!im->error && im->n && (eng = s->arrays[im->first].engine))
+        bool opened = im->opened;
+        if (opened && !im->error && im->n && (eng = s->arrays[im->first].engine))
             im->uses++;
         pthread_mutex_unlock(&s->lazy);
+        if (!opened) { /* nothing looked into it yet: its ROIs are not known */
+            unread++;
+            add_int(well, "unread", 1);
+            continue;
+        }
         if (im->error) {
             nfailed++;
             json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
@@ -642,9 +752,10 @@ json_t *arrayset_plate_status(struct arrayset *s)
     }
     json_object_set_new(doc, "errors", errors);
     json_object_set_new(doc, "images",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages,
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages,
                                   "ready", (json_int_t)ready, "done", (json_int_t)done, "failed",
-                                  (json_int_t)nfailed, "open", (json_int_t)open));
+                                  (json_int_t)nfailed, "open", (json_int_t)open, "unread",
+                                  (json_int_t)unread));
     json_object_set_new(doc, "failed_images", failed);
     json_object_set_new(doc, "wells", wells);
     add_measure_counts(s, doc);

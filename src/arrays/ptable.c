@@ -16,6 +16,7 @@ struct ptable {
     struct table_files names; /* a table of one row per image: the names */
     uint64_t nmax;            /* rows at most */
     size_t row_bound;         /* bytes of one row at most, in any file */
+    size_t text;              /* the longest extra columns' text of an image */
     pthread_mutex_t m;
     struct table_files files; /* the latest table made */
     bool have_files;
@@ -195,6 +196,7 @@ int ptable_new(const struct ptable_image *images, size_t n, int format, enum tab
      * extra columns with their lengths or separators */
     if (p->features)
         ncols = union_columns(images, n);
+    p->text = text;
     p->row_bound = 512 + 2 * text + 32 * ncols;
     struct table_concat c = {.text_names = text_names, .ntext = 5};
     int r;
@@ -224,6 +226,16 @@ int ptable_new(const struct ptable_image *images, size_t n, int format, enum tab
     return 0;
 }
 
+void ptable_add_image(struct ptable *p, struct otable *table)
+{
+    /* its feature columns too: images may name their channels differently */
+    size_t ncols = p->features ? union_columns(p->images, p->n) : 0;
+    pthread_mutex_lock(&p->m);
+    p->nmax += otable_max_rows(table);
+    p->row_bound = 512 + 2 * p->text + 32 * ncols;
+    pthread_mutex_unlock(&p->m);
+}
+
 void ptable_free(struct ptable *p)
 {
     if (!p)
@@ -249,12 +261,12 @@ uint64_t ptable_size(struct ptable *p, size_t i, bool *exact)
     pthread_mutex_lock(&p->m);
     const struct table_file *f =
         p->have_files ? table_files_find(&p->files, p->names.v[i].path) : NULL;
-    uint64_t len = f ? f->len : 0;
+    uint64_t len = f ? f->len : 0, nmax = p->nmax, row_bound = p->row_bound;
     pthread_mutex_unlock(&p->m);
     *exact = f != NULL;
     if (f)
         return len;
-    return p->names.v[i].len + (uint64_t)p->row_bound * (p->nmax + 1);
+    return p->names.v[i].len + row_bound * (nmax + 1);
 }
 
 char *ptable_copy(struct ptable *p, size_t i, size_t *len)

@@ -29,6 +29,9 @@ struct ptable_image {
 int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
                struct ptable **out, struct errbuf *err);
 void ptable_free(struct ptable *p);
+/* An image opened after the table was made (a mount opens its images when first looked
+ * into): its table's rows count in the size bound from now on. */
+void ptable_add_image(struct ptable *p, struct otable *table);
 
 size_t ptable_nfiles(const struct ptable *p);
 const char *ptable_path(const struct ptable *p, size_t i);

@@ -1,5 +1,6 @@
 /* clean.c: `roifs clean CONFIG`: deletes the cache directory of CONFIG, only when it is a
  * roifs cache; `clean --unused CONFIG` (gc.c) removes only what no current key names. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../plate/plate.h"
 #include "cli.h"
 
 static int remove_tree(const char *path)
@@ -23,6 +25,51 @@ static int remove_tree(const char *path)
                : -1;
 }
 
+int cli_each_plate_image(const struct task *t, int (*fn)(struct task *image))
+{
+    int r = 0;
+    for (size_t k = 0; k < t->plate->n; k++) {
+        const struct plate_image *im = &t->plate->images[k];
+        struct errbuf err = {{0}};
+        struct task *it = NULL;
+        int e = im->error ? err_set(&err, -EINVAL, "%s", im->error)
+                          : task_open_image(t->cfg.path, im, TASK_NO_PROC, &it, &err);
+        printf("image %s:\n", im->path_in_plate);
+        if (e < 0) {
+            fprintf(stderr, "roifs: image %s cannot be opened, its cache not looked at: %s\n",
+                    im->path_in_plate, err.msg);
+            r = r ? r : EXIT_RUNTIME;
+            continue;
+        }
+        e = fn(it);
+        r = r ? r : e;
+        task_close(it);
+    }
+    return r;
+}
+
+/* Deletes t's cache directory when it is a roifs cache. */
+static int clean_task(struct task *t)
+{
+    int r = 0;
+    struct stat st;
+    if (stat(t->cache_dir, &st) < 0) {
+        printf("nothing to delete: no cache at %s\n", t->cache_dir);
+    } else if (!cli_cache_layout(t->cache_dir)) {
+        fprintf(stderr,
+                "roifs: %s: not a roifs cache directory (no roifs format marker); not deleting "
+                "it\n",
+                t->cache_dir);
+        r = EXIT_RUNTIME;
+    } else if (remove_tree(t->cache_dir) < 0) {
+        fprintf(stderr, "roifs: %s: cannot delete\n", t->cache_dir);
+        r = EXIT_RUNTIME;
+    } else {
+        printf("deleted %s\n", t->cache_dir);
+    }
+    return r;
+}
+
 int cmd_clean(int argc, char **argv)
 {
     struct cli_args o;
@@ -37,23 +84,10 @@ int cmd_clean(int argc, char **argv)
     r = cli_load_task_flags(o.operands[0], TASK_NO_PROC, &t);
     if (r)
         return r;
-    struct stat st;
-    if ((r = cli_refuse_plate(t, "clean")) || (r = cli_refuse_unfinished_apply(t))) {
-        /* said why */
-    } else if (stat(t->cache_dir, &st) < 0) {
-        printf("nothing to delete: no cache at %s\n", t->cache_dir);
-    } else if (!cli_cache_layout(t->cache_dir)) {
-        fprintf(stderr,
-                "roifs: %s: not a roifs cache directory (no roifs format marker); not deleting "
-                "it\n",
-                t->cache_dir);
-        r = EXIT_RUNTIME;
-    } else if (remove_tree(t->cache_dir) < 0) {
-        fprintf(stderr, "roifs: %s: cannot delete\n", t->cache_dir);
-        r = EXIT_RUNTIME;
-    } else {
-        printf("deleted %s\n", t->cache_dir);
-    }
+    if (t->plate) /* each image's own cache directory (docs/plates.md) */
+        r = cli_each_plate_image(t, clean_task);
+    else if (!(r = cli_refuse_unfinished_apply(t)))
+        r = clean_task(t);
     task_close(t);
     return r;
 }

@@ -70,6 +70,10 @@ void cli_format_bytes(uint64_t n, char *buf, size_t len);
 void cli_print_census(const struct task *t, struct cache *c);
 /* roifs clean --unused CONFIG: the exit status. */
 int cli_clean_unused(const char *config);
+/* fn on each selected image of plate task t, each its own task (without its processor); an
+ * image that cannot be opened is named with why (exit status 1, the others done). The first
+ * non-zero status. */
+int cli_each_plate_image(const struct task *t, int (*fn)(struct task *image));
 /* EXIT_USAGE (after saying why) when an unfinished `roifs apply` needs the cache of t
  * (common.c). */
 int cli_refuse_unfinished_apply(const struct task *t);

@@ -150,32 +150,20 @@ static int clean_arrays(struct task *t, struct cache *c, struct gc_report *sum)
     return r;
 }
 
-int cli_clean_unused(const char *config)
+/* clean --unused of one task's cache (a plate's image's, or the configuration's). */
+static int clean_unused_task(struct task *t)
 {
-    struct task *t;
-    int r = cli_load_task_flags(config, TASK_NO_PROC, &t);
-    if (r)
-        return r;
-    if ((r = cli_refuse_plate(t, "clean --unused"))) {
-        task_close(t);
-        return r;
-    }
     struct stat st;
     if (stat(t->cache_dir, &st) < 0) {
         printf("nothing to clean: no cache at %s\n", t->cache_dir);
-        task_close(t);
         return 0;
     }
-    if ((r = cli_refuse_unfinished_apply(t))) {
-        task_close(t);
+    int r;
+    if ((r = cli_refuse_unfinished_apply(t)))
         return r;
-    }
-    log_open_stderr(false);
     struct cache *c = NULL;
-    if ((r = open_cache(t, t, &c))) {
-        task_close(t);
+    if ((r = open_cache(t, t, &c)))
         return r;
-    }
     struct gc_report sum = {0};
     r = clean_arrays(t, c, &sum);
     cache_close(c);
@@ -196,6 +184,17 @@ int cli_clean_unused(const char *config)
         if (t->cfg.ome_labels)
             printf("tables:  %zu records of earlier label images removed\n", sum.tables_removed);
     }
+    return r;
+}
+
+int cli_clean_unused(const char *config)
+{
+    struct task *t;
+    int r = cli_load_task_flags(config, TASK_NO_PROC, &t);
+    if (r)
+        return r;
+    log_open_stderr(false);
+    r = t->plate ? cli_each_plate_image(t, clean_unused_task) : clean_unused_task(t);
     task_close(t);
     return r;
 }

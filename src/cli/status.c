@@ -113,7 +113,8 @@ static void add_name(const char **v, size_t *n, const char *name)
     v[(*n)++] = name;
 }
 
-/* The cell of a well: "ok" every ROI done, "NN%" some, "." none yet, "X" an image failed. */
+/* The cell of a well: "ok" every ROI done, "NN%" some, "." none yet, "X" an image failed; a well
+ * with an image nothing looked into yet (its ROIs unknown) is at most 99%. */
 static void well_cell(json_t *wells, json_t *failed, const char *row, const char *col, char *out,
                       size_t size)
 {
@@ -130,14 +131,15 @@ static void well_cell(json_t *wells, json_t *failed, const char *row, const char
     free(path);
     json_t *rois = json_object_get(w, "rois");
     long long total = json_count(rois, "total"), done = json_count(rois, "done");
+    bool unread = json_count(w, "unread") > 0;
     if (!w)
         out[0] = '\0';
     else if (bad)
         snprintf(out, size, "X");
-    else if (total > 0 && done >= total)
+    else if (total > 0 && done >= total && !unread)
         snprintf(out, size, "ok");
     else if (done > 0)
-        snprintf(out, size, "%d%%", (int)(100 * done / total));
+        snprintf(out, size, "%d%%", done >= total ? 99 : (int)(100 * done / total));
     else
         snprintf(out, size, ".");
 }
@@ -148,9 +150,11 @@ static void print_plate(json_t *doc)
 {
     json_t *im = json_object_get(doc, "images"), *wells = json_object_get(doc, "wells"),
            *failed = json_object_get(doc, "failed_images");
-    printf("images:  %lld (%lld ready, %lld open, %lld done, %lld failed) in %zu wells\n",
+    printf("images:  %lld (%lld ready, %lld open, %lld done, %lld failed, %lld unread) in %zu "
+           "wells\n",
            json_count(im, "total"), json_count(im, "ready"), json_count(im, "open"),
-           json_count(im, "done"), json_count(im, "failed"), json_object_size(wells));
+           json_count(im, "done"), json_count(im, "failed"), json_count(im, "unread"),
+           json_object_size(wells));
     size_t n = json_object_size(wells), nr = 0, nc = 0;
     const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
     char **keys = xcalloc(n + 1, sizeof *keys);

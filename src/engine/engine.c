@@ -7,6 +7,7 @@
 #include "engine_internal.h"
 #include "ahead.h"
 #include "budget.h"
+#include "turns.h"
 #include "compute.h"
 #include "jobs.h"
 #include "progress.h"
@@ -165,6 +166,8 @@ void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *know
 static void *worker_main(void *arg)
 {
     struct engine *e = arg;
+    struct turns *turns = e->f.opts.turns;
+    bool turn = false; /* this thread holds one of the shared turns */
     pthread_mutex_lock(&e->lock);
     for (;;) {
         if (e->s.asm_head) {
@@ -188,6 +191,13 @@ static void *worker_main(void *arg)
         if (e->s.stopping)
             break;
         uint32_t r;
+        if (turns && !turn && e->s.demand.len + e->s.ahead.len > 0) { /* a turn first */
+            pthread_mutex_unlock(&e->lock);
+            turns_take(turns, e->f.opts.turn_client);
+            pthread_mutex_lock(&e->lock);
+            turn = true;
+            continue;
+        }
         if (engine_pop_roi(e, &r)) {
             struct key128 want = e->s.rois[r].key;
             e->s.rois[r].state = RS_RUNNING;
@@ -199,6 +209,16 @@ static void *worker_main(void *arg)
                 engine_run_rois(e, batch, n);
             else
                 engine_run_roi(e, r, want);
+            if (turn)
+                turns_give(turns);
+            turn = false;
+            pthread_mutex_lock(&e->lock);
+            continue;
+        }
+        if (turn) { /* the queue held only ROIs taken meanwhile */
+            pthread_mutex_unlock(&e->lock);
+            turns_give(turns);
+            turn = false;
             pthread_mutex_lock(&e->lock);
             continue;
         }
@@ -214,6 +234,8 @@ static void *worker_main(void *arg)
         pthread_cond_wait(&e->work_cv, &e->lock);
     }
     pthread_mutex_unlock(&e->lock);
+    if (turn)
+        turns_give(turns);
     return NULL;
 }
 

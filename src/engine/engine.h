@@ -38,6 +38,8 @@ typedef void (*engine_chunk_cb)(void *ctx, int err, int fd, int flags);
 #define ENGINE_AUTO_AHEAD_NS  4000000 /* 4 ms */
 #define ENGINE_AUTO_AHEAD_MAX 16
 
+struct turns;
+
 /* How an engine works: given by its creator (the configuration's [process] and [cache] keys,
  * or the command line's -j), never read from the task by the engine. */
 struct engine_opts {
@@ -50,6 +52,11 @@ struct engine_opts {
     /* seconds after its failure before a ROI is tried again on demand; within them an open
      * that needs it gets EIO at once (0: the next open that began after the failure) */
     double retry_after;
+
+    /* NULL, or the turns this engine's threads take one of before each ROI (or batch) they
+     * run, shared with other engines (turns.h: a plate's images); turn_client its number */
+    struct turns *turns;
+    size_t turn_client;
 };
 
 /* Starts o->threads compute threads after looking at what the cache holds (the chunk files,

@@ -56,6 +56,8 @@ static uint64_t chunk_size(struct fs *fs, const struct ns_node *n, uint64_t ino,
      * size seen before opening finds the file shorter and fails; none can copy a short or
      * empty chunk as if it were whole (docs/mounted-tree.md, "Size contract"). */
     *timeout = 0;
+    if ((size_t)n->array >= fs->nbound) /* a plate's image opened since the start */
+        return zarr_chunk_size_bound(&arrayset_array(fs->set, (size_t)n->array)->task->out);
     return fs->bound[n->array];
 }
 
@@ -548,6 +550,7 @@ static void state_init(struct fs *fs, struct arrayset *set, const struct fs_opti
     fs->vt = vt_new(backing_open, backing_close, fs->pt);
     size_t n = arrayset_count(set);
     fs->bound = xcalloc(n, sizeof *fs->bound);
+    fs->nbound = n;
     for (size_t i = 0; i < n; i++)
         fs->bound[i] = zarr_chunk_size_bound(&arrayset_array(set, i)->task->out);
 }

@@ -67,6 +67,7 @@ struct fs {
     struct devio *dio; /* the device hooks: request counts, polling */
     struct vt *vt;
     uint64_t *bound;              /* per array of the set: encoded chunk size at most */
+    size_t nbound;                /* the arrays at the start (a plate's grow, docs/plates.md) */
     _Atomic uint64_t chunk_reads; /* READ requests for chunks answered here */
     _Atomic uint64_t input_reads; /* ... for files of the input (ome = labels) */
     pthread_mutex_t handles_lock;

@@ -5,6 +5,7 @@
 #include "namespace.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct ns_entry {
     int first_child, last_child, next_sibling; /* a directory's entries, in order (-1: none) */
     int nchildren;
     int chunks; /* a directory: the chunk tree listed after its entries, or -1 */
+    bool lazy;  /* a directory whose entries are added when first needed (ns_set_lazy) */
 };
 
 /* The chunk files of one array, below one directory. */
@@ -46,7 +48,27 @@ struct ns {
     int nc, capc;
     uint64_t next_ino; /* first inode of the next chunk tree */
     struct live *live; /* what mirrored directories hold (NULL: none mirrored) */
+    /* entries and chunk trees may be added while the tree is looked at (ns_set_lazy): readers
+     * hold it shared, additions exclusively */
+    pthread_rwlock_t lock;
+    ns_fill_fn fill;
+    void *fill_ctx;
 };
+
+static void rdlock(const struct ns *ns)
+{
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&ns->lock);
+}
+
+static void wrlock(struct ns *ns)
+{
+    pthread_rwlock_wrlock(&ns->lock);
+}
+
+static void unlock(const struct ns *ns)
+{
+    pthread_rwlock_unlock((pthread_rwlock_t *)&ns->lock);
+}
 
 /* ---- building ---- */
 
@@ -79,6 +101,7 @@ static int add_entry(struct ns *ns, int parent, enum ns_kind kind, const char *n
 struct ns *ns_new(void)
 {
     struct ns *ns = xcalloc(1, sizeof *ns);
+    pthread_rwlock_init(&ns->lock, NULL);
     ns->next_ino = NS_INO_CHUNKS;
     add_entry(ns, NS_ROOT, NS_DIR, "");
     return ns;
@@ -96,24 +119,39 @@ void ns_free(struct ns *ns)
     free(ns->e);
     free(ns->c);
     live_free(ns->live);
+    pthread_rwlock_destroy(&ns->lock);
     free(ns);
+}
+
+/* add_entry with the tree locked, and the entry's index (kind NS_TABLE, NS_GEN). */
+static int add_locked(struct ns *ns, int parent, enum ns_kind kind, const char *name,
+                      uint64_t index)
+{
+    wrlock(ns);
+    int i = add_entry(ns, parent, kind, name);
+    ns->e[i].index = index;
+    unlock(ns);
+    return i;
 }
 
 int ns_add_dir(struct ns *ns, int parent, const char *name)
 {
-    return add_entry(ns, parent, NS_DIR, name);
+    return add_locked(ns, parent, NS_DIR, name, 0);
 }
 
 int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
 {
+    wrlock(ns);
     int i = add_entry(ns, parent, NS_META, name);
     ns->e[i].text = text;
     ns->e[i].len = strlen(text);
+    unlock(ns);
     return i;
 }
 
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
 {
+    wrlock(ns);
     struct ns_entry *en = &ns->e[dir];
     free(en->mirror);
     free(en->hide);
@@ -122,33 +160,71 @@ void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
     en->depth = dir != NS_ROOT && ns->e[en->parent].mirror ? ns->e[en->parent].depth + 1 : 0;
     if (!ns->live)
         ns->live = live_new(NS_INO_LIVE);
+    unlock(ns);
 }
 
 bool ns_is_mirror(const struct ns *ns, int dir)
 {
-    return ns->e[dir].mirror != NULL;
+    rdlock(ns);
+    bool is = ns->e[dir].mirror != NULL;
+    unlock(ns);
+    return is;
 }
 
 int ns_add_generated(struct ns *ns, int parent, const char *name, uint64_t index)
 {
-    int i = add_entry(ns, parent, NS_GEN, name);
-    ns->e[i].index = index;
-    return i;
+    return add_locked(ns, parent, NS_GEN, name, index);
 }
 
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index)
 {
-    int i = add_entry(ns, parent, NS_TABLE, name);
-    ns->e[i].index = index;
-    return i;
+    return add_locked(ns, parent, NS_TABLE, name, index);
 }
 
 int ns_child(const struct ns *ns, int dir, const char *name)
 {
-    for (int i = ns->e[dir].first_child; i >= 0; i = ns->e[i].next_sibling)
+    rdlock(ns);
+    int found = -1;
+    for (int i = ns->e[dir].first_child; i >= 0 && found < 0; i = ns->e[i].next_sibling)
         if (strcmp(ns->e[i].name, name) == 0)
-            return i;
-    return -1;
+            found = i;
+    unlock(ns);
+    return found;
+}
+
+void ns_set_filler(struct ns *ns, ns_fill_fn fill, void *ctx)
+{
+    ns->fill = fill;
+    ns->fill_ctx = ctx;
+}
+
+void ns_set_lazy(struct ns *ns, int dir, uint64_t index)
+{
+    wrlock(ns);
+    ns->e[dir].lazy = true;
+    ns->e[dir].index = index;
+    unlock(ns);
+}
+
+void ns_filled(struct ns *ns, int dir)
+{
+    wrlock(ns);
+    ns->e[dir].lazy = false;
+    unlock(ns);
+}
+
+/* Directory inode ino's entries, added by its owner first when they are added when first
+ * needed (the tree not locked meanwhile). */
+static void fill_first(const struct ns *ns, uint64_t ino)
+{
+    if (!ns->fill)
+        return;
+    rdlock(ns);
+    bool lazy = ino >= 1 && ino <= (uint64_t)ns->n && ns->e[ino - 1].lazy;
+    uint64_t index = lazy ? ns->e[ino - 1].index : 0;
+    unlock(ns);
+    if (lazy)
+        ns->fill(ns->fill_ctx, index);
 }
 
 int ns_add_array(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err)
@@ -174,6 +250,7 @@ int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struc
     /* v3 keys c/0 are nested even in one dimension: the "c" directory holds them */
     ch.nested = t->out.separator == '/' && ch.ndim > (ch.v3 ? 0 : 1);
     ch.dir = ch.v3 && ch.nested ? ns_add_dir(ns, dir, "c") : dir;
+    wrlock(ns);
     uint64_t n = 1;
     bool over = false;
     ch.count[0] = 1;
@@ -187,8 +264,10 @@ int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struc
         }
     }
     ch.ino0 = ns->next_ino;
-    if (over || ch.nodes > NS_INO_LIVE - ch.ino0)
+    if (over || ch.nodes > NS_INO_LIVE - ch.ino0) {
+        unlock(ns);
         return err_set(err, -EINVAL, "too many chunks to number in one tree");
+    }
     ns->next_ino += ch.nodes;
     if (ns->nc == ns->capc) {
         ns->capc = ns->capc ? 2 * ns->capc : 4;
@@ -196,17 +275,21 @@ int ns_add_chunks(struct ns *ns, int dir, const struct task *t, int array, struc
     }
     ns->e[ch.dir].chunks = ns->nc;
     ns->c[ns->nc++] = ch;
+    unlock(ns);
     return 0;
 }
 
 uint64_t ns_chunk_ino(const struct ns *ns, int array, uint64_t id)
 {
-    for (int i = 0; i < ns->nc; i++) {
+    uint64_t ino = 0;
+    rdlock(ns);
+    for (int i = 0; i < ns->nc && !ino; i++) {
         const struct ns_chunks *ch = &ns->c[i];
         if (ch->array == array)
-            return ch->ino0 + ch->base[ch->ndim] + id;
+            ino = ch->ino0 + ch->base[ch->ndim] + id;
     }
-    return 0;
+    unlock(ns);
+    return ino;
 }
 
 /* ---- nodes ---- */
@@ -270,7 +353,7 @@ static const struct ns_chunks *tree_of(const struct ns *ns, uint64_t ino)
     return NULL;
 }
 
-int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+static int get_node(const struct ns *ns, uint64_t ino, struct ns_node *out)
 {
     if (is_entry(ns, ino)) {
         entry_node(ns, (int)(ino - 1), out);
@@ -296,6 +379,14 @@ int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
         }
     }
     return -ENOENT;
+}
+
+int ns_get(const struct ns *ns, uint64_t ino, struct ns_node *out)
+{
+    rdlock(ns);
+    int r = get_node(ns, ino, out);
+    unlock(ns);
+    return r;
 }
 
 /* The chunk tree below node dir (a directory): its own when dir is a chunk directory, the
@@ -425,10 +516,11 @@ static int lookup_live(const struct ns *ns, uint64_t dir, const char *path, int 
     return r;
 }
 
-int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+static int lookup_locked(const struct ns *ns, uint64_t parent, const char *name,
+                         struct ns_node *out)
 {
     struct ns_node dir;
-    if (ns_get(ns, parent, &dir) < 0)
+    if (get_node(ns, parent, &dir) < 0)
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
@@ -450,6 +542,15 @@ int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_
     if (!ch)
         return -ENOENT;
     return lookup_chunk(ch, dir.depth, dir.path_index, name, out);
+}
+
+int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
+{
+    fill_first(ns, parent);
+    rdlock(ns);
+    int r = lookup_locked(ns, parent, name, out);
+    unlock(ns);
+    return r;
 }
 
 /* ---- listing ---- */
@@ -549,11 +650,11 @@ static int list_live(const struct ns *ns, struct live_listing **keep, uint64_t i
 
 /* Offsets: 0 ".", 1 "..", 2 + i the directory's i-th entry, then its chunks or what the
  * directory it mirrors holds. */
-int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_listing **keep,
-               ns_emit emit, void *ctx)
+static int readdir_locked(const struct ns *ns, uint64_t ino, uint64_t off,
+                          struct live_listing **keep, ns_emit emit, void *ctx)
 {
     struct ns_node dir;
-    if (ns_get(ns, ino, &dir) < 0)
+    if (get_node(ns, ino, &dir) < 0)
         return -ENOENT;
     if (dir.kind != NS_DIR)
         return -ENOTDIR;
@@ -580,4 +681,14 @@ int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_list
     }
     const struct ns_chunks *ch = chunks_below(ns, &dir);
     return ch ? list_chunks(ch, dir.depth, dir.path_index, off, 2 + nentries, emit, ctx) : 0;
+}
+
+int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_listing **keep,
+               ns_emit emit, void *ctx)
+{
+    fill_first(ns, ino);
+    rdlock(ns);
+    int r = readdir_locked(ns, ino, off, keep, emit, ctx);
+    unlock(ns);
+    return r;
 }

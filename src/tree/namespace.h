@@ -59,6 +59,15 @@ int ns_add_generated(struct ns *ns, int parent, const char *name, uint64_t index
  * lists, and resolves, the regular files (as NS_INPUT) and directories (mirrored too) that
  * path holds at that moment, except hide (NULL: none) and the names of its own entries. */
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide);
+/* A directory whose entries its owner adds when it is first needed (a plate's image,
+ * docs/plates.md): ns_lookup and ns_readdir in directory entry dir call fill(ctx, index)
+ * first, until ns_filled(ns, dir). fill runs with the tree unlocked: it adds the entries with
+ * ns_add_* (each addition locks the tree, which lookups elsewhere share meanwhile), and makes
+ * concurrent calls for the same directory wait for the first one. */
+typedef void (*ns_fill_fn)(void *ctx, uint64_t index);
+void ns_set_filler(struct ns *ns, ns_fill_fn fill, void *ctx);
+void ns_set_lazy(struct ns *ns, int dir, uint64_t index);
+void ns_filled(struct ns *ns, int dir);
 /* True when directory entry dir mirrors one. */
 bool ns_is_mirror(const struct ns *ns, int dir);
 /* The entry named name in directory entry dir (entries only, not chunks), or -1. */

@@ -84,7 +84,7 @@ static void close_old(struct input_dir *d)
 
 static bool held(const struct input_dir *d, const struct stat *st)
 {
-    return d->dev == (uint64_t)st->st_dev && d->ino == (uint64_t)st->st_ino;
+    return d->fd >= 0 && d->dev == (uint64_t)st->st_dev && d->ino == (uint64_t)st->st_ino;
 }
 
 /* 0 when directory fd holds an array of in's layout (its metadata file the same text, or
@@ -238,4 +238,46 @@ void input_dir_close(struct input_dir *d)
     free(d->old);
     pthread_mutex_destroy(&d->lock);
     free(d);
+}
+
+void zarr_input_park(struct zarr_input *in)
+{
+    input_hashes_let_go(&in->hashes);
+    struct input_dir *d = in->dir;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->lock);
+    close_old(d);
+    if (d->users == 0 && d->nold == 0 && d->fd >= 0) {
+        close(d->fd);
+        d->fd = -1; /* dev and ino kept: what the path held */
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+void zarr_input_resume(struct zarr_input *in)
+{
+    struct input_dir *d = in->dir;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->lock);
+    if (d->fd < 0) {
+        int fd;
+        struct stat st;
+        struct errbuf why = {{0}};
+        if (open_same(in, &fd, &st, &why) == 0) { /* as a look: the same array is followed */
+            if (d->dev != (uint64_t)st.st_dev || d->ino != (uint64_t)st.st_ino)
+                d->generation++;
+            d->dev = (uint64_t)st.st_dev;
+            d->ino = (uint64_t)st.st_ino;
+            d->fd = fd;
+            found_again(d, in->path);
+        } else { /* reads fail, saying why, until a look finds the array there again */
+            if (!d->gone || strcmp(d->reason, why.msg) != 0)
+                log_warn("%s", why.msg);
+            snprintf(d->reason, sizeof d->reason, "%s", why.msg);
+            d->gone = true;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
 }

@@ -206,6 +206,16 @@ uint64_t zarr_input_hash_passes(struct zarr_input *in)
     return n;
 }
 
+void input_hashes_let_go(struct input_hashes *h)
+{
+    save(h, true);
+    pthread_mutex_lock(&h->lock);
+    if (h->dirfd >= 0)
+        close(h->dirfd);
+    h->dirfd = -1;
+    pthread_mutex_unlock(&h->lock);
+}
+
 void input_hashes_destroy(struct input_hashes *h)
 {
     save(h, true);

@@ -166,6 +166,8 @@ struct range_check {
 };
 void input_hashes_init(struct input_hashes *h);
 void input_hashes_destroy(struct input_hashes *h);
+/* Writes the hashes and closes their directory's descriptor (zarr_input_park). */
+void input_hashes_let_go(struct input_hashes *h);
 /* The time now (CLOCK_REALTIME, ns), taken before a file's identity, for input_racy. */
 uint64_t input_now_ns(void);
 /* Whether a read of the file fid that began at start (input_now_ns before its fstat) may have

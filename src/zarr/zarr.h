@@ -266,6 +266,15 @@ const char *zarr_input_path(const struct zarr_input *in);
  * thread uses in. NULL: back to the files' own identities. */
 void zarr_input_pin_identities(struct zarr_input *in, const struct zarr_file_identity *ids);
 
+/* An input nobody reads for a while (a plate's image closed by [mount] images_open,
+ * docs/plates.md), no thread using it: the descriptors of its directory and of its kept
+ * hashes' directory are closed (the hashes written first). zarr_input_resume, before it is
+ * read again, opens the directory at its path again as a look would (another directory
+ * holding the same array is followed; none, or another array, makes its reads fail with the
+ * reason until a look finds the array again); zarr_input_keep_hashes takes up the hashes. */
+void zarr_input_park(struct zarr_input *in);
+void zarr_input_resume(struct zarr_input *in);
+
 /* ---- content hashes of the input's files (input_hash.c) ---- */
 
 /* Keeps the content hashes of the input's storage files in directory dirfd (the cache's

@@ -5,13 +5,16 @@ with labels/NAME and tables/NAME exactly as a mount of that image alone gives th
 import errno
 import json
 import os
+import re
 import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import mounted, run_roifs, write_config
+from conftest import PY, mounted, run_roifs, write_config
 from test_overlay import THRESHOLD, files_of, make_image
 
 SCHEMAS = Path(os.environ.get("NGFF_SCHEMAS", "/work/shared/reference/ngff-schemas"))
@@ -126,14 +129,15 @@ def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, la
     """Every image of the plate gets labels/seg and tables/seg_table byte for byte as a mount
     of that image alone (but the provenance, which names the configuration and input); the
     plate's and the wells' files are read through; the plate, wells and label images validate
-    against the official schemas; the status counts the images and wells."""
+    against the official schemas; the status counts the images and wells (after the mount, the
+    first image alone is opened: the others are when first looked into)."""
     plate, images = make_plate(tmp_path, version, layout)
     config = plate_config(tmp_path / "plate.ini", plate, tmp_path / "cache")
     got = {}
     with mounted(roifs_bin, config) as m:
         st = m.status()
-        assert st["images"] == {"total": len(images), "ready": len(images), "done": 0,
-                                "failed": 0, "open": 0}, st["images"]
+        assert st["images"] == {"total": len(images), "ready": 1, "done": 0, "failed": 0,
+                                "open": 0, "unread": len(images) - 1}, st["images"]
         assert list(st["wells"]) == list(LAYOUTS[layout])
         assert st["failed_images"] == []
         for rel in files_of(plate):  # read through, byte for byte (but the lists with seg)
@@ -153,7 +157,7 @@ def test_plate_labels_match_single_image_mounts(tmp_path, roifs_bin, version, la
             got[p] = {f: (img / f).read_bytes() for f in added_files(img)}
             assert any(f.startswith("tables/seg_table/") for f in got[p]), p
         st = m.status()
-        assert st["images"]["done"] == len(images), st["images"]
+        assert st["images"]["done"] == len(images) and st["images"]["unread"] == 0, st["images"]
         assert sum(w["rois"]["done"] for w in st["wells"].values()) == st["rois"]["done"] > 0
     contents = set()
     for p, img in images.items():
@@ -206,8 +210,9 @@ def test_plate_refusals(tmp_path, roifs_bin):
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
 def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
     """A missing image, an image whose ROI table is invalid and a listed well that is missing
-    fail alone: the status lists each with its reason, the log says so once each, the failed
-    images' added files give EIO, and every other image is served."""
+    fail alone: the status lists each with its reason once something looked into it, the log
+    says so once each, the failed images' added files give EIO, and every other image is
+    served."""
     plate, images = make_plate(tmp_path, version, "idr", skip_images={"A/1/1"})
     shutil.rmtree(plate / "B/2")  # a listed well that is missing
     bad = images["A/1/2"]
@@ -226,18 +231,21 @@ def test_plate_faults_stay_with_their_image(tmp_path, roifs_bin, version):
         (img / "tables" / "FOV_ROI_table").mkdir()
         (img / "tables" / "FOV_ROI_table" / "table.csv").write_text(text)
     with mounted(roifs_bin, config) as m:
-        st = m.status()
-        failed = {f["path"]: f["message"] for f in st["failed_images"]}
-        assert sorted(failed) == ["A/1/1", "A/1/2", "B/2"], failed
-        assert "missing" in failed["B/2"]
-        assert "y_micrometer" in failed["A/1/2"], failed
-        assert st["images"]["failed"] == 3 and st["images"]["ready"] == 1, st["images"]
+        st = m.status()  # the mount opened A/1/0; the missing well is known from the plate
+        assert [f["path"] for f in st["failed_images"]] == ["B/2"], st["failed_images"]
+        assert st["images"]["unread"] == 2, st["images"]
         meta = ".zattrs" if version == "0.4" else "zarr.json"
         for p in ("A/1/1", "A/1/2"):
             with pytest.raises(OSError) as e:
                 (m.path / p / "labels" / "seg" / meta).read_bytes()
             assert e.value.errno == errno.EIO, p
         assert (m.path / "A/1/0/labels/seg" / meta).read_bytes()
+        st = m.status()
+        failed = {f["path"]: f["message"] for f in st["failed_images"]}
+        assert sorted(failed) == ["A/1/1", "A/1/2", "B/2"], failed
+        assert "missing" in failed["B/2"]
+        assert "y_micrometer" in failed["A/1/2"], failed
+        assert st["images"]["failed"] == 3 and st["images"]["ready"] == 1, st["images"]
         lab = np.frombuffer((m.path / "A/1/0/labels/seg/0" /
                              ("0.0" if version == "0.4" else "c/0/0")).read_bytes(), "u1")
         assert lab.size > 0
@@ -329,6 +337,7 @@ def test_plate_channel_by_name(tmp_path, roifs_bin, version):
     chunk = "labels/seg/0/" + ("0.0" if version == "0.4" else "c/0/0")
     with mounted(roifs_bin, config) as m:
         got = {p: (m.path / p / chunk).read_bytes() for p in ("B/03/0", "B/03/1")}
+        os.listdir(m.path / "C/05/0")  # looked into: opened (and failed)
         failed = {f["path"]: f["message"] for f in m.status()["failed_images"]}
         assert list(failed) == ["C/05/0"] and 'no channel "WGFP"' in failed["C/05/0"], failed
     for p, index in (("B/03/0", 1), ("B/03/1", 0)):
@@ -402,8 +411,8 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
     with mounted(roifs_bin, config) as m:
         st = m.status()
-        assert st["images"]["open"] == 0 and st["images"]["ready"] == 5, st["images"]
-        assert st["rois"]["total"] == 5 * 12 and st["rois"]["done"] == 0, st["rois"]
+        assert st["images"]["open"] == 0 and st["images"]["ready"] == 1, st["images"]
+        assert st["rois"]["total"] == 12 and st["rois"]["done"] == 0, st["rois"]
         before = threads_of(m.proc.pid)
         (m.path / "A/1/1/labels/seg/0/0.0").read_bytes()
         st = m.status()
@@ -422,7 +431,7 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
 def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
     """`warm` computes every image of a plate (a mount then finds every ROI done and computes
     nothing); `export` of an `ome = true` plate writes the new plate as the mount presents it;
-    the commands that do not take a plate yet refuse it (exit 2) instead of failing."""
+    the commands that do not take a plate yet (apply, export --into) refuse it (exit 2)."""
     plate, images = make_plate(tmp_path, "0.4", "fractal")
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
     r = run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60)
@@ -441,10 +450,40 @@ def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
         for rel in files_of(m.path):
             if not rel.startswith(".roifs"):
                 assert (tmp_path / "out" / rel).read_bytes() == (m.path / rel).read_bytes(), rel
-    for args in (("clean", config), ("clean", "--unused", config), ("apply", config),
-                 ("export", "--into", plate, config)):
+    for args in (("apply", config), ("export", "--into", plate, config)):
         r = run_roifs(roifs_bin, *args)
         assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
+
+
+def test_clean_of_a_plate(tmp_path, roifs_bin):
+    """`clean --unused` and `clean` of a plate take each image's cache directory (`DIR/B/03/0`):
+    after a warm and a parameter change, --unused removes the old results of every image; then
+    `clean` deletes every image's cache (a mount computes again); an image that cannot be
+    opened is named and the exit status is 1."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal")
+    cache = tmp_path / "cache"
+    config = plate_config(tmp_path / "p.ini", plate, cache)
+    assert run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60).returncode == 0
+    config.write_text(config.read_text().replace(f"param.value = {THRESHOLD}",
+                                                 f"param.value = {THRESHOLD + 1}"))
+    assert run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60).returncode == 0
+    r = run_roifs(roifs_bin, "clean", "--unused", config)
+    assert r.returncode == 0, r.stderr
+    for p in images:
+        assert f"cleaned {cache / p}" in r.stdout, r.stdout
+    removed = [int(n) for n in re.findall(r"results: (\d+) removed", r.stdout)]
+    assert len(removed) == 3 and min(removed) > 0, r.stdout  # each image's old results
+    r = run_roifs(roifs_bin, "clean", config)
+    assert r.returncode == 0, r.stderr
+    for p in images:
+        assert f"deleted {cache / p}" in r.stdout and not (cache / p).exists(), r.stdout
+    with mounted(roifs_bin, config) as m:
+        (m.path / "B/03/0/labels/seg/0/0.0").read_bytes()
+        assert m.status()["calls"] > 0
+    shutil.rmtree(images["C/05/0"] / "0")
+    r = run_roifs(roifs_bin, "clean", config)
+    assert r.returncode == 1 and "image C/05/0 cannot be opened" in r.stderr, r
+    assert f"deleted {cache / 'B/03/0'}" in r.stdout, r.stdout
 
 
 def test_status_draws_the_plate(tmp_path, roifs_bin):
@@ -457,9 +496,14 @@ def test_status_draws_the_plate(tmp_path, roifs_bin):
         for c in files_of(m.path / "B/03/0/labels/seg/0"):
             (m.path / "B/03/0/labels/seg/0" / c).read_bytes()
         r = run_roifs(roifs_bin, "status", m.path)
+        assert [ln.split() for ln in r.stdout.splitlines()
+                if ln.startswith("     B")] == [["B", "99%"]], r.stdout  # B/03/1 unread
+        for p in ("B/03/1", "C/05/0"):  # looked into: opened (C/05/0 fails)
+            os.listdir(m.path / p)
+        r = run_roifs(roifs_bin, "status", m.path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert any(ln.startswith("images:  3 (2 ready, 1 open, 1 done, 1 failed) in 2 wells")
+    assert any(ln.startswith("images:  3 (2 ready, 1 open, 1 done, 1 failed, 0 unread) in 2 wells")
                for ln in lines), r.stdout
     head = next(i for i, ln in enumerate(lines) if ln.startswith("plate:"))
     assert lines[head + 1].split() == ["03", "05"], r.stdout
@@ -528,6 +572,119 @@ def test_images_open_bounds_the_open_images(tmp_path, roifs_bin):
             assert again == first[p], p
         st = m.status()
         assert st["images"]["open"] <= 2 and st["calls"] == calls > 0, st
+
+
+def wide_plate(root, nwells):
+    """A 0.4 plate of nwells wells (row A), each with one copy of one make_image image."""
+    plate = root / f"wide{nwells}.zarr"
+    wells = [f"A/{c}" for c in range(1, nwells + 1)]
+    write_group(plate, "0.4", {"plate": {
+        "version": "0.4", "rows": [{"name": "A"}],
+        "columns": [{"name": str(c)} for c in range(1, nwells + 1)],
+        "wells": [{"path": w, "rowIndex": 0, "columnIndex": i} for i, w in enumerate(wells)]}})
+    write_group(plate / "A", "0.4", None)
+    img, _ = make_image(root / f"src-wide{nwells}", "0.4", seed=5)
+    for w in wells:
+        write_group(plate / w, "0.4", {"well": {"version": "0.4", "images": [{"path": "0"}]}})
+        shutil.copytree(img, plate / w / "0")
+    return plate, wells
+
+
+def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
+    """Mounting a plate opens its first image alone: an image whose metadata is invalid is not
+    known failed until something looks into it, and the daemon's open files after the mount
+    are those of a two-well plate's mount (no image's reader is held); the size of a chunk not
+    computed yet is the same bound in an image opened later. With images_open = 2,
+    after reading every image the open files stay those of two open images (a closed image's
+    input reader lets its files go too) and a closed image read again gives the same bytes."""
+    big, wells = wide_plate(tmp_path, 12)
+    small, _ = wide_plate(tmp_path, 2)
+    (big / wells[-1] / "0" / ".zattrs").write_text("{}")  # no multiscales: the image fails
+    nfd = {}
+    for plate in (small, big):
+        config = plate_config(tmp_path / f"{plate.name}.ini", plate, tmp_path / f"c-{plate.name}")
+        config.write_text(config.read_text() + "\n[mount]\nimages_open = 2\n")
+        with mounted(roifs_bin, config) as m:
+            nfd[plate] = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+            if plate == small:
+                continue
+            st = m.status()
+            assert st["failed_images"] == [] and st["images"]["unread"] == 11, st["images"]
+            assert nfd[big] <= nfd[small] + 1, nfd
+            # not computed yet: each chunk's size is the bound, an image opened since the mount's
+            # as the first one's (the same array)
+            sizes = {os.stat(m.path / w / "0/labels/seg/0/0.0").st_size for w in wells[:6]}
+            assert len(sizes) == 1 and min(sizes) > 0, sizes
+            first = {w: (m.path / w / "0/labels/seg/0/0.0").read_bytes() for w in wells[:2]}
+            after_two = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
+            for w in wells[2:-1]:
+                (m.path / w / "0/labels/seg/0/0.0").read_bytes()
+            with pytest.raises(OSError) as e:
+                (m.path / wells[-1] / "0/labels/seg/.zattrs").read_bytes()
+            assert e.value.errno == errno.EIO
+            st = m.status()
+            assert [f["path"] for f in st["failed_images"]] == [wells[-1] + "/0"], st
+            assert st["images"]["unread"] == 0 and st["images"]["open"] <= 2, st["images"]
+            assert len(os.listdir(f"/proc/{m.proc.pid}/fd")) <= after_two + 1, after_two
+            for w in wells[:2]:
+                assert (m.path / w / "0/labels/seg/0/0.0").read_bytes() == first[w], w
+
+
+RECORDER = """import os, sys, time
+from pathlib import Path
+d = Path(sys.argv[1])
+sys.stdin.buffer.read()
+me = d / "run" / str(os.getpid())
+me.touch()
+at_once = len(os.listdir(d / "run"))
+time.sleep(0.15)
+me.unlink()
+with open(d / "log", "a") as f:
+    f.write(f"{at_once}\\n")
+n = 1
+for a, b in zip(os.environ["ROIFS_START"].split(","), os.environ["ROIFS_STOP"].split(",")):
+    n *= int(b) - int(a)
+sys.stdout.buffer.write(bytes(4 * n))
+"""
+
+
+def test_plate_threads_are_shared_round_robin(tmp_path, roifs_bin):
+    """`[process] threads = 2` is the whole plate's: four images read in parallel (each its
+    own engine with two threads) run at most two ROIs at once between them, the processor's
+    own count says (it was eight without the plate's turns), and the turns go round the
+    images: every image has a ROI done before any image has all of its ROIs done."""
+    plate, wells = wide_plate(tmp_path, 4)
+    rec = tmp_path / "rec"
+    (rec / "run").mkdir(parents=True)
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    config = write_config(tmp_path / "p.ini", {
+        "input": {"path": plate},
+        "rois": {"grid": "32,32"},
+        "process": {"command": f"{PY} {tmp_path / 'recorder.py'} {rec}", "threads": 2,
+                    "readahead": 0},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, config) as m:
+        def read_image(w):
+            for c in files_of(m.path / w / "0/labels/seg/0"):
+                (m.path / w / "0/labels/seg/0" / c).read_bytes()
+        seen = []
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(read_image, w) for w in wells]
+            while not all(f.done() for f in futures):
+                seen.append({w: v["rois"] for w, v in m.status()["wells"].items()})
+                time.sleep(0.05)
+            for f in futures:
+                f.result()
+        st = m.status()
+        seen.append({w: v["rois"] for w, v in st["wells"].items()})
+        assert st["rois"]["done"] == st["rois"]["total"] == 4 * 4, st["rois"]
+    counts = [int(x) for x in (rec / "log").read_text().split()]
+    assert len(counts) == 4 * 4 and max(counts) <= 2, counts
+    assert max(counts) == 2, counts  # two at once: the images share them, none is starved
+    first_full = next(s for s in seen
+                      if any(r.get("total", 0) > 0 and r["done"] == r["total"] for r in s.values()))
+    assert all(r.get("done", 0) > 0 for r in first_full.values()), first_full
 
 
 @pytest.mark.parametrize("flavour", ["ngio", "csv"])

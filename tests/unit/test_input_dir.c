@@ -1,8 +1,8 @@
 /* test_input_dir.c: unit tests of the input reader's directory (src/zarr/input_dir.c): the
  * input is its path. A directory put in its place that holds the same array is read, another
  * layout or none fails with -EIO and the reason (signatures then match nothing), readers racing
- * with replacements never read a box of two directories, and the descriptors of replaced
- * directories are closed. */
+ * with replacements never read a box of two directories, the descriptors of replaced
+ * directories are closed, and a parked input's directory is closed and opened again. */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -205,6 +205,48 @@ static void test_readers_while_replaced(void)
     free(path);
 }
 
+/* zarr_input_park closes the directory's descriptor (a plate's image closed); zarr_input_resume
+ * opens the directory at the path again: the same one, another holding the same array
+ * (followed), or another layout (reads fail with the reason until the array is back). */
+static void test_park_and_resume(void)
+{
+    char *path = write_array("in3", 1, ZARRAY_OF("[8, 8]"));
+    struct zarr_input *in = NULL;
+    struct errbuf err;
+    CHECK_EQ_INT(zarr_input_open(path, 1 << 20, &in, &err), 0);
+    CHECK_EQ_INT(read_value(in, &err), 1);
+    int before = open_fds();
+    zarr_input_park(in);
+    CHECK_EQ_INT(open_fds(), before - 1);
+    zarr_input_resume(in);
+    CHECK_EQ_INT(open_fds(), before);
+    CHECK_EQ_INT(read_value(in, &err), 1);
+    /* parked, then mv in in.old; mv new in */
+    zarr_input_park(in);
+    char *fresh = write_array("new3", 2, ZARRAY_OF("[8, 8]")), *old = xasprintf("%s.old", path);
+    CHECK_EQ_INT(rename(path, old), 0);
+    CHECK_EQ_INT(rename(fresh, path), 0);
+    zarr_input_resume(in);
+    CHECK_EQ_INT(read_value(in, &err), 2);
+    /* parked, then another layout at the path */
+    zarr_input_park(in);
+    remove_dir(path);
+    free(write_array("in3", 1, ZARRAY_OF("[8, 12]")));
+    zarr_input_resume(in);
+    CHECK_EQ_INT(read_value(in, &err), -EIO);
+    CHECK_STR_CONTAINS(err.msg, "its shape changed from [8, 8] to [8, 12]");
+    remove_dir(path);
+    free(write_array("in3", 5, ZARRAY_OF("[8, 8]")));
+    CHECK_EQ_INT(read_value(in, &err), 5);
+    zarr_input_close(in);
+    CHECK_EQ_INT(open_fds(), before - 1);
+    remove_dir(path);
+    remove_dir(old);
+    free(old);
+    free(fresh);
+    free(path);
+}
+
 int main(void)
 {
     if (check_mkdtemp(root, sizeof root, "input-dir"))
@@ -213,6 +255,7 @@ int main(void)
     RUN(test_same_array_followed);
     RUN(test_other_layout_or_none_refused);
     RUN(test_readers_while_replaced);
+    RUN(test_park_and_resume);
     check_rmtree(root);
     return check_done();
 }

@@ -1,8 +1,9 @@
 /* test_namespace.c: the presented tree (src/tree/namespace.c) over a table of entries and the
  * chunk files of arrays: listing order and lookups of what is listed, canonical chunk names
  * only, nested keys and format 3's "c", ".." of every directory, resuming a listing at every
- * offset, several arrays in one tree, directories with many entries, and directories that
- * mirror the file system as it is now (ome = labels). */
+ * offset, several arrays in one tree, directories with many entries, directories that
+ * mirror the file system as it is now (ome = labels), and directories whose entries are added
+ * when first needed (a plate's images). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -495,6 +496,86 @@ static void test_mirrored_directory_threads(void)
     CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* ---- directories filled when first needed (a plate's images) ---- */
+
+struct lazy_tree {
+    struct ns *ns;
+    int dirs[8];
+    int fills[8]; /* calls that added the entries */
+    pthread_mutex_t m;
+    int bad;
+};
+
+/* ns_fill_fn: directory k gets "f" and 100 more entries (the tree's entries move meanwhile). */
+static void fill_dir(void *ctx, uint64_t k)
+{
+    struct lazy_tree *lt = ctx;
+    pthread_mutex_lock(&lt->m);
+    if (lt->fills[k] == 0) {
+        ns_add_file(lt->ns, lt->dirs[k], "f", "text");
+        for (int i = 0; i < 100; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "e%d", i);
+            ns_add_dir(lt->ns, lt->dirs[k], name);
+        }
+        ns_filled(lt->ns, lt->dirs[k]);
+    }
+    lt->fills[k]++;
+    pthread_mutex_unlock(&lt->m);
+}
+
+static void *lazy_reader(void *arg)
+{
+    struct lazy_tree *lt = arg;
+    for (int round = 0; round < 50; round++)
+        for (int k = 0; k < 8; k++) {
+            struct ns_node n;
+            uint64_t dir = (uint64_t)lt->dirs[k] + 1;
+            if (ns_lookup(lt->ns, dir, "f", &n) != 0 || n.kind != NS_META || n.len != 4 ||
+                ns_lookup(lt->ns, dir, "e99", &n) != 0 || n.kind != NS_DIR)
+                __atomic_add_fetch(&lt->bad, 1, __ATOMIC_RELAXED);
+        }
+    return NULL;
+}
+
+/* A lazy directory's entries are added by its filler before the first lookup or listing in
+ * it, once (later looks do not call it), and never before: looks elsewhere do not fill it;
+ * threads looking into every directory at once, while the tree grows, always find the
+ * entries. */
+static void test_lazy_directories(void)
+{
+    struct lazy_tree lt = {.ns = ns_new()};
+    pthread_mutex_init(&lt.m, NULL);
+    ns_set_filler(lt.ns, fill_dir, &lt);
+    for (int k = 0; k < 8; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "d%d", k);
+        lt.dirs[k] = ns_add_dir(lt.ns, NS_ROOT, name);
+        ns_set_lazy(lt.ns, lt.dirs[k], (uint64_t)k);
+    }
+    char *names = list(lt.ns, NS_INO_ROOT);
+    CHECK(strcmp(names, ". .. d0 d1 d2 d3 d4 d5 d6 d7") == 0);
+    free(names);
+    CHECK_EQ_INT(lt.fills[0], 0); /* listing the root fills none of them */
+    struct listing l = {0};
+    CHECK_EQ_INT(ns_readdir(lt.ns, (uint64_t)lt.dirs[0] + 1, 0, NULL, collect, &l), 0);
+    CHECK(l.n == 64 && strcmp(l.names[2], "f") == 0 && strcmp(l.names[3], "e0") == 0);
+    CHECK_EQ_INT(lt.fills[0], 1);
+    CHECK_EQ_INT(ns_readdir(lt.ns, (uint64_t)lt.dirs[0] + 1, 0, NULL, collect, &l), 0);
+    CHECK_EQ_INT(lt.fills[0], 1); /* filled: not asked again */
+    CHECK_EQ_INT(lt.fills[1], 0);
+    pthread_t r[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(pthread_create(&r[i], NULL, lazy_reader, &lt), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(r[i], NULL);
+    CHECK_EQ_INT(lt.bad, 0);
+    for (int k = 1; k < 8; k++) /* filled once; the calls of threads that waited found it so */
+        CHECK(lt.fills[k] >= 1 && lt.fills[k] <= 4);
+    ns_free(lt.ns);
+    pthread_mutex_destroy(&lt.m);
+}
+
 int main(void)
 {
     RUN(test_flat_array);
@@ -503,5 +584,6 @@ int main(void)
     RUN(test_mirrored_directory);
     RUN(test_interleaved_listings);
     RUN(test_mirrored_directory_threads);
+    RUN(test_lazy_directories);
     return check_done();
 }
