@@ -51,6 +51,7 @@ struct arrayset {
     struct ptable *ptable;        /* table_name: the plate's table (MNT/tables/NAME) */
     struct ptable_image *pimages; /* its images */
     pthread_mutex_t lazy;         /* a plate: images started when first needed */
+    pthread_cond_t let_go;        /* a plate: an image's last use let go (under lazy) */
     bool started;                 /* arrayset_start was called */
     size_t nopen;                 /* images whose engines exist */
     uint64_t clock;               /* ticks of arrayset_engine_get */

@@ -104,6 +104,7 @@ int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct e
     s->lazy_images = lazy;
     s->turns = turns_new(eo->threads, s->nimages);
     pthread_mutex_init(&s->lazy, NULL);
+    pthread_cond_init(&s->let_go, NULL);
     /* every image's arrays fit (an image has at most 64 levels): an image opened while the
      * tree is looked at never moves the arrays others read */
     s->cap = s->nimages *
@@ -441,10 +442,15 @@ static void close_image(struct arrayset *s, struct set_image *im)
 }
 
 /* [mount] images_open: while as many images are open, the least recently used one that nobody
- * holds is closed (none: the bound is exceeded until one is let go). s->lazy held. */
+ * holds is closed. When every open image is held, it waits up to 200 ms for one to be let go (an
+ * open is answered before its image is let go, so a reader going from one image to the next
+ * comes here a moment before the image it read is idle); then the bound is exceeded until the
+ * next image starts. Bounded, so never a deadlock with a holder waiting on this thread. s->lazy
+ * held. */
 static void make_room(struct arrayset *s)
 {
     size_t bound = (size_t)s->plate_task->cfg.images_open;
+    struct timespec until = deadline_in(CLOCK_REALTIME, ts_from_ns(200 * 1000 * 1000));
     while (s->nopen >= bound) {
         struct set_image *lru = NULL;
         for (size_t k = 0; k < s->nimages; k++) {
@@ -453,6 +459,8 @@ static void make_room(struct arrayset *s)
                 (!lru || im->last_use < lru->last_use))
                 lru = im;
         }
+        if (!lru && pthread_cond_timedwait(&s->let_go, &s->lazy, &until) == 0)
+            continue;
         if (!lru)
             return;
         close_image(s, lru);
@@ -466,6 +474,8 @@ static void start_locked(struct arrayset *s, size_t k)
     if (!s->started || im->error || !im->n || s->arrays[im->first].engine)
         return;
     make_room(s);
+    if (im->error || s->arrays[im->first].engine) /* started while make_room waited */
+        return;
     struct errbuf e = {{0}};
     if (start_image(s, im, &e) < 0) {
         im->error = xstrdup(e.msg);
@@ -503,7 +513,8 @@ struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool star
 void arrayset_plate_engine_put(struct arrayset *s, size_t i)
 {
     pthread_mutex_lock(&s->lazy);
-    s->images[s->arrays[i].image].uses--;
+    if (--s->images[s->arrays[i].image].uses == 0)
+        pthread_cond_broadcast(&s->let_go);
     pthread_mutex_unlock(&s->lazy);
 }
 
@@ -603,6 +614,7 @@ void arrayset_close_plate(struct arrayset *s)
     free(s->pimages);
     if (s->images)
         pthread_mutex_destroy(&s->lazy);
+    pthread_cond_destroy(&s->let_go);
     plate_files_free(s->new_files, s->nnew_files);
     turns_free(s->turns);
     for (size_t k = 0; k < s->nimages; k++) {
