@@ -485,7 +485,7 @@ static enum verdict judge(int dirfd, const char *name, uint64_t *fp)
 static bool remove_if_same(int dirfd, const char *name, uint64_t fp)
 {
     char text[CLAIM_TEXT];
-    uint64_t now_fp;
+    uint64_t now_fp = 0;
     if (read_claim(dirfd, name, text, sizeof text, &now_fp, NULL) < 0 || now_fp != fp)
         return false;
     return unlinkat(dirfd, name, 0) == 0;
