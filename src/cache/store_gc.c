@@ -84,7 +84,10 @@ static bool read_whole(int fd, const struct entry *e, struct pending *p)
     return ok;
 }
 
-/* Makes the packs [first, last] (none when first is 0) and the directory durable. */
+/* Makes the packs [first, last] (none when first is 0) and the directory durable. The copies
+ * went to packs of ours, which nobody removes while we hold them; a number between them may be
+ * another writer's pack (each writer appends to its own), which that writer may have removed
+ * meanwhile: a pack not found is not one of ours. */
 static int sync_packs(struct store *s, uint32_t first, uint32_t last)
 {
     int r = 0;
@@ -92,6 +95,8 @@ static int sync_packs(struct store *s, uint32_t first, uint32_t last)
         char name[32];
         store_pack_name(n, name, sizeof name);
         int w = openat(s->dirfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (w < 0 && errno == ENOENT && n != first && n != last)
+            continue;
         if (w < 0 || fdatasync(w) < 0)
             r = -errno;
         if (w >= 0)

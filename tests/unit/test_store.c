@@ -632,8 +632,12 @@ static void test_compact_while_others_append(void)
     }
     struct store_compaction c;
     struct errbuf err = {{0}};
-    for (int round = 0; round < 6; round++)
-        CHECK_EQ_INT(store_compact(s, live_busy, NULL, &c, &err), 0);
+    for (int round = 0; round < 6; round++) {
+        int r = store_compact(s, live_busy, NULL, &c, &err);
+        if (r < 0)
+            fprintf(stderr, "store_compact: %s\n", err.msg);
+        CHECK_EQ_INT(r, 0);
+    }
     for (int w = 0; w < 3; w++) {
         int status;
         CHECK(waitpid(pids[w], &status, 0) == pids[w] && WIFEXITED(status) &&
