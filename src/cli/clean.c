@@ -25,29 +25,6 @@ static int remove_tree(const char *path)
                : -1;
 }
 
-int cli_each_plate_image(const struct task *t, int (*fn)(struct task *image))
-{
-    int r = 0;
-    for (size_t k = 0; k < t->plate->n; k++) {
-        const struct plate_image *im = &t->plate->images[k];
-        struct errbuf err = {{0}};
-        struct task *it = NULL;
-        int e = im->error ? err_set(&err, -EINVAL, "%s", im->error)
-                          : task_open_image(t->cfg.path, im, TASK_NO_PROC, &it, &err);
-        printf("image %s:\n", im->path_in_plate);
-        if (e < 0) {
-            fprintf(stderr, "roifs: image %s cannot be opened, its cache not looked at: %s\n",
-                    im->path_in_plate, err.msg);
-            r = r ? r : EXIT_RUNTIME;
-            continue;
-        }
-        e = fn(it);
-        r = r ? r : e;
-        task_close(it);
-    }
-    return r;
-}
-
 /* Deletes t's cache directory when it is a roifs cache. */
 static int clean_task(struct task *t)
 {

@@ -7,6 +7,7 @@
 #include "assemble.h"
 #include "budget.h"
 #include "jobs.h"
+#include "outcome.h"
 #include "results.h"
 #include "stale.h"
 
@@ -210,24 +211,6 @@ bool engine_has_failed_roi(struct engine *e, size_t row)
         if (e->s.rois[rois[i]].state == RS_FAILED)
             return true;
     return false;
-}
-
-bool engine_failure_stands(struct engine *e, uint32_t r, int64_t began)
-{
-    const struct roi_slot *s = &e->s.rois[r];
-    if (s->state != RS_FAILED)
-        return false;
-    if (s->failed_ns >= began)
-        return true;
-    double after = e->f.opts.retry_after; /* seconds; as a double, no overflow */
-    return after > 0 && (double)(clock_ns(CLOCK_MONOTONIC) - s->failed_ns) < after * 1e9;
-}
-
-int64_t engine_retry_at_ns(struct engine *e, uint32_t r)
-{
-    double after = e->f.opts.retry_after > 0 ? e->f.opts.retry_after * 1e9 : 0;
-    int64_t wait = after > 9e18 ? INT64_MAX / 2 : (int64_t)after;
-    return clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC) + e->s.rois[r].failed_ns + wait;
 }
 
 bool engine_chunk_failure_stands(struct engine *e, uint64_t id, const struct chunk_keys *keys,

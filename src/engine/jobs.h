@@ -84,15 +84,6 @@ void engine_job_promote(struct engine *e, struct chunk_job *job);
 /* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
  * retries it (lock held). */
 bool engine_has_failed_roi(struct engine *e, size_t row);
-/* True when ROI r failed and its failure answers an open that began at `began`
- * (CLOCK_MONOTONIC ns) with EIO instead of a new attempt: it failed after the open began
- * (while the open looked at the keys, say), or less than [process] retry_after seconds ago
- * (engine_opts.retry_after). An open retries only a failure older than itself, and not within
- * retry_after (lock held). */
-bool engine_failure_stands(struct engine *e, uint32_t r, int64_t began);
-/* When failed ROI r is tried again on demand: its failure plus retry_after, in
- * CLOCK_REALTIME ns (lock held). */
-int64_t engine_retry_at_ns(struct engine *e, uint32_t r);
 /* engine_failure_stands for some ROI of chunk id whose result, with keys (when not NULL: the
  * chunk's keys now), is not in the store either (lock held). */
 bool engine_chunk_failure_stands(struct engine *e, uint64_t id, const struct chunk_keys *keys,

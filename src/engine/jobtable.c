@@ -175,3 +175,21 @@ void engine_roi_finish(struct engine *e, uint32_t r, struct roi_result *res, boo
     engine_flush_unstored(e);
     engine_notify(e, failed, -1, -EIO, 0);
 }
+
+bool engine_failure_stands(struct engine *e, uint32_t r, int64_t began)
+{
+    const struct roi_slot *s = &e->s.rois[r];
+    if (s->state != RS_FAILED)
+        return false;
+    if (s->failed_ns >= began)
+        return true;
+    double after = e->f.opts.retry_after; /* seconds; as a double, no overflow */
+    return after > 0 && (double)(clock_ns(CLOCK_MONOTONIC) - s->failed_ns) < after * 1e9;
+}
+
+int64_t engine_retry_at_ns(struct engine *e, uint32_t r)
+{
+    double after = e->f.opts.retry_after > 0 ? e->f.opts.retry_after * 1e9 : 0;
+    int64_t wait = after > 9e18 ? INT64_MAX / 2 : (int64_t)after;
+    return clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC) + e->s.rois[r].failed_ns + wait;
+}

@@ -8,6 +8,7 @@
 
 #include "engine_internal.h"
 #include "jobs.h"
+#include "outcome.h"
 
 /* True when the i-th recent error is its ROI's latest (lock held). */
 static bool latest_of_its_roi(struct engine *e, size_t i)

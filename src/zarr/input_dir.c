@@ -240,9 +240,8 @@ void input_dir_close(struct input_dir *d)
     free(d);
 }
 
-void zarr_input_park(struct zarr_input *in)
+void input_dir_park(struct zarr_input *in)
 {
-    input_hashes_let_go(&in->hashes);
     struct input_dir *d = in->dir;
     if (!d)
         return;

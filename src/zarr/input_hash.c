@@ -339,3 +339,10 @@ uint64_t input_hash_now(struct zarr_input *in, uint64_t sid, const struct file_i
     }
     return unreadable(fid);
 }
+
+/* Above the directory's part (input_dir.c), so that the reader's files call only down. */
+void zarr_input_park(struct zarr_input *in)
+{
+    input_hashes_let_go(&in->hashes);
+    input_dir_park(in);
+}

@@ -76,6 +76,9 @@ bool input_dir_reconnect(const struct zarr_input *in, int failed);
  * path holds no directory, no array or another array. */
 int input_dir_look(const struct zarr_input *in, struct errbuf *err);
 void input_dir_close(struct input_dir *d);
+/* zarr_input_park's part of the directory: its descriptor closed when nothing holds it (dev
+ * and ino kept: what the path held; zarr_input_resume looks again). */
+void input_dir_park(struct zarr_input *in);
 
 struct input_remote;
 
