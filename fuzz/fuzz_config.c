@@ -2,6 +2,7 @@
  * reads a file, so each input is written to a memfd and loaded through /proc/self/fd. Any
  * bytes must either be rejected with a "FILE[:LINE]: ..." message or give a configuration
  * that satisfies the invariants config.h documents. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +34,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_config(const struct config *cfg)
 {
     FUZZ_ASSERT(cfg->path && cfg->dir && cfg->input_path, "missing required paths");
-    FUZZ_ASSERT(cfg->input_path[0] == '/', "input path '%s' is not absolute", cfg->input_path);
-    FUZZ_ASSERT(cfg->rois_kind != ROIS_NONE && cfg->proc_kind != PROC_NONE, "no rois/process");
-    FUZZ_ASSERT(cfg->proc_value && cfg->proc_value[0], "empty processor");
+    /* absolute, or a URL with a host (a remote input, docs/remote.md) */
+    bool url = !strncmp(cfg->input_path, "http://", 7) || !strncmp(cfg->input_path, "https://", 8);
+    const char *host = url ? strstr(cfg->input_path, "://") + 3 : NULL;
+    FUZZ_ASSERT(cfg->input_path[0] == '/' || (url && *host && *host != '/'),
+                "input path '%s' is neither absolute nor a URL with a host", cfg->input_path);
+    /* [measure] labels = NAME alone measures: no [process], no [rois] (docs/measurements.md) */
+    bool measures_only = cfg->measure_labels && cfg->proc_kind == PROC_NONE;
+    FUZZ_ASSERT(measures_only || (cfg->rois_kind != ROIS_NONE && cfg->proc_kind != PROC_NONE),
+                "no rois/process");
+    FUZZ_ASSERT(measures_only || (cfg->proc_value && cfg->proc_value[0]), "empty processor");
     FUZZ_ASSERT(cfg->rois_kind != ROIS_FILE || (cfg->rois_file && cfg->rois_file[0] == '/'),
                 "rois file");
     FUZZ_ASSERT(cfg->threads >= 1 && cfg->threads <= 1024, "threads %d", cfg->threads);

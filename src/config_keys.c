@@ -101,6 +101,16 @@ static int set_path(struct loader *ld, const struct key_spec *k, const char *v)
         return config_bad_value(ld, k, "empty value");
     char **p = field(ld, k->off);
     if (strncmp(v, "http://", 7) == 0 || strncmp(v, "https://", 8) == 0) {
+        const char *host = strstr(v, "://") + 3;
+        if (k->off != offsetof(struct config, input_path) &&
+            k->off != offsetof(struct config, rois_table) &&
+            k->off != offsetof(struct config, mask))
+            return config_bad_value(ld, k,
+                                    "'%s': a URL is taken only by [input] path and by "
+                                    "[rois] table and mask (docs/remote.md)",
+                                    v);
+        if (!*host || *host == '/')
+            return config_bad_value(ld, k, "'%s' names no host", v);
         free(*p); /* a remote input or table (docs/remote.md) */
         *p = xstrdup(v);
         return 0;

@@ -412,6 +412,12 @@ static void test_values(void)
     EXPECT_ERROR(BASE "executor = slurm\n", "task.ini:7: [process] executor:", "command");
     EXPECT_ERROR("[input]\npath = x\nlevel = -1\n", "task.ini:3: [input] level:", "-1");
     EXPECT_ERROR("[input]\npath =\n", "task.ini:2: [input] path:", "empty value");
+    /* a URL with no host (the config fuzzer's find: it reached the task as a path) */
+    EXPECT_ERROR("[input]\npath = http://\n",
+                 "task.ini:2: [input] path:", "'http://' names no host");
+    EXPECT_ERROR("[input]\npath = https:///x.zarr\n", "task.ini:2: [input] path:", "no host");
+    EXPECT_ERROR("[input]\npath = x\n[rois]\nfile = https://h/r.txt\n",
+                 "task.ini:4: [rois] file:", "a URL is taken only by [input] path");
     EXPECT_ERROR("[input]\npath = x\n[rois]\ngrid = 1,0,4\n",
                  "task.ini:4: [rois] grid:", "entry 2 is 0");
     EXPECT_ERROR("[input]\npath = x\n[rois]\ngrid = 1,a,4\n",
