@@ -246,7 +246,11 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
                 rq->e = le;
                 rq->array = array;
                 rq->k = k;
+                /* held until engine_open_chunk returns too: it may answer (chunk_opened lets
+                 * the image go) and go on with read-ahead on that image's engine */
+                arrayset_engine_get(s, array, false);
                 engine_open_chunk(le, spec->ids[k], chunk_opened, rq);
+                arrayset_engine_put(s, array);
             }
         }
         double now = now_monotonic();

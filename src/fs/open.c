@@ -220,7 +220,11 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
         return;
     }
     po->array = n->array; /* held until chunk_opened */
+    /* and held here too until engine_open_chunk returns: it may answer (chunk_opened lets the
+     * image go) and then go on with read-ahead, while another open closes the idle image */
+    arrayset_engine_get(fs->set, (size_t)n->array, false);
     engine_open_chunk(e, n->chunk, chunk_opened, po);
+    arrayset_engine_put(fs->set, (size_t)n->array);
 }
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */
