@@ -194,7 +194,9 @@ struct slot {
 static struct slot *slots;
 static size_t nslots;
 static pid_t renewer_pid;
+static bool renewer_up; /* the renewal thread of renewer_pid runs renewer_main */
 static pthread_cond_t renew_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t up_cv = PTHREAD_COND_INITIALIZER;
 
 /* Writes the next renewal count into claim s and makes it durable, through a descriptor
  * opened for the time of the write (one that stays open for writing would keep the file
@@ -237,6 +239,8 @@ static void *renewer_main(void *arg)
     struct renewal *todo = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&mu);
+    renewer_up = true;
+    pthread_cond_broadcast(&up_cv);
     for (;;) {
         unsigned l = lease_s;
         struct timespec ts = deadline_in(CLOCK_REALTIME, ts_from_ns((int64_t)l * 250000000LL));
@@ -273,9 +277,43 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
-/* Starts the renewal thread of this process (mu held): once, and again in a forked child. */
+/* A fork (`roifs mount` forks its daemon after opening the cache) copies only the forking
+ * thread: a lock that the renewal thread held then would stay locked in the child for ever.
+ * Before the fork the lock is taken, so the renewal thread is parked or renewing without it
+ * (file calls only); the child gets the lock back and fresh condition variables (the
+ * parent's waiter is not there), and starts its own renewal thread at its first claim. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+static void fork_child(void)
+{
+    renewer_up = false;
+    pthread_cond_init(&renew_cv, NULL);
+    pthread_cond_init(&up_cv, NULL);
+    pthread_mutex_unlock(&mu);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Starts the renewal thread of this process (mu held): once, and again in a forked child.
+ * Returns once the thread runs renewer_main: a thread still starting (the C library, a
+ * sanitizer's runtime: they allocate) when the process forks could leave their locks taken
+ * in the child (the forked daemon of a sanitized build hung in its first malloc). */
 static void start_renewer(void)
 {
+    pthread_once(&atfork_once, register_atfork);
     if (renewer_pid == getpid())
         return;
     pthread_t t;
@@ -287,8 +325,12 @@ static void start_renewer(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    if (pthread_create(&t, &a, renewer_main, NULL) == 0)
+    renewer_up = false;
+    if (pthread_create(&t, &a, renewer_main, NULL) == 0) {
         renewer_pid = getpid();
+        while (!renewer_up)
+            pthread_cond_wait(&up_cv, &mu);
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
 }

@@ -661,6 +661,32 @@ def test_nothing_left_after_unmount_or_kill(tmp_path, roifs_bin):
         subprocess.run(["rm", "-rf", str(C)])
 
 
+def test_background_mount_ready_every_time(tmp_path, roifs_bin):
+    """`roifs mount` forks its daemon right after opening the cache, whose claim renewal thread
+    has just started: whatever that thread held at the fork stayed held in the daemon, which
+    hung before it mounted (a sanitized build: nearly every time with a Python processor, the
+    allocator's lock; any build: the claims' lock, when the thread was renewing). Each mount
+    must be ready, and serve, within the timeout."""
+    task, want = slow_task(tmp_path)
+    (task.dir / "flag").unlink()
+    task.mnt.mkdir()
+    for _ in range(5):
+        subprocess.run(["rm", "-rf", str(task.cache)])
+        try:
+            r = run_roifs(roifs_bin, "mount", task.config, task.mnt, timeout=20)
+            assert r.returncode == 0, r
+            np.testing.assert_array_equal(zarr.open(str(task.mnt), mode="r")[:], want)
+            assert run_roifs(roifs_bin, "unmount", task.mnt).returncode == 0
+        finally:
+            if is_mounted(task.mnt):
+                lazy_unmount(task.mnt)
+            for p in Path("/proc").iterdir():  # a daemon that hung before mounting
+                if p.name.isdigit() and b"mount" in _cmdline(p) and \
+                        str(task.mnt).encode() in _cmdline(p):
+                    os.kill(int(p.name), signal.SIGKILL)
+        assert not wait_no_interpreters(task.dir, 10), "interpreters left after unmount"
+
+
 def _cmdline(p):
     try:
         return (p / "cmdline").read_bytes()
