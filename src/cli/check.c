@@ -71,9 +71,10 @@ static char *check_image(const struct task *pt, const struct plate_image *im, si
     struct errbuf err = {{0}};
     if (task_open_image(pt->cfg.path, im, TASK_NO_PROC, &t, &err) < 0)
         return xstrdup(err.msg);
-    struct overlay *ov;
-    char *why = overlay_build(t, false, &ov, &err) < 0 ? xstrdup(err.msg) : xstrdup("");
-    if (!*why)
+    struct overlay *ov; /* ome = true: a new image, no overlay (docs/plates.md) */
+    bool bad = t->cfg.ome_labels && overlay_build(t, false, &ov, &err) < 0;
+    char *why = xstrdup(bad ? err.msg : "");
+    if (t->cfg.ome_labels && !bad)
         overlay_free(ov);
     *nrois = t->rois.n;
     task_close(t);

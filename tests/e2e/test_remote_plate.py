@@ -1,0 +1,93 @@
+"""A plate over HTTP (docs/remote.md, docs/plates.md): `[input] path` the URL of an OME-Zarr
+plate served by nginx (no directory listing, a token required) behind the fault proxy, which
+counts every request: the plate's and the selected wells' metadata name the images, nothing
+is listed and nothing outside the needed objects is asked for; each selected image's computed
+image (`ome = true`) equals the same task's over the local plate; a 404 on one well's image
+fails that image alone (EIO) while the other is served; `ome = labels` is refused, naming
+why."""
+import errno
+import re
+
+import pytest
+
+from conftest import mounted, run_roifs
+from remote_server import FaultProxy, headers_file, nginx
+from test_overlay import files_of
+from test_plate import make_plate, plate_config
+
+IMAGES = ("B/03/0", "C/05/0")  # acquisition 0 of the fractal layout (B/03/1 is not selected)
+
+
+def configs(tmp_path, plate, url):
+    """The local plate's task (ome = true) and the same task over url."""
+    def one(name, path, extra):
+        cfg = plate_config(tmp_path / f"{name}.ini", path, tmp_path / f"cache-{name}",
+                           acquisition=0, **extra)
+        text = cfg.read_text().replace("ome = labels", "ome = true")
+        cfg.write_text(text.replace("table_name = seg_table\n", "").replace(
+            "label_name = seg\n", ""))
+        return cfg
+    hf = headers_file(tmp_path / "headers")
+    return one("local", plate, {}), one("remote", url, {"headers_file": hf, "retries": 1})
+
+
+def image_files(mnt, image):
+    return {f: (mnt / image / f).read_bytes() for f in files_of(mnt / image)
+            if not f.endswith((".zattrs", "zarr.json"))}  # (provenance names the input)
+
+
+# what a plate's mount may ask for: the plate's, its rows' and the selected wells' group
+# metadata, and each selected image's metadata and level 0 (its .zarray and chunks)
+NEEDED = re.compile(r"/plate\.zarr(/[BC](/(03|05)(/0(/0)?)?)?)?/"
+                    r"(\.zattrs|\.zgroup|\.zarray|zarr\.json|\d+\.\d+|c(/\d+)+)$")
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_plate_over_http_is_the_local_task(tmp_path, roifs_bin, version):
+    plate, _ = make_plate(tmp_path / "data", version, "fractal")
+    with nginx(tmp_path / "data", tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        local, remote = configs(tmp_path, plate, f"{proxy.url}/plate.zarr")
+        r = run_roifs(roifs_bin, "check", remote)
+        assert r.returncode == 0, r.stderr + r.stdout
+        with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
+                mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            for image in IMAGES:
+                want, got = image_files(ml.path, image), image_files(mr.path, image)
+                assert sorted(got) == sorted(want) and len(want) > 4, image
+                for f in want:
+                    assert got[f] == want[f], (image, f)
+            assert not (mr.path / "B/03/1").exists()
+            assert mr.status()["failed_images"] == []
+        paths = [p for _, p, _ in proxy.requests]
+        assert paths and not [p for p in paths if p.endswith("/")], paths  # never a listing
+        outside = [p for p in paths if not NEEDED.search(p)]
+        assert not outside, outside
+        assert not [p for p in paths if "/B/03/1" in p]  # an image not selected: not read
+
+
+def test_404_on_one_wells_image_fails_that_image_only(tmp_path, roifs_bin):
+    plate, _ = make_plate(tmp_path / "data", "0.4", "fractal")
+    with nginx(tmp_path / "data", tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        local, remote = configs(tmp_path, plate, f"{proxy.url}/plate.zarr")
+        proxy.schedule(r"/plate\.zarr/C/05/0/\.zattrs$", *["404"] * 100)
+        with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
+                mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            with pytest.raises(OSError) as e:
+                (mr.path / "C/05/0/.zattrs").read_bytes()
+            assert e.value.errno == errno.EIO
+            want, got = image_files(ml.path, "B/03/0"), image_files(mr.path, "B/03/0")
+            assert got == want and len(want) > 4
+            st = mr.status()
+        assert [f["path"] for f in st["failed_images"]] == ["C/05/0"], st["failed_images"]
+        assert "/plate.zarr/C/05/0" in st["failed_images"][0]["message"], st["failed_images"]
+
+
+def test_labels_of_a_remote_plate_is_refused(tmp_path, roifs_bin):
+    """`ome = labels` presents the plate's own files, read through: that needs a listing."""
+    plate, _ = make_plate(tmp_path / "data", "0.4", "fractal")
+    with nginx(tmp_path / "data", tmp_path / "nginx") as base:
+        cfg = plate_config(tmp_path / "p.ini", f"{base}/plate.zarr", tmp_path / "cache",
+                           headers_file=headers_file(tmp_path / "headers"))
+        r = run_roifs(roifs_bin, "check", cfg)
+        assert r.returncode == 2 and "ome = labels" in r.stderr and "cannot list" in r.stderr, \
+            r.stderr
