@@ -2,7 +2,7 @@
 plate served by nginx (no directory listing, a token required) behind the fault proxy, which
 counts every request: the plate's and the selected wells' metadata name the images, nothing
 is listed and nothing outside the needed objects is asked for; each selected image's computed
-image (`ome = true`) equals the same task's over the local plate; a 404 on one well's image
+image (`ome = true`, mounted and exported) equals the same task's over the local plate; a 404 on one well's image
 fails that image alone (EIO) while the other is served; `ome = labels` is refused, naming
 why."""
 import errno
@@ -51,13 +51,19 @@ def test_plate_over_http_is_the_local_task(tmp_path, roifs_bin, version):
         assert r.returncode == 0, r.stderr + r.stdout
         with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
                 mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            want_of = {}
             for image in IMAGES:
                 want, got = image_files(ml.path, image), image_files(mr.path, image)
+                want_of[image] = want
                 assert sorted(got) == sorted(want) and len(want) > 4, image
                 for f in want:
                     assert got[f] == want[f], (image, f)
             assert not (mr.path / "B/03/1").exists()
             assert mr.status()["failed_images"] == []
+        r = run_roifs(roifs_bin, "export", remote, tmp_path / "out.zarr", timeout=90)
+        assert r.returncode == 0, r.stderr
+        for image in IMAGES:
+            assert image_files(tmp_path / "out.zarr", image) == want_of[image], image
         paths = [p for _, p, _ in proxy.requests]
         assert paths and not [p for p in paths if p.endswith("/")], paths  # never a listing
         outside = [p for p in paths if not NEEDED.search(p)]
