@@ -2,13 +2,16 @@
 plate served by nginx (no directory listing, a token required) behind the fault proxy, which
 counts every request: the plate's and the selected wells' metadata name the images, nothing
 is listed and nothing outside the needed objects is asked for; each selected image's computed
-image (`ome = true`, mounted and exported) equals the same task's over the local plate; a 404 on one well's image
+image (`ome = true`, mounted and exported; ROIs from a grid, or from each image's own ROI
+table named bare) equals the same task's over the local plate; a 404 on one well's image
 fails that image alone (EIO) while the other is served; `ome = labels` is refused, naming
 why."""
 import errno
 import re
 
+import numpy as np
 import pytest
+import zarr
 
 from conftest import mounted, run_roifs
 from remote_server import FaultProxy, headers_file, nginx
@@ -18,17 +21,30 @@ from test_plate import make_plate, plate_config
 IMAGES = ("B/03/0", "C/05/0")  # acquisition 0 of the fractal layout (B/03/1 is not selected)
 
 
-def configs(tmp_path, plate, url):
-    """The local plate's task (ome = true) and the same task over url."""
+def configs(tmp_path, plate, url, table=False):
+    """The local plate's task (ome = true) and the same task over url; with table, the ROIs of
+    each image's own table "fov" (a bare name: IMAGE/tables/fov)."""
     def one(name, path, extra):
         cfg = plate_config(tmp_path / f"{name}.ini", path, tmp_path / f"cache-{name}",
                            acquisition=0, **extra)
         text = cfg.read_text().replace("ome = labels", "ome = true")
+        if table:
+            text = text.replace("grid = 16,16", "table = fov")
         cfg.write_text(text.replace("table_name = seg_table\n", "").replace(
             "label_name = seg\n", ""))
         return cfg
     hf = headers_file(tmp_path / "headers")
     return one("local", plate, {}), one("remote", url, {"headers_file": hf, "retries": 1})
+
+
+def add_fov_tables(images):
+    """tables/fov in each image: two fields of view (x, y, z, len_x, len_y, len_z in um)."""
+    from test_ome_input import write_anndata_table
+    X = np.array([[0.0, 0.0, 0.0, 5.5, 13.0, 1.0], [5.5, 13.0, 0.0, 5.5, 13.0, 1.0]], "<f4")
+    for img in images.values():
+        tables = zarr.open_group(str(img / "tables"), mode="a")
+        write_anndata_table(tables, "fov", X, "roi_table")
+        tables.attrs["tables"] = tables.attrs.get("tables", []) + ["fov"]
 
 
 def image_files(mnt, image):
@@ -37,16 +53,21 @@ def image_files(mnt, image):
 
 
 # what a plate's mount may ask for: the plate's, its rows' and the selected wells' group
-# metadata, and each selected image's metadata and level 0 (its .zarray and chunks)
-NEEDED = re.compile(r"/plate\.zarr(/[BC](/(03|05)(/0(/0)?)?)?)?/"
-                    r"(\.zattrs|\.zgroup|\.zarray|zarr\.json|\d+\.\d+|c(/\d+)+)$")
+# metadata, each selected image's metadata and level 0 (its .zarray and chunks), and its ROI
+# table by name (a HEAD of a node tells an array from a group: docs/remote.md)
+NEEDED = re.compile(r"^/plate\.zarr(/[BC](/(03|05)(/0(/0)?)?)?)?/"
+                    r"(\.zattrs|\.zgroup|\.zarray|zarr\.json|\d+\.\d+|c(/\d+)+)$"
+                    r"|^/plate\.zarr/(B/03|C/05)/0/tables/fov(/[\w.]+)*$")
 
 
-@pytest.mark.parametrize("version", ["0.4", "0.5"])
-def test_plate_over_http_is_the_local_task(tmp_path, roifs_bin, version):
-    plate, _ = make_plate(tmp_path / "data", version, "fractal")
+@pytest.mark.parametrize("version,table", [("0.4", True), ("0.5", False)],
+                         ids=["0.4-table", "0.5-grid"])
+def test_plate_over_http_is_the_local_task(tmp_path, roifs_bin, version, table):
+    plate, images = make_plate(tmp_path / "data", version, "fractal")
+    if table:
+        add_fov_tables(images)
     with nginx(tmp_path / "data", tmp_path / "nginx") as base, FaultProxy(base) as proxy:
-        local, remote = configs(tmp_path, plate, f"{proxy.url}/plate.zarr")
+        local, remote = configs(tmp_path, plate, f"{proxy.url}/plate.zarr", table)
         r = run_roifs(roifs_bin, "check", remote)
         assert r.returncode == 0, r.stderr + r.stdout
         with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
