@@ -34,7 +34,10 @@ def configs(tmp_path, plate, url, table=False):
             "label_name = seg\n", ""))
         return cfg
     hf = headers_file(tmp_path / "headers")
-    return one("local", plate, {}), one("remote", url, {"headers_file": hf, "retries": 1})
+    remote = one("remote", url, {"headers_file": hf, "retries": 1})
+    # one image open at a time: a remote image closed (its reader parked) and opened again
+    remote.write_text(remote.read_text() + "\n[mount]\nimages_open = 1\n")
+    return one("local", plate, {}), remote
 
 
 def add_fov_tables(images):
@@ -80,6 +83,7 @@ def test_plate_over_http_is_the_local_task(tmp_path, roifs_bin, version, table):
                 for f in want:
                     assert got[f] == want[f], (image, f)
             assert not (mr.path / "B/03/1").exists()
+            assert image_files(mr.path, IMAGES[0]) == want_of[IMAGES[0]]  # opened again
             assert mr.status()["failed_images"] == []
         r = run_roifs(roifs_bin, "export", remote, tmp_path / "out.zarr", timeout=90)
         assert r.returncode == 0, r.stderr
