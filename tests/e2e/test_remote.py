@@ -16,6 +16,7 @@ import pytest
 import zarr
 
 from conftest import make_task, mounted, run_roifs, set_option, write_config
+from mounting import is_mounted, lazy_unmount
 from remote_server import FaultProxy, headers_file, nginx
 
 SHAPE, CHUNKS = (64, 96), (16, 32)
@@ -233,7 +234,11 @@ def test_ome_labels_of_a_remote_image(ome_root, tmp_path, roifs_bin):
         r = run_roifs(roifs_bin, "export", "--into", into_remote, remote, timeout=60)
         assert r.returncode == 0, r.stderr
         (tmp_path / "mnt").mkdir()
-        r = run_roifs(roifs_bin, "mount", "-f", remote, tmp_path / "mnt", timeout=30)
+        try:
+            r = run_roifs(roifs_bin, "mount", "-f", remote, tmp_path / "mnt", timeout=30)
+        finally:  # (were it mounted, never left behind)
+            if is_mounted(tmp_path / "mnt"):
+                lazy_unmount(tmp_path / "mnt")
         assert r.returncode == 2 and "cannot list" in r.stderr, r.stderr
         r = run_roifs(roifs_bin, "serve", "--listen", "127.0.0.1:0", remote, timeout=30)
         assert r.returncode == 2 and "cannot list" in r.stderr, r.stderr
