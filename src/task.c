@@ -30,6 +30,18 @@
 
 /* ---- the input of a configured task: its Zarr array ---- */
 
+/* The process's HTTP(S) client from the [input] keys of a remote input (before any request:
+ * a plate's metadata is read before its images' tasks open). */
+static int configure_remote(struct task *t, struct errbuf *err)
+{
+    struct errbuf e;
+    struct remote_opts o = {t->cfg.remote_connections, t->cfg.remote_retries, t->cfg.remote_timeout,
+                            t->cfg.remote_revalidate,  t->cfg.ca_file,        t->cfg.headers_file};
+    if (remote_configure(&o, &e) < 0)
+        TASK_ERR(t, err, "input", o.headers_file ? "headers_file" : "path", "%s", e.msg);
+    return 0;
+}
+
 static int open_input(struct task *t, struct errbuf *err)
 {
     struct errbuf e;
@@ -38,11 +50,8 @@ static int open_input(struct task *t, struct errbuf *err)
         if (t->cfg.watch)
             TASK_ERR(t, err, "input", "watch",
                      "[input] watch: a remote input is revalidated instead (docs/remote.md)");
-        struct remote_opts o = {
-            t->cfg.remote_connections, t->cfg.remote_retries, t->cfg.remote_timeout,
-            t->cfg.remote_revalidate,  t->cfg.ca_file,        t->cfg.headers_file};
-        if (remote_configure(&o, &e) < 0)
-            TASK_ERR(t, err, "input", o.headers_file ? "headers_file" : "path", "%s", e.msg);
+        if ((r = configure_remote(t, err)) < 0)
+            return r;
     }
     r = ome_resolve(t->cfg.input_path, t->cfg.level, &t->ome, &e);
     if (r < 0) {
@@ -608,6 +617,11 @@ static int open_plate(struct task *t, struct errbuf *err)
     if (c->watch)
         return config_error(c, err, "input", "watch",
                             "[input] watch: not supported with an HCS plate input");
+    if (c->ome_labels && remote_is_url(c->input_path)) /* docs/remote.md */
+        return config_error(c, err, "output", "ome",
+                            "[output] ome = labels presents the plate's own files read "
+                            "through, which a remote plate cannot list; use ome = true (a new "
+                            "plate of the computed images), or a local copy");
     struct errbuf e;
     int r = plate_open(c->input_path, c->wells, c->acquisition, &t->plate, &e);
     if (r < 0)
@@ -642,6 +656,10 @@ int task_open_flags(const char *config_path, unsigned flags, struct task **out, 
     int r = config_load(config_path, &t->cfg, err);
     if (r < 0) {
         free(t);
+        return r;
+    }
+    if (remote_is_url(t->cfg.input_path) && (r = configure_remote(t, err)) < 0) {
+        task_close(t);
         return r;
     }
     if (plate_detect(t->cfg.input_path) == 1) {

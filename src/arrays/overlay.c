@@ -50,7 +50,7 @@ struct overlay {
 static bool exists(const char *dir, const char *a, const char *b)
 {
     char *p = xasprintf("%s/%s/%s", dir, a, b);
-    bool r = zarr_store_exists(p);
+    bool r = zarr_store_node_exists(p); /* a remote group: by its metadata's name */
     free(p);
     return r;
 }
@@ -58,10 +58,6 @@ static bool exists(const char *dir, const char *a, const char *b)
 static int check_config(const struct task *t, bool overwrite, struct errbuf *err)
 {
     const struct config *c = &t->cfg;
-    if (zarr_is_url(c->input_path)) /* docs/remote.md: its files are known by name only */
-        OV_ERR(t, err, "input", "path",
-               "[input] path: ome = labels presents every file of the input image, which a "
-               "remote input cannot list; use a local copy, or export the labels");
     if (!t->ome.found || !t->ome.is_group || !t->ome.group_path)
         OV_ERR(t, err, "input", "path",
                "[input] path: ome = labels needs an OME-Zarr image group (a group with "
@@ -623,6 +619,17 @@ void overlay_set_engine(struct overlay *ov, struct engine *e)
 struct engine *overlay_engine(const struct overlay *ov)
 {
     return ov->engine_k;
+}
+
+int overlay_mountable(const struct overlay *ov, struct errbuf *err)
+{
+    if (!zarr_is_url(ov->dir)) /* docs/remote.md */
+        return 0;
+    return err_set(err, -EINVAL,
+                   "[output] ome = labels: a mount presents the input image's own files read "
+                   "through (its levels' chunks and every other file), which a remote input "
+                   "cannot list; warm, and export --into a local copy of the image, need no "
+                   "listing");
 }
 
 const char *overlay_image_dir(const struct overlay *ov)

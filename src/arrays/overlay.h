@@ -51,6 +51,9 @@ bool overlay_presents_levels(const struct overlay *ov);
 void overlay_set_engine(struct overlay *ov, struct engine *e);
 struct engine *overlay_engine(const struct overlay *ov);
 
+/* 0 when a mount (or serve) can present ov's tree; -EINVAL with err set for a remote input
+ * image, whose own files cannot be listed (warm and export --into need no listing). */
+int overlay_mountable(const struct overlay *ov, struct errbuf *err);
 const char *overlay_image_dir(const struct overlay *ov);
 /* The path of level j's array, relative to the image group ("labels/NAME/0"). */
 const char *overlay_level_path(const struct overlay *ov, size_t array);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../zarr/zarr.h"
+
 /* The directory entry of rel's directories (made when absent; with whole, rel itself is one
  * too); *base gets rel's last name. A directory made inside a mirrored one mirrors the
  * input's directory of the same path, unless the overlay owns it (labels/NAME, tables/NAME). */
@@ -52,10 +54,14 @@ static int dir_of(const struct overlay *ov, struct ns *ns, int root, const char 
 int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
                        int array_base, uint64_t index_base, bool status, struct errbuf *err)
 {
+    int r = status ? overlay_mountable(ov, err) : 0;
+    if (r < 0)
+        return r;
     /* the input image as it is now; not its .roifs, the status of the roifs mount it may be
-     * read from (a chained mount): this mount's own takes its place */
-    ns_mirror(ns, root, overlay_image_dir(ov), ".roifs");
-    int r = 0;
+     * read from (a chained mount): this mount's own takes its place. A remote image (warm,
+     * export --into: no tree is read through) is not mirrored: it cannot be listed. */
+    if (!zarr_is_url(overlay_image_dir(ov)))
+        ns_mirror(ns, root, overlay_image_dir(ov), ".roifs");
     size_t nf;
     const struct overlay_file *f = overlay_files(ov, &nf);
     for (size_t i = 0; i < nf; i++) {

@@ -71,9 +71,10 @@ static char *check_image(const struct task *pt, const struct plate_image *im, si
     struct errbuf err = {{0}};
     if (task_open_image(pt->cfg.path, im, TASK_NO_PROC, &t, &err) < 0)
         return xstrdup(err.msg);
-    struct overlay *ov;
-    char *why = overlay_build(t, false, &ov, &err) < 0 ? xstrdup(err.msg) : xstrdup("");
-    if (!*why)
+    struct overlay *ov; /* ome = true: a new image, no overlay (docs/plates.md) */
+    bool bad = t->cfg.ome_labels && overlay_build(t, false, &ov, &err) < 0;
+    char *why = xstrdup(bad ? err.msg : "");
+    if (t->cfg.ome_labels && !bad)
         overlay_free(ov);
     *nrois = t->rois.n;
     task_close(t);
@@ -124,7 +125,8 @@ int cmd_check(int argc, char **argv)
         task_close(t);
         return r;
     }
-    if (t->cfg.ome_labels) { /* what the mount would refuse */
+    struct errbuf unmountable = {{0}}; /* a remote image: warm and export --into only */
+    if (t->cfg.ome_labels) {           /* what the mount would refuse */
         struct overlay *ov;
         struct errbuf err = {{0}};
         if (overlay_build(t, false, &ov, &err) < 0) {
@@ -132,10 +134,13 @@ int cmd_check(int argc, char **argv)
             task_close(t);
             return EXIT_USAGE;
         }
+        overlay_mountable(ov, &unmountable);
         overlay_free(ov);
     }
     char dt[8];
     printf("config:    %s\n", t->cfg.path);
+    if (*unmountable.msg)
+        printf("mount:     refused: %s\n", unmountable.msg);
     if (t->ome.is_group)
         printf("input:     %s (level %d: %s) ", t->cfg.input_path, t->ome.level, t->ome.array_path);
     else

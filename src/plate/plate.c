@@ -1,4 +1,6 @@
-/* plate.c: an HCS plate's and its wells' metadata, and the selection (plate.h). */
+/* plate.c: an HCS plate's and its wells' metadata, and the selection (plate.h). A plate at
+ * an http(s) URL is read the same way, each group's metadata by name (zarr_store_*: never a
+ * listing; docs/remote.md). */
 #include "plate.h"
 
 #include <errno.h>
@@ -7,29 +9,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../zarr/zarr.h"
+
 /* The attributes of the group at dir (format 3: zarr.json's attributes.ome, with *format 3;
- * format 2: .zattrs) as a new reference, or NULL when it has no metadata file (*why set). */
-static json_t *group_attrs(const char *dir, int *format, const char **why)
+ * format 2: .zattrs) as a new reference, or NULL when it has no metadata file or it cannot be
+ * read (why[0..n) says which; a remote object: the URL and the HTTP status). */
+static json_t *group_attrs(const char *dir, int *format, char *why, size_t n)
 {
     char *text;
     size_t len;
     struct errbuf e;
-    *why = "no .zattrs or zarr.json";
-    if (file_read_optional(dir, "zarr.json", &text, &len, &e) == 0 && text) {
+    snprintf(why, n, "no .zattrs or zarr.json");
+    int r = zarr_store_read_optional(dir, "zarr.json", &text, &len, &e);
+    if (r == 0 && text) {
         json_t *root = json_loadb(text, len, 0, NULL);
         free(text);
         *format = 3;
         json_t *ome = json_object_get(json_object_get(root, "attributes"), "ome");
         json_t *a = json_incref(ome);
         json_decref(root);
-        *why = "zarr.json has no attributes.ome";
+        snprintf(why, n, "zarr.json has no attributes.ome");
         return a;
     }
-    if (file_read_optional(dir, ".zattrs", &text, &len, &e) == 0 && text) {
+    if (r == 0)
+        r = zarr_store_read_optional(dir, ".zattrs", &text, &len, &e);
+    if (r < 0) { /* not absent: unreadable (a remote object's HTTP status) */
+        snprintf(why, n, "%s", e.msg);
+        return NULL;
+    }
+    if (text) {
         json_t *a = json_loadb(text, len, 0, NULL);
         free(text);
         *format = 2;
-        *why = ".zattrs is not JSON";
+        snprintf(why, n, ".zattrs is not JSON");
         return a;
     }
     return NULL;
@@ -38,8 +50,8 @@ static json_t *group_attrs(const char *dir, int *format, const char **why)
 int plate_detect(const char *dir)
 {
     int format;
-    const char *why;
-    json_t *a = group_attrs(dir, &format, &why);
+    char why[sizeof(struct errbuf)];
+    json_t *a = group_attrs(dir, &format, why, sizeof why);
     int is = json_is_object(json_object_get(a, "plate"));
     json_decref(a);
     return is;
@@ -138,8 +150,8 @@ static void read_well(struct plate *p, const char *row, const char *col, int64_t
 {
     char *wdir = xasprintf("%s/%s/%s", p->dir, row, col);
     int format = 0;
-    const char *why;
-    json_t *a = group_attrs(wdir, &format, &why);
+    char why[sizeof(struct errbuf)];
+    json_t *a = group_attrs(wdir, &format, why, sizeof why);
     json_t *images = json_object_get(json_object_get(a, "well"), "images");
     char *error = NULL;
     if (!a)
@@ -183,9 +195,11 @@ int plate_open(const char *dir, const char *wells, int64_t acquisition, struct p
                struct errbuf *err)
 {
     struct plate *p = xcalloc(1, sizeof *p);
-    p->dir = path_absolute(dir);
-    const char *why;
-    json_t *a = group_attrs(p->dir, &p->format, &why);
+    p->dir = zarr_is_url(dir) ? xstrdup(dir) : path_absolute(dir);
+    for (size_t n = strlen(p->dir); n > 1 && p->dir[n - 1] == '/'; n--)
+        p->dir[n - 1] = '\0'; /* a URL's "plate.zarr/" */
+    char why[sizeof(struct errbuf)];
+    json_t *a = group_attrs(p->dir, &p->format, why, sizeof why);
     json_t *pl = json_object_get(a, "plate"), *pw = json_object_get(pl, "wells");
     int r = 0;
     if (!json_is_object(pl) || !json_is_array(pw)) {
@@ -314,7 +328,7 @@ static json_t *raw_attrs(const char *dir, int format)
     char *text;
     size_t len;
     struct errbuf e;
-    if (file_read_optional(dir, format == 3 ? "zarr.json" : ".zattrs", &text, &len, &e) < 0 ||
+    if (zarr_store_read_optional(dir, format == 3 ? "zarr.json" : ".zattrs", &text, &len, &e) < 0 ||
         !text)
         return NULL;
     json_t *doc = json_loadb(text, len, 0, NULL);

@@ -455,6 +455,19 @@ def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
         assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
 
 
+def test_check_of_a_new_plate_is_not_the_label_overlays(tmp_path, roifs_bin):
+    """`check` of an `ome = true` plate opens each image as its mount does (no label overlay):
+    a float output, which a label image refuses, is fine; before, each image was refused with
+    the overlay's "label values are integers"."""
+    plate, _ = make_plate(tmp_path, "0.4", "fractal")
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache", acquisition=0)
+    config.write_text(config.read_text().replace("ome = labels", "ome = true")
+                      .replace("builtin = label", "builtin = add").replace("<u4", "<f4")
+                      .replace("table_name = seg_table\n", "").replace("label_name = seg\n", ""))
+    r = run_roifs(roifs_bin, "check", config)
+    assert r.returncode == 0 and r.stdout.count("image:     ") == 2, r.stdout + r.stderr
+
+
 def test_clean_of_a_plate(tmp_path, roifs_bin):
     """`clean --unused` and `clean` of a plate take each image's cache directory (`DIR/B/03/0`):
     after a warm and a parameter change, --unused removes the old results of every image; then

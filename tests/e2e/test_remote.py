@@ -16,6 +16,7 @@ import pytest
 import zarr
 
 from conftest import make_task, mounted, run_roifs, set_option, write_config
+from mounting import is_mounted, lazy_unmount
 from remote_server import FaultProxy, headers_file, nginx
 
 SHAPE, CHUNKS = (64, 96), (16, 32)
@@ -173,6 +174,80 @@ def test_ome_image_over_https_is_the_local_task(ome_root, tmp_path, roifs_bin, t
         log = (tmp_path / "nginx" / "access.log").read_text()
         assert "GET /plate.zarr/B/03/0/tables/ HTTP" not in log  # never a listing
         assert "HTTP/2.0\"" in log and "HTTP/1.1\"" not in log  # HTTP/2: the server offers it
+
+
+def label_files(image):
+    """labels/seg of an image: each file's bytes (metadata without the provenance, which names
+    the input)."""
+    out = {}
+    for p in sorted((image / "labels" / "seg").rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(image).as_posix()
+            out[rel] = p.read_bytes()
+            if p.name in (".zattrs", "zarr.json"):
+                doc = json.loads(out[rel])
+                doc.pop("roifs", None)
+                out[rel] = doc
+    return out
+
+
+def test_ome_labels_of_a_remote_image(ome_root, tmp_path, roifs_bin):
+    """`ome = labels` needs no listing to make the label image (the image's metadata, its
+    levels' arrays and labels/.zattrs are named by metadata): `warm` and `export --into` a
+    local copy of the image's group metadata alone give the label image the local task gives;
+    the mount and `serve`, which present the image's own files read through, are refused
+    naming why, and `check` says so; `clean` takes it."""
+    root, image = ome_root
+    rel = image.relative_to(root)
+
+    def cfg(d, path, extra):
+        d.mkdir()
+        return write_config(d / "task.ini", {
+            "input": {"path": path, "level": 1, "channel": 0, **extra},
+            "rois": {"table": "FOV_ROI_table"},
+            "process": {"builtin": "add", "param.value": 1, "threads": 2},
+            "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+            "cache": {"dir": d / "cache"}})
+
+    local = cfg(tmp_path / "local", image, {})
+    into_local = tmp_path / "into_local"
+    shutil.copytree(image, into_local)
+    r = run_roifs(roifs_bin, "export", "--into", into_local, local, timeout=60)
+    assert r.returncode == 0, r.stderr
+    want = label_files(into_local)
+    assert len(want) > 4
+    into_remote = tmp_path / "into_remote"  # the image's group metadata, no array
+    into_remote.mkdir()
+    for name in (".zgroup", ".zattrs"):
+        shutil.copy(image / name, into_remote / name)
+    with nginx(root, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        remote = cfg(tmp_path / "remote", f"{proxy.url}/{rel}",
+                     {"headers_file": headers_file(tmp_path / "headers")})
+        r = run_roifs(roifs_bin, "check", remote)
+        assert r.returncode == 0 and "mount:     refused: " in r.stdout, r.stdout + r.stderr
+        taken = tmp_path / "taken.ini"  # a label of the image's own name: found by its metadata
+        taken.write_text(remote.read_text().replace("label_name = seg", "label_name = nuclei"))
+        r = run_roifs(roifs_bin, "check", taken)
+        assert r.returncode == 2 and "already has a label 'nuclei'" in r.stderr, r.stderr
+        r = run_roifs(roifs_bin, "warm", remote, timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = run_roifs(roifs_bin, "export", "--into", into_remote, remote, timeout=60)
+        assert r.returncode == 0, r.stderr
+        (tmp_path / "mnt").mkdir()
+        try:
+            r = run_roifs(roifs_bin, "mount", "-f", remote, tmp_path / "mnt", timeout=30)
+        finally:  # (were it mounted, never left behind)
+            if is_mounted(tmp_path / "mnt"):
+                lazy_unmount(tmp_path / "mnt")
+        assert r.returncode == 2 and "cannot list" in r.stderr, r.stderr
+        r = run_roifs(roifs_bin, "serve", "--listen", "127.0.0.1:0", remote, timeout=30)
+        assert r.returncode == 2 and "cannot list" in r.stderr, r.stderr
+        r = run_roifs(roifs_bin, "clean", remote, timeout=30)
+        assert r.returncode == 0, r.stderr
+        paths = [p for _, p, _ in proxy.requests]
+    assert label_files(into_remote) == want
+    assert paths and not [p for p in paths if p.endswith("/")], paths  # never a listing
+    assert json.loads((into_remote / "labels" / ".zattrs").read_text())["labels"] == ["seg"]
 
 
 # ---------------------------------------------------------------- faults (FaultProxy)
@@ -375,9 +450,8 @@ def test_cold_read_asks_for_each_chunk_once(tmp_path, roifs_bin):
 
 
 def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
-    """A remote input is read-only, revalidated and never listed: `roifs apply`, `[input]
-    watch` and `[output] ome = labels` (which presents every file of the input) are refused
-    with exit 2, naming why."""
+    """A remote input is read-only and revalidated: `roifs apply` and `[input] watch` are
+    refused with exit 2, naming why (`ome = labels`: test_ome_labels_of_a_remote_image)."""
     task = v2_task(tmp_path)
     with nginx(task.dir, tmp_path / "nginx") as base:
         cfg = remote_twin(tmp_path, task.config, f"{base}/in.zarr", "remote")
@@ -386,11 +460,6 @@ def test_apply_and_watch_refuse_a_remote_input(tmp_path, roifs_bin):
         cfg.write_text(cfg.read_text().replace("[input]\n", "[input]\nwatch = true\n"))
         r = run_roifs(roifs_bin, "check", cfg)
         assert r.returncode == 2 and "revalidated instead" in r.stderr, r.stderr
-        # ome = labels presents the input's files, which would need a listing
-        cfg.write_text(cfg.read_text().replace("watch = true\n", "").replace(
-            "[output]\n", "[output]\nome = labels\ndtype = <u4\n"))
-        r = run_roifs(roifs_bin, "check", cfg)
-        assert r.returncode == 2 and "remote input cannot list" in r.stderr, r.stderr
 
 
 def test_requests_in_flight_are_at_most_connections(tmp_path, roifs_bin):
