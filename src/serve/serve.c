@@ -1,5 +1,5 @@
 /* serve.c: `roifs serve`'s HTTP side (docs/serve.md). Each request resolves its URL in the
- * tree; a chunk is asked of its engine with engine_open_chunk, and when the engine does not
+ * tree; a chunk is asked of its engine with arrayset_open_chunk, and when the engine does not
  * answer at once the connection is suspended (MHD_suspend_connection) and the engine's
  * callback resumes it, so that no server thread waits for a computation. Metadata, the status
  * and generated files are answered at once; the masking table's files wait the same way. */
