@@ -236,6 +236,42 @@ void arrayset_engine_put(struct arrayset *s, size_t i)
         arrayset_plate_engine_put(s, i);
 }
 
+/* An open of a plate's chunk: its image held until cb has returned. */
+struct held_open {
+    struct arrayset *s;
+    size_t i;
+    engine_chunk_cb cb;
+    void *ctx;
+};
+
+static void held_opened(void *ctx, int err, int fd, int flags)
+{
+    struct held_open *h = ctx;
+    h->cb(h->ctx, err, fd, flags);
+    arrayset_engine_put(h->s, h->i); /* the image may be closed from now on */
+    free(h);
+}
+
+void arrayset_open_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb, void *ctx)
+{
+    if (!s->plate) { /* the engines live from arrayset_start to arrayset_stop */
+        engine_open_chunk(s->arrays[i].engine, id, cb, ctx);
+        return;
+    }
+    struct engine *e = arrayset_engine_get(s, i, true); /* let go by held_opened */
+    if (!e) {                                           /* the image could not start (logged) */
+        cb(ctx, -EIO, -1, 0);
+        return;
+    }
+    struct held_open *h = xmalloc(sizeof *h);
+    *h = (struct held_open){.s = s, .i = i, .cb = cb, .ctx = ctx};
+    /* held here too until engine_open_chunk returns: it may answer (held_opened lets the image
+     * go) and go on with read-ahead, while another open closes the idle image */
+    arrayset_engine_get(s, i, false);
+    engine_open_chunk(e, id, held_opened, h);
+    arrayset_engine_put(s, i);
+}
+
 size_t arrayset_count(const struct arrayset *s)
 {
     return s->n;
@@ -249,6 +285,11 @@ const struct array *arrayset_array(const struct arrayset *s, size_t i)
 const struct ns *arrayset_tree(const struct arrayset *s)
 {
     return s->tree;
+}
+
+bool arrayset_is_plate(const struct arrayset *s)
+{
+    return s->plate != NULL;
 }
 
 bool arrayset_is_overlay(const struct arrayset *s)

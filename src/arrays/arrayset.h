@@ -65,11 +65,19 @@ struct engine *arrayset_engine(struct arrayset *s, size_t i, bool start);
  * start) or cannot start. */
 struct engine *arrayset_engine_get(struct arrayset *s, size_t i, bool start);
 void arrayset_engine_put(struct arrayset *s, size_t i);
+/* engine_open_chunk of chunk id of array i, for every caller (FUSE opens, warm and export,
+ * `roifs serve`): a plate's image is started when it is not, and held until both cb and
+ * engine_open_chunk have returned (the engine may answer first and go on with read-ahead on
+ * that image's engine), so that cb may use array i's engine and cache. When the image cannot
+ * start (logged), cb(ctx, -EIO, -1, 0) before this returns. */
+void arrayset_open_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb, void *ctx);
 
 size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);
 /* The presented tree; its chunk nodes name arrays by their index in the set. */
 const struct ns *arrayset_tree(const struct arrayset *s);
+/* A plate's set (docs/plates.md): arrays belong to images started when first needed. */
+bool arrayset_is_plate(const struct arrayset *s);
 /* [output] ome = labels: the tree holds files of the input, read through. */
 bool arrayset_is_overlay(const struct arrayset *s);
 /* ome = labels with table_name: the masking table its NS_TABLE nodes are files of. */

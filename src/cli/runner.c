@@ -169,9 +169,8 @@ struct run_state {
 
 struct chunk_req {
     struct run_state *st;
-    struct arrayset *s;
-    struct engine *e; /* the engine of the chunk's array, held (arrayset_engine_get) */
-    size_t array, k;
+    struct engine *e; /* the engine of the chunk's array, held by arrayset_open_chunk */
+    size_t k;
 };
 
 static void chunk_opened(void *ctx, int err, int fd, int flags)
@@ -196,7 +195,6 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
         st->failed++;
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->lock);
-    arrayset_engine_put(rq->s, rq->array);
     free(rq);
 }
 
@@ -242,14 +240,10 @@ static void drive(struct arrayset *s, struct run_state *st, struct tally *ta, si
             } else {
                 struct chunk_req *rq = xmalloc(sizeof *rq);
                 rq->st = st;
-                rq->s = s;
                 rq->e = le;
-                rq->array = array;
                 rq->k = k;
-                /* held until engine_open_chunk returns too: it may answer (chunk_opened lets
-                 * the image go) and go on with read-ahead on that image's engine */
-                arrayset_engine_get(s, array, false);
-                engine_open_chunk(le, spec->ids[k], chunk_opened, rq);
+                /* still held: the image that answered engine_chunk_has_failed_roi */
+                arrayset_open_chunk(s, array, spec->ids[k], chunk_opened, rq);
                 arrayset_engine_put(s, array);
             }
         }

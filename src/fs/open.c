@@ -24,7 +24,6 @@ struct pending_open {
     fuse_ino_t ino; /* the inode opened */
     uint64_t base;  /* its namespace inode */
     struct fs *fs;
-    int array; /* a chunk's: its array, whose engine it holds (arrayset_engine_get), else -1 */
 };
 
 /* The request whose interrupt handler this thread is registering: libfuse calls the handler
@@ -163,7 +162,6 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
 {
     struct pending_open *po = ctx;
     struct fs *fs = po->fs;
-    int array = po->array;
     if (!pending_take(fs, po)) {
         if (fd >= 0)
             close(fd); /* answered already: interrupted, or the unmount */
@@ -175,8 +173,6 @@ static void chunk_opened(void *ctx, int err, int fd, int flags)
             reply_chunk(fs, po, fd, flags);
     }
     free(po);
-    if (array >= 0) /* its engine is let go (a plate's image may be closed from now on) */
-        arrayset_engine_put(fs->set, (size_t)array);
 }
 
 /* An open that waits (for a chunk or a table): on the pending list, answerable by an interrupt
@@ -193,7 +189,6 @@ static struct pending_open *pending_start(fuse_req_t req, fuse_ino_t ino, const 
     po->ino = ino;
     po->base = n->ino;
     po->fs = fs;
-    po->array = -1;
     pending_add(fs, po);
     registering = req;
     interrupted_now = false;
@@ -214,17 +209,7 @@ static void open_chunk(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
     struct pending_open *po = pending_start(req, ino, n, fi);
     if (!po)
         return;
-    struct engine *e = arrayset_engine_get(fs->set, (size_t)n->array, true);
-    if (!e) { /* a plate's image whose engines could not start (logged) */
-        chunk_opened(po, -EIO, -1, 0);
-        return;
-    }
-    po->array = n->array; /* held until chunk_opened */
-    /* and held here too until engine_open_chunk returns: it may answer (chunk_opened lets the
-     * image go) and then go on with read-ahead, while another open closes the idle image */
-    arrayset_engine_get(fs->set, (size_t)n->array, false);
-    engine_open_chunk(e, n->chunk, chunk_opened, po);
-    arrayset_engine_put(fs->set, (size_t)n->array);
+    arrayset_open_chunk(fs->set, (size_t)n->array, n->chunk, chunk_opened, po);
 }
 
 /* ---- files of the input (ome = labels) and of the masking table ---- */

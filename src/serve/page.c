@@ -107,11 +107,135 @@ static void put_grid(struct out *o, struct engine *e)
     free(cells.buf);
 }
 
+/* ---- a plate's map (docs/serve.md, The status page) ---- */
+
+#define WELL  28 /* a well's square, px */
+#define LABEL 32 /* the row names' column and the column names' row, px */
+
+/* Rows and columns in the plate's order: shorter names first ("2" before "10"), as roifs
+ * status draws them. */
+static int by_name(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t lx = strlen(x), ly = strlen(y);
+    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
+}
+
+static size_t add_name(const char **v, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i], name) == 0)
+            return n;
+    v[n] = name;
+    return n + 1;
+}
+
+/* A well's state, as the chunk grid's classes: 1 not started, 2 computing, 3 done (every ROI
+ * of every image: an image not opened yet has ROIs nobody knows), 4 failed (an image that
+ * could not open, or a failed ROI). */
+static int well_state(json_t *well, json_t *failed, const char *path)
+{
+    size_t plen = strlen(path), i;
+    json_t *f;
+    json_array_foreach(failed, i, f)
+    {
+        const char *fp = json_string_value(json_object_get(f, "path"));
+        if (fp && strncmp(fp, path, plen) == 0 && fp[plen] == '/')
+            return 4;
+    }
+    json_t *rois = json_object_get(well, "rois");
+    json_int_t total = num(well, "rois", "total"), done = num(well, "rois", "done");
+    if (json_integer_value(json_object_get(rois, "failed")) > 0)
+        return 4;
+    if (json_integer_value(json_object_get(well, "unread")) == 0 && done >= total)
+        return 3;
+    if (done > 0 || num(well, "rois", "running") > 0)
+        return 2;
+    return 1;
+}
+
+static void put_plate(struct out *o, json_t *doc)
+{
+    json_t *wells = json_object_get(doc, "wells"), *failed = json_object_get(doc, "failed_images");
+    size_t n = json_object_size(wells), nr = 0, nc = 0;
+    const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
+    char **keys = xcalloc(n + 1, sizeof *keys);
+    const char *key;
+    json_t *v;
+    size_t k = 0;
+    json_object_foreach(wells, key, v)
+    {
+        keys[k] = xstrdup(key);
+        char *slash = strchr(keys[k], '/');
+        if (slash) {
+            *slash = '\0';
+            nr = add_name(rows, nr, keys[k]);
+            nc = add_name(cols, nc, slash + 1);
+        }
+        k++;
+    }
+    qsort(rows, nr, sizeof *rows, by_name);
+    qsort(cols, nc, sizeof *cols, by_name);
+    size_t count[5] = {0};
+    struct out cells = {0};
+    for (size_t c = 0; c < nc; c++) {
+        put(&cells, "<text x=\"%zu\" y=\"%d\" text-anchor=\"middle\">", LABEL + c * WELL + WELL / 2,
+            LABEL - 8);
+        put_escaped(&cells, cols[c]);
+        put(&cells, "</text>");
+    }
+    for (size_t r = 0; r < nr; r++) {
+        put(&cells, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">", LABEL - 8,
+            LABEL + r * WELL + WELL / 2 + 5);
+        put_escaped(&cells, rows[r]);
+        put(&cells, "</text>");
+        for (size_t c = 0; c < nc; c++) {
+            char *path = xasprintf("%s/%s", rows[r], cols[c]);
+            json_t *w = json_object_get(wells, path);
+            int st = w ? well_state(w, failed, path) : 0;
+            count[st]++;
+            put(&cells,
+                "<rect class=\"s%d\" x=\"%zu\" y=\"%zu\" width=\"%d\" height=\"%d\">"
+                "<title>",
+                st, LABEL + c * WELL, LABEL + r * WELL, WELL - 2, WELL - 2);
+            put_escaped(&cells, path);
+            if (w)
+                put(&cells, ": %lld of %lld ROIs done", (long long)num(w, "rois", "done"),
+                    (long long)num(w, "rois", "total"));
+            put(&cells, "</title></rect>");
+            free(path);
+        }
+    }
+    json_t *im = json_object_get(doc, "images");
+    put(o,
+        "<h2>Plate</h2><p id=\"images\">images: %lld (%lld open, %lld done, %lld failed, "
+        "%lld not opened yet)</p>\n<p id=\"legend\">wells: "
+        "<span class=\"k s1\"></span> not started: <b id=\"n-idle\">%zu</b> "
+        "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
+        "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
+        "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b></p>\n",
+        (long long)json_integer_value(json_object_get(im, "total")),
+        (long long)json_integer_value(json_object_get(im, "open")),
+        (long long)json_integer_value(json_object_get(im, "done")),
+        (long long)json_integer_value(json_object_get(im, "failed")),
+        (long long)json_integer_value(json_object_get(im, "unread")), count[1], count[2], count[3],
+        count[4]);
+    put(o, "<svg id=\"plate\" width=\"%zu\" height=\"%zu\">%s</svg>\n", LABEL + nc * WELL,
+        LABEL + nr * WELL, cells.buf ? cells.buf : "");
+    free(cells.buf);
+    for (k = 0; k < n; k++)
+        free(keys[k]);
+    free(keys);
+    free(rows);
+    free(cols);
+}
+
 char *serve_page(struct arrayset *s, size_t *len)
 {
     struct out o = {0};
     json_t *doc = arrayset_status(s);
-    struct engine *e = arrayset_array(s, 0)->engine;
+    /* a plate's images start and close as they are read: its map instead of a chunk grid */
+    struct engine *e = arrayset_is_plate(s) ? NULL : arrayset_array(s, 0)->engine;
     double uptime = json_number_value(json_object_get(doc, "uptime"));
     json_int_t done = num(doc, "rois", "done"), total = num(doc, "rois", "total");
     double rate = uptime > 0
@@ -137,6 +261,8 @@ char *serve_page(struct arrayset *s, size_t *len)
         (long long)num(doc, "chunks", "cached"), (long long)num(doc, "chunks", "present"));
     if (e)
         put_grid(&o, e);
+    else if (arrayset_is_plate(s))
+        put_plate(&o, doc);
     json_t *errors = json_object_get(doc, "errors");
     put(&o, "<h2>Recent errors</h2><ul id=\"errors\">");
     size_t i;

@@ -1,5 +1,5 @@
 /* serve.c: `roifs serve`'s HTTP side (docs/serve.md). Each request resolves its URL in the
- * tree; a chunk is asked of its engine with engine_open_chunk, and when the engine does not
+ * tree; a chunk is asked of its engine with arrayset_open_chunk, and when the engine does not
  * answer at once the connection is suspended (MHD_suspend_connection) and the engine's
  * callback resumes it, so that no server thread waits for a computation. Metadata, the status
  * and generated files are answered at once; the masking table's files wait the same way. */
@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../arrays/otable.h"
 #include "../task.h"
 #include "../util.h"
 
@@ -72,10 +71,19 @@ static void answered(struct sreq *q, int err, int fd)
         sreq_free(q);
 }
 
+/* Called with the chunk's image held (arrayset_open_chunk): its cache is open. */
 static void chunk_cb(void *ctx, int err, int fd, int flags)
 {
     (void)flags;
-    answered(ctx, err, err ? -1 : fd);
+    struct sreq *q = ctx;
+    struct engine *e = arrayset_array(q->srv->set, (size_t)q->node.array)->engine;
+    struct cache_chunk_meta meta;
+    if (!err && e && cache_chunk_meta_of(engine_cache(e), q->node.chunk, fd, &meta) == 0) {
+        char hex[33];
+        key_hex(meta.key, hex);
+        snprintf(q->etag, sizeof q->etag, "\"%s\"", hex);
+    }
+    answered(q, err, err ? -1 : fd);
 }
 
 static void table_cb(void *ctx, int err)
@@ -105,24 +113,32 @@ static void add_reason(void *ctx, size_t roi, const char *msg)
 }
 
 /* Why q's node failed: its chunk's failed ROIs; for a file of the masking table (made from
- * every chunk of the label image, array 0), every failed ROI. */
+ * every chunk of the label image, array 0), every failed ROI. A plate's image is held while
+ * its engine is asked (and not started for this: one that is closed or could not start gives
+ * the error alone); a plate's table names no ROI. */
 static char *failure_reason(struct server *srv, const struct ns_node *n, int err)
 {
     bool chunk = n->kind == NS_CHUNK;
-    struct engine *e = arrayset_array(srv->set, chunk ? (size_t)n->array : 0)->engine;
-    const struct task *t = engine_task(e);
+    size_t array = chunk ? (size_t)n->array : 0;
+    struct engine *e =
+        chunk || !arrayset_is_plate(srv->set) ? arrayset_engine_get(srv->set, array, false) : NULL;
     struct reasons r = {0};
-    int64_t k = chunk ? roi_index_find(t->index, n->chunk) : -1;
-    if (k >= 0)
-        r.rois = roi_index_rois(t->index, (size_t)k, &r.n);
-    if (k >= 0 || !chunk)
-        engine_failed_rois(e, add_reason, &r);
+    if (e) {
+        const struct task *t = engine_task(e);
+        int64_t k = chunk ? roi_index_find(t->index, n->chunk) : -1;
+        if (k >= 0)
+            r.rois = roi_index_rois(t->index, (size_t)k, &r.n);
+        if (k >= 0 || !chunk)
+            engine_failed_rois(e, add_reason, &r);
+    }
     if (!r.text) {
-        char *ie = engine_input_error(e);
+        char *ie = e ? engine_input_error(e) : NULL;
         r.text = xasprintf("%s %llu: %s\n", chunk ? "chunk" : "table file",
                            (unsigned long long)n->chunk, ie ? ie : strerror(-err));
         free(ie);
     }
+    if (e)
+        arrayset_engine_put(srv->set, array);
     return r.text;
 }
 
@@ -134,11 +150,10 @@ static bool ask(struct sreq *q)
     pthread_mutex_lock(&srv->lock);
     q->refs++;
     pthread_mutex_unlock(&srv->lock);
-    if (q->node.kind == NS_CHUNK)
-        engine_open_chunk(arrayset_array(srv->set, (size_t)q->node.array)->engine, q->node.chunk,
-                          chunk_cb, q);
+    if (q->node.kind == NS_CHUNK) /* a plate's image started if need be */
+        arrayset_open_chunk(srv->set, (size_t)q->node.array, q->node.chunk, chunk_cb, q);
     else
-        otable_request(arrayset_table(srv->set), table_cb, q);
+        arrayset_table_request(srv->set, q->node.chunk, table_cb, q);
     pthread_mutex_lock(&srv->lock);
     bool done = q->done;
     if (!done) {
@@ -170,22 +185,14 @@ static enum MHD_Result answer_asked(struct sreq *q)
     }
     if (q->node.kind == NS_TABLE) {
         size_t len = 0;
-        char *data = otable_copy(arrayset_table(srv->set), q->node.chunk, &len);
+        char *data = arrayset_table_copy(srv->set, q->node.chunk, &len);
         if (!data)
             return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
         return serve_buf(srv, c, data, len, "application/octet-stream");
     }
     int fd = q->fd;
     q->fd = -1;
-    struct engine *e = arrayset_array(srv->set, (size_t)q->node.array)->engine;
-    struct cache_chunk_meta meta;
-    char etag[40] = "";
-    if (cache_chunk_meta_of(engine_cache(e), q->node.chunk, fd, &meta) == 0) {
-        char hex[33];
-        key_hex(meta.key, hex);
-        snprintf(etag, sizeof etag, "\"%s\"", hex);
-    }
-    return serve_fd(srv, c, fd, "application/octet-stream", etag[0] ? etag : NULL);
+    return serve_fd(srv, c, fd, "application/octet-stream", q->etag[0] ? q->etag : NULL);
 }
 
 /* ---- the tree ---- */

@@ -40,6 +40,9 @@ struct sreq {
     bool counted;   /* in srv->waiting until it is completed */
     int err, fd;
     struct ns_node node;
+    /* a chunk's ETag ("" when none), taken in the engine's callback: a plate's image may be
+     * closed once the callback has returned */
+    char etag[40];
 };
 
 /* ---- reply.c ---- */
