@@ -70,7 +70,9 @@ def mirror(real, view):
 LEASE = 5  # [cache] lease in these tests: the least there is
 
 
-def hosts_task(tmp_path, rnd, sleep, **params):
+def hosts_task(tmp_path, rnd, sleep, view=None, **params):
+    """The task of these tests; its [cache] dir is view (default tmp_path/view, where each
+    host mounts its mirror), the directory itself is tmp_path/cache."""
     rng = __import__("random").Random(35)
     rois = random_boxes(rng, NROIS, SHAPE, 8, 48)
     inp = np.arange(np.prod(SHAPE), dtype=np.uint32).reshape(SHAPE) % 1000
@@ -83,7 +85,7 @@ def hosts_task(tmp_path, rnd, sleep, **params):
                               "param.round": rnd,
                               **{f"param.{k}": v for k, v in params.items()}},
                      output={"dtype": "<u4", "chunks": ",".join(map(str, CHUNKS))},
-                     sections={"cache": {"dir": tmp_path / "view", "lease": LEASE}})
+                     sections={"cache": {"dir": view or tmp_path / "view", "lease": LEASE}})
     return task, rois, inp, real
 
 
