@@ -48,7 +48,15 @@ def f(block, roi):
     os.close(fd)
     if who == roi.params.get("slow_host") and roi.index == int(roi.params.get("slow_roi", -1)):
         time.sleep(120)
-    time.sleep(float(roi.params["sleep"]))
+    if who == roi.params.get("long_host"):  # its first ROI runs long_s seconds (a flag file)
+        try:
+            os.close(os.open(roi.params["long_flag"], os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            os.write(os.open(roi.params["log"], os.O_WRONLY | os.O_APPEND),
+                     f"long {roi.index} {who}\n".encode())
+            time.sleep(float(roi.params["long_s"]))
+        except FileExistsError:
+            pass
+    time.sleep(float(roi.params.get(f"sleep_{who}", roi.params["sleep"])))
     return block.astype(np.uint32) + np.uint32((roi.index + 1) * int(roi.params["round"]))
 """
 
