@@ -7,7 +7,8 @@ pair on test addresses (10.231.N.1 and .2, inside the namespaces only):
 - host B (namespace B, and its own mount, pid, UTS and IPC namespaces as hosts.py makes them)
   sees the cache at the same path through an sshfs mount of A's directory, whose byte-range
   locks stay on B as they do on any sshfs client.
-One `roifs warm` per host at once over one ROI grid: every ROI is computed once in all (the
+One `roifs warm` per host over one ROI grid, A's started once B's first ROI runs (for 2.4
+leases, its claim renewed through sshfs): every ROI is computed once in all (the
 processor's call log, both hosts together), both hosts take part, every warm exits 0, nothing
 is found damaged, `roifs check` on A counts every ROI result, and a mount on A afterwards
 reads the whole array exact with no call at all.
@@ -158,18 +159,19 @@ def test_warm_on_the_sshd_host_and_an_sshfs_host_computes_every_roi_once(tmp_pat
     t0 = time.monotonic()
     real = tmp_path / "cache"
     # the cache is at one path on both hosts: A's own directory, B's sshfs mount over it
-    # A, local, is quicker at taking work than B through sshfs: its ROIs are made slower so
-    # that B takes part; B's first ROI runs 2.4 leases, which B must renew all along (else A
-    # takes it over and computes it again)
-    task, rois, inp, real = hosts_task(tmp_path, 1, 0.05, view=real, sleep_a=0.25,
-                                       long_host="b", long_s=LEASE * 2.4,
-                                       long_flag=tmp_path / "long.flag")
+    # B's first ROI runs 2.4 leases, which B must renew all along through sshfs (else A
+    # takes it over and computes it again); A starts once it runs (A, local, is so much quicker
+    # at taking work that B, started at the same time, may get none)
+    flag = tmp_path / "long.flag"
+    task, rois, inp, real = hosts_task(tmp_path, 1, 0.05, view=real, long_host="b",
+                                       long_s=LEASE * 2.4, long_flag=flag)
     log, go, out = tmp_path / "calls.log", tmp_path / "go", tmp_path / "out"
     warm = [PY, "-c", GATE, str(go), roifs_bin, "warm", "-j", "2", str(task.config)]
+    warm_a = [PY, "-c", GATE, str(flag), roifs_bin, "warm", "-j", "2", str(task.config)]
     with two_netns() as (ns_a, ns_b, addr_a, _), sshd(tmp_path / "ssh", ns_a, addr_a) as (
             ssh_opts, sshd_log):
         sshfs = ["sshfs", *ssh_opts, "-o", f"dir_cache=no,{CTO}", f"root@{addr_a}:{real}", real]
-        a = Host("a", real, real, out, [warm], mount=[], netns=ns_a)
+        a = Host("a", real, real, out, [warm_a], mount=[], netns=ns_a)
         b = Host("b", real, real, out, [warm], mount=sshfs, netns=ns_b)
         try:
             a.start()
