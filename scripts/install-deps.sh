@@ -15,6 +15,8 @@ pkgs+=(libmicrohttpd-dev        # roifs serve (src/serve/)
        python3-fsspec python3-aiohttp  # tests/e2e/test_serve.py: zarr over HTTP
        chromium wrk)            # tests/e2e/test_serve_browser.py; bench/serve.py
 pkgs+=(bindfs)                  # tests/e2e/test_hosts.py: each simulated host's mirror of the cache
+pkgs+=(iproute2 openssh-server openssh-client sshfs)  # tests/e2e/test_hosts_sshfs.py: hosts in
+                                # network namespaces, sshd on one, sshfs on the other
 # Node.js and npm run zarrita.js, the independent Zarr v3 reader of the tests; Debian's
 # packages only when the machine has none.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

@@ -446,7 +446,8 @@ int cache_other_version(struct cache *c, char *who, size_t len)
 /* ---- opening ---- */
 
 /* Where chunk records go (chunkfile.c): in extended attributes, or in sidecar files where the
- * file system keeps no user xattrs (found by trying). */
+ * file system keeps no user xattrs (found by trying) or another host's view of the cache has
+ * none (chunks/CACHE_SIDECAR_MARK, which such a host makes here). */
 static void probe_xattrs(struct cache *c)
 {
     char tmp[64];
@@ -460,12 +461,19 @@ static void probe_xattrs(struct cache *c)
                  (errno == ENOTSUP || errno == EOPNOTSUPP);
     close(fd);
     unlinkat(c->chunks_fd, tmp, 0);
-    if (c->sidecar)
+    if (c->sidecar) {
+        /* the other hosts' processes, whose view may have xattrs, write sidecars too: every
+         * record is then one this view can read */
+        int m = openat(c->chunks_fd, CACHE_SIDECAR_MARK,
+                       O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (m >= 0)
+            close(m);
         log_info("cache %s: no user extended attributes here; chunk records are kept in "
                  "sidecar files (chunks/<id>.meta)",
                  c->path);
-    else
+    } else if (!cache_follow_sidecar_mark(c)) {
         log_debug("cache %s: chunk records in extended attributes", c->path);
+    }
 }
 
 /* Opens chunks/, results/ and locks/ of the directory dirfd into fds. */

@@ -11,6 +11,9 @@
 
 #define CACHE_MAX_OLD     64
 #define CACHE_CHUNK_XATTR "user.roifs.chunk" /* a chunk file's record (chunkfile.c) */
+/* chunks/.sidecars: made by a process whose view of the cache keeps no user xattrs (sshfs);
+ * every process that sees it writes chunk records in sidecar files, which all can read */
+#define CACHE_SIDECAR_MARK ".sidecars"
 
 /* A chunk file this process has verified (or written): trusted until its inode changes. */
 struct verified {
@@ -34,7 +37,8 @@ struct cache {
     char *user_name, *config_path;
     uint64_t version; /* of the configuration served (cache_other_version) */
     /* chunk records: in the extended attribute CACHE_CHUNK_XATTR, or sidecar files (decided
-     * at open by trying) */
+     * at open by trying, and for good once chunks/CACHE_SIDECAR_MARK exists: a host without
+     * user xattrs shares the cache); readers look for both */
     _Atomic bool sidecar;
     /* chunk files verified by this process, and those being verified (by id) */
     pthread_mutex_t verified_lock;
@@ -47,5 +51,8 @@ struct cache {
 /* Recreates a directory removed under a running mount (chunks/, results/, locks/, format)
  * and points new writes there. 0 or -errno. */
 int cache_repair(struct cache *c);
+
+/* Whether chunks/CACHE_SIDECAR_MARK exists: then c->sidecar is set (chunkfile.c). */
+bool cache_follow_sidecar_mark(struct cache *c);
 
 #endif

@@ -175,19 +175,31 @@ static void set_verified(struct cache *c, uint64_t id, const struct stat *st, st
 
 /* ---- records ---- */
 
-/* The record of chunk id's open file fd (whose state is *fst). 0 or -ENODATA. *as_written:
- * the file is the one the record was made for, unchanged since (same inode and stamp). */
-static int read_record(struct cache *c, uint64_t id, int fd, const struct stat *fst,
-                       struct cache_chunk_meta *m, bool *as_written)
+bool cache_follow_sidecar_mark(struct cache *c)
 {
-    struct chunk_record rec;
-    union {
-        struct chunk_record now;
-        struct chunk_record_v2 old;
-    } buf;
-    uint64_t ino = (uint64_t)fst->st_ino;
-    ssize_t len = -1;
-    if (c->sidecar) {
+    struct stat st;
+    if (fstatat(c->chunks_fd, CACHE_SIDECAR_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISREG(st.st_mode))
+        return false;
+    if (!c->sidecar)
+        log_info("cache %s: a process without user extended attributes shares it (%s/chunks/%s); "
+                 "chunk records are kept in sidecar files (chunks/<id>.meta)",
+                 c->path, c->path, CACHE_SIDECAR_MARK);
+    c->sidecar = true;
+    return true;
+}
+
+union record_buf {
+    struct chunk_record now;
+    struct chunk_record_v2 old;
+};
+
+/* The bytes of chunk id's record, kept in a sidecar file (sidecar) or fd's extended
+ * attribute: their length, or -1. */
+static ssize_t record_bytes(struct cache *c, uint64_t id, int fd, bool sidecar,
+                            union record_buf *buf)
+{
+    if (sidecar) {
         char name[40];
         sidecar_of(id, name, sizeof name);
         int sfd = openat(c->chunks_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -196,18 +208,38 @@ static int read_record(struct cache *c, uint64_t id, int fd, const struct stat *
         int r = sfd < 0 ? -ENODATA
                 : fstat(sfd, &st) < 0 || !S_ISREG(st.st_mode)
                     ? -ENODATA
-                    : pread_full(sfd, &buf, sizeof buf, 0, &got);
+                    : pread_full(sfd, buf, sizeof *buf, 0, &got);
         if (sfd >= 0)
             close(sfd);
-        len = r < 0 ? -1 : (ssize_t)got;
-    } else {
-        len = fgetxattr(fd, CACHE_CHUNK_XATTR, &buf, sizeof buf);
+        return r < 0 ? -1 : (ssize_t)got;
+    }
+    return fgetxattr(fd, CACHE_CHUNK_XATTR, buf, sizeof *buf);
+}
+
+/* The record of chunk id's open file fd (whose state is *fst). 0 or -ENODATA. *as_written:
+ * the file is the one the record was made for, unchanged since (same inode and stamp).
+ * Where this process writes records is looked at first, then the other place: a process of
+ * another host may have written it the other way (sshfs has no xattrs). A sidecar whose
+ * inode is not the data file's (written through another host's view: sshfs numbers inodes
+ * its own way; or left by an earlier file) is taken as a record of a file not as written:
+ * its checksum is then verified against the data before it is served. */
+static int read_record(struct cache *c, uint64_t id, int fd, const struct stat *fst,
+                       struct cache_chunk_meta *m, bool *as_written)
+{
+    struct chunk_record rec;
+    union record_buf buf;
+    uint64_t ino = (uint64_t)fst->st_ino;
+    bool sidecar = c->sidecar;
+    ssize_t len = record_bytes(c, id, fd, sidecar, &buf);
+    if (len < 0) {
+        sidecar = !sidecar;
+        len = record_bytes(c, id, fd, sidecar, &buf);
     }
     if (len == (ssize_t)sizeof rec) {
         memcpy(&rec, &buf, sizeof rec);
-        if (!record_ok(&rec) || (c->sidecar && rec.ino != ino))
-            return -ENODATA;
-    } else if (len < 0 || !record_v2_read(&buf, (size_t)len, c->sidecar, ino, &rec)) {
+        if (!record_ok(&rec))
+            return -ENODATA; /* (a sidecar's inode not the file's: not as written, below) */
+    } else if (len < 0 || !record_v2_read(&buf, (size_t)len, sidecar, ino, &rec)) {
         return -ENODATA;
     }
     *as_written = rec.ino == ino && rec.mtime_ns == mtime_of(fst);
@@ -424,6 +456,8 @@ static int chunk_write_once(struct cache *c, uint64_t id, const void *data, size
     r = write_full(a.fd, data, len);
     if (r == 0)
         r = stamp(a.fd, &st);
+    if (r == 0 && !c->sidecar)
+        cache_follow_sidecar_mark(c); /* a host without xattrs joined since */
     if (r == 0 && !c->sidecar) {
         record_fill(&rec, &m, &st);
         if (fsetxattr(a.fd, CACHE_CHUNK_XATTR, &rec, sizeof rec, 0) < 0)

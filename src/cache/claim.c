@@ -167,24 +167,43 @@ int64_t claim_fs_time(void)
 
 /* ---- claims held, and their renewal ---- */
 
-struct file_id {
-    uint64_t dev, ino;
-};
+/* A claim is known by its contents, never by its inode: through sshfs a hard link (a claim
+ * made from a spare) is another inode number, and a file made at the same name later may get
+ * the same one. Each claim carries a nonce of its own ("nonce %016x" after the holder text),
+ * drawn from the holder's host, pid, start time, clocks and a counter: a claim taken over and
+ * made again by another holder (or by us) has another. */
+#define NONCE_LINE "nonce "
 
-/* Whether the file named name in dirfd is the file id. */
-static bool is_file(int dirfd, const char *name, struct file_id id)
+/* Whether text (a claim file's contents) is the claim with nonce: its magic, and its nonce
+ * line says nonce. */
+static bool text_has_nonce(const char *text, uint64_t nonce)
 {
-    struct stat st;
-    return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t)st.st_dev == id.dev &&
-           (uint64_t)st.st_ino == id.ino;
+    if (strncmp(text, CLAIM_MAGIC, strlen(CLAIM_MAGIC)) != 0)
+        return false;
+    const char *at = strstr(text, "\n" NONCE_LINE);
+    char want[40];
+    snprintf(want, sizeof want, "\n" NONCE_LINE "%016" PRIx64 "\n", nonce);
+    return at && strncmp(at, want, strlen(want)) == 0;
+}
+
+static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint64_t *fp,
+                      int64_t *mtime_ns);
+
+/* Whether the file named name in dirfd is the claim with nonce (read now). */
+static bool is_ours(int dirfd, const char *name, uint64_t nonce)
+{
+    char text[CLAIM_TEXT];
+    uint64_t fp;
+    return read_claim(dirfd, name, text, sizeof text, &fp, NULL) == 0 &&
+           text_has_nonce(text, nonce);
 }
 
 struct slot {
     bool used;
-    int ofd;           /* the local byte-range lock, or -1 */
-    int dirfd;         /* borrowed */
-    struct file_id id; /* the claim file: which file is ours */
-    long spare;        /* the spare it is a link of (to give back at the release), or -1 */
+    int ofd;        /* the local byte-range lock, or -1 */
+    int dirfd;      /* borrowed */
+    uint64_t nonce; /* the claim's nonce: which file is ours */
+    long spare;     /* the spare it is a link of (to give back at the release), or -1 */
     bool warned;
     off_t ctr_off;
     uint64_t ctr;
@@ -200,19 +219,24 @@ static pthread_cond_t up_cv = PTHREAD_COND_INITIALIZER;
 
 /* Writes the next renewal count into claim s and makes it durable, through a descriptor
  * opened for the time of the write (one that stays open for writing would keep the file
- * system from being remounted read-only). 0, or -1 with errno. */
+ * system from being remounted read-only). The contents are read through the same
+ * descriptor first: the file open is the one written, and it is ours only if it carries our
+ * nonce (a claim taken over is another holder's file, with another nonce, even when its
+ * inode number is the same, as through sshfs). 0, or -1 with errno (ESTALE: not ours). */
 static int renew(struct slot *s)
 {
-    int w = openat(s->dirfd, s->name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int w = openat(s->dirfd, s->name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (w < 0)
         return -1;
     struct stat a;
-    char num[24];
+    char num[24], text[CLAIM_TEXT];
     snprintf(num, sizeof num, "%020" PRIu64, s->ctr + 1);
-    int r = 0;
-    if (fstat(w, &a) < 0)
-        r = -1;
-    else if ((uint64_t)a.st_ino != s->id.ino || (uint64_t)a.st_dev != s->id.dev)
+    size_t got = 0;
+    int r = pread_full(w, text, sizeof text - 1, 0, &got);
+    text[got] = '\0';
+    if (r < 0)
+        errno = -r, r = -1;
+    else if (!text_has_nonce(text, s->nonce) || got < (size_t)s->ctr_off + 20)
         r = -1, errno = ESTALE; /* taken over: another holder's file has the name */
     else if (pwrite(w, num, 20, s->ctr_off) != 20 || fdatasync(w) < 0)
         r = -1;
@@ -256,15 +280,14 @@ static void *renewer_main(void *arg)
             }
         /* The writes and syncs without the lock: takers and releasers never wait for a sync.
          * A claim released meanwhile is not written to (its file is gone, or another
-         * holder's: renew checks the inode), and its slot is left as it is. */
+         * holder's: renew checks the nonce), and its slot is left as it is. */
         pthread_mutex_unlock(&mu);
         for (size_t k = 0; k < n; k++)
             todo[k].err = renew(&todo[k].s) < 0 ? errno : 0;
         pthread_mutex_lock(&mu);
         for (size_t k = 0; k < n; k++) {
             struct slot *sl = &slots[todo[k].slot];
-            if (!sl->used || sl->id.ino != todo[k].s.id.ino || sl->id.dev != todo[k].s.id.dev ||
-                strcmp(sl->name, todo[k].s.name) != 0)
+            if (!sl->used || sl->nonce != todo[k].s.nonce || strcmp(sl->name, todo[k].s.name) != 0)
                 continue; /* released (and the slot maybe reused) meanwhile */
             if (!todo[k].err) {
                 sl->ctr = todo[k].s.ctr;
@@ -394,10 +417,12 @@ void claim_drop_spares(int dirfd)
     pthread_mutex_unlock(&mu);
 }
 
-/* Creates claim file name exclusively with our holder text: 0 and its identity in *id,
+/* Creates claim file name exclusively with our holder text: 0 and its nonce in *nonce_out,
  * -EEXIST, or -errno. *ctr_off: where the renewal counter is. With spare not NULL, through a
- * spare of this process, whose index it gets (to give back at the release). */
-static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file_id *id,
+ * spare of this process, whose index it gets (to give back at the release): a hard link,
+ * which is fast where links are the same inode, and only as fast elsewhere (sshfs: another
+ * inode number), never relied on to say which file is ours (the nonce does). */
+static int create_claim(int dirfd, const char *name, off_t *ctr_off, uint64_t *nonce_out,
                         long *spare)
 {
     static _Atomic uint64_t seq;
@@ -420,10 +445,13 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file
             put_spare(si);
         return e;
     }
-    struct timespec now;
+    struct timespec now, wall;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t nonce = (uint64_t)ts_to_ns(now) ^ (++seq << 40) ^ (uint64_t)getpid();
-    nonce = hash64(HASH64_INIT, &nonce, sizeof nonce);
+    clock_gettime(CLOCK_REALTIME, &wall);
+    uint64_t mix[4] = {(uint64_t)ts_to_ns(now), (uint64_t)ts_to_ns(wall), ++seq,
+                       (uint64_t)getpid()};
+    const char *who = claim_holder_text(); /* host, boot, pid namespace, pid, start time */
+    uint64_t nonce = hash64(hash64(HASH64_INIT, who, strlen(who)), mix, sizeof mix);
     char text[CLAIM_TEXT];
     int n = snprintf(text, sizeof text, "%s%snonce %016" PRIx64 "\nrenewed %020d\n", CLAIM_MAGIC,
                      claim_holder_text(), nonce, 0);
@@ -451,11 +479,13 @@ static int create_claim(int dirfd, const char *name, off_t *ctr_off, struct file
     if (spare)
         *spare = (long)si;
     *ctr_off = n - 21;
-    *id = (struct file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+    *nonce_out = nonce;
     return 0;
 }
 
-/* Reads claim file name: 0 with its text and fingerprint (contents and inode), -errno. */
+/* Reads claim file name: 0 with its text and fingerprint (of its contents alone: an inode
+ * number may change under the same file through sshfs, and the contents carry a nonce and a
+ * renewal count), -errno. */
 static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint64_t *fp,
                       int64_t *mtime_ns)
 {
@@ -467,8 +497,7 @@ static int read_claim(int dirfd, const char *name, char *text, size_t cap, uint6
     int r = fstat(fd, &st) < 0 ? -errno : pread_full(fd, text, cap - 1, 0, &got);
     close(fd);
     text[got] = '\0';
-    uint64_t ino = (uint64_t)st.st_ino;
-    *fp = hash64(hash64(HASH64_INIT, &ino, sizeof ino), text, got);
+    *fp = hash64(HASH64_INIT, text, got);
     if (mtime_ns)
         *mtime_ns = r == 0 ? ts_to_ns(st.st_mtim) : 0;
     return r;
@@ -483,11 +512,22 @@ static struct map seen_map; /* (hash of directory and name) -> struct seen; mu *
 
 enum verdict { V_LIVE, V_STALE, V_GONE };
 
+/* The key of claim name in directory dirfd: the directory's path (its inode number may not
+ * stay the same through sshfs; the inode only when the path is unknown) and the name. */
 static uint64_t name_key(int dirfd, const char *name)
 {
-    struct stat st;
-    uint64_t ino = fstat(dirfd, &st) == 0 ? (uint64_t)st.st_ino : 0;
-    return hash64(hash64(HASH64_INIT, &ino, sizeof ino), name, strlen(name));
+    char link[64], dir[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+    ssize_t n = readlink(link, dir, sizeof dir);
+    uint64_t h;
+    if (n > 0) {
+        h = hash64(HASH64_INIT, dir, (size_t)n);
+    } else {
+        struct stat st;
+        uint64_t ino = fstat(dirfd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+        h = hash64(HASH64_INIT, &ino, sizeof ino);
+    }
+    return hash64(hash64(h, "/", 1), name, strlen(name));
 }
 
 /* Judges the claim file name (see claim.h); *fp its fingerprint. */
@@ -539,8 +579,8 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
     char tok[96];
     snprintf(tok, sizeof tok, "%s.take", name);
     off_t off;
-    struct file_id tid;
-    int t = create_claim(dirfd, tok, &off, &tid, NULL);
+    uint64_t tnonce;
+    int t = create_claim(dirfd, tok, &off, &tnonce, NULL);
     if (t == -EEXIST) {
         uint64_t tfp;
         if (judge(dirfd, tok, &tfp) == V_STALE)
@@ -553,7 +593,7 @@ static void take_over(int dirfd, const char *name, uint64_t fp)
         log_warn("claim %s: its holder is gone (its process ended, or its lease of %u s ran out "
                  "unrenewed); taking it over",
                  name, lease_s);
-    if (is_file(dirfd, tok, tid))
+    if (is_ours(dirfd, tok, tnonce))
         unlinkat(dirfd, tok, 0);
 }
 
@@ -601,8 +641,7 @@ static int ofd_lock(int dirfd, uint64_t byte, bool wait)
     return fd;
 }
 
-static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const char *name,
-                    long spare)
+static int add_slot(int ofd, int dirfd, uint64_t nonce, off_t ctr_off, const char *name, long spare)
 {
     pthread_mutex_lock(&mu);
     start_renewer();
@@ -615,8 +654,12 @@ static int add_slot(int ofd, int dirfd, struct file_id id, off_t ctr_off, const 
         memset(slots + nslots, 0, (cap - nslots) * sizeof *slots);
         nslots = cap;
     }
-    slots[i] = (struct slot){
-        .used = true, .ofd = ofd, .dirfd = dirfd, .id = id, .ctr_off = ctr_off, .spare = spare};
+    slots[i] = (struct slot){.used = true,
+                             .ofd = ofd,
+                             .dirfd = dirfd,
+                             .nonce = nonce,
+                             .ctr_off = ctr_off,
+                             .spare = spare};
     snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
     pthread_mutex_unlock(&mu);
     return (int)i;
@@ -632,11 +675,11 @@ int claim_take(int dirfd, const char *name, uint64_t ofd_byte, bool wait)
     double pause = 0.002;
     for (;;) {
         off_t off;
-        struct file_id id;
+        uint64_t nonce;
         long spare = -1;
-        int fd = create_claim(dirfd, name, &off, &id, ofd_byte != UINT64_MAX ? &spare : NULL);
+        int fd = create_claim(dirfd, name, &off, &nonce, ofd_byte != UINT64_MAX ? &spare : NULL);
         if (fd >= 0)
-            return add_slot(ofd, dirfd, id, off, name, spare);
+            return add_slot(ofd, dirfd, nonce, off, name, spare);
         if (fd != -EEXIST) {
             if (ofd >= 0)
                 close(ofd);
@@ -673,8 +716,14 @@ void claim_release(int h)
     struct slot s = slots[h];
     slots[h].used = false;
     pthread_mutex_unlock(&mu);
-    /* Only our own file: one taken over (we stalled past the lease) is the new holder's. */
-    if (is_file(s.dirfd, s.name, s.id))
+    /* Only our own file: one taken over (we stalled past the lease) is the new holder's, with
+     * its own nonce. Read, compared, then removed by name: a takeover between the read and the
+     * removal would need another host to judge the claim expired right then, i.e. to have seen
+     * it unrenewed for a whole lease; while it is held it is renewed every lease / 4, so only a
+     * holder already stalled past its lease (the case warned of below) could remove the new
+     * holder's claim, and then the ROI may run once more, never mixed (results are written
+     * whole and renamed into place). */
+    if (is_ours(s.dirfd, s.name, s.nonce))
         unlinkat(s.dirfd, s.name, 0);
     else
         log_warn("claim %s: taken over while held (this process stalled past its lease of %u s)",

@@ -14,7 +14,10 @@
  * judged the same way), checking that the claim is still the very file judged (its contents
  * carry a random nonce) before removing it. A wait takes an open-file-description lock on a
  * byte of the file "all" first: processes of one host then wait in the kernel, in order,
- * rather than by looking again (a try takes none: the claim alone tells). */
+ * rather than by looking again (a try takes none: the claim alone tells). A holder knows its
+ * claim by its contents (the nonce after its holder text), never by its inode: through sshfs
+ * a hard link is another inode number and a file made again at a name may get the same one;
+ * a renewal writes only a file with its nonce, and a release removes only such a file. */
 #ifndef ROIFS_CLAIM_H
 #define ROIFS_CLAIM_H
 

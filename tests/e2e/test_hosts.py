@@ -48,7 +48,15 @@ def f(block, roi):
     os.close(fd)
     if who == roi.params.get("slow_host") and roi.index == int(roi.params.get("slow_roi", -1)):
         time.sleep(120)
-    time.sleep(float(roi.params["sleep"]))
+    if who == roi.params.get("long_host"):  # its first ROI runs long_s seconds (a flag file)
+        try:
+            os.close(os.open(roi.params["long_flag"], os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            os.write(os.open(roi.params["log"], os.O_WRONLY | os.O_APPEND),
+                     f"long {roi.index} {who}\n".encode())
+            time.sleep(float(roi.params["long_s"]))
+        except FileExistsError:
+            pass
+    time.sleep(float(roi.params.get(f"sleep_{who}", roi.params["sleep"])))
     return block.astype(np.uint32) + np.uint32((roi.index + 1) * int(roi.params["round"]))
 """
 
@@ -70,7 +78,9 @@ def mirror(real, view):
 LEASE = 5  # [cache] lease in these tests: the least there is
 
 
-def hosts_task(tmp_path, rnd, sleep, **params):
+def hosts_task(tmp_path, rnd, sleep, view=None, **params):
+    """The task of these tests; its [cache] dir is view (default tmp_path/view, where each
+    host mounts its mirror), the directory itself is tmp_path/cache."""
     rng = __import__("random").Random(35)
     rois = random_boxes(rng, NROIS, SHAPE, 8, 48)
     inp = np.arange(np.prod(SHAPE), dtype=np.uint32).reshape(SHAPE) % 1000
@@ -83,7 +93,7 @@ def hosts_task(tmp_path, rnd, sleep, **params):
                               "param.round": rnd,
                               **{f"param.{k}": v for k, v in params.items()}},
                      output={"dtype": "<u4", "chunks": ",".join(map(str, CHUNKS))},
-                     sections={"cache": {"dir": tmp_path / "view", "lease": LEASE}})
+                     sections={"cache": {"dir": view or tmp_path / "view", "lease": LEASE}})
     return task, rois, inp, real
 
 

@@ -2,7 +2,7 @@
  * format marker and the conversion of the older layout, one configuration at a time (users/),
  * chunk locks, chunk files and their records (current, stale, damaged, a symbolic link in
  * place), descriptors of written chunks that outlive their name, and removals that leave a
- * newer file alone. */
+ * newer file alone; records found whichever way their writer kept them (xattr or sidecar). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "cache/cache.h"
+#include "cache/cache_internal.h"
 #include "cache/claim.h"
 #include "key.h"
 #include "scratch.h"
@@ -328,6 +329,56 @@ static void test_chunk_files(void)
     cache_close(c);
 }
 
+/* Copies dir/name to a new file renamed over it: the same bytes, another inode, no xattrs. */
+static void copy_over(const char *name)
+{
+    char *p = path_of(name), *tmp = xasprintf("%s.copy", p);
+    char buf[256];
+    int in = open(p, O_RDONLY), out = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ssize_t n = in >= 0 ? read(in, buf, sizeof buf) : -1;
+    CHECK(n >= 0 && out >= 0 && write(out, buf, (size_t)n) == n);
+    close(in);
+    close(out);
+    CHECK_EQ_INT(rename(tmp, p), 0);
+    free(tmp);
+    free(p);
+}
+
+/* Several hosts, one cache (docs/operations.md): a host whose view has no user xattrs
+ * (sshfs) keeps chunk records in sidecar files, another in xattrs; each reads both, a
+ * sidecar written through another view (another inode number) is verified, not refused, and
+ * once a host without xattrs marked the cache (chunks/.sidecars) every process writes
+ * sidecars, at open or at its next write. */
+static void test_records_either_way(void)
+{
+    struct cache *c = NULL;
+    CHECK_EQ_INT(open_cache("either", NULL, &c, NULL), 0);
+    c->sidecar = true; /* as the host without xattrs writes it */
+    CHECK_EQ_INT(cache_chunk_write(c, 1, "sidecar", 7, key_n(1), NULL), 0);
+    CHECK(exists("either/chunks/1.meta"));
+    c->sidecar = false; /* the host with xattrs reads it */
+    CHECK_EQ_INT(open_state(c, 1, key_n(1)), CHUNK_CURRENT);
+    CHECK_EQ_INT(cache_chunk_write(c, 2, "xattr", 5, key_n(2), NULL), 0);
+    c->sidecar = true;
+    CHECK_EQ_INT(open_state(c, 2, key_n(2)), CHUNK_CURRENT);
+    /* the data file as another view numbers it: not the sidecar's inode, the same bytes */
+    copy_over("either/chunks/1");
+    CHECK_EQ_INT(open_state(c, 1, key_n(1)), CHUNK_CURRENT);
+    CHECK_EQ_INT(open_state(c, 1, key_n(9)), CHUNK_STALE);
+    cache_close(c);
+
+    /* the mark made after the open: the next write follows it */
+    CHECK_EQ_INT(open_cache("marked", NULL, &c, NULL), 0);
+    scratch_write_file(dir, "marked/chunks/.sidecars", "", 0);
+    CHECK_EQ_INT(cache_chunk_write(c, 3, "three", 5, key_n(3), NULL), 0);
+    CHECK(exists("marked/chunks/3.meta"));
+    cache_close(c);
+    /* and at the open */
+    CHECK_EQ_INT(open_cache("marked", NULL, &c, NULL), 0);
+    CHECK(c->sidecar);
+    cache_close(c);
+}
+
 /* The descriptor cache_chunk_write gives reads the bytes written, whatever happens to the
  * name: an eviction or a newer version cannot take a reader's chunk away. */
 static void test_written_fd_outlives_its_name(void)
@@ -398,6 +449,7 @@ int main(void)
     RUN(test_chunk_files);
     RUN(test_written_fd_outlives_its_name);
     RUN(test_remove_only_the_file_seen);
+    RUN(test_records_either_way);
     check_rmtree(dir);
     return check_done();
 }
