@@ -56,7 +56,8 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
         np.testing.assert_array_equal(
             zarr.open_array(str(m.path / "labels" / "cells" / "0"), mode="r")[...], lab)
         st = m.status()
-        assert st["measure"]["pieces"] == 12 and st["measure"]["objects"] == lab.max(), st
+        assert st["measure"]["pieces_made"] == 12 and st["measure"]["objects"] == lab.max(), st
+        assert st["measure"]["pieces"] == 0, st  # each partial made as its chunk was copied
         assert st["calls"] == 12 and st["rois"]["total"] == 12, st  # each label chunk copied once
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
@@ -69,7 +70,8 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
         st = m.status()
-        assert st["measure"]["pieces"] == 1 and st["measure"]["pieces_from_record"] == 11, st
+        assert st["measure"]["pieces_made"] == 1 and st["measure"]["pieces"] == 0, st
+        assert st["measure"]["pieces_from_record"] == 12, st
     img_arr = zarr.open_array(str(img / "0"), mode="r+")
     data[1, 15:20, 14:20] += 7  # inside label chunk (1, 1) only: no label chunk copied again
     img_arr[1, 15:20, 14:20] = data[1, 15:20, 14:20]
@@ -112,7 +114,7 @@ def test_label_image_of_another_resolution(tmp_path, roifs_bin):
     config = config_of(tmp_path, img)
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "anndata", lab, half)
-        assert m.status()["measure"]["pieces"] == 9
+        assert m.status()["measure"]["pieces_made"] == 9
 
 
 def test_clean_unused_after_a_label_edit(tmp_path, roifs_bin):
