@@ -82,6 +82,23 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
         assert st["calls"] == 0 and st["measure"]["pieces"] == 1, st
 
 
+def test_edit_of_the_segmented_channel_s_intensities(tmp_path, roifs_bin):
+    """An edit of channel 0's intensities in one label chunk's box (the label image unchanged)
+    measures that chunk again: the partials' names take the label image's and the intensities'
+    signatures apart (image chunks of channel 0 have the label chunks' storage indices)."""
+    img, data = make_image(tmp_path, (40, 36))
+    lab = add_labels(img, data)
+    config = config_of(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+    data[0, 15:20, 14:20] += 7  # inside label chunk (1, 1) only
+    zarr.open_array(str(img / "0"), mode="r+")[0, 15:20, 14:20] = data[0, 15:20, 14:20]
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+        st = m.status()
+        assert st["calls"] == 0 and st["measure"]["pieces"] == 1, st
+
+
 def test_refuses_process_and_missing_labels(tmp_path, roifs_bin):
     """[process] with [measure] labels, or a label image the input lacks: exit 2; export --into
     another image than the one whose label image is measured is refused, that image untouched."""
