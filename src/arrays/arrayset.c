@@ -123,8 +123,13 @@ int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_
         arrayset_push(s, (struct array){.task = overlay_array_task(*ov, i),
                                         .opts = *eo,
                                         .level = overlay_array_level(*ov, i)});
-    if (s->arrays[first].task->cfg.table_name)
+    if (s->arrays[first].task->cfg.table_name) {
         r = otable_new(*ov, tab, err);
+        if (r == 0 && s->arrays[first].task->cfg.measure) { /* each chunk's partial as made */
+            s->arrays[first].opts.chunk_made = otable_chunk_made;
+            s->arrays[first].opts.chunk_made_ctx = *tab;
+        }
+    }
     return r;
 }
 
@@ -387,6 +392,9 @@ json_t *arrayset_status(struct arrayset *s)
                                           "pieces_from_record", (json_int_t)mc.pieces_recorded,
                                           "failed", (json_int_t)mc.failed, "calls",
                                           (json_int_t)mc.calls));
+        if (otable_measure_counts(s->table, &mc)) /* partials made with their chunks */
+            json_object_set_new(json_object_get(doc, "measure"), "pieces_made",
+                                json_integer((json_int_t)mc.made));
     }
     return doc;
 }

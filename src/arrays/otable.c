@@ -320,6 +320,11 @@ void otable_chunk_answered(void *ctx, int err, int fd, int flags)
     uint64_t id = ask.id;
     free(ctx);
     const struct task *k = t->g.t;
+    if (!err && t->ms && otable_piece_read(t, ask.piece)) { /* made with the chunk */
+        close(fd);
+        otable_release(t);
+        return;
+    }
     unsigned char *buf = err ? NULL : xmalloc(k->chunk_nbytes);
     struct errbuf e = {{0}};
     if (!err) {
@@ -668,8 +673,8 @@ bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out)
     if (!t->ms)
         return false;
     pthread_mutex_lock(&t->m);
-    *out = (struct otable_measure_counts){t->objects, t->pieces, t->pieces_recorded, t->failures,
-                                          t->pycalls};
+    *out = (struct otable_measure_counts){t->objects,  t->pieces,  t->pieces_recorded,
+                                          t->failures, t->pycalls, t->pieces_made};
     pthread_mutex_unlock(&t->m);
     return true;
 }

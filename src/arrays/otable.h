@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../key.h"
 #include "../table_write.h"
 #include "overlay.h"
 
@@ -64,8 +65,13 @@ void otable_counts(struct otable *t, uint64_t *scans, uint64_t *records);
 struct otable_measure_counts {
     uint64_t objects, pieces, pieces_recorded, failed;
     uint64_t calls; /* [measure] python's calls */
+    uint64_t made;  /* label chunks whose partial was made as the engine made them */
 };
 bool otable_measure_counts(struct otable *t, struct otable_measure_counts *out);
+/* [measure] (engine_opts.chunk_made of the label image's engine, ctx the table): the partial
+ * of label chunk id, made and recorded while the chunk (its key, its encoded bytes) is in
+ * memory, so that the table's first read after the chunks were made reads no label chunk. */
+void otable_chunk_made(void *ctx, uint64_t id, struct key128 key, const void *data, size_t len);
 
 /* roifs clean --unused: removes the records of ov's cache other than the one of the label
  * chunks as they are now (those of inputs gone by); *removed counts them. 0 or -errno. */

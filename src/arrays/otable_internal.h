@@ -56,6 +56,8 @@ struct otable {
     /* label chunks measured, and partials read from their records; objects of the last table
      * made; requests that failed */
     uint64_t pieces, pieces_recorded, objects, failures;
+    /* label chunks whose partial was made as the engine made them (otable_chunk_made) */
+    uint64_t pieces_made;
     /* [measure] python: the function, the values of the table being made, its calls */
     struct mpython *py;
     struct mpy_values pyvals;
@@ -98,6 +100,9 @@ void otable_piece_write(const struct otable *t, struct key128 key, const struct 
 struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const uint64_t *c0,
                                    const uint64_t *ext);
 void otable_start_measure(struct otable *t);
+/* The partial recorded under key merged into t->stats (counted as read from its record):
+ * false when there is none (or it is damaged). */
+bool otable_piece_read(struct otable *t, struct key128 key);
 int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep);
 /* Whether keep (otable_measure_names_now) holds the record named by 32 hexadecimal digits. */
 bool otable_kept(const struct map *keep, const char *hex);

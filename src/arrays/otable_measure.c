@@ -84,13 +84,77 @@ void otable_piece_write(const struct otable *t, struct key128 key, const struct 
     free(path);
 }
 
-/* The name of chunk id's partial as the input is now (memo: NULL or the caller's). */
+/* The name of the partial of chunk id of key chunk (as made) with the intensities of its box
+ * [c0, c0 + ext) as they are now. */
+static struct key128 made_key(const struct otable *t, struct key128 chunk, const uint64_t *c0,
+                              const uint64_t *ext)
+{
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct key128 key = measure_piece_key(t->ms, chunk, c0, ext, memo);
+    zarr_sigmemo_free(memo);
+    return key;
+}
+
+void otable_chunk_made(void *ctx, uint64_t id, struct key128 key, const void *data, size_t len)
+{
+    struct otable *t = ctx;
+    const struct task *k = t->g.t;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+    engine_chunk_box(k, id, c0, c1, ext);
+    struct key128 piece = made_key(t, key, c0, ext);
+    char *path = piece_path(t, piece);
+    bool have = access(path, F_OK) == 0; /* made by another process, or before */
+    free(path);
+    if (have)
+        return;
+    unsigned char *buf = xmalloc(k->chunk_nbytes);
+    struct errbuf e = {{0}};
+    struct mstats s;
+    measure_stats_init(t->ms, &s);
+    int r = zarr_decode_chunk(&k->out, data, len, buf, &e);
+    if (r == 0) {
+        otable_compact_chunk(k, ext, buf);
+        r = measure_piece(t->ms, c0, ext, buf, &s, &e);
+    }
+    if (r < 0) /* the table's request measures it from the cached chunk */
+        log_warn("%s: chunk %llu's partial statistics: %s", k->cfg.path, (unsigned long long)id,
+                 e.msg);
+    else if (key_eq(made_key(t, key, c0, ext), piece)) { /* else the intensities changed */
+        otable_piece_write(t, piece, &s);
+        pthread_mutex_lock(&t->m);
+        t->pieces_made++;
+        pthread_mutex_unlock(&t->m);
+    }
+    mstats_destroy(&s);
+    free(buf);
+}
+
+bool otable_piece_read(struct otable *t, struct key128 key)
+{
+    struct mstats piece;
+    measure_stats_init(t->ms, &piece);
+    char *path = piece_path(t, key);
+    bool have = measure_record_read(&piece, path) == 0;
+    free(path);
+    if (have) {
+        pthread_mutex_lock(&t->m);
+        mstats_merge(&t->stats, &piece), t->pieces_recorded++;
+        pthread_mutex_unlock(&t->m);
+    }
+    mstats_destroy(&piece);
+    return have;
+}
+
+/* The name of chunk id's partial as the input is now. A memo holds the signatures of one
+ * input's storage files by their index: cmemo the label chunks' input's (the label image's
+ * with [measure] labels), imemo the intensities'. */
 static struct key128 piece_key_memo(const struct otable *t, uint64_t id, const uint64_t *c0,
-                                    const uint64_t *ext, struct zarr_sigmemo *memo)
+                                    const uint64_t *ext, struct zarr_sigmemo *cmemo,
+                                    struct zarr_sigmemo *imemo)
 {
     struct chunk_keys ck;
-    engine_chunk_keys_now(t->g.t, id, memo, &ck);
-    struct key128 key = measure_piece_key(t->ms, ck.chunk, c0, ext, memo);
+    engine_chunk_keys_now(t->g.t, id, cmemo, &ck);
+    struct key128 key = measure_piece_key(t->ms, ck.chunk, c0, ext, imemo);
     chunk_keys_free(&ck);
     return key;
 }
@@ -98,9 +162,10 @@ static struct key128 piece_key_memo(const struct otable *t, uint64_t id, const u
 struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const uint64_t *c0,
                                    const uint64_t *ext)
 {
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    struct key128 key = piece_key_memo(t, id, c0, ext, memo);
-    zarr_sigmemo_free(memo);
+    struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
+    struct key128 key = piece_key_memo(t, id, c0, ext, cmemo, imemo);
+    zarr_sigmemo_free(cmemo);
+    zarr_sigmemo_free(imemo);
     return key;
 }
 
@@ -140,13 +205,13 @@ void otable_start_measure(struct otable *t)
     t->outstanding = 1;
     pthread_mutex_unlock(&t->m);
     struct asking a = {.t = t, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
             continue;
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         engine_chunk_box(k, id, c0, c1, ext);
-        struct key128 key = piece_key_memo(t, id, c0, ext, memo);
+        struct key128 key = piece_key_memo(t, id, c0, ext, cmemo, imemo);
         struct mstats piece;
         measure_stats_init(t->ms, &piece);
         char *path = piece_path(t, key);
@@ -164,7 +229,8 @@ void otable_start_measure(struct otable *t)
         a.asks[a.n] = xmalloc(sizeof **a.asks);
         *a.asks[a.n++] = (struct ask){t, id, key};
     }
-    zarr_sigmemo_free(memo);
+    zarr_sigmemo_free(cmemo);
+    zarr_sigmemo_free(imemo);
     pthread_mutex_init(&a.m, NULL);
     size_t nthreads = k->cfg.threads > 1 ? (size_t)k->cfg.threads - 1 : 0, started = 0;
     pthread_t th[64];
@@ -215,18 +281,19 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
             keep_name(keep, py);
         free(name);
     }
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
             continue;
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         engine_chunk_box(k, id, c0, c1, ext);
         struct chunk_keys ck;
-        engine_chunk_keys_now(k, id, memo, &ck);
-        keep_name(keep, measure_piece_key(ms, ck.chunk, c0, ext, memo));
+        engine_chunk_keys_now(k, id, cmemo, &ck); /* as piece_key_memo */
+        keep_name(keep, measure_piece_key(ms, ck.chunk, c0, ext, imemo));
         chunk_keys_free(&ck);
     }
-    zarr_sigmemo_free(memo);
+    zarr_sigmemo_free(cmemo);
+    zarr_sigmemo_free(imemo);
     measure_free(ms);
     return 0;
 }

@@ -46,12 +46,13 @@ static int export_into(struct task *t, const struct cli_args *o)
         s = NULL;
     if (r == 0)
         r = export_into_begin(&in, s, &x, &err);
-    r = r < 0 ? failed(r, &err) : run_export(&x, s);
+    r = r < 0 ? failed(r, &err) : in.table_only ? 0 : run_export(&x, s);
     if (r == 0 && (r = export_into_finish(&in, s, &x, &err)) < 0)
         r = failed(r, &err);
     if (r == 0)
-        fprintf(stderr, "roifs: export: %s: labels/%s%s%s written\n", in.image, in.label,
-                in.table ? " and tables/" : "", in.table ? in.table : "");
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s written\n", in.image, in.label,
+                in.table_only ? " (the image's own, kept)" : "", in.table ? " and tables/" : "",
+                in.table ? in.table : "");
     export_close(&x);
     export_into_end(&in, r != 0);
     arrayset_close(s);

@@ -57,6 +57,13 @@ struct engine_opts {
      * run, shared with other engines (turns.h: a plate's images); turn_client its number */
     struct turns *turns;
     size_t turn_client;
+
+    /* NULL, or called on the compute thread that made chunk id and wrote it to the cache (not
+     * when a reader is served a cached file), before its waiters are answered: its key and its
+     * encoded bytes while they are in memory. [measure] makes the chunk's partial then
+     * (otable.h: otable_chunk_made), so that the feature table reads no label chunk again. */
+    void (*chunk_made)(void *ctx, uint64_t id, struct key128 key, const void *data, size_t len);
+    void *chunk_made_ctx;
 };
 
 /* Starts o->threads compute threads after looking at what the cache holds (the chunk files,

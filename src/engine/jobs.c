@@ -352,6 +352,8 @@ static int make_chunk(struct engine *e, const struct chunk_job *job, int *fd, ui
     int w = rc == 0 ? write_counted(e, job->id, data, n, key, fd) : 0;
     if (w < 0)
         rc = err_set(err, w, "cannot write it to the cache: %s", strerror(-w));
+    else if (rc == 0 && e->f.opts.chunk_made)
+        e->f.opts.chunk_made(e->f.opts.chunk_made_ctx, job->id, key, data, n);
     if (hold)
         roi_result_unref(hold);
     else

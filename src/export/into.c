@@ -168,6 +168,14 @@ static int into_list(struct export_into *in, const char *group, const char *name
     return r < 0 ? -EIO : 0;
 }
 
+/* Whether the paths a and b (b may be NULL) name one directory. */
+static bool same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && S_ISDIR(sa.st_mode) &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err)
 {
     json_t *attrs, *ms;
@@ -179,11 +187,15 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
                        "%s: export --into of a mount with [measure] and [output] table_name is "
                        "not done yet (it presents two tables)",
                        t->cfg.path);
-    if (t->cfg.measure_labels) /* the label image is the image's already (measurements.md) */
-        return err_set(err, -EINVAL,
-                       "%s: export --into of a mount with [measure] labels is not done yet (the "
-                       "label image is the image's own)",
-                       t->cfg.path);
+    if (t->cfg.measure_labels) { /* the input image's own label image (measurements.md) */
+        in->table_only = same_dir(in->image, t->ome.group_path);
+        if (!in->table_only)
+            return err_set(err, -EINVAL,
+                           "%s: [measure] labels = %s: export --into writes the feature table "
+                           "into the image whose label image is measured (%s), not into %s",
+                           t->cfg.path, t->cfg.measure_labels,
+                           t->ome.group_path ? t->ome.group_path : "its input", in->image);
+    }
     if (ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
         return err_set(err, -EINVAL, "--into: %s", e.msg);
     json_decref(attrs);
@@ -195,7 +207,7 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
         return err_set(err, -EINVAL, "--into: %s is a Zarr v%d image, the label image is v%d",
                        in->image, in->format, t->out.format);
     const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
-    for (int i = 0; i < 2 && !in->overwrite; i++) {
+    for (int i = in->table_only ? 1 : 0; i < 2 && !in->overwrite; i++) {
         char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
         bool there = p && stat(p, &st) == 0;
         free(p);
@@ -210,6 +222,8 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
 int export_into_begin(struct export_into *in, struct arrayset *s, struct export *x,
                       struct errbuf *err)
 {
+    if (in->table_only) /* labels/NAME is the image's: the table alone */
+        return into_tmp(in, 1, "tables", in->table, err);
     int r = into_tmp(in, 0, "labels", in->label, err);
     if (r == 0 && in->table)
         r = into_tmp(in, 1, "tables", in->table, err);
@@ -235,15 +249,15 @@ int export_into_begin(struct export_into *in, struct arrayset *s, struct export 
 int export_into_finish(struct export_into *in, struct arrayset *s, struct export *x,
                        struct errbuf *err)
 {
-    int r = export_write_metadata(x, err);
+    int r = in->table_only ? 0 : export_write_metadata(x, err);
     if (r == 0 && in->table)
         r = into_table(in, s, err);
     /* everything is complete: the groups take their places, then the lists name them */
-    if (r == 0)
+    if (r == 0 && !in->table_only)
         r = into_swap(in->dirs[0], err);
     if (r == 0 && in->table)
         r = into_swap(in->dirs[1], err);
-    if (r == 0)
+    if (r == 0 && !in->table_only)
         r = into_list(in, "labels", in->label, err);
     if (r == 0 && in->table)
         r = into_list(in, "tables", in->table, err);

@@ -14,14 +14,18 @@ struct export_into {
     bool overwrite;
     int format;                /* the image's Zarr format */
     const char *label, *table; /* the names (table NULL: none) */
-    char *dirs[2][3];          /* [label, table]: the group dir, the temporary, the final */
+    /* [measure] labels = NAME into the input image itself: labels/NAME is the image's own,
+     * kept as it is; only the table is written (set by export_into_check) */
+    bool table_only;
+    char *dirs[2][3]; /* [label, table]: the group dir, the temporary, the final */
 };
 
 /* in->image must be an OME-Zarr image of t's output format without in->label and in->table
  * (unless in->overwrite), and t an ome = labels configuration. 0 or -EINVAL (err set). */
 int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err);
 /* Makes the temporary directories and lists the label image of s into x (made here, writing
- * into the label's temporary directory): the caller then runs x's chunks. */
+ * into the label's temporary directory): the caller then runs x's chunks (none when
+ * in->table_only). */
 int export_into_begin(struct export_into *in, struct arrayset *s, struct export *x,
                       struct errbuf *err);
 /* Once every chunk of x is written: the label image's metadata, the masking table (the

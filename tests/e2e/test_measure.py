@@ -192,8 +192,9 @@ def test_record_and_incremental(tmp_path, roifs_bin):
         check_table(m.path / path, "csv", lab, data)
         st = m.status()
         assert st["table"] == {"scans": 1, "from_record": 0}
-        nchunks, nrois = st["measure"]["pieces"], st["rois"]["total"]
+        nchunks, nrois = st["measure"]["pieces_made"], st["rois"]["total"]
         assert nchunks == 12 and st["measure"]["objects"] == len(np.unique(lab)) - 1, st
+        assert st["measure"]["pieces"] == 0, st  # partials made with the chunks read above
     with mounted(roifs_bin, config) as m:
         check_table(m.path / path, "csv", lab, data)
         st = m.status()
@@ -216,8 +217,40 @@ def test_record_and_incremental(tmp_path, roifs_bin):
         check_table(m.path / path, "csv", lab2, data)
         st = m.status()
         assert st["calls"] == 4 < nrois, st
-        assert 0 < st["measure"]["pieces"] < nchunks, st
-        assert st["measure"]["pieces"] + st["measure"]["pieces_from_record"] == nchunks, st
+        assert 0 < st["measure"]["pieces_made"] < nchunks and st["measure"]["pieces"] == 0, st
+        assert st["measure"]["pieces_from_record"] == nchunks, st
+
+
+def test_table_after_warm_reads_no_label_chunk(tmp_path, roifs_bin):
+    """Each label chunk's partial is made while the engine makes the chunk (the chunk in
+    memory): after `roifs warm`, the mount's first read of the table reads every partial from
+    its record and no label chunk (status measure.pieces 0), computes no ROI, and equals the
+    references; in a mount, the table read after every label chunk was read reads none again
+    either (pieces_made counts the partials made with the chunks)."""
+    img, data = make_image(tmp_path, (40, 36))
+    labels = {"ids": "unique", "block": 1000, "stitch": "iou", "stitch_iou": 0.3}
+    config = config_of(tmp_path, img, (16, 16), labels, rois={"grid": "16,16", "halo": "3,3"})
+    r = run_roifs(roifs_bin, "warm", config, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(list((tmp_path / "cache").glob("mpiece-*.rows"))) == 12
+    assert not list((tmp_path / "cache").glob("features-*.rows"))
+    with mounted(roifs_bin, config) as m:
+        lab = zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...]
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+        st = m.status()
+        assert st["calls"] == 0 and st["table"] == {"scans": 1, "from_record": 0}, st
+        assert st["measure"]["pieces"] == 0 and st["measure"]["pieces_made"] == 0, st
+        assert st["measure"]["pieces_from_record"] == 12, st
+    (tmp_path / "fresh").mkdir()  # another cache: the chunks made in the mount
+    config = config_of(tmp_path / "fresh", img, (16, 16), labels,
+                       rois={"grid": "16,16", "halo": "3,3"})
+    with mounted(roifs_bin, config) as m:
+        assert zarr.open_array(str(m.path / "labels" / "seg" / "0"), mode="r")[...].max() > 0
+        assert m.status()["measure"]["pieces_made"] == 12
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+        st = m.status()
+        assert st["measure"]["pieces"] == 0, st
+        assert st["measure"]["pieces_from_record"] == 12, st
 
 
 @pytest.mark.parametrize("measure, output, message", [

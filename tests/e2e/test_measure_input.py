@@ -5,6 +5,7 @@ equal to skimage.measure.regionprops_table and numpy to 1e-9 relative; kept in t
 remount reads the record), an edit of the label image or of the intensities measures again only
 the label chunks it touches."""
 import json
+import shutil
 
 import numpy as np
 import zarr
@@ -56,7 +57,8 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
         np.testing.assert_array_equal(
             zarr.open_array(str(m.path / "labels" / "cells" / "0"), mode="r")[...], lab)
         st = m.status()
-        assert st["measure"]["pieces"] == 12 and st["measure"]["objects"] == lab.max(), st
+        assert st["measure"]["pieces_made"] == 12 and st["measure"]["objects"] == lab.max(), st
+        assert st["measure"]["pieces"] == 0, st  # each partial made as its chunk was copied
         assert st["calls"] == 12 and st["rois"]["total"] == 12, st  # each label chunk copied once
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
@@ -69,7 +71,8 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "csv", lab, data)
         st = m.status()
-        assert st["measure"]["pieces"] == 1 and st["measure"]["pieces_from_record"] == 11, st
+        assert st["measure"]["pieces_made"] == 1 and st["measure"]["pieces"] == 0, st
+        assert st["measure"]["pieces_from_record"] == 12, st
     img_arr = zarr.open_array(str(img / "0"), mode="r+")
     data[1, 15:20, 14:20] += 7  # inside label chunk (1, 1) only: no label chunk copied again
     img_arr[1, 15:20, 14:20] = data[1, 15:20, 14:20]
@@ -79,9 +82,26 @@ def test_measures_the_input_label_image(tmp_path, roifs_bin):
         assert st["calls"] == 0 and st["measure"]["pieces"] == 1, st
 
 
+def test_edit_of_the_segmented_channel_s_intensities(tmp_path, roifs_bin):
+    """An edit of channel 0's intensities in one label chunk's box (the label image unchanged)
+    measures that chunk again: the partials' names take the label image's and the intensities'
+    signatures apart (image chunks of channel 0 have the label chunks' storage indices)."""
+    img, data = make_image(tmp_path, (40, 36))
+    lab = add_labels(img, data)
+    config = config_of(tmp_path, img)
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+    data[0, 15:20, 14:20] += 7  # inside label chunk (1, 1) only
+    zarr.open_array(str(img / "0"), mode="r+")[0, 15:20, 14:20] = data[0, 15:20, 14:20]
+    with mounted(roifs_bin, config) as m:
+        check_table(m.path / "tables" / "feat", "anndata", lab, data)
+        st = m.status()
+        assert st["calls"] == 0 and st["measure"]["pieces"] == 1, st
+
+
 def test_refuses_process_and_missing_labels(tmp_path, roifs_bin):
     """[process] with [measure] labels, or a label image the input lacks: exit 2; export --into
-    is refused (the label image is the image's own), the image untouched."""
+    another image than the one whose label image is measured is refused, that image untouched."""
     img, data = make_image(tmp_path, (20, 20))
     add_labels(img, data)
     config = config_of(tmp_path, img, process={"builtin": "copy"})
@@ -92,9 +112,40 @@ def test_refuses_process_and_missing_labels(tmp_path, roifs_bin):
     assert r.returncode == 2 and "[measure] labels:" in r.stderr, r.stderr
     config = config_of(tmp_path, img)
     assert run_roifs(roifs_bin, "check", config).returncode == 0
+    other = tmp_path / "other.zarr"
+    shutil.copytree(img, other)
+    r = run_roifs(roifs_bin, "export", "--into", other, config, timeout=60)
+    assert r.returncode == 2 and "into the image whose label image is measured" in r.stderr, \
+        r.stderr
+    assert not (other / "tables").exists()
+    assert zarr.open_group(str(other / "labels"), mode="r").attrs["labels"] == ["cells"]
+
+
+def test_export_into_the_input_image(tmp_path, roifs_bin):
+    """export --into the input image itself writes tables/feat (listed in tables, read back by
+    zarr-python and anndata equal to the references) and keeps labels/cells, the image's own,
+    as it was (its files and the labels list untouched); a second export is refused without
+    --overwrite and replaces the table with it."""
+    img, data = make_image(tmp_path, (40, 36))
+    lab = add_labels(img, data)
+    before = {p: p.read_bytes() for p in sorted((img / "labels").rglob("*")) if p.is_file()}
+    config = config_of(tmp_path, img)
     r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
-    assert r.returncode == 2 and "not done yet" in r.stderr, r.stderr
-    assert zarr.open_group(str(img / "labels"), mode="r").attrs["labels"] == ["cells"]
+    assert r.returncode == 0 and "tables/feat written" in r.stderr, r.stderr
+    after = {p: p.read_bytes() for p in sorted((img / "labels").rglob("*")) if p.is_file()}
+    assert after == before
+    root = zarr.open_group(str(img), mode="r")
+    assert root["tables"].attrs["tables"] == ["feat"]
+    assert root["tables/feat"].attrs["type"] == "feature_table"
+    assert root["tables/feat"].attrs["region"] == {"path": "../labels/cells"}
+    np.testing.assert_array_equal(root["labels/cells/0"][...], lab)
+    check_table(img / "tables" / "feat", "anndata", lab, data)
+    r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
+    assert r.returncode == 2 and "already has a table 'feat'" in r.stderr, r.stderr
+    r = run_roifs(roifs_bin, "export", "--into", img, "--overwrite", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    check_table(img / "tables" / "feat", "anndata", lab, data)
+    assert {p: p.read_bytes() for p in sorted((img / "labels").rglob("*")) if p.is_file()} == before
 
 
 def test_label_image_of_another_resolution(tmp_path, roifs_bin):
@@ -112,7 +163,7 @@ def test_label_image_of_another_resolution(tmp_path, roifs_bin):
     config = config_of(tmp_path, img)
     with mounted(roifs_bin, config) as m:
         check_table(m.path / "tables" / "feat", "anndata", lab, half)
-        assert m.status()["measure"]["pieces"] == 9
+        assert m.status()["measure"]["pieces_made"] == 9
 
 
 def test_clean_unused_after_a_label_edit(tmp_path, roifs_bin):
