@@ -1,7 +1,9 @@
 """roifs serve in a browser (docs/serve.md): Debian's chromium, driven by playwright-core from
 npm (tests/js/serve_browser.mjs), reads the served array with zarrita.js in a page of another
 origin (CORS) while one ROI computes and another has failed, compared with numpy; the status
-page's chunk grid, in a screenshot, shows each chunk in its state's colour."""
+page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv's OME-Zarr
+loader (@vivjs/loaders, tests/js/viv_browser.mjs) reads a served image, its label overlay and
+their pyramid levels."""
 import json
 import shutil
 import subprocess
@@ -25,7 +27,8 @@ def browser_node():
     """node with tests/js installed (playwright-core too), and Debian's chromium."""
     node = zarrita_node()
     js = REPO / "tests" / "js"
-    if not (js / "node_modules" / "playwright-core").is_dir():
+    if not all((js / "node_modules" / m).is_dir()
+               for m in ("playwright-core", "@vivjs/loaders", "esbuild")):
         r = subprocess.run([shutil.which("npm"), "ci", "--prefix", str(js), "--no-audit",
                             "--no-fund"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
@@ -99,3 +102,30 @@ def test_zarrita_in_chromium_reads_a_label_overlay_and_its_levels(tmp_path, roif
     np.testing.assert_array_equal(l0, want0)
     np.testing.assert_array_equal(l1, nearest(want0, levels[1].shape))
     np.testing.assert_array_equal(in2, levels[2])
+
+
+@pytest.mark.timeout(120)
+def test_viv_in_chromium_reads_an_image_its_label_overlay_and_levels(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image, served: Viv's loadOmeZarr (what vizarr and Fractal's
+    viewer load images with) in chromium, from a page of another origin, finds the image's 3
+    levels and the label image's, and reads the image's levels 0 and 2 (the input's own) and
+    the label image's levels 0 and 1 (computed: the labels and their nearest level), equal to
+    numpy, in their dtypes."""
+    from test_overlay import expected_labels, make_image, nearest, overlay_config
+    node = browser_node()
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    spec = [{"path": "", "level": 0}, {"path": "", "level": 2},
+            {"path": "labels/seg", "level": 0}, {"path": "labels/seg", "level": 1}]
+    with served(roifs_bin, config, ["--cors", "http://localhost:8998"]) as s:
+        r = subprocess.run([node, str(REPO / "tests/js/viv_browser.mjs"), s.url, json.dumps(spec)],
+                           capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    want0 = expected_labels(levels[0])
+    wants = [levels[0], levels[2], want0, nearest(want0, levels[1].shape)]
+    for g, want, sp in zip(got, wants, spec):
+        assert g["levels"] == 3, sp
+        assert g["dtype"] == ("Uint16" if sp["path"] == "" else "Uint32"), (sp, g["dtype"])
+        np.testing.assert_array_equal(np.array(g["data"]).reshape(g["shape"]), want, err_msg=str(sp))
+    assert want0.max() > 1  # labels, not a blank image
