@@ -1,9 +1,9 @@
 """roifs serve in a browser (docs/serve.md): Debian's chromium, driven by playwright-core from
 npm (tests/js/serve_browser.mjs), reads the served array with zarrita.js in a page of another
 origin (CORS) while one ROI computes and another has failed, compared with numpy; the status
-page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv's OME-Zarr
-loader (@vivjs/loaders, tests/js/viv_browser.mjs) reads a served image, its label overlay and
-their pyramid levels."""
+page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv
+(tests/js/viv_browser.mjs) reads and draws a served image, its label overlay and a pyramid
+level."""
 import json
 import shutil
 import subprocess
@@ -28,7 +28,7 @@ def browser_node():
     node = zarrita_node()
     js = REPO / "tests" / "js"
     if not all((js / "node_modules" / m).is_dir()
-               for m in ("playwright-core", "@vivjs/loaders", "esbuild")):
+               for m in ("playwright-core", "@vivjs/loaders", "@vivjs/layers", "esbuild")):
         r = subprocess.run([shutil.which("npm"), "ci", "--prefix", str(js), "--no-audit",
                             "--no-fund"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
@@ -105,27 +105,40 @@ def test_zarrita_in_chromium_reads_a_label_overlay_and_its_levels(tmp_path, roif
 
 
 @pytest.mark.timeout(120)
-def test_viv_in_chromium_reads_an_image_its_label_overlay_and_levels(tmp_path, roifs_bin):
-    """ome = labels over a 3-level image, served: Viv's loadOmeZarr (what vizarr and Fractal's
-    viewer load images with) in chromium, from a page of another origin, finds the image's 3
-    levels and the label image's, and reads the image's levels 0 and 2 (the input's own) and
-    the label image's levels 0 and 1 (computed: the labels and their nearest level), equal to
-    numpy, in their dtypes."""
+def test_viv_in_chromium_reads_and_draws_an_image_its_labels_and_a_level(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image, served. Viv in chromium (tests/js/viv_browser.mjs),
+    from a page of another origin, finds the 3 levels of the image and of the label image, and
+    reads (loadOmeZarr, getRaster) and draws (its ImageLayer in deck.gl, WebGL2, 4 pixels a
+    voxel) the image's levels 0 and 2 (the input's own), and the label image's levels 0 and 1
+    (computed: the labels and their nearest level): what it reads equals numpy, in its dtype,
+    and each voxel's square in the picture is the grey its value makes under the contrast
+    limits [0, max] (within 1 of 255 * value / max)."""
     from test_overlay import expected_labels, make_image, nearest, overlay_config
     node = browser_node()
     img, levels = make_image(tmp_path, "0.4")
     config = overlay_config(tmp_path, img)
-    spec = [{"path": "", "level": 0}, {"path": "", "level": 2},
-            {"path": "labels/seg", "level": 0}, {"path": "labels/seg", "level": 1}]
-    with served(roifs_bin, config, ["--cors", "http://localhost:8998"]) as s:
-        r = subprocess.run([node, str(REPO / "tests/js/viv_browser.mjs"), s.url, json.dumps(spec)],
-                           capture_output=True, text=True, timeout=90)
-        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
-    got = json.loads(r.stdout.strip().splitlines()[-1])
     want0 = expected_labels(levels[0])
     wants = [levels[0], levels[2], want0, nearest(want0, levels[1].shape)]
+    top = int(want0.max())
+    assert top > 1  # labels, not a blank image
+    spec = [{"path": "", "level": 0, "max": 1000}, {"path": "", "level": 2, "max": 1000},
+            {"path": "labels/seg", "level": 0, "max": top},
+            {"path": "labels/seg", "level": 1, "max": top}]
+    with served(roifs_bin, config, ["--cors", "http://localhost:8998"]) as s:
+        r = subprocess.run([node, str(REPO / "tests/js/viv_browser.mjs"), s.url, json.dumps(spec),
+                            str(tmp_path)], capture_output=True, text=True, timeout=100)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got) == len(spec)
     for g, want, sp in zip(got, wants, spec):
         assert g["levels"] == 3, sp
         assert g["dtype"] == ("Uint16" if sp["path"] == "" else "Uint32"), (sp, g["dtype"])
         np.testing.assert_array_equal(np.array(g["data"]).reshape(g["shape"]), want, err_msg=str(sp))
-    assert want0.max() > 1  # labels, not a blank image
+        k = g["scale"]
+        pic = np.asarray(Image.open(g["png"]).convert("RGB")).astype(int)
+        assert pic.shape[:2] == (want.shape[0] * k, want.shape[1] * k), sp
+        centres = pic[k // 2::k, k // 2::k]  # each voxel's square, at its centre
+        grey = np.clip(want / sp["max"], 0, 1) * 255
+        for ch in range(3):
+            bad = np.abs(centres[..., ch] - grey) > 1
+            assert not bad.any(), (sp, ch, np.argwhere(bad)[:5].tolist())
