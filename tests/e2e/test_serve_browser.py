@@ -6,6 +6,7 @@ page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv
 level."""
 import json
 import shutil
+import socket
 import subprocess
 import threading
 
@@ -124,9 +125,12 @@ def test_viv_in_chromium_reads_and_draws_an_image_its_labels_and_a_level(tmp_pat
     spec = [{"path": "", "level": 0, "max": 1000}, {"path": "", "level": 2, "max": 1000},
             {"path": "labels/seg", "level": 0, "max": top},
             {"path": "labels/seg", "level": 1, "max": top}]
-    with served(roifs_bin, config, ["--cors", "http://localhost:8998"]) as s:
+    with socket.socket() as free:  # the viewer page's port: a free one
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with served(roifs_bin, config, ["--cors", f"http://localhost:{port}"]) as s:
         r = subprocess.run([node, str(REPO / "tests/js/viv_browser.mjs"), s.url, json.dumps(spec),
-                            str(tmp_path)], capture_output=True, text=True, timeout=100)
+                            str(tmp_path), str(port)], capture_output=True, text=True, timeout=100)
         assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(got) == len(spec)

@@ -6,7 +6,8 @@
 // (CORS), getRaster reads a whole level, and Viv's ImageLayer in a deck.gl orthographic view
 // draws that level, SCALE screen pixels a voxel, grey from 0 to `max` (contrast limits), into
 // a canvas whose screenshot is written to OUT_DIR/viv-N.png.
-//   node viv_browser.mjs SERVER_URL '[{"path": "labels/seg", "level": 1, "max": 9}, ...]' OUT_DIR
+//   node viv_browser.mjs SERVER_URL '[{"path": "labels/seg", "level": 1, "max": 9}, ...]' OUT_DIR [PORT]
+// (PORT: the viewer's, 8998 unless given; the page's origin is http://localhost:PORT)
 // prints one JSON line, a list of {"shape", "data", "dtype", "levels", "png", "scale"}: the
 // level read ("levels": how many Viv found) and the picture drawn.
 import { createServer } from "node:http";
@@ -14,13 +15,13 @@ import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
 
-const [server, spec, outdir] = process.argv.slice(2);
+const [server, spec, outdir, port] = process.argv.slice(2);
 if (!server || !spec || !outdir) {
-	console.error("usage: node viv_browser.mjs SERVER_URL IMAGES_JSON OUT_DIR");
+	console.error("usage: node viv_browser.mjs SERVER_URL IMAGES_JSON OUT_DIR [PORT]");
 	process.exit(2);
 }
 const SCALE = 4;
-const VIEWER_PORT = 8998;
+const VIEWER_PORT = Number(port || 8998);
 const VIEWER = `http://localhost:${VIEWER_PORT}`;
 const here = fileURLToPath(new URL(".", import.meta.url));
 // The page's module: window.read and window.draw, over one loadOmeZarr each.
