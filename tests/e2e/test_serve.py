@@ -292,7 +292,7 @@ def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
 
 @pytest.mark.timeout(90)
 def test_a_client_that_goes_away_cancels_its_interest(tmp_path, roifs_bin):
-    """One compute thread, no read-ahead: ROI 0 (chunk 0.0) runs for 5 s; a client asks for
+    """One compute thread, no read-ahead: ROI 0 (chunk 0.0) runs for 8 s; a client asks for
     chunk 1.1 (ROI 5) behind it and hangs up. Its request is withdrawn from the engine (the
     status's http.held, requests the engine still owes an answer, goes to 0), and a chunk asked
     for next (2.2, ROI 10) is computed right after ROI 0: ROI 5, which nobody wants any more,
@@ -301,7 +301,7 @@ def test_a_client_that_goes_away_cancels_its_interest(tmp_path, roifs_bin):
     task, want = job(tmp_path, threads=1)
     text = task.config.read_text().replace("[process]\n", "[process]\nreadahead = 0\n")
     task.config.write_text(text)
-    (tmp_path / "slow").write_text("5")
+    (tmp_path / "slow").write_text("8")  # the margin for the hang-ups to be seen before it ends
     with served(roifs_bin, task.config) as s:
         socks = []
         for path in ("/0.0", "/1.1"):
