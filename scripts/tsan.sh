@@ -8,7 +8,7 @@ scripts/install-deps.sh
 build=${ROIFS_TSAN_BUILD:-build-tsan}
 tests=(test_engine test_engine_stress test_input test_input_dir test_proc_builtin test_proc_command
        test_proc_worker test_proc_plugin test_slurm test_versions test_pyramid test_cache test_namespace
-       test_codeid test_engine_fail)
+       test_codeid test_engine_fail test_engine_withdraw)
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized -Dwerror=true \
         >/dev/null

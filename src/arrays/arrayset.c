@@ -241,17 +241,32 @@ void arrayset_engine_put(struct arrayset *s, size_t i)
         arrayset_plate_engine_put(s, i);
 }
 
-/* An open of a plate's chunk: its image held until cb has returned. */
+/* An open of a plate's chunk: its image held until cb has returned; listed in s->held until
+ * then (arrayset_withdraw_chunk finds it by cb and ctx). */
 struct held_open {
     struct arrayset *s;
     size_t i;
+    uint64_t id;
     engine_chunk_cb cb;
     void *ctx;
+    struct held_open *next;
 };
+
+static void held_unlist(struct held_open *h)
+{
+    pthread_mutex_lock(&h->s->lazy);
+    for (struct held_open **p = &h->s->held; *p; p = &(*p)->next)
+        if (*p == h) {
+            *p = h->next;
+            break;
+        }
+    pthread_mutex_unlock(&h->s->lazy);
+}
 
 static void held_opened(void *ctx, int err, int fd, int flags)
 {
     struct held_open *h = ctx;
+    held_unlist(h);
     h->cb(h->ctx, err, fd, flags);
     arrayset_engine_put(h->s, h->i); /* the image may be closed from now on */
     free(h);
@@ -269,12 +284,42 @@ void arrayset_open_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk
         return;
     }
     struct held_open *h = xmalloc(sizeof *h);
-    *h = (struct held_open){.s = s, .i = i, .cb = cb, .ctx = ctx};
+    *h = (struct held_open){.s = s, .i = i, .id = id, .cb = cb, .ctx = ctx};
+    pthread_mutex_lock(&s->lazy);
+    h->next = s->held;
+    s->held = h;
+    pthread_mutex_unlock(&s->lazy);
     /* held here too until engine_open_chunk returns: it may answer (held_opened lets the image
      * go) and go on with read-ahead, while another open closes the idle image */
     arrayset_engine_get(s, i, false);
     engine_open_chunk(e, id, held_opened, h);
     arrayset_engine_put(s, i);
+}
+
+bool arrayset_withdraw_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb,
+                             void *ctx)
+{
+    if (!s->plate)
+        return engine_withdraw_chunk(s->arrays[i].engine, id, cb, ctx);
+    /* the image held for the time of the withdrawal: the open's own hold may go meanwhile */
+    struct engine *e = arrayset_engine_get(s, i, false);
+    if (!e)
+        return false;
+    pthread_mutex_lock(&s->lazy);
+    struct held_open *h = s->held;
+    while (h && !(h->i == i && h->id == id && h->cb == cb && h->ctx == ctx))
+        h = h->next;
+    pthread_mutex_unlock(&s->lazy);
+    /* h is only compared by the engine: if held_opened freed it meanwhile, the waiter is gone
+     * and nothing is withdrawn */
+    bool withdrawn = h && engine_withdraw_chunk(e, id, held_opened, h);
+    if (withdrawn) { /* held_opened will never run: its work is done here */
+        held_unlist(h);
+        arrayset_engine_put(s, i);
+        free(h);
+    }
+    arrayset_engine_put(s, i);
+    return withdrawn;
 }
 
 size_t arrayset_count(const struct arrayset *s)

@@ -72,6 +72,12 @@ void arrayset_engine_put(struct arrayset *s, size_t i);
  * start (logged), cb(ctx, -EIO, -1, 0) before this returns. */
 void arrayset_open_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb, void *ctx);
 
+/* Withdraws an open of arrayset_open_chunk whose answer is not wanted any more (its reader
+ * went away): true when it was still waiting, and then cb is never called (engine.h:
+ * engine_withdraw_chunk); false when the answer is on its way or given. */
+bool arrayset_withdraw_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb,
+                             void *ctx);
+
 size_t arrayset_count(const struct arrayset *s);
 const struct array *arrayset_array(const struct arrayset *s, size_t i);
 /* The presented tree; its chunk nodes name arrays by their index in the set. */

@@ -60,6 +60,7 @@ struct arrayset {
     struct engine_opts eo; /* a plate: each image's engine options */
     bool lazy_images;      /* a plate mount: images opened when first looked into */
     struct turns *turns;   /* a plate: its threads, shared by the images' engines */
+    struct held_open *held; /* a plate: opens not answered yet (under lazy), to withdraw */
 };
 
 void arrayset_push(struct arrayset *s, struct array a);

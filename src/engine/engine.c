@@ -136,6 +136,24 @@ void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *
     open_chunk(e, id, cb, ctx, clock_ns(CLOCK_MONOTONIC));
 }
 
+bool engine_withdraw_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx)
+{
+    pthread_mutex_lock(&e->lock);
+    struct chunk_job *job = engine_job_find(e, id);
+    struct waiter **p = job ? &job->waiters : NULL;
+    while (p && *p && !((*p)->cb == cb && (*p)->ctx == ctx))
+        p = &(*p)->next;
+    struct waiter *w = p ? *p : NULL;
+    if (w) {
+        *p = w->next;
+        free(w);
+        if (!job->waiters && job->demanded)
+            engine_job_unwanted(e, job);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return w != NULL;
+}
+
 void engine_chunk_size(struct engine *e, uint64_t id, uint64_t *size, bool *known, int64_t *made_ns)
 {
     bool fixed = e->f.t->chunk_fixed_size >= 0;

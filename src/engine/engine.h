@@ -78,6 +78,12 @@ void engine_destroy(struct engine *e);
 /* Asks for chunk `id` (which must be present: task_chunk_present). cb may run before this
  * returns (chunk already cached) or later on a compute thread. */
 void engine_open_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx);
+/* Withdraws the open of chunk id that was asked with cb and ctx and is not answered yet (its
+ * reader went away): true when it still waited, and cb will not be called; false when its
+ * answer is given or on its way (cb is or will be called). A chunk nobody waits for any more
+ * is demanded no longer: when none of the ROIs it waits for has started, it is not made, and
+ * those ROIs that no other chunk being made needs are not computed. */
+bool engine_withdraw_chunk(struct engine *e, uint64_t id, engine_chunk_cb cb, void *ctx);
 /* Size of chunk id as a reader may see it: *known false when it is not computed yet and its
  * encoded size is not fixed in advance. *made_ns (when not NULL): when its cached file was
  * written, 0 when it has none (not computed, or made from input that changed since). Never

@@ -203,6 +203,26 @@ void engine_job_promote(struct engine *e, struct chunk_job *job)
             request_roi(e, job->rois[i], e->s.rois[job->rois[i]].key, PRIO_DEMAND);
 }
 
+void engine_job_unwanted(struct engine *e, struct chunk_job *job)
+{
+    job->demanded = false;
+    /* Scheduled and waiting for ROIs (pending > 0: neither queued for assembly nor being
+     * assembled, nor failed), none of which has started: dropped. */
+    bool drop = job->scheduled && !job->failed && !job->cached_already && job->pending > 0;
+    for (size_t i = 0; i < job->nrois && drop; i++)
+        drop = !job->waits[i] || e->s.rois[job->rois[i]].state == RS_QUEUED;
+    if (!drop)
+        return; /* made as read-ahead would make it */
+    for (size_t i = 0; i < job->nrois; i++) {
+        struct roi_slot *s = &e->s.rois[job->rois[i]];
+        if (job->waits[i] && s->pins == 1) /* asked for by this job alone: not computed */
+            s->state = RS_IDLE;            /* its queue entries are passed over */
+    }
+    log_debug("chunk %llu: nobody waits for it any more; dropped before its ROIs started",
+              (unsigned long long)job->id);
+    free(engine_job_remove(e, job)); /* no waiters */
+}
+
 bool engine_has_failed_roi(struct engine *e, size_t row)
 {
     size_t n;

@@ -81,6 +81,10 @@ struct chunk_job *engine_job_create(struct engine *e, uint64_t id, bool demanded
                                     struct chunk_keys *keys, int64_t began);
 /* A reader waits for the job now: its ROIs move to the demand queue (lock held). */
 void engine_job_promote(struct engine *e, struct chunk_job *job);
+/* Nobody waits for the job any more (its last waiter withdrew, engine_withdraw_chunk): it is
+ * demanded no longer, and when none of the ROIs it waits for has started it is dropped, those
+ * that no other job needs going back to not asked for (lock held; job may be freed). */
+void engine_job_unwanted(struct engine *e, struct chunk_job *job);
 /* True when a ROI of the chunk in row `row` of the ROI index failed: only a reader's open
  * retries it (lock held). */
 bool engine_has_failed_roi(struct engine *e, size_t row);

@@ -57,6 +57,7 @@ static void sreq_free(struct sreq *q)
 static void answered(struct sreq *q, int err, int fd)
 {
     struct server *srv = q->srv;
+    atomic_fetch_sub(&srv->held, 1);
     pthread_mutex_lock(&srv->lock);
     q->done = true;
     q->err = err;
@@ -150,6 +151,7 @@ static bool ask(struct sreq *q)
     pthread_mutex_lock(&srv->lock);
     q->refs++;
     pthread_mutex_unlock(&srv->lock);
+    atomic_fetch_add(&srv->held, 1);
     if (q->node.kind == NS_CHUNK) /* a plate's image started if need be */
         arrayset_open_chunk(srv->set, (size_t)q->node.array, q->node.chunk, chunk_cb, q);
     else
@@ -272,8 +274,9 @@ static char *status_text(struct server *srv, size_t *len)
     json_t *doc = arrayset_status(srv->set);
     json_object_set_new(
         doc, "http",
-        json_pack("{s:I, s:i, s:I}", "requests", (json_int_t)atomic_load(&srv->requests), "waiting",
-                  atomic_load(&srv->waiting), "gone", (json_int_t)atomic_load(&srv->gone)));
+        json_pack("{s:I, s:i, s:I, s:i}", "requests", (json_int_t)atomic_load(&srv->requests),
+                  "waiting", atomic_load(&srv->waiting), "gone",
+                  (json_int_t)atomic_load(&srv->gone), "held", atomic_load(&srv->held)));
     char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
     json_decref(doc);
     *len = strlen(text);
@@ -432,8 +435,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 /* ---- clients that go away while they wait ---- */
 
 /* A suspended connection's socket is not watched by libmicrohttpd: every WATCH_MS this thread
- * looks for those whose client hung up, and resumes them to be closed; the engine's answer
- * then goes to nobody (the chunk still lands in the cache). */
+ * looks for those whose client hung up, and resumes them to be closed. A chunk's request is
+ * withdrawn from its engine (arrayset_withdraw_chunk): a chunk nobody else waits for is demanded
+ * no longer, and not made at all when none of its ROIs has started. An answer already on its
+ * way (or a table's) goes to nobody. */
 #define WATCH_MS  100
 #define WATCH_MAX 1024
 
@@ -473,6 +478,14 @@ static void *watch_gone(void *arg)
             q->gone = true;
             unlist(srv, q);
             atomic_fetch_add(&srv->gone, 1);
+            /* The engine's lock is taken under srv->lock, never the other way round: the
+             * engine calls back outside its lock. The connection's reference stays until
+             * on_completed, after the resume below: the engine's is never the last. */
+            if (q->node.kind == NS_CHUNK && arrayset_withdraw_chunk(srv->set, (size_t)q->node.array,
+                                                                    q->node.chunk, chunk_cb, q)) {
+                atomic_fetch_sub(&srv->held, 1);
+                (void)unref(q);
+            }
             log_debug("serve: a client waiting for chunk %llu went away",
                       (unsigned long long)q->node.chunk);
             MHD_resume_connection(q->conn);

@@ -18,6 +18,7 @@ struct server {
     pthread_rwlock_t run; /* read: a request using the engines; write: stopping them */
     bool stopping;        /* under run */
     atomic_int waiting;   /* requests that were suspended and are not answered yet */
+    atomic_int held;      /* requests the engines (or the table) still owe an answer */
     /* the requests suspended now (doubly linked), under lock with every sreq's state */
     pthread_mutex_t lock;
     struct sreq *suspended;

@@ -290,6 +290,47 @@ def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
     assert calls(tmp_path).count("0") == 1
 
 
+@pytest.mark.timeout(90)
+def test_a_client_that_goes_away_cancels_its_interest(tmp_path, roifs_bin):
+    """One compute thread, no read-ahead: ROI 0 (chunk 0.0) runs for 8 s; a client asks for
+    chunk 1.1 (ROI 5) behind it and hangs up. Its request is withdrawn from the engine (the
+    status's http.held, requests the engine still owes an answer, goes to 0), and a chunk asked
+    for next (2.2, ROI 10) is computed right after ROI 0: ROI 5, which nobody wants any more,
+    is not computed (the server used to keep its place and compute it first). Asked again,
+    1.1 is served right."""
+    task, want = job(tmp_path, threads=1)
+    text = task.config.read_text().replace("[process]\n", "[process]\nreadahead = 0\n")
+    task.config.write_text(text)
+    (tmp_path / "slow").write_text("8")  # the margin for the hang-ups to be seen before it ends
+    with served(roifs_bin, task.config) as s:
+        socks = []
+        for path in ("/0.0", "/1.1"):
+            c = socket.create_connection((s.host, s.port), timeout=5)
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            socks.append(c)
+            deadline = time.monotonic() + 10
+            while http_status(s)["waiting"] != len(socks) or calls(tmp_path) != ["0"]:
+                assert time.monotonic() < deadline, "the requests never waited"
+                time.sleep(0.05)
+        assert http_status(s)["held"] == 2
+        for c in socks:
+            c.close()
+        deadline = time.monotonic() + 10
+        while http_status(s)["waiting"] != 0:
+            assert time.monotonic() < deadline, "the server did not let the clients go"
+            time.sleep(0.05)
+        h = http_status(s)
+        assert h["gone"] == 2 and h["held"] == 0, h
+        st, _, body = s.request("/2.2", timeout=40)
+        assert st == 200
+        assert calls(tmp_path) == ["0", "10"]
+        st, _, body = s.request("/1.1", timeout=40)
+        assert st == 200
+        got = zarr.open(fsspec.get_mapper(s.url), mode="r")[2:4, 2:4]
+        np.testing.assert_array_equal(got, want[2:4, 2:4])
+    assert sorted(calls(tmp_path)) == ["0", "10", "5"]
+
+
 def tree_of(root):
     """(files, directories) under root, relative, sorted."""
     files, dirs = [], []

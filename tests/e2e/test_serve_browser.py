@@ -1,14 +1,19 @@
 """roifs serve in a browser (docs/serve.md): Debian's chromium, driven by playwright-core from
 npm (tests/js/serve_browser.mjs), reads the served array with zarrita.js in a page of another
 origin (CORS) while one ROI computes and another has failed, compared with numpy; the status
-page's chunk grid, in a screenshot, shows each chunk in its state's colour."""
+page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv
+(tests/js/viv_browser.mjs) reads and draws a served image, its label overlay and a pyramid
+level."""
 import json
 import shutil
+import socket
 import subprocess
 import threading
 
+import fsspec
 import numpy as np
 import pytest
+import zarr
 from PIL import Image
 
 from conftest import REPO, zarrita_node
@@ -25,7 +30,9 @@ def browser_node():
     """node with tests/js installed (playwright-core too), and Debian's chromium."""
     node = zarrita_node()
     js = REPO / "tests" / "js"
-    if not (js / "node_modules" / "playwright-core").is_dir():
+    if not all((js / "node_modules" / m).is_dir()
+               for m in ("playwright-core", "@vivjs/loaders", "@vivjs/layers", "esbuild",
+                         "neuroglancer")):
         r = subprocess.run([shutil.which("npm"), "ci", "--prefix", str(js), "--no-audit",
                             "--no-fund"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
@@ -99,3 +106,104 @@ def test_zarrita_in_chromium_reads_a_label_overlay_and_its_levels(tmp_path, roif
     np.testing.assert_array_equal(l0, want0)
     np.testing.assert_array_equal(l1, nearest(want0, levels[1].shape))
     np.testing.assert_array_equal(in2, levels[2])
+
+
+@pytest.mark.timeout(120)
+def test_viv_in_chromium_reads_and_draws_an_image_its_labels_and_a_level(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image, served. Viv in chromium (tests/js/viv_browser.mjs),
+    from a page of another origin, finds the 3 levels of the image and of the label image, and
+    reads (loadOmeZarr, getRaster) and draws (its ImageLayer in deck.gl, WebGL2, 4 pixels a
+    voxel) the image's levels 0 and 2 (the input's own), and the label image's levels 0 and 1
+    (computed: the labels and their nearest level): what it reads equals numpy, in its dtype,
+    and each voxel's square in the picture is the grey its value makes under the contrast
+    limits [0, max] (within 1 of 255 * value / max)."""
+    from test_overlay import expected_labels, make_image, nearest, overlay_config
+    node = browser_node()
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    want0 = expected_labels(levels[0])
+    wants = [levels[0], levels[2], want0, nearest(want0, levels[1].shape)]
+    top = int(want0.max())
+    assert top > 1  # labels, not a blank image
+    spec = [{"path": "", "level": 0, "max": 1000}, {"path": "", "level": 2, "max": 1000},
+            {"path": "labels/seg", "level": 0, "max": top},
+            {"path": "labels/seg", "level": 1, "max": top}]
+    with socket.socket() as free:  # the viewer page's port: a free one
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with served(roifs_bin, config, ["--cors", f"http://localhost:{port}"]) as s:
+        r = subprocess.run([node, str(REPO / "tests/js/viv_browser.mjs"), s.url, json.dumps(spec),
+                            str(tmp_path), str(port)], capture_output=True, text=True, timeout=100)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got) == len(spec)
+    for g, want, sp in zip(got, wants, spec):
+        assert g["levels"] == 3, sp
+        assert g["dtype"] == ("Uint16" if sp["path"] == "" else "Uint32"), (sp, g["dtype"])
+        np.testing.assert_array_equal(np.array(g["data"]).reshape(g["shape"]), want, err_msg=str(sp))
+        k = g["scale"]
+        pic = np.asarray(Image.open(g["png"]).convert("RGB")).astype(int)
+        assert pic.shape[:2] == (want.shape[0] * k, want.shape[1] * k), sp
+        centres = pic[k // 2::k, k // 2::k]  # each voxel's square, at its centre
+        grey = np.clip(want / sp["max"], 0, 1) * 255
+        for ch in range(3):
+            bad = np.abs(centres[..., ch] - grey) > 1
+            assert not bad.any(), (sp, ch, np.argwhere(bad)[:5].tolist())
+
+
+def drawn_voxels(png, scale, shape):
+    """The colour at the centre of each voxel's square in a screenshot of Neuroglancer's data
+    panel (tests/js/ng_browser.mjs): the image is the rectangle around the panel's centre (where
+    Neuroglancer puts the array's centre) that is not the magenta background, its first
+    dimension across; returned in the array's order (shape)."""
+    pic = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    bg = (pic[..., 0] > 250) & (pic[..., 1] < 5) & (pic[..., 2] > 250)
+    cy, cx = bg.shape[0] // 2, bg.shape[1] // 2
+    assert not bg[cy, cx], f"{png}: nothing drawn"
+    x0, x1, y0, y1 = cx, cx, cy, cy
+    while x0 > 0 and not bg[cy, x0 - 1]:
+        x0 -= 1
+    while x1 < bg.shape[1] and not bg[cy, x1]:
+        x1 += 1
+    while y0 > 0 and not bg[y0 - 1, cx]:
+        y0 -= 1
+    while y1 < bg.shape[0] and not bg[y1, cx]:
+        y1 += 1
+    assert (y1 - y0, x1 - x0) == (shape[1] * scale, shape[0] * scale), (png, y1 - y0, x1 - x0)
+    return pic[y0 + scale // 2:y1:scale, x0 + scale // 2:x1:scale].transpose(1, 0, 2)
+
+
+@pytest.mark.timeout(150)
+def test_neuroglancer_in_chromium_draws_an_image_its_labels_and_a_level(tmp_path, roifs_bin):
+    """ome = labels over a 3-level image, served. Neuroglancer 2.41 in chromium
+    (tests/js/ng_browser.mjs: WebGL2, 4 pixels a voxel), from a page of another origin, draws
+    zarr2:// layers of the image's levels 0 and 2 (the input's own) and of the label image's
+    levels 0 and 1 (computed: the labels and their nearest level): each voxel's square is the
+    grey its numpy value makes under the shader's range [0, max] (within 1 of
+    255 * value / max)."""
+    from test_overlay import expected_labels, make_image, nearest, overlay_config
+    node = browser_node()
+    img, levels = make_image(tmp_path, "0.4")
+    config = overlay_config(tmp_path, img)
+    want0 = expected_labels(levels[0])
+    wants = [levels[0], levels[2], want0, nearest(want0, levels[1].shape)]
+    top = int(want0.max())
+    spec = [{"path": "0", "max": 1000}, {"path": "2", "max": 1000},
+            {"path": "labels/seg/0", "max": top}, {"path": "labels/seg/1", "max": top}]
+    with socket.socket() as free:  # the viewer page's port: a free one
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with served(roifs_bin, config, ["--cors", f"http://localhost:{port}"]) as s:
+        for sp in spec:  # computed first: the picture is taken once it stops changing
+            assert zarr.open(fsspec.get_mapper(f"{s.url}/{sp['path']}"), mode="r")[...].size
+        r = subprocess.run([node, str(REPO / "tests/js/ng_browser.mjs"), s.url, json.dumps(spec),
+                            str(tmp_path), str(port)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got) == len(spec)
+    for g, want, sp in zip(got, wants, spec):
+        voxels = drawn_voxels(g["png"], g["scale"], want.shape)
+        grey = np.clip(want / sp["max"], 0, 1) * 255
+        for ch in range(3):
+            bad = np.abs(voxels[..., ch] - grey) > 1
+            assert not bad.any(), (sp, ch, np.argwhere(bad)[:5].tolist())
