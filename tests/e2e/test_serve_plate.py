@@ -130,3 +130,67 @@ def test_the_status_page_draws_the_plate_map(tmp_path, roifs_bin, monkeypatch):
     # rows B then C, columns 03 then 05
     assert abs(dy - by) < 3 and abs(iy - fy) < 3 and iy > dy + 20
     assert abs(dx - ix) < 3 and abs(bx - fx) < 3 and bx > dx + 20
+
+
+# Labels of a plate's image: ROI 0 sleeps while the file `slow` exists; each call appends the
+# ROI's index to `calls`.
+SLOW_LABELS = """\
+import os, time
+import numpy as np
+
+def f(block, roi):
+    with open("calls", "a") as out:
+        out.write(f"{roi.index}\\n")
+    if roi.index == 0 and os.path.exists("slow"):
+        time.sleep(8)
+    return (block > 0).astype(np.uint32) * (roi.index + 1)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_client_that_goes_away_cancels_its_interest_in_a_plate(tmp_path, roifs_bin):
+    """As test_serve.py's case, in a plate's image (whose opens hold the image until they are
+    answered: arrayset_withdraw_chunk). One compute thread, no read-ahead: ROI 0 of B/03/0
+    runs for 8 s, a client asks for chunk 1.1 (ROI 4) behind it, both hang up: nothing is
+    held any more, ROI 4 is never computed, chunk 2.2 (ROI 8) comes right after ROI 0, and the
+    image is let go: reading another image with images_open = 1 closes it."""
+    import socket
+    import time
+    from test_serve import http_status
+    plate, _ = make_plate(tmp_path, "0.4", "fractal")
+    (tmp_path / "slow.py").write_text(SLOW_LABELS)
+    (tmp_path / "slow").touch()
+    cfg = write_config(tmp_path / "s.ini", {
+        "input": {"path": plate}, "rois": {"grid": "20,16"},
+        "process": {"python": "slow.py:f", "threads": 1, "readahead": 0},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+        "cache": {"dir": tmp_path / "cache"}, "mount": {"images_open": 1}})
+
+    def calls():
+        p = tmp_path / "calls"
+        return p.read_text().split() if p.exists() else []
+
+    with served(roifs_bin, cfg) as s:
+        socks = []
+        for c in ("0.0", "1.1"):
+            sock = socket.create_connection((s.host, s.port), timeout=5)
+            sock.sendall(f"GET /B/03/0/labels/seg/0/{c} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            socks.append(sock)
+            deadline = time.monotonic() + 20
+            while http_status(s)["waiting"] != len(socks) or calls() != ["0"]:
+                assert time.monotonic() < deadline, "the requests never waited"
+                time.sleep(0.05)
+        assert http_status(s)["held"] == 2
+        for sock in socks:
+            sock.close()
+        deadline = time.monotonic() + 10
+        while http_status(s)["waiting"] != 0:
+            assert time.monotonic() < deadline, "the server did not let the clients go"
+            time.sleep(0.05)
+        h = http_status(s)
+        assert h["gone"] == 2 and h["held"] == 0, h
+        assert s.request("/B/03/0/labels/seg/0/2.2", timeout=60)[0] == 200
+        assert calls() == ["0", "8"]
+        assert s.request("/C/05/0/labels/seg/0/0.0", timeout=60)[0] == 200
+        doc = json.loads(s.request("/.roifs/status")[2])
+        assert doc["images"]["open"] == 1, doc["images"]  # B/03/0 was let go, then closed
