@@ -3,12 +3,14 @@ npm (tests/js/serve_browser.mjs), reads the served array with zarrita.js in a pa
 origin (CORS) while one ROI computes and another has failed, compared with numpy; the status
 page's chunk grid, in a screenshot, shows each chunk in its state's colour. Viv
 (tests/js/viv_browser.mjs) reads and draws a served image, its label overlay and a pyramid
-level."""
+level. Issue 36's stall case: with a ROI of 100 s running, the page draws each
+other tile within 2 s of its 1 s ROI's end."""
 import json
 import shutil
 import socket
 import subprocess
 import threading
+import time
 
 import fsspec
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 import zarr
 from PIL import Image
 
-from conftest import REPO, zarrita_node
+from conftest import PY, REPO, make_task, zarrita_node
 from serving import served
 from test_serve import calls, job
 
@@ -207,3 +209,69 @@ def test_neuroglancer_in_chromium_draws_an_image_its_labels_and_a_level(tmp_path
         for ch in range(3):
             bad = np.abs(voxels[..., ch] - grey) > 1
             assert not bad.any(), (sp, ch, np.argwhere(bad)[:5].tolist())
+
+
+# Multiplies <i4 input by 10: ROI 0 in 100 s, every other ROI in 1 s; each ROI writes the
+# time its sleep ended (time.time(), before its output: "ready" no later than that) to ends/ROI.
+STALL = """\
+import array, os, sys, time
+data = sys.stdin.buffer.read()
+roi = os.environ["ROIFS_ROI"]
+time.sleep(100 if roi == "0" else 1)
+with open(os.path.join(sys.argv[1], "ends", roi), "w") as f:
+    f.write(repr(time.time()))
+a = array.array("i")
+a.frombytes(data)
+sys.stdout.buffer.write(array.array("i", (10 * x for x in a)).tobytes())
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_100_s_roi_stalls_no_tile_in_chromium(tmp_path, roifs_bin):
+    """Issue 36's stall case: 4 ROIs, one a chunk each (4x4 in 2x2), on 4 compute threads, no
+    read-ahead: ROI 0 takes 100 s, the others 1 s. With ROI 0 running, a zarrita page in
+    chromium (opened before any other tile is computed: its own requests wait on the server)
+    asks for the 4 tiles at once, ROI 0's first, and draws each as it arrives: each other tile
+    is drawn within 2 s of its ROI's end (the processor's clock, before its output is even
+    read), equal to numpy, while ROI 0's tile is still missing; SIGTERM then answers the
+    request still waiting for it 503. Well under 100 s in all."""
+    node = browser_node()
+    script = tmp_path / "stall.py"
+    script.write_text(STALL)
+    (tmp_path / "ends").mkdir()
+    data = np.arange(1, 17, dtype="<i4").reshape(4, 4)
+    rois = [((2 * (i // 2), 2 * (i // 2) + 2), (2 * (i % 2), 2 * (i % 2) + 2)) for i in range(4)]
+    task = make_task(tmp_path, data, (2, 2), rois=rois,
+                     process={"command": f"{PY} {script} {tmp_path}", "threads": 4,
+                              "readahead": 0},
+                     output={"compressor": "blosc", "fill_value": 0})
+    with socket.socket() as free:  # the viewer page's port: a free one
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    others = [[0, 1], [1, 0], [1, 1]]
+    with served(roifs_bin, task.config, ["--cors", f"http://localhost:{port}"]) as s:
+        waiting = []
+        t = threading.Thread(target=lambda: waiting.append(s.request("/0.0", timeout=60)[0]))
+        t.start()
+        deadline = time.monotonic() + 10
+        while json.loads(s.request("/.roifs/status")[2])["rois"]["running"] < 1:
+            assert time.monotonic() < deadline, "ROI 0 never started"
+            time.sleep(0.05)
+        r = subprocess.run([node, str(REPO / "tests/js/serve_browser.mjs"), s.url,
+                            json.dumps([{"path": "", "tiles": others, "pending": [[0, 0]]}]),
+                            "", str(port)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{s.log_text()}"
+        got, = json.loads(r.stdout.strip().splitlines()[-1])
+        ends = {p.name: float(p.read_text()) for p in (tmp_path / "ends").iterdir()}
+        assert "0" not in ends and not waiting  # ROI 0 still runs
+        assert json.loads(s.request("/.roifs/status")[2])["rois"]["running"] == 1
+    t.join(10)
+    assert waiting == [503]
+    assert got["pending"] == [[0, 0]]
+    assert sorted(d["tile"] for d in got["drawn"]) == others
+    for d in got["drawn"]:
+        cy, cx = d["tile"]
+        np.testing.assert_array_equal(np.array(d["data"]).reshape(d["shape"]),
+                                      data[2 * cy:2 * cy + 2, 2 * cx:2 * cx + 2] * 10)
+        late = d["at"] / 1000 - ends[str(2 * cy + cx)]
+        assert 0 < late < 2, f"tile {d['tile']} drawn {late:.2f} s after its ROI ended"
