@@ -8,7 +8,8 @@ chunks 32x32), `ome = labels` with the builtin label over a 32x32 grid (4 ROIs p
 2. The daemon's memory (VmRSS) and open files (/proc/PID/fd) after reading every label chunk of
    40 images of the 384-well plate, against 4 images of the 4-well one. Targets: 1.5x and 2x.
    With the default `[mount] images_open = 32`, and again with images_open = 8 (an open image
-   holds about 13 descriptors of its cache directories, so the open files follow that bound).
+   holds about 13 descriptors of its cache directories; at most four idle images stay open,
+   whatever images_open allows).
 3. `roifs warm -j 2` of a 96-well plate (cold cache) against the sum of `roifs warm -j 2` of
    each of its images alone (each a single-image configuration, cold cache). Target: 1.1x.
 

@@ -30,9 +30,12 @@ struct set_image {
     size_t uses;             /* holders of its engines (arrayset_engine_get) */
     uint64_t last_use;       /* when it was last got, in s->clock ticks */
     char *error;             /* why it failed, or NULL */
-    bool opened;             /* its task was opened (or it failed): open_image ran */
-    bool lazy_dir;           /* its directory's files are added when first looked into */
-    int dir;                 /* its directory entry in the tree */
+    /* closed after it was read (make_room): its level k's status then, which the plate's
+     * status counts until it is open again */
+    json_t *closed_status;
+    bool opened;   /* its task was opened (or it failed): open_image ran */
+    bool lazy_dir; /* its directory's files are added when first looked into */
+    int dir;       /* its directory entry in the tree */
 };
 
 struct arrayset {
@@ -57,9 +60,9 @@ struct arrayset {
     uint64_t clock;               /* ticks of arrayset_engine_get */
     struct plate_file *new_files; /* ome = true: the new plate's group files */
     size_t nnew_files;
-    struct engine_opts eo; /* a plate: each image's engine options */
-    bool lazy_images;      /* a plate mount: images opened when first looked into */
-    struct turns *turns;   /* a plate: its threads, shared by the images' engines */
+    struct engine_opts eo;  /* a plate: each image's engine options */
+    bool lazy_images;       /* a plate mount: images opened when first looked into */
+    struct turns *turns;    /* a plate: its threads, shared by the images' engines */
     struct held_open *held; /* a plate: opens not answered yet (under lazy), to withdraw */
 };
 

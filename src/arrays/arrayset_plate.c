@@ -424,6 +424,8 @@ static int start_image(struct arrayset *s, struct set_image *im, struct errbuf *
  * directories stay); s->lazy held, nobody holding them. */
 static void close_image(struct arrayset *s, struct set_image *im)
 {
+    json_decref(im->closed_status); /* what the status shows of it until it is open again */
+    im->closed_status = engine_status(s->arrays[im->first].engine);
     for (size_t i = im->first + im->n; i-- > im->first;) {
         struct array *a = &s->arrays[i];
         if (a->engine)
@@ -441,24 +443,36 @@ static void close_image(struct arrayset *s, struct set_image *im)
     s->nopen--;
 }
 
+/* Open images that nobody holds kept open (their engines, caches and input descriptors) when
+ * another image starts: the most recently used ones, so that a reader going from chunk to chunk
+ * of an image, or between a few images, does not reopen them; any other idle image is closed
+ * (its descriptors and memory returned, its cache directories stay), whatever images_open
+ * allows. About 13 descriptors an image: 32 idle ones would dominate the daemon's. */
+#define IDLE_KEPT_OPEN 4
+
 /* [mount] images_open: while as many images are open, the least recently used one that nobody
- * holds is closed. When every open image is held, it waits up to 200 ms for one to be let go (an
- * open is answered before its image is let go, so a reader going from one image to the next
- * comes here a moment before the image it read is idle); then the bound is exceeded until the
- * next image starts. Bounded, so never a deadlock with a holder waiting on this thread. s->lazy
- * held. */
+ * holds is closed; and so is it while IDLE_KEPT_OPEN images are idle. When every open image is
+ * held, it waits up to 200 ms for one to be let go (an open is answered before its image is let
+ * go, so a reader going from one image to the next comes here a moment before the image it read
+ * is idle); then the bound is exceeded until the next image starts. Bounded, so never a deadlock
+ * with a holder waiting on this thread. s->lazy held. */
 static void make_room(struct arrayset *s)
 {
     size_t bound = (size_t)s->plate_task->cfg.images_open;
     struct timespec until = deadline_in(CLOCK_REALTIME, ts_from_ns(200 * 1000 * 1000));
-    while (s->nopen >= bound) {
+    for (;;) {
         struct set_image *lru = NULL;
+        size_t idle = 0;
         for (size_t k = 0; k < s->nimages; k++) {
             struct set_image *im = &s->images[k];
-            if (im->n && s->arrays[im->first].engine && im->uses == 0 &&
-                (!lru || im->last_use < lru->last_use))
+            if (!im->n || !s->arrays[im->first].engine || im->uses)
+                continue;
+            idle++;
+            if (!lru || im->last_use < lru->last_use)
                 lru = im;
         }
+        if (s->nopen < bound && idle < IDLE_KEPT_OPEN)
+            return;
         if (!lru && pthread_cond_timedwait(&s->let_go, &s->lazy, &until) == 0)
             continue;
         if (!lru)
@@ -624,6 +638,7 @@ void arrayset_close_plate(struct arrayset *s)
         pyramid_free(im->pyramid);
         task_close(im->task);
         free(im->error);
+        json_decref(im->closed_status);
     }
     free(s->images);
 }
@@ -718,6 +733,8 @@ json_t *arrayset_plate_status(struct arrayset *s)
         bool opened = im->opened;
         if (opened && !im->error && im->n && (eng = s->arrays[im->first].engine))
             im->uses++;
+        /* closed since it was read: as its engine was then (close_image replaces it) */
+        json_t *closed = eng ? NULL : json_incref(im->closed_status);
         pthread_mutex_unlock(&s->lazy);
         if (!opened) { /* nothing looked into it yet: its ROIs are not known */
             unread++;
@@ -731,7 +748,7 @@ json_t *arrayset_plate_status(struct arrayset *s)
             continue;
         }
         ready++;
-        if (!eng) { /* not read yet: its ROIs, none known computed until it is */
+        if (!eng && !closed) { /* not read yet: its ROIs, none known computed until it is */
             json_int_t n = (json_int_t)im->task->rois.n;
             json_t *e =
                 json_pack("{s:{s:I, s:I, s:I, s:I, s:I}}", "rois", "total", n, "pending", n,
@@ -741,8 +758,8 @@ json_t *arrayset_plate_status(struct arrayset *s)
             json_decref(e);
             continue;
         }
-        open++;
-        json_t *e = engine_status(eng);
+        json_t *e = eng ? engine_status(eng) : closed;
+        open += eng != NULL;
         add_counts(doc, e, "rois");
         add_counts(doc, e, "chunks");
         add_counts(well, e, "rois");
@@ -760,7 +777,8 @@ json_t *arrayset_plate_status(struct arrayset *s)
             json_array_append_new(errors, c);
         }
         json_decref(e);
-        arrayset_plate_engine_put(s, im->first);
+        if (eng)
+            arrayset_plate_engine_put(s, im->first);
     }
     json_object_set_new(doc, "errors", errors);
     json_object_set_new(doc, "images",

@@ -643,6 +643,34 @@ def test_mount_reads_only_the_plate_and_wells_metadata(tmp_path, roifs_bin):
                 assert (m.path / w / "0/labels/seg/0/0.0").read_bytes() == first[w], w
 
 
+
+def test_idle_images_beyond_four_are_closed(tmp_path, roifs_bin):
+    """With the default images_open (32), reading ten images one after another keeps open the
+    four most recently used idle ones: the others are closed when an image starts (their ~13
+    cache and input descriptors each and their memory returned), so the daemon's open files
+    after ten images are those after four; the status still counts what a closed image did
+    (its ROIs done and calls); every image read again gives the same bytes without computing
+    anything again (its cache stayed)."""
+    plate, wells = wide_plate(tmp_path, 10)
+    config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    config.write_text(config.read_text().replace("threads = 2", "threads = 2\nreadahead = 0"))
+    with mounted(roifs_bin, config) as m:
+        nfd, first, done = [], {}, []
+        for w in wells:
+            first[w] = (m.path / w / "0/labels/seg/0/0.0").read_bytes()
+            nfd.append(len(os.listdir(f"/proc/{m.proc.pid}/fd")))
+            done.append(m.status()["rois"]["done"])
+        assert done == sorted(done) and done[-1] > done[3], done
+        st = m.status()
+        assert st["images"]["open"] <= 4, st["images"]
+        # an image holds about 13: six more images kept open would add 78
+        assert nfd[-1] <= nfd[3] + 6, nfd
+        calls = st["calls"]
+        for w in wells:
+            assert (m.path / w / "0/labels/seg/0/0.0").read_bytes() == first[w], w
+        st = m.status()
+        assert st["calls"] == calls > 0 and st["images"]["open"] <= 4, st
+
 RECORDER = """import os, sys, time
 from pathlib import Path
 d = Path(sys.argv[1])
