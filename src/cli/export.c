@@ -9,6 +9,7 @@
 
 #include "../export/export.h"
 #include "../export/into.h"
+#include "../plate/plate.h"
 #include "cli.h"
 
 /* The exit status of a module's failure (printed). */
@@ -56,6 +57,86 @@ static int export_into(struct task *t, const struct cli_args *o)
     export_close(&x);
     export_into_end(&in, r != 0);
     arrayset_close(s);
+    return r;
+}
+
+/* export --into PLATE of a plate (docs/plates.md): every selected image's additions staged
+ * (its label image's chunks run image after image), then the tables (each image's, then the
+ * plate's), then, only when all of them are complete, renamed into place, the plate's table
+ * last. A failure leaves no image with any of them. */
+static int export_into_plate(struct task *t, const struct cli_args *o)
+{
+    const struct plate *p = t->plate;
+    if (t->cfg.ome) {
+        fprintf(stderr, "roifs: %s: export --into a plate needs [output] ome = labels\n",
+                t->cfg.path);
+        return EXIT_USAGE;
+    }
+    if (t->cfg.mask_table_name || t->cfg.measure_labels) {
+        fprintf(
+            stderr,
+            "roifs: %s: export --into a plate with [measure] is not done yet (docs/plates.md)\n",
+            t->cfg.path);
+        return EXIT_USAGE;
+    }
+    size_t n = p->n + 1; /* the images, then the plate (its table) */
+    struct export_into *in = xcalloc(n, sizeof *in);
+    struct export *xs = xcalloc(p->n, sizeof *xs);
+    struct errbuf err = {{0}};
+    struct arrayset *s = NULL;
+    struct arrayset_opts ao = {.threads = o->threads, .overlay_overwrite = o->overwrite};
+    int r = 0;
+    for (size_t k = 0; k < n; k++) {
+        bool plate = k == p->n;
+        in[k] = (struct export_into){
+            .image = plate ? xstrdup(o->into) : path_join(o->into, p->images[k].path_in_plate),
+            .overwrite = o->overwrite,
+            .label = t->cfg.label_name,
+            .table = t->cfg.table_name,
+            .table_only = plate};
+        if (k < p->n)
+            export_init(&xs[k], NULL, run_message);
+        if (r == 0 && !(plate && !in[k].table))
+            r = export_into_check_image(&in[k], p->format, plate, &err);
+    }
+    if (r == 0 && (r = arrayset_open(t, &ao, &s, &err)) < 0)
+        s = NULL;
+    for (size_t k = 0; r == 0 && k < n; k++)
+        if (!(k == p->n && !in[k].table))
+            r = export_into_begin_at(&in[k], s, k < p->n ? p->images[k].path_in_plate : "",
+                                     k < p->n ? &xs[k] : NULL, &err);
+    r = r < 0 ? failed(r, &err) : 0;
+    for (size_t k = 0; r == 0 && k < p->n; k++) {
+        fprintf(stderr, "roifs: export: %s\n", in[k].image);
+        if ((r = run_export(&xs[k], s)) == 0 && (r = export_write_metadata(&xs[k], &err)) < 0)
+            r = failed(r, &err);
+    }
+    if (r == 0 && t->cfg.table_name) {
+        if ((r = arrayset_start(s, &err)) == 0) {
+            for (size_t k = 0; r == 0 && k < n; k++)
+                r = export_into_stage_table(&in[k], s, k < p->n ? p->images[k].path_in_plate : "",
+                                            &err);
+            arrayset_stop(s);
+        }
+        r = r < 0 ? failed(r, &err) : 0;
+    }
+    for (size_t k = 0; r == 0 && k < n; k++) /* everything is complete: into place */
+        if (!(k == p->n && !in[k].table) && (r = export_into_place(&in[k], &err)) < 0)
+            r = failed(r, &err);
+    if (r == 0)
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s of %zu images%s%s written\n", o->into,
+                t->cfg.label_name, in[0].table ? " and tables/" : "",
+                in[0].table ? in[0].table : "", p->n, in[0].table ? ", the plate's tables/" : "",
+                in[0].table ? in[0].table : "");
+    for (size_t k = 0; k < n; k++) {
+        if (k < p->n)
+            export_close(&xs[k]);
+        export_into_end(&in[k], r != 0);
+        free((char *)in[k].image);
+    }
+    arrayset_close(s);
+    free(xs);
+    free(in);
     return r;
 }
 
@@ -112,11 +193,10 @@ int cmd_export(int argc, char **argv)
         return r;
     }
     log_open_stderr(false);
-    if (o.into && (r = cli_refuse_plate(t, "export --into"))) {
-        task_close(t);
-        return r;
-    }
-    r = o.into ? export_into(t, &o) : export_dest(t, o.operands[1], o.threads);
+    if (o.into && t->plate)
+        r = export_into_plate(t, &o);
+    else
+        r = o.into ? export_into(t, &o) : export_dest(t, o.operands[1], o.threads);
     task_close(t);
     return r;
 }

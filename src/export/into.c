@@ -13,6 +13,7 @@
 
 #include "../arrays/otable.h"
 #include "../arrays/overlay.h"
+#include "../plate/plate.h"
 #include "into.h"
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -274,4 +275,176 @@ void export_into_end(struct export_into *in, bool failed)
             in->dirs[i][k] = NULL;
         }
     }
+}
+
+/* ---- a plate (docs/plates.md): one image's additions at a time, placed all at the end ---- */
+
+/* The tree's entry at the relative path rel ("" the root; lazy directories filled). */
+static int tree_at(const struct ns *ns, const char *rel, struct ns_node *out)
+{
+    int r = ns_get(ns, NS_INO_ROOT, out);
+    char *copy = xstrdup(rel), *save = NULL;
+    for (char *p = strtok_r(copy, "/", &save); p && r == 0; p = strtok_r(NULL, "/", &save))
+        r = ns_lookup(ns, out->ino, p, out);
+    free(copy);
+    return r;
+}
+
+/* NS_TABLE node index's content, asked of s (its engines started). */
+static char *table_file(struct arrayset *s, uint64_t index, size_t *len, int *err)
+{
+    struct sync_table w = {.done = false};
+    pthread_mutex_init(&w.m, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    arrayset_table_request(s, index, table_done, &w);
+    pthread_mutex_lock(&w.m);
+    while (!w.done)
+        pthread_cond_wait(&w.cv, &w.m);
+    pthread_mutex_unlock(&w.m);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.m);
+    char *data = w.err == 0 ? arrayset_table_copy(s, index, len) : NULL;
+    *err = w.err < 0 ? w.err : data ? 0 : -EIO;
+    return data;
+}
+
+struct names {
+    char **v;
+    uint64_t *ino;
+    size_t n;
+};
+
+static int add_name(void *ctx, const char *name, uint64_t ino, bool is_dir, uint64_t next_off)
+{
+    (void)is_dir, (void)next_off;
+    struct names *l = ctx;
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    l->v = xrealloc(l->v, (l->n + 1) * sizeof *l->v);
+    l->ino = xrealloc(l->ino, (l->n + 1) * sizeof *l->ino);
+    l->v[l->n] = xstrdup(name);
+    l->ino[l->n++] = ino;
+    return 0;
+}
+
+/* Writes the files of the tree's directory ino (a table's: directories, fixed files and
+ * table files, whose tables s's started engines make) into x->dest at rel. */
+static int write_tree(struct export *x, struct arrayset *s, uint64_t ino, const char *rel,
+                      struct errbuf *err)
+{
+    const struct ns *ns = arrayset_tree(s);
+    struct names l = {0};
+    int r = ns_readdir(ns, ino, 0, NULL, add_name, &l);
+    for (size_t i = 0; i < l.n && r == 0; i++) {
+        struct ns_node node;
+        char *path = *rel ? xasprintf("%s/%s", rel, l.v[i]) : xstrdup(l.v[i]);
+        r = ns_get(ns, l.ino[i], &node);
+        size_t len = 0;
+        char *data = NULL;
+        if (r == 0 && node.kind == NS_DIR) {
+            r = mkdirat(x->destfd, path, 0777) < 0 && errno != EEXIST ? -errno : 0;
+            if (r == 0)
+                r = write_tree(x, s, node.ino, path, err);
+        } else if (r == 0 && node.kind == NS_META) {
+            r = export_write_file(x, path, node.text, node.len, err);
+        } else if (r == 0 && node.kind == NS_TABLE) {
+            data = table_file(s, node.chunk, &len, &r);
+            if (r == 0)
+                r = export_write_file(x, path, data, len, err);
+        } else if (r == 0 && node.kind == NS_GEN) {
+            data = arrayset_generated(s, node.chunk, &len);
+            r = data ? export_write_file(x, path, data, len, err) : -EIO;
+        }
+        if (r < 0 && !err->msg[0])
+            err_set(err, r, "%s/%s: %s", x->dest, path, strerror(-r));
+        free(data);
+        free(path);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        free(l.v[i]);
+    free(l.v);
+    free(l.ino);
+    return r;
+}
+
+int export_into_check_image(struct export_into *in, int format, bool plate, struct errbuf *err)
+{
+    json_t *attrs, *ms;
+    struct errbuf e = {{0}};
+    if (plate && plate_detect(in->image) != 1)
+        return err_set(err, -EINVAL, "--into: %s is not an OME-Zarr HCS plate", in->image);
+    if (!plate && ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
+        return err_set(err, -EINVAL, "--into: %s (PLATE must have the plate's images)", e.msg);
+    if (!plate)
+        json_decref(attrs);
+    in->format = format;
+    const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
+    for (int i = in->table_only ? 1 : 0; i < 2 && !in->overwrite; i++) {
+        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
+        struct stat st;
+        bool there = p && stat(p, &st) == 0;
+        free(p);
+        if (there)
+            return err_set(err, -EINVAL,
+                           "--into: %s already has a %s '%s' (--overwrite replaces it)", in->image,
+                           i ? "table" : "label", names[i]);
+    }
+    return 0;
+}
+
+int export_into_begin_at(struct export_into *in, struct arrayset *s, const char *rel,
+                         struct export *x, struct errbuf *err)
+{
+    int r = in->table_only ? 0 : into_tmp(in, 0, "labels", in->label, err);
+    if (r == 0 && in->table)
+        r = into_tmp(in, 1, "tables", in->table, err);
+    if (r < 0 || in->table_only)
+        return r;
+    x->dest = in->dirs[0][1];
+    x->destfd = open(x->dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct ns_node node;
+    struct errbuf e = {{0}};
+    char *p = *rel ? xasprintf("%s/labels/%s", rel, in->label) : xasprintf("labels/%s", in->label);
+    r = x->destfd < 0 ? -errno : tree_at(arrayset_tree(s), p, &node);
+    free(p);
+    if (r == 0)
+        r = export_list(x, arrayset_tree(s), node.ino, &e);
+    if (r == 0 && x->nmeta == 0) /* a failed image's label group: its metadata fails */
+        return err_set(err, -EIO, "%s: the image failed (`roifs check` says why)", in->image);
+    if (r < 0)
+        return err_set(err, r == -EINVAL ? -EIO : r, "%s: %s", x->dest,
+                       e.msg[0] ? e.msg : strerror(-r));
+    return 0;
+}
+
+int export_into_stage_table(struct export_into *in, struct arrayset *s, const char *rel,
+                            struct errbuf *err)
+{
+    if (!in->table)
+        return 0;
+    struct ns_node node;
+    char *p = *rel ? xasprintf("%s/tables/%s", rel, in->table) : xasprintf("tables/%s", in->table);
+    int r = tree_at(arrayset_tree(s), p, &node);
+    free(p);
+    struct export x;
+    export_init(&x, in->dirs[1][1], NULL);
+    x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r == 0)
+        r = x.destfd < 0 ? -errno : write_tree(&x, s, node.ino, "", err);
+    export_close(&x);
+    if (r < 0 && !err->msg[0])
+        err_set(err, r, "%s: tables/%s: %s", in->image, in->table, strerror(-r));
+    return r < 0 ? (r == -EINVAL ? -EIO : r) : 0;
+}
+
+int export_into_place(struct export_into *in, struct errbuf *err)
+{
+    int r = in->table_only ? 0 : into_swap(in->dirs[0], err);
+    if (r == 0 && in->table)
+        r = into_swap(in->dirs[1], err);
+    if (r == 0 && !in->table_only)
+        r = into_list(in, "labels", in->label, err);
+    if (r == 0 && in->table)
+        r = into_list(in, "tables", in->table, err);
+    return r == -EINVAL ? -EIO : r;
 }

@@ -35,4 +35,20 @@ int export_into_finish(struct export_into *in, struct arrayset *s, struct export
 /* Frees in; with failed, removes the temporary directories. */
 void export_into_end(struct export_into *in, bool failed);
 
+/* A plate (docs/plates.md): in->image is an image of the plate at PLATE (its path in the
+ * plate: rel) or PLATE itself (rel "", in->table_only, plate: the plate's table). Checks it is
+ * an OME-Zarr image (or plate) group of the plate's Zarr format without in->label and in->table
+ * (unless in->overwrite): 0 or -EINVAL (err set). */
+int export_into_check_image(struct export_into *in, int format, bool plate, struct errbuf *err);
+/* Makes the temporary directories and lists the tree's rel/labels/NAME into x (none with
+ * in->table_only): the caller runs x's chunks and writes its metadata. */
+int export_into_begin_at(struct export_into *in, struct arrayset *s, const char *rel,
+                         struct export *x, struct errbuf *err);
+/* Writes the tree's rel/tables/NAME (s's engines started: its tables are asked for) into the
+ * table's temporary directory. */
+int export_into_stage_table(struct export_into *in, struct arrayset *s, const char *rel,
+                            struct errbuf *err);
+/* The staged directories renamed into place, then named in their groups' lists. */
+int export_into_place(struct export_into *in, struct errbuf *err);
+
 #endif

@@ -431,7 +431,7 @@ def test_plate_images_start_when_first_read(tmp_path, roifs_bin):
 def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
     """`warm` computes every image of a plate (a mount then finds every ROI done and computes
     nothing); `export` of an `ome = true` plate writes the new plate as the mount presents it;
-    the commands that do not take a plate yet (apply, export --into) refuse it (exit 2)."""
+    the command that does not take a plate yet (apply) refuses it (exit 2)."""
     plate, images = make_plate(tmp_path, "0.4", "fractal")
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
     r = run_roifs(roifs_bin, "warm", "-j", "2", config, timeout=60)
@@ -450,9 +450,8 @@ def test_plate_warm_export_and_refusals(tmp_path, roifs_bin):
         for rel in files_of(m.path):
             if not rel.startswith(".roifs"):
                 assert (tmp_path / "out" / rel).read_bytes() == (m.path / rel).read_bytes(), rel
-    for args in (("apply", config), ("export", "--into", plate, config)):
-        r = run_roifs(roifs_bin, *args)
-        assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, (args, r)
+    r = run_roifs(roifs_bin, "apply", config)
+    assert r.returncode == 2 and "does not take an HCS plate yet" in r.stderr, r
 
 
 def test_check_of_a_new_plate_is_not_the_label_overlays(tmp_path, roifs_bin):
