@@ -62,12 +62,24 @@ def test_export_into_plate_failing_image_leaves_every_image_as_it_was(tmp_path, 
     """An image whose input chunk is corrupt (its ROIs fail) fails the export (exit 1, the
     reason said): the images staged before it get nothing either (no label, no table, no list
     changed, no temporary left), nor does the plate; with --wells narrowed to the good images,
-    the same plate gets theirs and the plate table over them."""
+    the same plate gets theirs and the plate table over them. A PLATE missing an image, and an
+    ome = true plate, are refused (exit 2) with nothing written."""
     plate, images = make_plate(tmp_path, "0.4", "fractal")
     bad = images["C/05/0"] / "0"
     chunk = next(f for f in sorted(bad.iterdir()) if not f.name.startswith("."))
     chunk.write_bytes(b"xyz")
     config = plate_config(tmp_path / "p.ini", plate, tmp_path / "cache")
+    other = tmp_path / "other.zarr"  # not the same layout: an image missing
+    shutil.copytree(plate, other)
+    shutil.rmtree(other / "B/03/1")
+    kept = snapshot(other)
+    r = run_roifs(roifs_bin, "export", "--into", other, config, timeout=60)
+    assert r.returncode == 2 and "B/03/1" in r.stderr, r.stderr
+    assert snapshot(other) == kept
+    new = tmp_path / "new.ini"
+    new.write_text(config.read_text().replace("ome = labels", "ome = true"))
+    r = run_roifs(roifs_bin, "export", "--into", other, new, timeout=60)
+    assert r.returncode == 2 and "ome = labels" in r.stderr, r.stderr
     before = snapshot(plate)
     r = run_roifs(roifs_bin, "export", "--into", plate, config, timeout=90)
     assert r.returncode == 1 and "C/05/0" in r.stderr, r.stderr
