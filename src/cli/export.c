@@ -1,6 +1,7 @@
 /* export.c: `roifs export [-j N] CONFIG DEST` and `roifs export [-j N] --into IMAGE
- * [--overwrite] CONFIG`: the arguments, the run of the chunks and the messages; what is
- * written, and how an interrupted export resumes, is src/export/. */
+ * [--overwrite] CONFIG` (IMAGE a plate of a plate input: export_into_plate): the arguments, the run
+ * of the chunks and the messages; what is written, and how an interrupted export resumes, is
+ * src/export/. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
