@@ -445,6 +445,20 @@ int cache_other_version(struct cache *c, char *who, size_t len)
 
 /* ---- opening ---- */
 
+bool cache_follow_sidecar_mark(struct cache *c)
+{
+    struct stat st;
+    if (fstatat(c->chunks_fd, CACHE_SIDECAR_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISREG(st.st_mode))
+        return false;
+    if (!c->sidecar)
+        log_info("cache %s: a process without user extended attributes shares it (%s/chunks/%s); "
+                 "chunk records are kept in sidecar files (chunks/<id>.meta)",
+                 c->path, c->path, CACHE_SIDECAR_MARK);
+    c->sidecar = true;
+    return true;
+}
+
 /* Where chunk records go (chunkfile.c): in extended attributes, or in sidecar files where the
  * file system keeps no user xattrs (found by trying) or another host's view of the cache has
  * none (chunks/CACHE_SIDECAR_MARK, which such a host makes here). */
@@ -629,4 +643,14 @@ int cache_repair(struct cache *c)
     }
     pthread_mutex_unlock(&c->repair_lock);
     return r;
+}
+
+bool cache_sidecars(const struct cache *c)
+{
+    return c->sidecar;
+}
+
+void cache_set_sidecars(struct cache *c, bool on)
+{
+    c->sidecar = on;
 }

@@ -148,6 +148,14 @@ int cache_chunk_each(struct cache *c, void (*fn)(void *ctx, uint64_t id), void *
  * sidecars whose data file is gone (roifs clean --unused). Returns how many. */
 size_t cache_chunk_remove_leftovers(struct cache *c);
 
+/* Where this process writes chunk records: in sidecar files (true) or in the extended
+ * attribute. Chosen at cache_open (a view without user xattrs, or the mark another such
+ * process left, means sidecars) and switched to sidecars at a write that finds the mark; a
+ * record is read from either place whatever this says. cache_set_sidecars is for tests that
+ * play a process of each kind on one file system. */
+bool cache_sidecars(const struct cache *c);
+void cache_set_sidecars(struct cache *c, bool on);
+
 /* ---- locks (claims between hosts, claim.h) ---- */
 
 /* The lease of this process's claims, [cache] lease (seconds, at least 5; default 30). */

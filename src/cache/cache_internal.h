@@ -52,7 +52,8 @@ struct cache {
  * and points new writes there. 0 or -errno. */
 int cache_repair(struct cache *c);
 
-/* Whether chunks/CACHE_SIDECAR_MARK exists: then c->sidecar is set (chunkfile.c). */
+/* Whether chunks/CACHE_SIDECAR_MARK exists: then c->sidecar is set (cache.c; chunkfile.c
+ * asks before each record it writes). */
 bool cache_follow_sidecar_mark(struct cache *c);
 
 #endif

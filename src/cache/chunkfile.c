@@ -175,20 +175,6 @@ static void set_verified(struct cache *c, uint64_t id, const struct stat *st, st
 
 /* ---- records ---- */
 
-bool cache_follow_sidecar_mark(struct cache *c)
-{
-    struct stat st;
-    if (fstatat(c->chunks_fd, CACHE_SIDECAR_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-        !S_ISREG(st.st_mode))
-        return false;
-    if (!c->sidecar)
-        log_info("cache %s: a process without user extended attributes shares it (%s/chunks/%s); "
-                 "chunk records are kept in sidecar files (chunks/<id>.meta)",
-                 c->path, c->path, CACHE_SIDECAR_MARK);
-    c->sidecar = true;
-    return true;
-}
-
 union record_buf {
     struct chunk_record now;
     struct chunk_record_v2 old;

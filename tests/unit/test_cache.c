@@ -14,7 +14,6 @@
 
 #include "check.h"
 #include "cache/cache.h"
-#include "cache/cache_internal.h"
 #include "cache/claim.h"
 #include "key.h"
 #include "scratch.h"
@@ -353,13 +352,13 @@ static void test_records_either_way(void)
 {
     struct cache *c = NULL;
     CHECK_EQ_INT(open_cache("either", NULL, &c, NULL), 0);
-    c->sidecar = true; /* as the host without xattrs writes it */
+    cache_set_sidecars(c, true); /* as the host without xattrs writes it */
     CHECK_EQ_INT(cache_chunk_write(c, 1, "sidecar", 7, key_n(1), NULL), 0);
     CHECK(exists("either/chunks/1.meta"));
-    c->sidecar = false; /* the host with xattrs reads it */
+    cache_set_sidecars(c, false); /* the host with xattrs reads it */
     CHECK_EQ_INT(open_state(c, 1, key_n(1)), CHUNK_CURRENT);
     CHECK_EQ_INT(cache_chunk_write(c, 2, "xattr", 5, key_n(2), NULL), 0);
-    c->sidecar = true;
+    cache_set_sidecars(c, true);
     CHECK_EQ_INT(open_state(c, 2, key_n(2)), CHUNK_CURRENT);
     /* the data file as another view numbers it: not the sidecar's inode, the same bytes */
     copy_over("either/chunks/1");
@@ -375,7 +374,7 @@ static void test_records_either_way(void)
     cache_close(c);
     /* and at the open */
     CHECK_EQ_INT(open_cache("marked", NULL, &c, NULL), 0);
-    CHECK(c->sidecar);
+    CHECK(cache_sidecars(c));
     cache_close(c);
 }
 
