@@ -19,7 +19,7 @@ import pytest
 import zarr
 
 from conftest import (PY, REPO, is_mounted, lazy_unmount, line_of, make_task, read_bytes,
-                      read_killing_busy, run_roifs)
+                      read_killing_busy, run_roifs, wait_for)
 
 PYTHONPATH = str(REPO / "python")
 
@@ -444,6 +444,10 @@ def test_worker_killed_mid_batch(tmp_path, mount):
     with mount(task.config) as m:
         got, victim = read_killing_busy(m / "0", task.dir / "busy.txt")
         assert isinstance(got.get("error"), OSError) and got["error"].errno == errno.EIO, got
+        # The read fails with the batch's first ROI; the others are recorded as failed just
+        # after (one by one), so wait for them rather than read the status at once.
+        wait_for(lambda: m.status()["rois"]["failed"] > 1 and errors_of(m, 40), timeout=10,
+                 what="the batch's failures in the status")
         st = m.status()
         assert 1 < st["rois"]["failed"] <= 32, st  # its batch, not more
         assert errors_of(m, 40) == [f"python worker {victim} was killed by signal 9 before "
