@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../plate/plate_grid.h"
 #include "../task.h"
 #include "../util.h"
 #include "html.h"
@@ -67,24 +68,6 @@ static void put_grid(struct html_buf *o, struct engine *e)
 #define WELL  28 /* a well's square, px */
 #define LABEL 32 /* the row names' column and the column names' row, px */
 
-/* Rows and columns in the plate's order: shorter names first ("2" before "10"), as roifs
- * status draws them. */
-static int by_name(const void *a, const void *b)
-{
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    size_t lx = strlen(x), ly = strlen(y);
-    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
-}
-
-static size_t add_name(const char **v, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(v[i], name) == 0)
-            return n;
-    v[n] = name;
-    return n + 1;
-}
-
 /* A well's state, as the chunk grid's classes: 1 not started, 2 computing, 3 done (every ROI
  * of every image: an image not opened yet has ROIs nobody knows), 4 failed (an image that
  * could not open, or a failed ROI). */
@@ -112,25 +95,10 @@ static int well_state(json_t *well, json_t *failed, const char *path)
 static void put_plate(struct html_buf *o, json_t *doc)
 {
     json_t *wells = json_object_get(doc, "wells"), *failed = json_object_get(doc, "failed_images");
-    size_t n = json_object_size(wells), nr = 0, nc = 0;
-    const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
-    char **keys = xcalloc(n + 1, sizeof *keys);
-    const char *key;
-    json_t *v;
-    size_t k = 0;
-    json_object_foreach(wells, key, v)
-    {
-        keys[k] = xstrdup(key);
-        char *slash = strchr(keys[k], '/');
-        if (slash) {
-            *slash = '\0';
-            nr = add_name(rows, nr, keys[k]);
-            nc = add_name(cols, nc, slash + 1);
-        }
-        k++;
-    }
-    qsort(rows, nr, sizeof *rows, by_name);
-    qsort(cols, nc, sizeof *cols, by_name);
+    struct plate_grid g; /* in the order roifs status draws them */
+    plate_grid_of(wells, &g);
+    const char **rows = g.rows, **cols = g.cols;
+    size_t nr = g.nrows, nc = g.ncols;
     size_t count[5] = {0};
     struct html_buf cells = {0};
     for (size_t c = 0; c < nc; c++) {
@@ -178,11 +146,7 @@ static void put_plate(struct html_buf *o, json_t *doc)
     html_put(o, "<svg id=\"plate\" width=\"%zu\" height=\"%zu\">%s</svg>\n", LABEL + nc * WELL,
              LABEL + nr * WELL, cells.buf ? cells.buf : "");
     free(cells.buf);
-    for (k = 0; k < n; k++)
-        free(keys[k]);
-    free(keys);
-    free(rows);
-    free(cols);
+    plate_grid_free(&g);
 }
 
 char *serve_page(struct arrayset *s, bool listings, size_t *len)
