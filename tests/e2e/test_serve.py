@@ -20,7 +20,7 @@ import pytest
 import zarr
 
 from conftest import PY, make_task, mounted, run_roifs
-from serving import served
+from serving import http_status, served, wait_then_hang_up
 
 # Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists (the seconds it
 # holds, 20 when empty); ROI 1 fails while
@@ -258,10 +258,6 @@ def test_tls_and_sigint(tmp_path, roifs_bin):
         assert s.proc.wait(15) == 0
 
 
-def http_status(s):
-    return json.loads(s.request("/.roifs/status", timeout=5)[2])["http"]
-
-
 @pytest.mark.timeout(60)
 def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
     """A client that hangs up while its chunk computes is noticed and its connection closed at
@@ -306,23 +302,7 @@ def test_a_client_that_goes_away_cancels_its_interest(tmp_path, roifs_bin):
     task.config.write_text(text)
     (tmp_path / "slow").write_text("8")  # the margin for the hang-ups to be seen before it ends
     with served(roifs_bin, task.config) as s:
-        socks = []
-        for path in ("/0.0", "/1.1"):
-            c = socket.create_connection((s.host, s.port), timeout=5)
-            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            socks.append(c)
-            deadline = time.monotonic() + 10
-            while http_status(s)["waiting"] != len(socks) or calls(tmp_path) != ["0"]:
-                assert time.monotonic() < deadline, "the requests never waited"
-                time.sleep(0.05)
-        assert http_status(s)["held"] == 2
-        for c in socks:
-            c.close()
-        deadline = time.monotonic() + 10
-        while http_status(s)["waiting"] != 0:
-            assert time.monotonic() < deadline, "the server did not let the clients go"
-            time.sleep(0.05)
-        h = http_status(s)
+        h = wait_then_hang_up(s, ("/0.0", "/1.1"), lambda: calls(tmp_path) == ["0"], 10)
         assert h["gone"] == 2 and h["held"] == 0, h
         st, _, body = s.request("/2.2", timeout=40)
         assert st == 200
