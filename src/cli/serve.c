@@ -1,6 +1,6 @@
 /* serve.c: `roifs serve [--listen ADDR:PORT] [--token-file F] [--cors ORIGINS] [--tls-cert F
- * --tls-key F] [-d] CONFIG`: the tree a mount presents, over HTTP (src/serve/, docs/serve.md),
- * in the foreground until SIGINT or SIGTERM. */
+ * --tls-key F] [--listings] [-d] CONFIG`: the tree a mount presents, over HTTP (src/serve/,
+ * docs/serve.md), in the foreground until SIGINT or SIGTERM. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -23,10 +23,10 @@
 
 struct serve_args {
     const char *listen, *token_file, *cors, *cert, *key, *config;
-    bool debug;
+    bool debug, listings;
 };
 
-enum { OPT_LISTEN = 256, OPT_TOKEN, OPT_CORS, OPT_CERT, OPT_KEY };
+enum { OPT_LISTEN = 256, OPT_TOKEN, OPT_CORS, OPT_CERT, OPT_KEY, OPT_LISTINGS };
 
 static int parse_serve_args(int argc, char **argv, struct serve_args *a)
 {
@@ -35,6 +35,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_args *a)
                                          {"cors", required_argument, NULL, OPT_CORS},
                                          {"tls-cert", required_argument, NULL, OPT_CERT},
                                          {"tls-key", required_argument, NULL, OPT_KEY},
+                                         {"listings", no_argument, NULL, OPT_LISTINGS},
                                          {"debug", no_argument, NULL, 'd'},
                                          {NULL, 0, NULL, 0}};
     memset(a, 0, sizeof *a);
@@ -58,6 +59,9 @@ static int parse_serve_args(int argc, char **argv, struct serve_args *a)
             break;
         case OPT_KEY:
             a->key = optarg;
+            break;
+        case OPT_LISTINGS:
+            a->listings = true;
             break;
         case 'd':
             a->debug = true;
@@ -148,7 +152,7 @@ int cmd_serve(int argc, char **argv)
     int r = parse_serve_args(argc, argv, &a);
     if (r)
         return r;
-    struct serve_opts o = {.cors = a.cors, .threads = SERVE_THREADS};
+    struct serve_opts o = {.cors = a.cors, .threads = SERVE_THREADS, .listings = a.listings};
     char *token = NULL, *cert = NULL, *key = NULL;
     struct task *t = NULL;
     struct arrayset *s = NULL;

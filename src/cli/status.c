@@ -7,6 +7,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 
+#include "../plate/plate_grid.h"
 #include "cli.h"
 
 #define FUSE_SUPER_MAGIC 0x65735546
@@ -95,24 +96,6 @@ static void print_failures(json_t *errors)
     free(seen);
 }
 
-/* Orders plate row and column names: shorter first ("B" before "AA", "3" before "12"), then
- * by their bytes. */
-static int by_name(const void *a, const void *b)
-{
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    size_t lx = strlen(x), ly = strlen(y);
-    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
-}
-
-/* Adds name to the set v[0..*n) (kept unsorted, without duplicates). */
-static void add_name(const char **v, size_t *n, const char *name)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strcmp(v[i], name) == 0)
-            return;
-    v[(*n)++] = name;
-}
-
 /* The cell of a well: "ok" every ROI done, "NN%" some, "." none yet, "X" an image failed; a well
  * with an image nothing looked into yet (its ROIs unknown) is at most 99%. */
 static void well_cell(json_t *wells, json_t *failed, const char *row, const char *col, char *out,
@@ -155,25 +138,10 @@ static void print_plate(json_t *doc)
            json_count(im, "total"), json_count(im, "ready"), json_count(im, "open"),
            json_count(im, "done"), json_count(im, "failed"), json_count(im, "unread"),
            json_object_size(wells));
-    size_t n = json_object_size(wells), nr = 0, nc = 0;
-    const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
-    char **keys = xcalloc(n + 1, sizeof *keys);
-    const char *key;
-    json_t *v;
-    size_t k = 0;
-    json_object_foreach(wells, key, v)
-    {
-        keys[k] = xstrdup(key);
-        char *slash = strchr(keys[k], '/');
-        if (slash) {
-            *slash = '\0';
-            add_name(rows, &nr, keys[k]);
-            add_name(cols, &nc, slash + 1);
-        }
-        k++;
-    }
-    qsort(rows, nr, sizeof *rows, by_name);
-    qsort(cols, nc, sizeof *cols, by_name);
+    struct plate_grid g;
+    plate_grid_of(wells, &g);
+    const char **rows = g.rows, **cols = g.cols;
+    size_t nr = g.nrows, nc = g.ncols;
     printf("plate:   (ok: every ROI done, NN%%: some, .: none yet, X: an image failed)\n");
     printf("      ");
     for (size_t c = 0; c < nc; c++)
@@ -189,17 +157,14 @@ static void print_plate(json_t *doc)
         printf("\n");
     }
     size_t i;
+    json_t *v;
     json_array_foreach(failed, i, v)
     {
         const char *p = json_string_value(json_object_get(v, "path"));
         const char *m = json_string_value(json_object_get(v, "message"));
         printf("failed:  %s: %s\n", p ? p : "?", m ? m : "?");
     }
-    for (k = 0; k < n; k++)
-        free(keys[k]);
-    free(keys);
-    free(rows);
-    free(cols);
+    plate_grid_free(&g);
 }
 
 int cmd_status(int argc, char **argv)

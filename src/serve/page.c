@@ -4,14 +4,15 @@
  * square per chunk coloured by its state. */
 #include "serve.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../plate/plate_grid.h"
 #include "../task.h"
 #include "../util.h"
+#include "html.h"
 
 /* The picture shows at most this many chunks (the first ones, in C order). */
 #define PAGE_MAX_CELLS 16384
@@ -20,57 +21,12 @@
 /* The state colours (docs/serve.md): no ROI, not computed, computing, done, failed. */
 static const char *const colours[] = {"#ffffff", "#c8c8c8", "#f2b705", "#2e9e44", "#d62828"};
 
-struct out {
-    char *buf;
-    size_t len, cap;
-};
-
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct out *o, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < o->cap - o->len) {
-            o->len += (size_t)n;
-            return;
-        }
-        o->cap = o->cap * 2 + (n > 0 ? (size_t)n : 0) + 256;
-        o->buf = xrealloc(o->buf, o->cap);
-    }
-}
-
-/* text with HTML's special characters escaped. */
-static void put_escaped(struct out *o, const char *text)
-{
-    for (const char *p = text; *p; p++) {
-        switch (*p) {
-        case '<':
-            put(o, "&lt;");
-            break;
-        case '>':
-            put(o, "&gt;");
-            break;
-        case '&':
-            put(o, "&amp;");
-            break;
-        case '"':
-            put(o, "&quot;");
-            break;
-        default:
-            put(o, "%c", *p);
-        }
-    }
-}
-
 static json_int_t num(json_t *doc, const char *section, const char *key)
 {
     return json_integer_value(json_object_get(json_object_get(doc, section), key));
 }
 
-static void put_grid(struct out *o, struct engine *e)
+static void put_grid(struct html_buf *o, struct engine *e)
 {
     const struct task *t = engine_task(e);
     int nd = t->out.ndim;
@@ -82,28 +38,28 @@ static void put_grid(struct out *o, struct engine *e)
         cols = 128;
     uint64_t rows = (n + cols - 1) / cols;
     size_t count[5] = {0};
-    struct out cells = {0};
+    struct html_buf cells = {0};
     for (uint64_t id = 0; id < n; id++) {
         int s = task_chunk_present(t, id) ? 1 + (int)engine_chunk_state(e, id) : 0;
         count[s]++;
-        put(&cells, "<rect class=\"s%d\" x=\"%llu\" y=\"%llu\" width=\"%d\" height=\"%d\"/>", s,
-            (unsigned long long)(id % cols * CELL), (unsigned long long)(id / cols * CELL),
-            CELL - 1, CELL - 1);
+        html_put(&cells, "<rect class=\"s%d\" x=\"%llu\" y=\"%llu\" width=\"%d\" height=\"%d\"/>",
+                 s, (unsigned long long)(id % cols * CELL), (unsigned long long)(id / cols * CELL),
+                 CELL - 1, CELL - 1);
     }
-    put(o,
-        "<h2>Chunks</h2><p id=\"legend\">"
-        "<span class=\"k s1\"></span> not computed: <b id=\"n-idle\">%zu</b> "
-        "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
-        "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
-        "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b> "
-        "<span class=\"k s0\"></span> no ROI: %zu</p>\n",
-        count[1], count[2], count[3], count[4], count[0]);
+    html_put(o,
+             "<h2>Chunks</h2><p id=\"legend\">"
+             "<span class=\"k s1\"></span> not computed: <b id=\"n-idle\">%zu</b> "
+             "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
+             "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
+             "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b> "
+             "<span class=\"k s0\"></span> no ROI: %zu</p>\n",
+             count[1], count[2], count[3], count[4], count[0]);
     if (n < t->nchunks)
-        put(o, "<p>The first %llu of %llu chunks.</p>\n", (unsigned long long)n,
-            (unsigned long long)t->nchunks);
-    put(o, "<svg id=\"grid\" width=\"%llu\" height=\"%llu\">%s</svg>\n",
-        (unsigned long long)(cols * CELL), (unsigned long long)(rows * CELL),
-        cells.buf ? cells.buf : "");
+        html_put(o, "<p>The first %llu of %llu chunks.</p>\n", (unsigned long long)n,
+                 (unsigned long long)t->nchunks);
+    html_put(o, "<svg id=\"grid\" width=\"%llu\" height=\"%llu\">%s</svg>\n",
+             (unsigned long long)(cols * CELL), (unsigned long long)(rows * CELL),
+             cells.buf ? cells.buf : "");
     free(cells.buf);
 }
 
@@ -111,24 +67,6 @@ static void put_grid(struct out *o, struct engine *e)
 
 #define WELL  28 /* a well's square, px */
 #define LABEL 32 /* the row names' column and the column names' row, px */
-
-/* Rows and columns in the plate's order: shorter names first ("2" before "10"), as roifs
- * status draws them. */
-static int by_name(const void *a, const void *b)
-{
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    size_t lx = strlen(x), ly = strlen(y);
-    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x, y);
-}
-
-static size_t add_name(const char **v, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(v[i], name) == 0)
-            return n;
-    v[n] = name;
-    return n + 1;
-}
 
 /* A well's state, as the chunk grid's classes: 1 not started, 2 computing, 3 done (every ROI
  * of every image: an image not opened yet has ROIs nobody knows), 4 failed (an image that
@@ -154,85 +92,66 @@ static int well_state(json_t *well, json_t *failed, const char *path)
     return 1;
 }
 
-static void put_plate(struct out *o, json_t *doc)
+static void put_plate(struct html_buf *o, json_t *doc)
 {
     json_t *wells = json_object_get(doc, "wells"), *failed = json_object_get(doc, "failed_images");
-    size_t n = json_object_size(wells), nr = 0, nc = 0;
-    const char **rows = xcalloc(n + 1, sizeof *rows), **cols = xcalloc(n + 1, sizeof *cols);
-    char **keys = xcalloc(n + 1, sizeof *keys);
-    const char *key;
-    json_t *v;
-    size_t k = 0;
-    json_object_foreach(wells, key, v)
-    {
-        keys[k] = xstrdup(key);
-        char *slash = strchr(keys[k], '/');
-        if (slash) {
-            *slash = '\0';
-            nr = add_name(rows, nr, keys[k]);
-            nc = add_name(cols, nc, slash + 1);
-        }
-        k++;
-    }
-    qsort(rows, nr, sizeof *rows, by_name);
-    qsort(cols, nc, sizeof *cols, by_name);
+    struct plate_grid g; /* in the order roifs status draws them */
+    plate_grid_of(wells, &g);
+    const char **rows = g.rows, **cols = g.cols;
+    size_t nr = g.nrows, nc = g.ncols;
     size_t count[5] = {0};
-    struct out cells = {0};
+    struct html_buf cells = {0};
     for (size_t c = 0; c < nc; c++) {
-        put(&cells, "<text x=\"%zu\" y=\"%d\" text-anchor=\"middle\">", LABEL + c * WELL + WELL / 2,
-            LABEL - 8);
-        put_escaped(&cells, cols[c]);
-        put(&cells, "</text>");
+        html_put(&cells, "<text x=\"%zu\" y=\"%d\" text-anchor=\"middle\">",
+                 LABEL + c * WELL + WELL / 2, LABEL - 8);
+        html_put_escaped(&cells, cols[c]);
+        html_put(&cells, "</text>");
     }
     for (size_t r = 0; r < nr; r++) {
-        put(&cells, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">", LABEL - 8,
-            LABEL + r * WELL + WELL / 2 + 5);
-        put_escaped(&cells, rows[r]);
-        put(&cells, "</text>");
+        html_put(&cells, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">", LABEL - 8,
+                 LABEL + r * WELL + WELL / 2 + 5);
+        html_put_escaped(&cells, rows[r]);
+        html_put(&cells, "</text>");
         for (size_t c = 0; c < nc; c++) {
             char *path = xasprintf("%s/%s", rows[r], cols[c]);
             json_t *w = json_object_get(wells, path);
             int st = w ? well_state(w, failed, path) : 0;
             count[st]++;
-            put(&cells,
-                "<rect class=\"s%d\" x=\"%zu\" y=\"%zu\" width=\"%d\" height=\"%d\">"
-                "<title>",
-                st, LABEL + c * WELL, LABEL + r * WELL, WELL - 2, WELL - 2);
-            put_escaped(&cells, path);
+            html_put(&cells,
+                     "<rect class=\"s%d\" x=\"%zu\" y=\"%zu\" width=\"%d\" height=\"%d\">"
+                     "<title>",
+                     st, LABEL + c * WELL, LABEL + r * WELL, WELL - 2, WELL - 2);
+            html_put_escaped(&cells, path);
             if (w)
-                put(&cells, ": %lld of %lld ROIs done", (long long)num(w, "rois", "done"),
-                    (long long)num(w, "rois", "total"));
-            put(&cells, "</title></rect>");
+                html_put(&cells, ": %lld of %lld ROIs done", (long long)num(w, "rois", "done"),
+                         (long long)num(w, "rois", "total"));
+            html_put(&cells, "</title></rect>");
             free(path);
         }
     }
     json_t *im = json_object_get(doc, "images");
-    put(o,
-        "<h2>Plate</h2><p id=\"images\">images: %lld (%lld open, %lld done, %lld failed, "
-        "%lld not opened yet)</p>\n<p id=\"legend\">wells: "
-        "<span class=\"k s1\"></span> not started: <b id=\"n-idle\">%zu</b> "
-        "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
-        "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
-        "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b></p>\n",
-        (long long)json_integer_value(json_object_get(im, "total")),
-        (long long)json_integer_value(json_object_get(im, "open")),
-        (long long)json_integer_value(json_object_get(im, "done")),
-        (long long)json_integer_value(json_object_get(im, "failed")),
-        (long long)json_integer_value(json_object_get(im, "unread")), count[1], count[2], count[3],
-        count[4]);
-    put(o, "<svg id=\"plate\" width=\"%zu\" height=\"%zu\">%s</svg>\n", LABEL + nc * WELL,
-        LABEL + nr * WELL, cells.buf ? cells.buf : "");
+    html_put(o,
+             "<h2>Plate</h2><p id=\"images\">images: %lld (%lld open, %lld done, %lld failed, "
+             "%lld not opened yet)</p>\n<p id=\"legend\">wells: "
+             "<span class=\"k s1\"></span> not started: <b id=\"n-idle\">%zu</b> "
+             "<span class=\"k s2\"></span> computing: <b id=\"n-busy\">%zu</b> "
+             "<span class=\"k s3\"></span> done: <b id=\"n-done\">%zu</b> "
+             "<span class=\"k s4\"></span> failed: <b id=\"n-failed\">%zu</b></p>\n",
+             (long long)json_integer_value(json_object_get(im, "total")),
+             (long long)json_integer_value(json_object_get(im, "open")),
+             (long long)json_integer_value(json_object_get(im, "done")),
+             (long long)json_integer_value(json_object_get(im, "failed")),
+             (long long)json_integer_value(json_object_get(im, "unread")), count[1], count[2],
+             count[3], count[4]);
+    html_put(o, "<svg id=\"plate\" width=\"%zu\" height=\"%zu\">%s</svg>\n", LABEL + nc * WELL,
+             LABEL + nr * WELL, cells.buf ? cells.buf : "");
     free(cells.buf);
-    for (k = 0; k < n; k++)
-        free(keys[k]);
-    free(keys);
-    free(rows);
-    free(cols);
+    plate_grid_free(&g);
 }
 
-char *serve_page(struct arrayset *s, size_t *len)
+char *serve_page(struct arrayset *s, bool listings, size_t *len)
 {
-    struct out o = {0};
+    struct html_buf o = {0};
     json_t *doc = arrayset_status(s);
     /* a plate's images start and close as they are read: its map instead of a chunk grid */
     struct engine *e = arrayset_is_plate(s) ? NULL : arrayset_array(s, 0)->engine;
@@ -241,47 +160,48 @@ char *serve_page(struct arrayset *s, size_t *len)
     double rate = uptime > 0
                       ? (double)json_integer_value(json_object_get(doc, "calls")) / uptime * 60.0
                       : 0.0;
-    put(&o,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"refresh\" content=\"2\"><title>roifs: %lld/%lld ROIs</title>\n"
-        "<style>body{font-family:sans-serif;margin:1em}td{padding:0 1em 0 0}"
-        ".k{display:inline-block;width:10px;height:10px;border:1px solid #888}",
-        (long long)done, (long long)total);
+    html_put(&o,
+             "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+             "<meta http-equiv=\"refresh\" content=\"2\"><title>roifs: %lld/%lld ROIs</title>\n"
+             "<style>body{font-family:sans-serif;margin:1em}td{padding:0 1em 0 0}"
+             ".k{display:inline-block;width:10px;height:10px;border:1px solid #888}",
+             (long long)done, (long long)total);
     for (int i = 0; i < 5; i++)
-        put(&o, ".s%d{fill:%s;background:%s}", i, colours[i], colours[i]);
-    put(&o, "</style></head><body>\n<h1>roifs serve</h1>\n<h2>ROIs</h2><table id=\"rois\">");
+        html_put(&o, ".s%d{fill:%s;background:%s}", i, colours[i], colours[i]);
+    html_put(&o, "</style></head><body>\n<h1>roifs serve</h1>\n<h2>ROIs</h2><table id=\"rois\">");
     static const char *const keys[] = {"total", "pending", "running", "done", "failed"};
     for (int i = 0; i < 5; i++)
-        put(&o, "<tr><td>%s</td><td id=\"rois-%s\">%lld</td></tr>", keys[i], keys[i],
-            (long long)num(doc, "rois", keys[i]));
-    put(&o,
-        "</table>\n<p>processor calls: <b id=\"calls\">%lld</b>, %.1f per minute over %.0f s; "
-        "chunks cached: <b id=\"cached\">%lld</b> of %lld</p>\n",
-        (long long)json_integer_value(json_object_get(doc, "calls")), rate, uptime,
-        (long long)num(doc, "chunks", "cached"), (long long)num(doc, "chunks", "present"));
+        html_put(&o, "<tr><td>%s</td><td id=\"rois-%s\">%lld</td></tr>", keys[i], keys[i],
+                 (long long)num(doc, "rois", keys[i]));
+    html_put(&o,
+             "</table>\n<p>processor calls: <b id=\"calls\">%lld</b>, %.1f per minute over %.0f s; "
+             "chunks cached: <b id=\"cached\">%lld</b> of %lld</p>\n",
+             (long long)json_integer_value(json_object_get(doc, "calls")), rate, uptime,
+             (long long)num(doc, "chunks", "cached"), (long long)num(doc, "chunks", "present"));
     if (e)
         put_grid(&o, e);
     else if (arrayset_is_plate(s))
         put_plate(&o, doc);
     json_t *errors = json_object_get(doc, "errors");
-    put(&o, "<h2>Recent errors</h2><ul id=\"errors\">");
+    html_put(&o, "<h2>Recent errors</h2><ul id=\"errors\">");
     size_t i;
     json_t *er;
     json_array_foreach(errors, i, er)
     {
-        put(&o, "<li>ROI %lld: ", (long long)json_integer_value(json_object_get(er, "roi")));
+        html_put(&o, "<li>ROI %lld: ", (long long)json_integer_value(json_object_get(er, "roi")));
         const char *msg = json_string_value(json_object_get(er, "message"));
-        put_escaped(&o, msg ? msg : "");
+        html_put_escaped(&o, msg ? msg : "");
         json_t *at = json_object_get(er, "retry_at"); /* [process] retry_after */
         time_t when = (time_t)json_number_value(at);
         struct tm tm;
         char hms[16];
         if (at && when > time(NULL) && localtime_r(&when, &tm) &&
             strftime(hms, sizeof hms, "%H:%M:%S", &tm))
-            put(&o, " <i>(not tried again before %s)</i>", hms);
-        put(&o, "</li>");
+            html_put(&o, " <i>(not tried again before %s)</i>", hms);
+        html_put(&o, "</li>");
     }
-    put(&o, "</ul>\n<p><a href=\".roifs/status\">status (JSON)</a></p></body></html>\n");
+    html_put(&o, "</ul>\n<p><a href=\".roifs/status\">status (JSON)</a>%s</p></body></html>\n",
+             listings ? " <a href=\"?ls\">files</a>" : "");
     json_decref(doc);
     *len = o.len;
     return o.buf;

@@ -199,14 +199,18 @@ static enum MHD_Result answer_asked(struct sreq *q)
 
 /* ---- the tree ---- */
 
-/* Resolves url ("/a/b/c") in the tree: 0 and *n, or -ENOENT (-EISDIR: a directory's URL
- * with a trailing slash). A name found in a mirrored directory (ome = labels: the input's own
- * files) is held while the next one is looked up in it, and let go before this returns: for
+/* Resolves url ("/a/b/c", a directory's also "/a/b/") in the tree: 0 and *n, or -ENOENT. A
+ * name found in a mirrored directory (ome = labels: the input's own files) is held while the
+ * next one is looked up in it, and let go before this returns unless *n is a directory and
+ * hold is not NULL: then *hold is the inode the caller lets go (ns_forget), 0 when none. For
  * an input file, *path (malloc'd) is its path in the file system, which the node no longer
  * keeps then. */
-static int resolve(const struct ns *ns, const char *url, struct ns_node *n, char **path)
+static int resolve(const struct ns *ns, const char *url, struct ns_node *n, char **path,
+                   uint64_t *hold)
 {
     *path = NULL;
+    if (hold)
+        *hold = 0;
     if (url[0] != '/' || ns_get(ns, NS_INO_ROOT, n) < 0)
         return -ENOENT;
     uint64_t held = 0; /* a live node whose lookup this holds */
@@ -232,14 +236,16 @@ static int resolve(const struct ns *ns, const char *url, struct ns_node *n, char
         if (!end)
             break;
         p = end + 1;
-        if (!*p) { /* a trailing slash: only directories, which are not served */
-            r = n->kind == NS_DIR ? -EISDIR : -ENOENT;
+        if (!*p) { /* a trailing slash: only a directory's URL */
+            r = n->kind == NS_DIR ? 0 : -ENOENT;
             break;
         }
     }
     if (r == 0 && n->kind == NS_INPUT && n->text)
         *path = xstrdup(n->text);
-    if (held)
+    if (r == 0 && n->kind == NS_DIR && hold)
+        *hold = held; /* the caller's now */
+    else if (held)
         ns_forget(ns, held, 1);
     return r;
 }
@@ -286,18 +292,47 @@ static char *status_text(struct server *srv, size_t *len)
     return text;
 }
 
+static enum MHD_Result has_ls(void *cls, enum MHD_ValueKind kind, const char *key,
+                              const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strcmp(key, "ls") != 0)
+        return MHD_YES;
+    *(bool *)cls = true;
+    return MHD_NO;
+}
+
+/* True when the query names "ls" (`/?ls`: the root's listing, / being the status page). */
+static bool asks_listing(struct MHD_Connection *c)
+{
+    bool ls = false;
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, has_ls, &ls);
+    return ls;
+}
+
 static enum MHD_Result answer_node(struct sreq *q, const char *url)
 {
     struct server *srv = q->srv;
     struct MHD_Connection *c = q->conn;
     size_t len;
-    if (strcmp(url, PAGE_URL) == 0) {
-        char *page = serve_page(srv->set, &len);
+    bool listings = srv->o->listings;
+    if (strcmp(url, PAGE_URL) == 0 && !(listings && asks_listing(c))) {
+        char *page = serve_page(srv->set, listings, &len);
         return serve_buf(srv, c, page, len, "text/html; charset=utf-8");
     }
     char *path = NULL;
-    if (resolve(srv->ns, url, &q->node, &path) < 0 || q->node.kind == NS_DIR)
+    uint64_t hold;
+    if (resolve(srv->ns, url, &q->node, &path, listings ? &hold : NULL) < 0 ||
+        (q->node.kind == NS_DIR && !listings))
         return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+    if (q->node.kind == NS_DIR) { /* --listings */
+        enum MHD_Result r = url[strlen(url) - 1] == '/' ? serve_listing(srv, c, q->node.ino, url)
+                                                        : serve_redirect_dir(srv, c, url);
+        if (hold)
+            ns_forget(srv->ns, hold, 1);
+        return r;
+    }
     switch (q->node.kind) {
     case NS_META: {
         char *copy = xmalloc(q->node.len + 1);

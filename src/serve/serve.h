@@ -16,6 +16,7 @@ struct serve_opts {
     const char *cors;               /* comma list of origins, "*", or NULL */
     const char *tls_cert, *tls_key; /* PEM texts for HTTPS, or NULL */
     int threads;                    /* server threads (at least 1) */
+    bool listings;                  /* directories' URLs answer an HTML listing (listing.c) */
 };
 
 /* Parses "ADDR:PORT" ("[V6]:PORT" for IPv6; ADDR may be a dotted IPv4 or an IPv6 address)
@@ -29,7 +30,8 @@ int serve_run(struct arrayset *s, const struct serve_opts *o, struct errbuf *err
 /* ---- page.c: the status page ---- */
 
 /* The HTML page of `/` for a started set: counts, rate, recent errors and the chunk grid of
- * array 0 coloured by state, refreshed by the browser every few seconds (no script). */
-char *serve_page(struct arrayset *s, size_t *len);
+ * array 0 coloured by state, refreshed by the browser every few seconds (no script); with
+ * listings, a link to the root's listing (`/?ls`). */
+char *serve_page(struct arrayset *s, bool listings, size_t *len);
 
 #endif

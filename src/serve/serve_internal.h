@@ -66,4 +66,14 @@ enum MHD_Result serve_fd(struct server *srv, struct MHD_Connection *c, int fd, c
 enum MHD_Result serve_buf(struct server *srv, struct MHD_Connection *c, char *buf, size_t size,
                           const char *type);
 
+/* ---- listing.c (--listings) ---- */
+
+/* Answers the HTML listing of directory dir of the tree (held by the caller when it is a name
+ * found in a mirrored directory), whose URL is url ("/", or ending in '/'). */
+enum MHD_Result serve_listing(struct server *srv, struct MHD_Connection *c, uint64_t dir,
+                              const char *url);
+/* A directory's URL without its trailing slash: 301 to the URL with it, so that the relative
+ * links of its listing resolve. */
+enum MHD_Result serve_redirect_dir(struct server *srv, struct MHD_Connection *c, const char *url);
+
 #endif

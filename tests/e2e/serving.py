@@ -2,15 +2,17 @@
 SIGTERM at the end (exit status 0 required), under the test's watchdog; and HTTP helpers."""
 import contextlib
 import http.client
+import json
 import os
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import time
 from pathlib import Path
 
-from conftest import watched
+from conftest import wait_for, watched
 
 
 class Served:
@@ -76,3 +78,30 @@ def served(roifs_bin, config, args=(), ready_timeout=30, checked=True):
                 raise AssertionError("roifs serve did not stop within 15 s of SIGTERM")
     if checked:
         assert rc == 0, f"roifs serve exited {rc}: {log.read_text()[-2000:]}"
+
+
+def http_status(s):
+    """The status document's "http" section (requests, waiting, gone, held)."""
+    return json.loads(s.request("/.roifs/status", timeout=5)[2])["http"]
+
+
+def wait_then_hang_up(s, paths, started, timeout):
+    """GET of each of paths on a connection of its own, each in turn until the server holds it
+    waiting (`http.waiting` counts it) and started() is true (within timeout seconds); the
+    engines must then owe an answer to every one (`http.held`). Then every client hangs up,
+    and this waits (10 s at most) until the server has let them all go (`http.waiting` 0).
+    Returns the "http" section then."""
+    socks = []
+    try:
+        for path in paths:
+            c = socket.create_connection((s.host, s.port), timeout=5)
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            socks.append(c)
+            wait_for(lambda: http_status(s)["waiting"] == len(socks) and started(), timeout,
+                     "the requests to wait")
+        assert http_status(s)["held"] == len(paths)
+    finally:
+        for c in socks:
+            c.close()
+    wait_for(lambda: http_status(s)["waiting"] == 0, 10, "the server to let the clients go")
+    return http_status(s)

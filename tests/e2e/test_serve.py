@@ -1,14 +1,17 @@
 """roifs serve (docs/serve.md): the tree a mount presents, over HTTP. Zarr over HTTP reads the
-same array; ranges, ETag/304, 404 for chunks no ROI touches and for directories, 500 with the
-reason for a failed ROI, CORS, the bearer token, TLS; a slow ROI holds no server thread; the
-status page; SIGINT and SIGTERM stop it with exit status 0."""
+same array; ranges, ETag/304, 404 for chunks no ROI touches and for directories (HTML listings
+with --listings), 500 with the reason for a failed ROI, CORS, the bearer token, TLS; a slow ROI
+holds no server thread; the status page; SIGINT and SIGTERM stop it with exit status 0."""
+import html
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import fsspec
@@ -17,7 +20,7 @@ import pytest
 import zarr
 
 from conftest import PY, make_task, mounted, run_roifs
-from serving import served
+from serving import http_status, served, wait_then_hang_up
 
 # Multiplies <i4 input by 10. ROI 0 sleeps while the file `slow` exists (the seconds it
 # holds, 20 when empty); ROI 1 fails while
@@ -255,10 +258,6 @@ def test_tls_and_sigint(tmp_path, roifs_bin):
         assert s.proc.wait(15) == 0
 
 
-def http_status(s):
-    return json.loads(s.request("/.roifs/status", timeout=5)[2])["http"]
-
-
 @pytest.mark.timeout(60)
 def test_a_client_that_goes_away_is_let_go(tmp_path, roifs_bin):
     """A client that hangs up while its chunk computes is noticed and its connection closed at
@@ -303,23 +302,7 @@ def test_a_client_that_goes_away_cancels_its_interest(tmp_path, roifs_bin):
     task.config.write_text(text)
     (tmp_path / "slow").write_text("8")  # the margin for the hang-ups to be seen before it ends
     with served(roifs_bin, task.config) as s:
-        socks = []
-        for path in ("/0.0", "/1.1"):
-            c = socket.create_connection((s.host, s.port), timeout=5)
-            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            socks.append(c)
-            deadline = time.monotonic() + 10
-            while http_status(s)["waiting"] != len(socks) or calls(tmp_path) != ["0"]:
-                assert time.monotonic() < deadline, "the requests never waited"
-                time.sleep(0.05)
-        assert http_status(s)["held"] == 2
-        for c in socks:
-            c.close()
-        deadline = time.monotonic() + 10
-        while http_status(s)["waiting"] != 0:
-            assert time.monotonic() < deadline, "the server did not let the clients go"
-            time.sleep(0.05)
-        h = http_status(s)
+        h = wait_then_hang_up(s, ("/0.0", "/1.1"), lambda: calls(tmp_path) == ["0"], 10)
         assert h["gone"] == 2 and h["held"] == 0, h
         st, _, body = s.request("/2.2", timeout=40)
         assert st == 200
@@ -391,3 +374,137 @@ def test_a_failed_label_image_fails_its_table_with_the_reason(tmp_path, roifs_bi
         st, _, body = s.request("/tables/seg_table/.zattrs", timeout=20)
         assert st == 500 and b"ROI 0 failed" in body and b"nope" in body, body
         assert s.request("/.zattrs")[0] == 200  # the input's own files still served
+
+
+# ---- --listings: directories as HTML listings (docs/serve.md, Directory listings) ----
+
+LINK = re.compile(r'<a href="([^"]*)">')
+
+
+def listing(s, url, headers=None):
+    """The links of the listing at url but its parent's ("../"), as given (percent-encoded)."""
+    st, h, body = s.request(url, headers=headers)
+    assert st == 200 and h["content-type"].startswith("text/html"), (url, st, body[:300])
+    return [html.unescape(a) for a in LINK.findall(body.decode()) if not a.startswith("../")]
+
+
+def walk_listings(s):
+    """(files, directories) the listings from the root's (/?ls) on link to, relative and
+    sorted, and {file: its URL} following the links."""
+    files, dirs, urls = [], [], {}
+
+    def go(base, rel):
+        for href in listing(s, base + ("?ls" if base == "/" else "")):
+            name = urllib.parse.unquote(href)
+            if name.endswith("/"):
+                dirs.append(rel + name[:-1])
+                go(base + href, rel + name)
+            else:
+                files.append(rel + name)
+                urls[rel + name] = base + href
+
+    go("/", "")
+    return sorted(files), sorted(dirs), urls
+
+
+def listed_size(s, url):
+    """The size the listing of url's directory gives url's file ('-': not known)."""
+    base, href = url.rsplit("/", 1)
+    st, _, body = s.request(base + "/" + ("?ls" if not base else ""))
+    m = re.search(r'<a href="' + re.escape(href) + r'">[^<]*</a> +(\S+)\n', body.decode())
+    assert st == 200 and m, (url, body[:500])
+    return m.group(1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["pyramid", "overlay"])
+def test_listings_name_what_a_mount_lists(tmp_path, roifs_bin, kind):
+    """--listings: every directory's listing names exactly what the mount's directory holds
+    (the root's at /?ls, / being the status page), with relative links that serve the mount's
+    bytes, sizes only where known without computing (a compressed chunk's once computed, an
+    uncompressed one's at once), names escaped
+    (an input file named `a<b&c d.txt`); listing the whole tree computes nothing (calls 0,
+    chunks cached 0); a directory's URL without its slash is 301 to it."""
+    if kind == "pyramid":
+        data = np.arange(40 * 36, dtype="<u2").reshape(40, 36)
+        rois = [((y, y + 10), (x, x + 12)) for y in range(0, 40, 10) for x in range(0, 36, 12)]
+        task = make_task(tmp_path, data, (8, 8), rois=rois,
+                         process={"builtin": "add", "param.value": 1},
+                         output={"ome": "true", "levels": 3, "compressor": "blosc"})
+        config, chunk = task.config, "/0/1.1"
+    else:
+        from test_overlay import make_image, overlay_config
+        img, _ = make_image(tmp_path, "0.4")
+        (img / "a<b&c d.txt").write_text("odd name\n")  # the input's files are presented
+        config, chunk = overlay_config(tmp_path, img, table="seg_table"), "/labels/seg/0/1.1"
+    with served(roifs_bin, config, ["--listings"]) as s:
+        files, dirs, urls = walk_listings(s)
+        doc = json.loads(s.request("/.roifs/status")[2])
+        assert doc["calls"] == 0 and doc["chunks"]["cached"] == 0, doc  # nothing computed
+        st, h, _ = s.request("/" + dirs[0])
+        assert st == 301 and h["location"] == "/" + urllib.parse.quote(dirs[0]) + "/"
+        assert b"files</a>" in s.request("/")[2]  # the status page links to /?ls
+        if kind == "overlay":
+            root = s.request("/?ls")[2].decode()
+            assert ('<a href="a%3Cb%26c%20d.txt">a&lt;b&amp;c d.txt</a>' in root
+                    and "a<b" not in root), root
+            assert s.request(urls["a<b&c d.txt"])[2] == b"odd name\n"
+        # not computed: compressed, its size is not known; uncompressed 20 x 16 <u4, it is
+        assert listed_size(s, chunk) == ("-" if kind == "pyramid" else str(20 * 16 * 4))
+        assert listed_size(s, urls[".zattrs"]) == str(len(s.request(urls[".zattrs"])[2]))
+        st, _, body = s.request(chunk)
+        assert st == 200 and listed_size(s, chunk) == str(len(body))
+        with mounted(roifs_bin, config) as m:
+            assert (files, dirs) == tree_of(m.path)
+            assert chunk[1:] in files and ".roifs/status" in files
+            for rel in (chunk[1:], ".zattrs", files[-1]):
+                assert s.request(urls[rel])[2] == (m.path / rel).read_bytes(), rel
+
+
+@pytest.mark.timeout(60)
+def test_listings_off_and_the_token(tmp_path, roifs_bin):
+    """Without --listings a directory's URL is 404 and /?ls the status page; with it, a
+    listing needs the bearer token as a file does and carries the CORS header."""
+    task, want = job(tmp_path)
+    with served(roifs_bin, task.config) as s:
+        for path in ("/.roifs", "/.roifs/"):
+            assert s.request(path)[0] == 404, path
+        st, _, page = s.request("/?ls")
+        assert st == 200 and b'id="n-done"' in page and b"files</a>" not in page
+    tok = tmp_path / "token"
+    tok.write_text("s3cret-token\n")
+    os.chmod(tok, 0o600)
+    args = ["--listings", "--token-file", tok, "--cors", "http://localhost:3000"]
+    with served(roifs_bin, task.config, args) as s:
+        ok = {"Authorization": "Bearer s3cret-token"}
+        for path in ("/?ls", "/.roifs/", "/.roifs"):
+            assert s.request(path)[0] == 401, path
+            assert s.request(path, headers={"Authorization": "Bearer wrong"})[0] == 401, path
+        assert s.request("/.roifs", headers=ok)[0] == 301
+        assert listing(s, "/.roifs/", headers=ok) == ["status"]
+        names = listing(s, "/?ls", headers=ok)
+        chunks = [f"{i // 4}.{i % 4}" for i in range(12)]  # not 3.x: no ROI touches them
+        assert sorted(names) == sorted([".zarray", ".zattrs", ".roifs/"] + chunks), names
+        st, h, _ = s.request("/?ls", headers={**ok, "Origin": "http://localhost:3000"})
+        assert st == 200 and h["access-control-allow-origin"] == "http://localhost:3000"
+        assert json.loads(s.request("/.roifs/status", headers=ok)[2])["calls"] == 0
+
+
+@pytest.mark.timeout(90)
+def test_listings_of_a_plate(tmp_path, roifs_bin):
+    """A served plate's listings name what a plate mount lists (every well and image, each
+    image's labels and tables), computing nothing; a linked chunk serves the mount's bytes."""
+    from test_plate import make_plate
+    from test_serve_plate import config_of
+    plate, _ = make_plate(tmp_path, "0.4", "fractal")
+    rois = {"grid": "20,16"}
+    mounts, served_cfg = config_of(tmp_path, "m", plate, rois), config_of(tmp_path, "s", plate, rois)
+    with served(roifs_bin, served_cfg, ["--listings"]) as s:
+        files, dirs, urls = walk_listings(s)
+        assert "B/03/1/labels/seg/0/1.1" in files and "C/05/0/tables/seg_table" in dirs
+        doc = json.loads(s.request("/.roifs/status")[2])
+        assert doc["calls"] == 0 and doc["rois"]["done"] == 0, doc
+        with mounted(roifs_bin, mounts) as m:
+            assert (files, dirs) == tree_of(m.path)
+            for rel in ("B/03/1/labels/seg/0/1.1", "C/05/.zattrs"):
+                assert s.request(urls[rel])[2] == (m.path / rel).read_bytes(), rel

@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 from conftest import mounted, write_config
-from serving import served
+from serving import served, wait_then_hang_up
 from test_overlay import THRESHOLD, files_of
 from test_plate import LAYOUTS, make_plate, validate, without_provenance
 
@@ -154,9 +154,6 @@ def test_a_client_that_goes_away_cancels_its_interest_in_a_plate(tmp_path, roifs
     runs for 8 s, a client asks for chunk 1.1 (ROI 4) behind it, both hang up: nothing is
     held any more, ROI 4 is never computed, chunk 2.2 (ROI 8) comes right after ROI 0, and the
     image is let go: reading another image with images_open = 1 closes it."""
-    import socket
-    import time
-    from test_serve import http_status
     plate, _ = make_plate(tmp_path, "0.4", "fractal")
     (tmp_path / "slow.py").write_text(SLOW_LABELS)
     (tmp_path / "slow").touch()
@@ -171,23 +168,8 @@ def test_a_client_that_goes_away_cancels_its_interest_in_a_plate(tmp_path, roifs
         return p.read_text().split() if p.exists() else []
 
     with served(roifs_bin, cfg) as s:
-        socks = []
-        for c in ("0.0", "1.1"):
-            sock = socket.create_connection((s.host, s.port), timeout=5)
-            sock.sendall(f"GET /B/03/0/labels/seg/0/{c} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            socks.append(sock)
-            deadline = time.monotonic() + 20
-            while http_status(s)["waiting"] != len(socks) or calls() != ["0"]:
-                assert time.monotonic() < deadline, "the requests never waited"
-                time.sleep(0.05)
-        assert http_status(s)["held"] == 2
-        for sock in socks:
-            sock.close()
-        deadline = time.monotonic() + 10
-        while http_status(s)["waiting"] != 0:
-            assert time.monotonic() < deadline, "the server did not let the clients go"
-            time.sleep(0.05)
-        h = http_status(s)
+        paths = [f"/B/03/0/labels/seg/0/{c}" for c in ("0.0", "1.1")]
+        h = wait_then_hang_up(s, paths, lambda: calls() == ["0"], 20)
         assert h["gone"] == 2 and h["held"] == 0, h
         assert s.request("/B/03/0/labels/seg/0/2.2", timeout=60)[0] == 200
         assert calls() == ["0", "8"]
