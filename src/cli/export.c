@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../export/export.h"
@@ -37,7 +38,8 @@ static int export_into(struct task *t, const struct cli_args *o)
     struct export_into in = {.image = o->into,
                              .overwrite = o->overwrite,
                              .label = t->cfg.label_name,
-                             .table = t->cfg.table_name};
+                             .table = t->cfg.table_name,
+                             .mask = t->cfg.mask_table_name};
     struct errbuf err = {{0}};
     struct export x;
     export_init(&x, NULL, run_message);
@@ -52,19 +54,29 @@ static int export_into(struct task *t, const struct cli_args *o)
     if (r == 0 && (r = export_into_finish(&in, s, &x, &err)) < 0)
         r = failed(r, &err);
     if (r == 0)
-        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s written\n", in.image, in.label,
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s%s%s written\n", in.image, in.label,
                 in.table_only ? " (the image's own, kept)" : "", in.table ? " and tables/" : "",
-                in.table ? in.table : "");
+                in.table ? in.table : "", in.mask ? ", tables/" : "", in.mask ? in.mask : "");
     export_close(&x);
     export_into_end(&in, r != 0);
     arrayset_close(s);
     return r;
 }
 
+/* Whether the paths a and b name one directory. */
+static bool same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && S_ISDIR(sa.st_mode) &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* export --into PLATE of a plate (docs/plates.md): every selected image's additions staged
- * (its label image's chunks run image after image), then the tables (each image's, then the
- * plate's), then, only when all of them are complete, renamed into place, the plate's table
- * last. A failure leaves no image with any of them. */
+ * (its label image's chunks run image after image), then the tables (each image's, with
+ * [measure] and [output] table_name its masking table too, then the plate's), then, only when
+ * all of them are complete, renamed into place, the plate's table last. A failure leaves no
+ * image with any of them. [measure] labels = NAME: each image's labels/NAME is its own, so
+ * PLATE must be the input plate itself and only the tables are written (docs/measurements.md). */
 static int export_into_plate(struct task *t, const struct cli_args *o)
 {
     const struct plate *p = t->plate;
@@ -73,11 +85,12 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
                 t->cfg.path);
         return EXIT_USAGE;
     }
-    if (t->cfg.mask_table_name || t->cfg.measure_labels) {
-        fprintf(
-            stderr,
-            "roifs: %s: export --into a plate with [measure] is not done yet (docs/plates.md)\n",
-            t->cfg.path);
+    bool own = t->cfg.measure_labels != NULL; /* every image's label image is its own */
+    if (own && !same_dir(o->into, p->dir)) {
+        fprintf(stderr,
+                "roifs: %s: [measure] labels = %s: export --into writes the feature tables into "
+                "the plate whose images' label images are measured (%s), not into %s\n",
+                t->cfg.path, t->cfg.measure_labels, p->dir, o->into);
         return EXIT_USAGE;
     }
     size_t n = p->n + 1; /* the images, then the plate (its table) */
@@ -94,7 +107,8 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
             .overwrite = o->overwrite,
             .label = t->cfg.label_name,
             .table = t->cfg.table_name,
-            .table_only = plate};
+            .mask = plate ? NULL : t->cfg.mask_table_name, /* the plate has one table */
+            .table_only = plate || own};
         if (k < p->n)
             export_init(&xs[k], NULL, run_message);
         if (r == 0 && !(plate && !in[k].table))
@@ -107,7 +121,7 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
             r = export_into_begin_at(&in[k], s, k < p->n ? p->images[k].path_in_plate : "",
                                      k < p->n ? &xs[k] : NULL, &err);
     r = r < 0 ? failed(r, &err) : 0;
-    for (size_t k = 0; r == 0 && k < p->n; k++) {
+    for (size_t k = 0; r == 0 && k < p->n && !own; k++) {
         fprintf(stderr, "roifs: export: %s\n", in[k].image);
         if ((r = run_export(&xs[k], s)) == 0 && (r = export_write_metadata(&xs[k], &err)) < 0)
             r = failed(r, &err);
@@ -125,10 +139,11 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
         if (!(k == p->n && !in[k].table) && (r = export_into_place(&in[k], &err)) < 0)
             r = failed(r, &err);
     if (r == 0)
-        fprintf(stderr, "roifs: export: %s: labels/%s%s%s of %zu images%s%s written\n", o->into,
-                t->cfg.label_name, in[0].table ? " and tables/" : "",
-                in[0].table ? in[0].table : "", p->n, in[0].table ? ", the plate's tables/" : "",
-                in[0].table ? in[0].table : "");
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s%s%s of %zu images%s%s written\n",
+                o->into, t->cfg.label_name, own ? " (the images' own, kept)" : "",
+                in[0].table ? " and tables/" : "", in[0].table ? in[0].table : "",
+                in[0].mask ? ", tables/" : "", in[0].mask ? in[0].mask : "", p->n,
+                in[0].table ? ", the plate's tables/" : "", in[0].table ? in[0].table : "");
     for (size_t k = 0; k < n; k++) {
         if (k < p->n)
             export_close(&xs[k]);
