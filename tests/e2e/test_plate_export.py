@@ -146,7 +146,8 @@ def test_export_into_plate_of_measured_labels(tmp_path, roifs_bin, version, fmt,
     labels/seg, tables/feat (and tables/seg_table) and the plate's tables/feat as the mount
     presents them, the lists naming them as the mount's do, valid against the schemas; a
     second export refuses the taken names with nothing written, --overwrite writes them
-    again. On main the masking table's form was refused (exit 2)."""
+    again; --wells B/03 into another copy writes those images' and the plate's table of their
+    rows. On main the masking table's form was refused (exit 2)."""
     plate, images = make_plate(tmp_path, version, "fractal", channels=2)
     dest = tmp_path / "dest.zarr"
     shutil.copytree(plate, dest)
@@ -190,6 +191,27 @@ def test_export_into_plate_of_measured_labels(tmp_path, roifs_bin, version, fmt,
     r = run_roifs(roifs_bin, "export", "--into", dest, "--overwrite", config, timeout=60)
     assert r.returncode == 0, r.stderr
     assert sorted(snapshot(dest)) == sorted(before)
+    # --wells B/03 into another copy: its two images' additions, the plate's table of their rows
+    narrow = tmp_path / "narrow.zarr"
+    shutil.copytree(plate, narrow)
+    r = run_roifs(roifs_bin, "export", "--wells", "B/03", "--into", narrow, config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for p in images:
+        for n in ["labels/seg"] + [f"tables/{n}" for n in names]:
+            assert (narrow / p / n).is_dir() == p.startswith("B/03"), (p, n)
+    got, want = rows_of(narrow / "tables/feat", fmt), rows_of(dest / "tables/feat", fmt)
+    want = want[want.index.str.startswith("B/03/")]
+    assert len(want) and len(want) < len(rows_of(dest / "tables/feat", fmt))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-12)
+
+
+def rows_of(table, fmt):
+    """A plate's feature table as a frame indexed by PATH_IN_PLATE:LABEL."""
+    if fmt == "csv":
+        text = ["index", "row", "column", "path_in_well", "path_in_plate", "acquisition_id"]
+        return pd.read_csv(table / "table.csv", dtype={k: str for k in text}).set_index("index")
+    a = anndata.read_zarr(str(table))
+    return pd.concat([a.obs, pd.DataFrame(a.X, index=a.obs_names, columns=a.var_names)], axis=1)
 
 
 def add_cells(img):
