@@ -267,3 +267,22 @@ def test_export_into_plate_of_its_own_label_images(tmp_path, roifs_bin):
     r = run_roifs(roifs_bin, "export", "--into", plate, config, timeout=60)
     assert r.returncode == 2 and "already has a table 'feat'" in r.stderr, r.stderr
     assert snapshot(plate) == before
+
+
+@pytest.mark.timeout(120)
+def test_export_into_plate_of_measured_labels_failing_image(tmp_path, roifs_bin):
+    """[measure] with the masking table beside the feature table, one image's input chunk
+    corrupt: the export fails (exit 1, the image named) and the plate is byte for byte as it
+    was, no hidden directory left (every image's three staged groups removed)."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal", channels=2)
+    bad = images["C/05/0"] / "0"
+    chunk = next(f for f in sorted(bad.iterdir()) if not f.name.startswith("."))
+    chunk.write_bytes(b"xyz")
+    config = measure_config(tmp_path / "p.ini", plate, tmp_path / "cache", "anndata")
+    config.write_text(config.read_text().replace("label_name = seg",
+                                                  "label_name = seg\ntable_name = seg_table"))
+    before = snapshot(plate)
+    r = run_roifs(roifs_bin, "export", "--into", plate, config, timeout=90)
+    assert r.returncode == 1 and "C/05/0" in r.stderr, r.stderr
+    assert snapshot(plate) == before
+    assert not list(plate.rglob(".roifs-*")), list(plate.rglob(".roifs-*"))
