@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../export/export.h"
@@ -63,14 +62,6 @@ static int export_into(struct task *t, const struct cli_args *o)
     return r;
 }
 
-/* Whether the paths a and b name one directory. */
-static bool same_dir(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && S_ISDIR(sa.st_mode) &&
-           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* export --into PLATE of a plate (docs/plates.md): every selected image's additions staged
  * (its label image's chunks run image after image), then the tables (each image's, with
  * [measure] and [output] table_name its masking table too, then the plate's), then, only when
@@ -85,18 +76,13 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
                 t->cfg.path);
         return EXIT_USAGE;
     }
+    struct errbuf err = {{0}};
     bool own = t->cfg.measure_labels != NULL; /* every image's label image is its own */
-    if (own && !same_dir(o->into, p->dir)) {
-        fprintf(stderr,
-                "roifs: %s: [measure] labels = %s: export --into writes the feature tables into "
-                "the plate whose images' label images are measured (%s), not into %s\n",
-                t->cfg.path, t->cfg.measure_labels, p->dir, o->into);
-        return EXIT_USAGE;
-    }
+    if (own && export_into_check_own(o->into, t, &err) < 0)
+        return failed(-EINVAL, &err);
     size_t n = p->n + 1; /* the images, then the plate (its table) */
     struct export_into *in = xcalloc(n, sizeof *in);
     struct export *xs = xcalloc(p->n, sizeof *xs);
-    struct errbuf err = {{0}};
     struct arrayset *s = NULL;
     struct arrayset_opts ao = {.threads = o->threads, .overlay_overwrite = o->overwrite};
     int r = 0;

@@ -186,6 +186,18 @@ static bool same_dir(const char *a, const char *b)
            sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+int export_into_check_own(const char *into, const struct task *t, struct errbuf *err)
+{
+    const char *input = t->plate ? t->plate->dir : t->ome.group_path;
+    if (same_dir(into, input))
+        return 0;
+    return err_set(err, -EINVAL,
+                   "%s: [measure] labels = %s: export --into writes the feature table into the %s "
+                   "whose label image%s measured (%s), not into %s",
+                   t->cfg.path, t->cfg.measure_labels, t->plate ? "plate" : "image",
+                   t->plate ? "s are" : " is", input ? input : "its input", into);
+}
+
 /* Unless in->overwrite, -EINVAL (err set) when in->image has a label or table of in's names
  * (labels/NAME only when it is written: not with in->table_only). */
 static int check_names_free(const struct export_into *in, struct errbuf *err)
@@ -221,13 +233,10 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
     if (!t->cfg.ome_labels)
         return err_set(err, -EINVAL, "%s: export --into needs [output] ome = labels", t->cfg.path);
     if (t->cfg.measure_labels) { /* the input image's own label image (measurements.md) */
-        in->table_only = same_dir(in->image, t->ome.group_path);
-        if (!in->table_only)
-            return err_set(err, -EINVAL,
-                           "%s: [measure] labels = %s: export --into writes the feature table "
-                           "into the image whose label image is measured (%s), not into %s",
-                           t->cfg.path, t->cfg.measure_labels,
-                           t->ome.group_path ? t->ome.group_path : "its input", in->image);
+        int r = export_into_check_own(in->image, t, err);
+        if (r < 0)
+            return r;
+        in->table_only = true;
     }
     if (ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
         return err_set(err, -EINVAL, "--into: %s", e.msg);

@@ -27,6 +27,10 @@ struct export_into {
  * in->mask (unless in->overwrite), and t an ome = labels configuration. 0 or -EINVAL (err
  * set). */
 int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err);
+/* [measure] labels = NAME (docs/measurements.md): the label images measured are the input's
+ * own, so into (IMAGE, or PLATE of a plate) must be the input image (or plate) itself: 0, or
+ * -EINVAL (err set) when it is another directory (a copy too). */
+int export_into_check_own(const char *into, const struct task *t, struct errbuf *err);
 /* Makes the temporary directories and lists the label image of s into x (made here, writing
  * into the label's temporary directory): the caller then runs x's chunks (none when
  * in->table_only). */
