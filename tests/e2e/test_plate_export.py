@@ -144,10 +144,11 @@ def test_export_into_plate_of_measured_labels(tmp_path, roifs_bin, version, fmt,
     """[measure] of the computed labels (with mask, [output] table_name = seg_table too: the
     masking table beside the feature table): into a copy of the plate, every image's
     labels/seg, tables/feat (and tables/seg_table) and the plate's tables/feat as the mount
-    presents them, the lists naming them as the mount's do, valid against the schemas; a
-    second export refuses the taken names with nothing written, --overwrite writes them
-    again; --wells B/03 into another copy writes those images' and the plate's table of their
-    rows. On main the masking table's form was refused (exit 2)."""
+    presents them, the lists naming them as the mount's do, valid against the schemas; the
+    masking table's name taken in one image, and a second export, refused with nothing
+    written, --overwrite writes them again; --wells B/03 into another copy writes those
+    images' and the plate's table of their rows. On main the masking table's form was refused
+    (exit 2)."""
     plate, images = make_plate(tmp_path, version, "fractal", channels=2)
     dest = tmp_path / "dest.zarr"
     shutil.copytree(plate, dest)
@@ -156,6 +157,13 @@ def test_export_into_plate_of_measured_labels(tmp_path, roifs_bin, version, fmt,
         config.write_text(config.read_text().replace("label_name = seg",
                                                       "label_name = seg\ntable_name = seg_table"))
     names = ["feat", "seg_table"] if mask else ["feat"]
+    if mask:  # one image has a masking table of that name: refused, nothing written
+        (dest / "C/05/0/tables/seg_table").mkdir()
+        kept = snapshot(dest)
+        r = run_roifs(roifs_bin, "export", "--into", dest, config, timeout=60)
+        assert r.returncode == 2 and "already has a table 'seg_table'" in r.stderr, r.stderr
+        assert snapshot(dest) == kept and not list(dest.rglob(".roifs-*"))
+        (dest / "C/05/0/tables/seg_table").rmdir()
     r = run_roifs(roifs_bin, "export", "-j", "2", "--into", dest, config, timeout=100)
     assert r.returncode == 0, r.stderr
     with mounted(roifs_bin, config) as m:
