@@ -37,7 +37,8 @@ static int export_into(struct task *t, const struct cli_args *o)
     struct export_into in = {.image = o->into,
                              .overwrite = o->overwrite,
                              .label = t->cfg.label_name,
-                             .table = t->cfg.table_name};
+                             .table = t->cfg.table_name,
+                             .mask = t->cfg.mask_table_name};
     struct errbuf err = {{0}};
     struct export x;
     export_init(&x, NULL, run_message);
@@ -52,9 +53,9 @@ static int export_into(struct task *t, const struct cli_args *o)
     if (r == 0 && (r = export_into_finish(&in, s, &x, &err)) < 0)
         r = failed(r, &err);
     if (r == 0)
-        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s written\n", in.image, in.label,
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s%s%s written\n", in.image, in.label,
                 in.table_only ? " (the image's own, kept)" : "", in.table ? " and tables/" : "",
-                in.table ? in.table : "");
+                in.table ? in.table : "", in.mask ? ", tables/" : "", in.mask ? in.mask : "");
     export_close(&x);
     export_into_end(&in, r != 0);
     arrayset_close(s);
@@ -62,9 +63,11 @@ static int export_into(struct task *t, const struct cli_args *o)
 }
 
 /* export --into PLATE of a plate (docs/plates.md): every selected image's additions staged
- * (its label image's chunks run image after image), then the tables (each image's, then the
- * plate's), then, only when all of them are complete, renamed into place, the plate's table
- * last. A failure leaves no image with any of them. */
+ * (its label image's chunks run image after image), then the tables (each image's, with
+ * [measure] and [output] table_name its masking table too, then the plate's), then, only when
+ * all of them are complete, renamed into place, the plate's table last. A failure leaves no
+ * image with any of them. [measure] labels = NAME: each image's labels/NAME is its own, so
+ * PLATE must be the input plate itself and only the tables are written (docs/measurements.md). */
 static int export_into_plate(struct task *t, const struct cli_args *o)
 {
     const struct plate *p = t->plate;
@@ -73,17 +76,13 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
                 t->cfg.path);
         return EXIT_USAGE;
     }
-    if (t->cfg.mask_table_name || t->cfg.measure_labels) {
-        fprintf(
-            stderr,
-            "roifs: %s: export --into a plate with [measure] is not done yet (docs/plates.md)\n",
-            t->cfg.path);
-        return EXIT_USAGE;
-    }
+    struct errbuf err = {{0}};
+    bool own = t->cfg.measure_labels != NULL; /* every image's label image is its own */
+    if (own && export_into_check_own(o->into, t, &err) < 0)
+        return failed(-EINVAL, &err);
     size_t n = p->n + 1; /* the images, then the plate (its table) */
     struct export_into *in = xcalloc(n, sizeof *in);
     struct export *xs = xcalloc(p->n, sizeof *xs);
-    struct errbuf err = {{0}};
     struct arrayset *s = NULL;
     struct arrayset_opts ao = {.threads = o->threads, .overlay_overwrite = o->overwrite};
     int r = 0;
@@ -94,7 +93,8 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
             .overwrite = o->overwrite,
             .label = t->cfg.label_name,
             .table = t->cfg.table_name,
-            .table_only = plate};
+            .mask = plate ? NULL : t->cfg.mask_table_name, /* the plate has one table */
+            .table_only = plate || own};
         if (k < p->n)
             export_init(&xs[k], NULL, run_message);
         if (r == 0 && !(plate && !in[k].table))
@@ -107,7 +107,7 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
             r = export_into_begin_at(&in[k], s, k < p->n ? p->images[k].path_in_plate : "",
                                      k < p->n ? &xs[k] : NULL, &err);
     r = r < 0 ? failed(r, &err) : 0;
-    for (size_t k = 0; r == 0 && k < p->n; k++) {
+    for (size_t k = 0; r == 0 && k < p->n && !own; k++) {
         fprintf(stderr, "roifs: export: %s\n", in[k].image);
         if ((r = run_export(&xs[k], s)) == 0 && (r = export_write_metadata(&xs[k], &err)) < 0)
             r = failed(r, &err);
@@ -125,10 +125,11 @@ static int export_into_plate(struct task *t, const struct cli_args *o)
         if (!(k == p->n && !in[k].table) && (r = export_into_place(&in[k], &err)) < 0)
             r = failed(r, &err);
     if (r == 0)
-        fprintf(stderr, "roifs: export: %s: labels/%s%s%s of %zu images%s%s written\n", o->into,
-                t->cfg.label_name, in[0].table ? " and tables/" : "",
-                in[0].table ? in[0].table : "", p->n, in[0].table ? ", the plate's tables/" : "",
-                in[0].table ? in[0].table : "");
+        fprintf(stderr, "roifs: export: %s: labels/%s%s%s%s%s%s of %zu images%s%s written\n",
+                o->into, t->cfg.label_name, own ? " (the images' own, kept)" : "",
+                in[0].table ? " and tables/" : "", in[0].table ? in[0].table : "",
+                in[0].mask ? ", tables/" : "", in[0].mask ? in[0].mask : "", p->n,
+                in[0].table ? ", the plate's tables/" : "", in[0].table ? in[0].table : "");
     for (size_t k = 0; k < n; k++) {
         if (k < p->n)
             export_close(&xs[k]);

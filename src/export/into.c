@@ -85,8 +85,8 @@ static void table_done(void *ctx, int err)
     pthread_mutex_unlock(&st->m);
 }
 
-/* The masking table, computed with the engines started again (every chunk is cached now),
- * written into its temporary directory. */
+/* The table (and the masking table), computed with the engines started again (every chunk is
+ * cached now), each file written into its table's temporary directory. */
 static int into_table(struct export_into *in, struct arrayset *s, struct errbuf *err)
 {
     struct errbuf e = {{0}};
@@ -102,26 +102,35 @@ static int into_table(struct export_into *in, struct arrayset *s, struct errbuf 
         pthread_cond_wait(&st.cv, &st.m);
     pthread_mutex_unlock(&st.m);
     int r = st.err;
-    struct export x;
-    export_init(&x, in->dirs[1][1], NULL);
-    x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct export x[2]; /* the table's, the masking table's */
+    for (int w = 0; w < 2; w++) {
+        export_init(&x[w], in->dirs[1 + w][1], NULL);
+        x[w].destfd = x[w].dest ? open(x[w].dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    }
     for (size_t i = 0; r == 0 && i < otable_nfiles(t); i++) {
         const struct table_file *f = otable_file(t, i);
         if (!f)
             continue; /* an empty table has no chunk */
-        char *p = path_join(x.dest, f->path), *slash = strrchr(p, '/');
+        const char *name = otable_table_name(t, i);
+        struct export *to = &x[in->mask && strcmp(name, in->mask) == 0];
+        if (!to->dest) {
+            r = -EIO;
+            break;
+        }
+        char *p = path_join(to->dest, f->path), *slash = strrchr(p, '/');
         *slash = '\0';
         r = mkdir_p(p, 0777);
         free(p);
         if (r == 0)
-            r = export_write_file(&x, f->path, f->data, f->len, &e);
+            r = export_write_file(to, f->path, f->data, f->len, &e);
     }
-    export_close(&x);
+    for (int w = 0; w < 2; w++)
+        export_close(&x[w]);
     arrayset_stop(s);
     pthread_cond_destroy(&st.cv);
     pthread_mutex_destroy(&st.m);
     if (r < 0)
-        return err_set(err, r == -EINVAL ? -EIO : r, "the masking table: %s",
+        return err_set(err, r == -EINVAL ? -EIO : r, "the table: %s",
                        e.msg[0] ? e.msg : strerror(-r));
     return 0;
 }
@@ -177,25 +186,57 @@ static bool same_dir(const char *a, const char *b)
            sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+int export_into_check_own(const char *into, const struct task *t, struct errbuf *err)
+{
+    const char *input = t->plate ? t->plate->dir : t->ome.group_path;
+    if (same_dir(into, input))
+        return 0;
+    return err_set(err, -EINVAL,
+                   "%s: [measure] labels = %s: export --into writes the feature table into the %s "
+                   "whose label image%s measured (%s), not into %s",
+                   t->cfg.path, t->cfg.measure_labels, t->plate ? "plate" : "image",
+                   t->plate ? "s are" : " is", input ? input : "its input", into);
+}
+
+/* Unless in->overwrite, -EINVAL (err set) when in->image has a label or table of in's names
+ * (labels/NAME only when it is written: not with in->table_only). */
+static int check_names_free(const struct export_into *in, struct errbuf *err)
+{
+    const char *groups[3] = {"labels", "tables", "tables"};
+    const char *names[3] = {in->label, in->table, in->mask};
+    for (int i = in->table_only ? 1 : 0; i < 3 && !in->overwrite; i++) {
+        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
+        struct stat st;
+        bool there = p && stat(p, &st) == 0;
+        free(p);
+        if (there)
+            return err_set(err, -EINVAL,
+                           "--into: %s already has a %s '%s' (--overwrite replaces it)", in->image,
+                           i ? "table" : "label", names[i]);
+    }
+    return 0;
+}
+
+/* The temporary directories of the table and the masking table (those in names). */
+static int tables_tmp(struct export_into *in, struct errbuf *err)
+{
+    int r = in->table ? into_tmp(in, 1, "tables", in->table, err) : 0;
+    if (r == 0 && in->mask)
+        r = into_tmp(in, 2, "tables", in->mask, err);
+    return r;
+}
+
 int export_into_check(struct export_into *in, const struct task *t, struct errbuf *err)
 {
     json_t *attrs, *ms;
     struct errbuf e = {{0}};
     if (!t->cfg.ome_labels)
         return err_set(err, -EINVAL, "%s: export --into needs [output] ome = labels", t->cfg.path);
-    if (t->cfg.mask_table_name) /* two tables: one temporary directory (measurements.md) */
-        return err_set(err, -EINVAL,
-                       "%s: export --into of a mount with [measure] and [output] table_name is "
-                       "not done yet (it presents two tables)",
-                       t->cfg.path);
     if (t->cfg.measure_labels) { /* the input image's own label image (measurements.md) */
-        in->table_only = same_dir(in->image, t->ome.group_path);
-        if (!in->table_only)
-            return err_set(err, -EINVAL,
-                           "%s: [measure] labels = %s: export --into writes the feature table "
-                           "into the image whose label image is measured (%s), not into %s",
-                           t->cfg.path, t->cfg.measure_labels,
-                           t->ome.group_path ? t->ome.group_path : "its input", in->image);
+        int r = export_into_check_own(in->image, t, err);
+        if (r < 0)
+            return r;
+        in->table_only = true;
     }
     if (ome_group_attrs(in->image, &attrs, &ms, &e) < 0)
         return err_set(err, -EINVAL, "--into: %s", e.msg);
@@ -207,27 +248,17 @@ int export_into_check(struct export_into *in, const struct task *t, struct errbu
     if (in->format != t->out.format)
         return err_set(err, -EINVAL, "--into: %s is a Zarr v%d image, the label image is v%d",
                        in->image, in->format, t->out.format);
-    const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
-    for (int i = in->table_only ? 1 : 0; i < 2 && !in->overwrite; i++) {
-        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
-        bool there = p && stat(p, &st) == 0;
-        free(p);
-        if (there)
-            return err_set(err, -EINVAL,
-                           "--into: %s already has a %s '%s' (--overwrite replaces it)", in->image,
-                           i ? "table" : "label", names[i]);
-    }
-    return 0;
+    return check_names_free(in, err);
 }
 
 int export_into_begin(struct export_into *in, struct arrayset *s, struct export *x,
                       struct errbuf *err)
 {
-    if (in->table_only) /* labels/NAME is the image's: the table alone */
-        return into_tmp(in, 1, "tables", in->table, err);
+    if (in->table_only) /* labels/NAME is the image's: the tables alone */
+        return tables_tmp(in, err);
     int r = into_tmp(in, 0, "labels", in->label, err);
-    if (r == 0 && in->table)
-        r = into_tmp(in, 1, "tables", in->table, err);
+    if (r == 0)
+        r = tables_tmp(in, err);
     if (r < 0)
         return r;
     x->dest = in->dirs[0][1];
@@ -253,21 +284,14 @@ int export_into_finish(struct export_into *in, struct arrayset *s, struct export
     int r = in->table_only ? 0 : export_write_metadata(x, err);
     if (r == 0 && in->table)
         r = into_table(in, s, err);
-    /* everything is complete: the groups take their places, then the lists name them */
-    if (r == 0 && !in->table_only)
-        r = into_swap(in->dirs[0], err);
-    if (r == 0 && in->table)
-        r = into_swap(in->dirs[1], err);
-    if (r == 0 && !in->table_only)
-        r = into_list(in, "labels", in->label, err);
-    if (r == 0 && in->table)
-        r = into_list(in, "tables", in->table, err);
+    if (r == 0) /* everything is complete: into place */
+        r = export_into_place(in, err);
     return r == -EINVAL ? -EIO : r;
 }
 
 void export_into_end(struct export_into *in, bool failed)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (failed && in->dirs[i][1])
             rm_tree(in->dirs[i][1]);
         for (int k = 0; k < 3; k++) {
@@ -378,26 +402,15 @@ int export_into_check_image(struct export_into *in, int format, bool plate, stru
     if (!plate)
         json_decref(attrs);
     in->format = format;
-    const char *groups[2] = {"labels", "tables"}, *names[2] = {in->label, in->table};
-    for (int i = in->table_only ? 1 : 0; i < 2 && !in->overwrite; i++) {
-        char *p = names[i] ? xasprintf("%s/%s/%s", in->image, groups[i], names[i]) : NULL;
-        struct stat st;
-        bool there = p && stat(p, &st) == 0;
-        free(p);
-        if (there)
-            return err_set(err, -EINVAL,
-                           "--into: %s already has a %s '%s' (--overwrite replaces it)", in->image,
-                           i ? "table" : "label", names[i]);
-    }
-    return 0;
+    return check_names_free(in, err);
 }
 
 int export_into_begin_at(struct export_into *in, struct arrayset *s, const char *rel,
                          struct export *x, struct errbuf *err)
 {
     int r = in->table_only ? 0 : into_tmp(in, 0, "labels", in->label, err);
-    if (r == 0 && in->table)
-        r = into_tmp(in, 1, "tables", in->table, err);
+    if (r == 0)
+        r = tables_tmp(in, err);
     if (r < 0 || in->table_only)
         return r;
     x->dest = in->dirs[0][1];
@@ -417,34 +430,47 @@ int export_into_begin_at(struct export_into *in, struct arrayset *s, const char 
     return 0;
 }
 
-int export_into_stage_table(struct export_into *in, struct arrayset *s, const char *rel,
-                            struct errbuf *err)
+/* Writes the tree's rel/tables/name into the temporary directory dir. */
+static int stage_one(struct export_into *in, struct arrayset *s, const char *rel, const char *name,
+                     const char *dir, struct errbuf *err)
 {
-    if (!in->table)
-        return 0;
     struct ns_node node;
-    char *p = *rel ? xasprintf("%s/tables/%s", rel, in->table) : xasprintf("tables/%s", in->table);
+    char *p = *rel ? xasprintf("%s/tables/%s", rel, name) : xasprintf("tables/%s", name);
     int r = tree_at(arrayset_tree(s), p, &node);
     free(p);
     struct export x;
-    export_init(&x, in->dirs[1][1], NULL);
+    export_init(&x, dir, NULL);
     x.destfd = open(x.dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (r == 0)
         r = x.destfd < 0 ? -errno : write_tree(&x, s, node.ino, "", err);
     export_close(&x);
     if (r < 0 && !err->msg[0])
-        err_set(err, r, "%s: tables/%s: %s", in->image, in->table, strerror(-r));
+        err_set(err, r, "%s: tables/%s: %s", in->image, name, strerror(-r));
     return r < 0 ? (r == -EINVAL ? -EIO : r) : 0;
+}
+
+int export_into_stage_table(struct export_into *in, struct arrayset *s, const char *rel,
+                            struct errbuf *err)
+{
+    int r = in->table ? stage_one(in, s, rel, in->table, in->dirs[1][1], err) : 0;
+    if (r == 0 && in->mask)
+        r = stage_one(in, s, rel, in->mask, in->dirs[2][1], err);
+    return r;
 }
 
 int export_into_place(struct export_into *in, struct errbuf *err)
 {
+    /* the groups take their places, then the lists name them */
     int r = in->table_only ? 0 : into_swap(in->dirs[0], err);
     if (r == 0 && in->table)
         r = into_swap(in->dirs[1], err);
+    if (r == 0 && in->mask)
+        r = into_swap(in->dirs[2], err);
     if (r == 0 && !in->table_only)
         r = into_list(in, "labels", in->label, err);
     if (r == 0 && in->table)
         r = into_list(in, "tables", in->table, err);
+    if (r == 0 && in->mask)
+        r = into_list(in, "tables", in->mask, err);
     return r == -EINVAL ? -EIO : r;
 }

@@ -368,7 +368,8 @@ def test_masking_table_beside_the_feature_table(tmp_path, roifs_bin):
     """[output] table_name with [measure]: tables/masks (the masking table, from the merged
     partials' boxes) is byte for byte the one a mount without [measure] presents, beside
     tables/feat (equal to the references); both listed in tables; a remount makes both from
-    the feature table's record (no label chunk); export --into refuses (exit 2)."""
+    the feature table's record (no label chunk); export --into writes both tables beside the
+    labels, each listed (refused on 29f608e), a taken name refused, --overwrite replaces."""
     img, data = make_image(tmp_path, (40, 36))
     labels = {"ids": "unique", "block": 1000}
     plain = write_config(tmp_path / "plain.ini", {
@@ -404,5 +405,19 @@ def test_masking_table_beside_the_feature_table(tmp_path, roifs_bin):
             st = m.status()
             if mount == 2:
                 assert st["calls"] == 0 and st["table"] == {"scans": 0, "from_record": 1}, st
+    # export --into writes both tables beside the labels, each listed (refused on 29f608e)
     r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
-    assert r.returncode == 2 and "two tables" in r.stderr, r.stderr
+    assert r.returncode == 0 and "tables/masks" in r.stderr, r.stderr
+    root = img / "tables" / "masks"
+    got = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert got == want
+    check_table(img / "tables" / "feat", "anndata", lab, data)
+    assert json.loads((img / "tables" / ".zattrs").read_text())["tables"][-2:] == ["feat", "masks"]
+    assert "seg" in json.loads((img / "labels" / ".zattrs").read_text())["labels"]
+    np.testing.assert_array_equal(zarr.open_array(str(img / "labels/seg/0"), mode="r")[...], lab)
+    assert not list(img.rglob(".roifs-*"))
+    r = run_roifs(roifs_bin, "export", "--into", img, config, timeout=60)
+    assert r.returncode == 2 and "already has a label 'seg'" in r.stderr, r.stderr
+    r = run_roifs(roifs_bin, "export", "--into", img, "--overwrite", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    check_table(img / "tables" / "feat", "anndata", lab, data)
