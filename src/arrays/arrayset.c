@@ -16,18 +16,9 @@
 #include "ptable.h"
 #include "pyramid.h"
 
-#include "arrayset_internal.h"
+#include "arrayset_plate.h"
 
 _Static_assert(READAHEAD_AUTO == ENGINE_READAHEAD_AUTO, "readahead = auto passes as it is");
-
-void arrayset_push(struct arrayset *s, struct array a)
-{
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 8;
-        s->arrays = xrealloc(s->arrays, s->cap * sizeof *s->arrays);
-    }
-    s->arrays[s->n++] = a;
-}
 
 /* The engine options of the configuration, with the command line's thread count and the
  * command's retry_after when the configuration sets none. */
@@ -108,29 +99,6 @@ static int open_caches(struct arrayset *s, struct errbuf *err)
             cache_keep_input_hashes(s->arrays[i].cache, t->measured);
     }
     return 0;
-}
-
-/* ome = labels: the image's array `first` (its task, pushed) is the label image's level k,
- * the arrays after it its other levels. */
-int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_opts *eo,
-                          struct overlay **ov, struct otable **tab, struct errbuf *err)
-{
-    int r = overlay_build(s->arrays[first].task, s->overwrite, ov, err);
-    if (r < 0)
-        return r;
-    s->arrays[first].level = overlay_array_level(*ov, 0);
-    for (size_t i = 1; i < overlay_narrays(*ov); i++)
-        arrayset_push(s, (struct array){.task = overlay_array_task(*ov, i),
-                                        .opts = *eo,
-                                        .level = overlay_array_level(*ov, i)});
-    if (s->arrays[first].task->cfg.table_name) {
-        r = otable_new(*ov, tab, err);
-        if (r == 0 && s->arrays[first].task->cfg.measure) { /* each chunk's partial as made */
-            s->arrays[first].opts.chunk_made = otable_chunk_made;
-            s->arrays[first].opts.chunk_made_ctx = *tab;
-        }
-    }
-    return r;
 }
 
 int arrayset_open(struct task *t, const struct arrayset_opts *o, struct arrayset **out,
@@ -390,18 +358,6 @@ char *arrayset_generated(const struct arrayset *s, uint64_t index, size_t *len)
         text = s->overlay ? overlay_file_now(s->overlay, (size_t)index) : xstrdup("");
     *len = text ? strlen(text) : 0;
     return text;
-}
-
-/* One level's counters in the status document's "levels". */
-json_t *arrayset_level_status(const struct array *a)
-{
-    struct engine_progress p;
-    engine_progress(a->engine, &p);
-    return json_pack("{s:i, s:{s:I, s:I, s:I}, s:{s:I, s:I, s:I}, s:I}", "level", a->level, "rois",
-                     "total", (json_int_t)p.rois_total, "done", (json_int_t)p.rois_done, "failed",
-                     (json_int_t)p.rois_failed, "chunks", "total", (json_int_t)p.chunks_total,
-                     "present", (json_int_t)p.chunks_present, "cached", (json_int_t)p.chunks_cached,
-                     "calls", (json_int_t)p.calls);
 }
 
 json_t *arrayset_status(struct arrayset *s)

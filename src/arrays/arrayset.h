@@ -14,6 +14,7 @@
 #include "../engine/engine.h"
 #include "../task.h"
 #include "../tree/namespace.h"
+#include "array.h"
 
 struct arrayset_opts {
     /* > 0: the compute threads of every array (the command line's -j N) instead of [process]
@@ -26,16 +27,6 @@ struct arrayset_opts {
     /* [process] retry_after when the configuration leaves it unset: 0 for mounts, warm and
      * export (a zero-initialised struct), 10 for `roifs serve` */
     double retry_after_unset;
-};
-
-struct array {
-    struct task *task;       /* array 0: the caller's task; the others: the pyramid's */
-    struct cache *cache;     /* its own cache directory */
-    struct engine *engine;   /* from arrayset_start to arrayset_stop, else NULL */
-    struct engine_opts opts; /* its own */
-    int level;               /* its pyramid level (0: the configured array) */
-    bool level_k;            /* a plate: an image's configured array (its label image's level k) */
-    int image;               /* a plate: the image it belongs to (arrayset_engine starts it) */
 };
 
 struct arrayset;

@@ -11,7 +11,7 @@
 
 #include "../engine/turns.h"
 #include "../plate/plate.h"
-#include "arrayset_internal.h"
+#include "arrayset_plate.h"
 #include "overlay_tree.h"
 #include "pyramid.h"
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "../nd.h"
-#include "otable_internal.h"
+#include "otable_measure.h"
 #include "upread.h"
 
 #define RECORD_MAGIC "roifs-table-rows 1\n"
@@ -117,37 +117,6 @@ static struct table_row *rows_of_stats(const struct otable *t, const struct msta
 }
 
 /* ---- the record of the rows ---- */
-
-char *otable_record_path(const struct otable *t)
-{
-    char hex[33];
-    key_hex(t->record_key, hex);
-    return xasprintf("%s/%s-%s.rows", t->g.t->cache_dir, t->ms ? "features" : "table", hex);
-}
-
-/* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
- * with the input and with whatever else the label chunks follow; the geometry). */
-struct key128 otable_key_now(const struct overlay_geometry *g)
-{
-    const struct task *k = g->t;
-    struct keyhash h;
-    key_init(&h, "roifs-table-rows 1");
-    key_add(&h, g->scale, sizeof g->scale);
-    key_add(&h, g->translation, sizeof g->translation);
-    key_add(&h, g->axis, sizeof g->axis);
-    struct zarr_sigmemo *memo = zarr_sigmemo_new();
-    for (uint64_t id = 0; id < k->nchunks; id++) {
-        if (!task_chunk_present(k, id))
-            continue;
-        struct chunk_keys ck;
-        engine_chunk_keys_now(k, id, memo, &ck);
-        key_add_u64(&h, id);
-        key_add_key(&h, ck.chunk);
-        chunk_keys_free(&ck);
-    }
-    zarr_sigmemo_free(memo);
-    return key_final(&h);
-}
 
 static struct key128 record_key_now(const struct otable *t)
 {
@@ -287,7 +256,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
 }
 
 /* One chunk fewer to wait for; the last one finishes the table. */
-void otable_release(struct otable *t)
+static void release(struct otable *t)
 {
     pthread_mutex_lock(&t->m);
     bool last = --t->outstanding == 0;
@@ -312,7 +281,8 @@ void otable_release(struct otable *t)
     finish(t, rows, n, t->record_key, ok);
 }
 
-void otable_chunk_answered(void *ctx, int err, int fd, int flags)
+/* The engine's answer for a struct ask (malloc'd, taken). */
+static void chunk_answered(void *ctx, int err, int fd, int flags)
 {
     (void)flags;
     struct ask ask = *(struct ask *)ctx;
@@ -322,7 +292,7 @@ void otable_chunk_answered(void *ctx, int err, int fd, int flags)
     const struct task *k = t->g.t;
     if (!err && t->ms && otable_piece_read(t, ask.piece)) { /* made with the chunk */
         close(fd);
-        otable_release(t);
+        release(t);
         return;
     }
     unsigned char *buf = err ? NULL : xmalloc(k->chunk_nbytes);
@@ -356,7 +326,7 @@ void otable_chunk_answered(void *ctx, int err, int fd, int flags)
     if (have_piece)
         mstats_destroy(&piece);
     free(buf);
-    otable_release(t);
+    release(t);
 }
 
 /* A request that finds no table of the label chunks as they are now (t->record_key): the
@@ -381,7 +351,7 @@ static void start(struct otable *t)
         return;
     }
     if (t->ms) {
-        otable_start_measure(t);
+        otable_start_measure(t, chunk_answered, release);
         return;
     }
     const struct task *k = t->g.t;
@@ -398,9 +368,9 @@ static void start(struct otable *t)
             continue;
         struct ask *ask = xmalloc(sizeof *ask);
         *ask = (struct ask){t, id, {0}};
-        engine_open_chunk(e, id, otable_chunk_answered, ask);
+        engine_open_chunk(e, id, chunk_answered, ask);
     }
-    otable_release(t);
+    release(t);
 }
 
 void otable_request(struct otable *t, otable_cb cb, void *ctx)

@@ -1,7 +1,8 @@
-/* otable_measure.c: [measure]'s side of the table of ome = labels (otable_internal.h): the
- * records of the merged partials and of each label chunk's partial, the request that reads the
- * partials it can from their records and asks for the other label chunks from several threads,
- * and the names of the records `clean --unused` keeps. The measuring itself is src/measure/. */
+/* otable_measure.c: [measure]'s side of the table of ome = labels (otable_measure.h): the names
+ * of the table's records, the records of the merged partials and of each label chunk's partial,
+ * the request that reads the partials it can from their records and asks for the other label
+ * chunks from several threads, and the names of the records `clean --unused` keeps. The measuring
+ * itself is src/measure/. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -10,7 +11,41 @@
 
 #include "../nd.h"
 #include "upread.h"
-#include "otable_internal.h"
+#include "otable_measure.h"
+
+/* ---- the records' names ---- */
+
+/* The record of the table made from the label chunks of t->record_key. */
+char *otable_record_path(const struct otable *t)
+{
+    char hex[33];
+    key_hex(t->record_key, hex);
+    return xasprintf("%s/%s-%s.rows", t->g.t->cache_dir, t->ms ? "features" : "table", hex);
+}
+
+/* The record's name: what the rows depend on (every chunk's key as it is now, so it changes
+ * with the input and with whatever else the label chunks follow; the geometry). */
+struct key128 otable_key_now(const struct overlay_geometry *g)
+{
+    const struct task *k = g->t;
+    struct keyhash h;
+    key_init(&h, "roifs-table-rows 1");
+    key_add(&h, g->scale, sizeof g->scale);
+    key_add(&h, g->translation, sizeof g->translation);
+    key_add(&h, g->axis, sizeof g->axis);
+    struct zarr_sigmemo *memo = zarr_sigmemo_new();
+    for (uint64_t id = 0; id < k->nchunks; id++) {
+        if (!task_chunk_present(k, id))
+            continue;
+        struct chunk_keys ck;
+        engine_chunk_keys_now(k, id, memo, &ck);
+        key_add_u64(&h, id);
+        key_add_key(&h, ck.chunk);
+        chunk_keys_free(&ck);
+    }
+    zarr_sigmemo_free(memo);
+    return key_final(&h);
+}
 
 /* ---- the partials' records ---- */
 
@@ -173,6 +208,7 @@ struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const ui
  * engine has cached is answered (and measured) in the asking thread, so several ask at once. */
 struct asking {
     struct otable *t;
+    engine_chunk_cb answered;
     struct ask **asks;
     size_t n, next;
     pthread_mutex_t m;
@@ -188,7 +224,7 @@ static void *ask_some(void *arg)
         pthread_mutex_unlock(&a->m);
         if (i >= a->n)
             return NULL;
-        engine_open_chunk(e, a->asks[i]->id, otable_chunk_answered, a->asks[i]);
+        engine_open_chunk(e, a->asks[i]->id, a->answered, a->asks[i]);
     }
 }
 
@@ -196,7 +232,8 @@ static void *ask_some(void *arg)
  * record when the chunk and the intensities of its box are as they were (no label chunk read),
  * else from the chunk as the engine serves it (then recorded), by up to [process] threads
  * asking at once. */
-void otable_start_measure(struct otable *t)
+void otable_start_measure(struct otable *t, engine_chunk_cb answered,
+                          void (*release)(struct otable *t))
 {
     const struct task *k = t->g.t;
     pthread_mutex_lock(&t->m);
@@ -204,7 +241,8 @@ void otable_start_measure(struct otable *t)
     t->failed = false;
     t->outstanding = 1;
     pthread_mutex_unlock(&t->m);
-    struct asking a = {.t = t, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
+    struct asking a = {
+        .t = t, .answered = answered, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
     struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
         if (!task_chunk_present(k, id))
@@ -242,7 +280,7 @@ void otable_start_measure(struct otable *t)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&a.m);
     free(a.asks);
-    otable_release(t);
+    release(t);
 }
 
 /* A record's name (its key's 32 hexadecimal digits) as a map.h key. */

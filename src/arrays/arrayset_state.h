@@ -1,12 +1,18 @@
-/* arrayset_internal.h: the array set's state, shared by arrayset.c (one image) and
- * arrayset_plate.c (an HCS plate: the images of the plate, each an overlay of its own). Private
- * to src/arrays/. */
-#ifndef ROIFS_ARRAYSET_INTERNAL_H
-#define ROIFS_ARRAYSET_INTERNAL_H
+/* arrayset_state.h: the array set's state, shared by arrayset.c (one image) and
+ * arrayset_plate.c (an HCS plate: the images of the plate, each an overlay of its own), and
+ * what both do with it (arrayset_state.c). Below both: it names neither arrayset.h nor
+ * arrayset_plate.h, so that calls run arrayset.c -> arrayset_plate.c -> here. Private to
+ * src/arrays/. */
+#ifndef ROIFS_ARRAYSET_STATE_H
+#define ROIFS_ARRAYSET_STATE_H
 
+#include <jansson.h>
 #include <pthread.h>
+#include <stdbool.h>
 
-#include "arrayset.h"
+#include "../engine/engine.h"
+#include "../tree/namespace.h"
+#include "array.h"
 #include "otable.h"
 #include "overlay.h"
 #include "ptable.h"
@@ -66,27 +72,14 @@ struct arrayset {
     struct held_open *held; /* a plate: opens not answered yet (under lazy), to withdraw */
 };
 
+/* Appends array a to the set. */
 void arrayset_push(struct arrayset *s, struct array a);
+/* ome = labels: the image's array `first` (its task, pushed) is the label image's level k,
+ * the arrays after it its other levels (pushed here), *ov their overlay and *tab its table
+ * (table_name). 0 or -errno with err set. */
 int arrayset_open_overlay(struct arrayset *s, size_t first, const struct engine_opts *eo,
                           struct overlay **ov, struct otable **tab, struct errbuf *err);
+/* One level's counters in the status document's "levels" (a new reference). */
 json_t *arrayset_level_status(const struct array *a);
-
-/* arrayset_plate.c */
-int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
-                        bool lazy, struct errbuf *err);
-uint64_t arrayset_plate_ptable_size(struct arrayset *s, uint64_t index, bool *exact);
-int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err);
-int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
-struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);
-struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start);
-void arrayset_plate_engine_put(struct arrayset *s, size_t i);
-void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
-                                  void (*cb)(void *ctx, int err), void *ctx);
-void arrayset_stop_plate(struct arrayset *s);
-void arrayset_close_plate(struct arrayset *s);
-struct otable *arrayset_plate_table(const struct arrayset *s, uint64_t index);
-bool arrayset_plate_is_ptable(const struct arrayset *s, uint64_t index);
-char *arrayset_plate_generated(const struct arrayset *s, uint64_t index);
-json_t *arrayset_plate_status(struct arrayset *s);
 
 #endif

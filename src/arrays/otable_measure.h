@@ -1,24 +1,28 @@
-/* otable_internal.h: the table of ome = labels as otable.c and otable_measure.c share it
- * (otable.h): its state, the requests' shared steps, and [measure]'s side (otable_measure.c: the
+/* otable_measure.h: the table of ome = labels as otable.c and otable_measure.c share it
+ * (otable.h): its state, the names of its records, and [measure]'s side (otable_measure.c: the
  * partials' records, the label chunks asked for by several threads, the names clean keeps).
- * Included by these two files only. */
-#ifndef ROIFS_OTABLE_INTERNAL_H
-#define ROIFS_OTABLE_INTERNAL_H
+ * Below otable.c: it names nothing of otable.h, and what otable_measure.c must tell otable.c
+ * (a chunk's answer, one chunk fewer to wait for) comes as otable.c's callbacks, so that calls
+ * run otable.c -> otable_measure.c only. Included by these two files only. */
+#ifndef ROIFS_OTABLE_MEASURE_H
+#define ROIFS_OTABLE_MEASURE_H
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../engine/engine.h"
 #include "../key.h"
 #include "../map.h"
 #include "../measure/measure.h"
 #include "../measure/mpython.h"
-#include "otable.h"
+#include "../table_write.h"
+#include "overlay.h"
 
 enum state { IDLE, RUNNING, DONE };
 
 struct waiter {
-    otable_cb cb;
+    void (*cb)(void *ctx, int err); /* an otable_cb */
     void *ctx;
     struct waiter *next;
 };
@@ -80,16 +84,10 @@ struct ask {
     struct key128 piece;
 };
 
-/* ---- otable.c ---- */
-
 /* The record of the table made from the label chunks of t->record_key (malloc'd path). */
 char *otable_record_path(const struct otable *t);
 /* What the masking table's rows depend on: every chunk's key as it is now, the geometry. */
 struct key128 otable_key_now(const struct overlay_geometry *g);
-/* One chunk fewer to wait for; the last one finishes the table. */
-void otable_release(struct otable *t);
-/* The engine's answer for a struct ask (malloc'd, taken). */
-void otable_chunk_answered(void *ctx, int err, int fd, int flags);
 
 /* ---- otable_measure.c ---- */
 
@@ -99,13 +97,19 @@ void otable_compact_chunk(const struct task *k, const uint64_t *ext, unsigned ch
 void otable_piece_write(const struct otable *t, struct key128 key, const struct mstats *piece);
 struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const uint64_t *c0,
                                    const uint64_t *ext);
-void otable_start_measure(struct otable *t);
+/* [measure]'s request without a record of the whole table: answered(ask) for each label chunk
+ * asked for (a malloc'd struct ask, taken), release(t) once all are asked. */
+void otable_start_measure(struct otable *t, engine_chunk_cb answered,
+                          void (*release)(struct otable *t));
 /* The partial recorded under key merged into t->stats (counted as read from its record):
  * false when there is none (or it is damaged). */
 bool otable_piece_read(struct otable *t, struct key128 key);
 int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep);
 /* Whether keep (otable_measure_names_now) holds the record named by 32 hexadecimal digits. */
 bool otable_kept(const struct map *keep, const char *hex);
+/* otable.h's, for the label image's engine (engine_opts.chunk_made); declared here too so that
+ * otable.c, which includes both, has the compiler hold the two declarations alike. */
+void otable_chunk_made(void *ctx, uint64_t id, struct key128 key, const void *data, size_t len);
 /* [measure] python: the values of every object of t->stats into t->pyvals, from their record
  * (named by the whole table's and the function's) or by calling the function (then recorded
  * when record). False (logged) when a call failed. */
