@@ -89,22 +89,37 @@ static inline void harness_on_open(void *ctx, int err, int fd, int flags)
     pthread_mutex_unlock(&o->m);
 }
 
+/* Starts an open of chunk id through e into o, answered by harness_on_open. */
+static inline void harness_open_start(struct harness_open *o, struct engine *e, uint64_t id)
+{
+    *o = (struct harness_open){.fd = -1};
+    pthread_mutex_init(&o->m, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    engine_open_chunk(e, id, harness_on_open, o);
+}
+
+/* Waits for the answer of o (harness_open_start): the open's error, or 0 with o->fd (the
+ * caller closes it). */
+static inline int harness_open_end(struct harness_open *o)
+{
+    pthread_mutex_lock(&o->m);
+    while (!o->done)
+        pthread_cond_wait(&o->cv, &o->m);
+    pthread_mutex_unlock(&o->m);
+    pthread_mutex_destroy(&o->m);
+    pthread_cond_destroy(&o->cv);
+    return o->err;
+}
+
 /* Opens chunk id through e and waits for the answer: 0 with *fd (the caller closes it), or
  * the open's error. */
 static inline int harness_open_wait(struct engine *e, uint64_t id, int *fd)
 {
-    struct harness_open o = {.fd = -1};
-    pthread_mutex_init(&o.m, NULL);
-    pthread_cond_init(&o.cv, NULL);
-    engine_open_chunk(e, id, harness_on_open, &o);
-    pthread_mutex_lock(&o.m);
-    while (!o.done)
-        pthread_cond_wait(&o.cv, &o.m);
-    pthread_mutex_unlock(&o.m);
-    pthread_mutex_destroy(&o.m);
-    pthread_cond_destroy(&o.cv);
+    struct harness_open o;
+    harness_open_start(&o, e, id);
+    int r = harness_open_end(&o);
     *fd = o.fd;
-    return o.err;
+    return r;
 }
 
 /* engine_status as the status file shows it (indented): malloc'd text. */

@@ -15,61 +15,24 @@
 #include "check.h"
 #include "engine/engine_internal.h"
 #include "engine_harness.h"
+#include "scratch.h"
 
 static char dir[256];
-
-static void write_file(const char *name, const void *p, size_t n)
-{
-    char *path = path_join(dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(p, 1, n, f);
-        fclose(f);
-    }
-    free(path);
-}
-
-static bool file_exists(const char *name)
-{
-    char *path = path_join(dir, name);
-    bool there = access(path, F_OK) == 0;
-    free(path);
-    return there;
-}
-
-/* Waits up to 20 s for file name: false (a failed check) when it does not come. */
-static bool wait_for_file(const char *name)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (file_exists(name))
-            return true;
-        usleep(10000);
-    }
-    fprintf(stderr, "%s did not appear within 20 s\n", name);
-    CHECK(false);
-    return false;
-}
 
 /* A 4x8 <i4 input in two 4x4 chunks, zeros. */
 static void make_input(void)
 {
-    char *p = path_join(dir, "in.zarr");
-    mkdir_p(p, 0755);
-    free(p);
-    static const char zarray[] =
-        "{\"zarr_format\": 2, \"shape\": [4, 8], \"chunks\": [4, 4], \"dtype\": \"<i4\","
-        " \"compressor\": null, \"fill_value\": 0, \"order\": \"C\", \"filters\": null}";
-    write_file("in.zarr/.zarray", zarray, strlen(zarray));
+    scratch_zarray_i4(dir, "in.zarr", 4, 8, 4, 4);
     int32_t zeros[16] = {0};
-    write_file("in.zarr/0.0", zeros, sizeof zeros);
-    write_file("in.zarr/0.1", zeros, sizeof zeros);
+    scratch_write_file(dir, "in.zarr/0.0", zeros, sizeof zeros);
+    scratch_write_file(dir, "in.zarr/0.1", zeros, sizeof zeros);
 }
 
 /* One ROI over both chunks; it writes `NAME.started`, waits (at most 10 s) for `NAME.go`, writes
  * `NAME.ended` and fails. */
 static bool rig_open_failing(struct harness_rig *g, const char *name, const char *extra)
 {
-    write_file("rois.txt", "0:4, 0:8\n", 9);
+    scratch_write_file(dir, "rois.txt", "0:4, 0:8\n", 9);
     char ini[1024];
     snprintf(ini, sizeof ini,
              "[input]\npath = in.zarr\n[rois]\nfile = rois.txt\n[process]\n"
@@ -77,30 +40,16 @@ static bool rig_open_failing(struct harness_rig *g, const char *name, const char
              "sleep 0.01; n=$((n+1)); done; touch %s.ended; echo boom >&2; exit 3\n"
              "threads = 2\nreadahead = 0\n%s[cache]\ndir = cache-%s\n",
              name, name, name, extra, name);
-    write_file("task.ini", ini, strlen(ini));
-    char *p = path_join(dir, "task.ini");
+    char *p = scratch_task_ini(dir, ini);
     bool ok = harness_rig_open(g, p);
     free(p);
     return ok;
 }
 
-static void open_start(struct harness_open *o, struct engine *e, uint64_t id)
-{
-    *o = (struct harness_open){.fd = -1};
-    pthread_mutex_init(&o->m, NULL);
-    pthread_cond_init(&o->cv, NULL);
-    engine_open_chunk(e, id, harness_on_open, o);
-}
-
 /* The open's error, once it is answered. */
 static int open_end(struct harness_open *o)
 {
-    pthread_mutex_lock(&o->m);
-    while (!o->done)
-        pthread_cond_wait(&o->cv, &o->m);
-    pthread_mutex_unlock(&o->m);
-    pthread_mutex_destroy(&o->m);
-    pthread_cond_destroy(&o->cv);
+    harness_open_end(o);
     if (o->fd >= 0)
         close(o->fd);
     return o->err;
@@ -116,7 +65,7 @@ static void *late_open_main(void *arg)
 {
     struct late_open *l = arg;
     atomic_store(&l->entered, true);
-    open_start(&l->o, l->e, 1);
+    harness_open_start(&l->o, l->e, 1);
     return NULL;
 }
 
@@ -136,8 +85,8 @@ static void test_open_in_flight_gets_the_failure(void)
         if (!rig_open_failing(&g, name, ""))
             return;
         struct harness_open first;
-        open_start(&first, g.e, 0);
-        bool ok = wait_for_file(started);
+        harness_open_start(&first, g.e, 0);
+        bool ok = scratch_wait_for(dir, started);
         struct late_open late = {.e = g.e};
         pthread_t th;
         pthread_mutex_lock(&g.e->lock);
@@ -145,8 +94,8 @@ static void test_open_in_flight_gets_the_failure(void)
         while (!atomic_load(&late.entered))
             usleep(1000);
         usleep(100000); /* its open has begun, and waits for the lock */
-        write_file(go, "", 0);
-        ok = ok && wait_for_file(ended);
+        scratch_write_file(dir, go, "", 0);
+        ok = ok && scratch_wait_for(dir, ended);
         usleep(200000); /* the ROI's failure waits for the lock too */
         pthread_mutex_unlock(&g.e->lock);
         CHECK_EQ_INT(open_end(&first), -EIO);
@@ -155,7 +104,7 @@ static void test_open_in_flight_gets_the_failure(void)
         CHECK_EQ_INT(g.t->proc->calls, 1);
         /* an open that begins after the failure tries the ROI again */
         struct harness_open again;
-        open_start(&again, g.e, 1);
+        harness_open_start(&again, g.e, 1);
         CHECK_EQ_INT(open_end(&again), -EIO);
         CHECK_EQ_INT(g.t->proc->calls, 2);
         harness_rig_close(&g);
@@ -169,16 +118,16 @@ static void test_open_in_flight_gets_the_failure(void)
  * later an open runs it again. */
 static void test_retry_after_holds_a_failure(void)
 {
-    write_file("hold.go", "", 0); /* the ROI fails at once */
+    scratch_write_file(dir, "hold.go", "", 0); /* the ROI fails at once */
     struct harness_rig g;
     if (!rig_open_failing(&g, "hold", "retry_after = 1\n"))
         return;
     struct harness_open o;
-    open_start(&o, g.e, 0);
+    harness_open_start(&o, g.e, 0);
     CHECK_EQ_INT(open_end(&o), -EIO);
     int64_t failed = clock_ns(CLOCK_REALTIME);
     for (uint64_t id = 0; id < 2; id++) {
-        open_start(&o, g.e, id);
+        harness_open_start(&o, g.e, id);
         CHECK_EQ_INT(open_end(&o), -EIO);
     }
     CHECK_EQ_INT(g.t->proc->calls, 1);
@@ -189,7 +138,7 @@ static void test_retry_after_holds_a_failure(void)
     json_decref(doc);
     while ((double)clock_ns(CLOCK_REALTIME) / 1e9 < at + 0.05)
         usleep(10000);
-    open_start(&o, g.e, 1);
+    harness_open_start(&o, g.e, 1);
     CHECK_EQ_INT(open_end(&o), -EIO);
     CHECK_EQ_INT(g.t->proc->calls, 2);
     harness_rig_close(&g);
@@ -200,13 +149,12 @@ static void test_retry_after_holds_a_failure(void)
  * used to run it at every open, retry_after or not). */
 static void test_retry_after_holds_ids_depending_on_a_failure(void)
 {
-    write_file("rois2.txt", "0:4, 0:4\n0:4, 4:8\n", 18);
+    scratch_write_file(dir, "rois2.txt", "0:4, 0:4\n0:4, 4:8\n", 18);
     static const char ini[] = "[input]\npath = in.zarr\n[rois]\nfile = rois2.txt\n[process]\n"
                               "command = if [ $ROIFS_ROI = 0 ]; then exit 3; fi; cat\n"
                               "threads = 1\nreadahead = 0\nretry_after = 30\n"
                               "[labels]\nids = sequential\n[cache]\ndir = cache-ids\n";
-    write_file("task.ini", ini, strlen(ini));
-    char *p = path_join(dir, "task.ini");
+    char *p = scratch_task_ini(dir, ini);
     struct harness_rig g;
     bool ok = harness_rig_open(&g, p);
     free(p);
@@ -214,7 +162,7 @@ static void test_retry_after_holds_ids_depending_on_a_failure(void)
         return;
     struct harness_open o;
     for (int i = 0; i < 3; i++) {
-        open_start(&o, g.e, 1);
+        harness_open_start(&o, g.e, 1);
         CHECK_EQ_INT(open_end(&o), -EIO);
     }
     CHECK_EQ_INT(g.t->proc->calls, 2); /* ROI 1, and ROI 0 once */

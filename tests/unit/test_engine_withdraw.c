@@ -13,40 +13,9 @@
 #include "check.h"
 #include "engine/engine_internal.h"
 #include "engine_harness.h"
+#include "scratch.h"
 
 static char dir[256];
-
-static void write_file(const char *name, const void *p, size_t n)
-{
-    char *path = path_join(dir, name);
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fwrite(p, 1, n, f);
-        fclose(f);
-    }
-    free(path);
-}
-
-static bool file_exists(const char *name)
-{
-    char *path = path_join(dir, name);
-    bool there = access(path, F_OK) == 0;
-    free(path);
-    return there;
-}
-
-/* Waits up to 20 s for file name: false (a failed check) when it does not come. */
-static bool wait_for_file(const char *name)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (file_exists(name))
-            return true;
-        usleep(10000);
-    }
-    fprintf(stderr, "%s did not appear within 20 s\n", name);
-    CHECK(false);
-    return false;
-}
 
 /* The ROIs the processor was called for, in the order of the calls (`calls`, one a line). */
 static void read_calls(const char *name, char *out, size_t size)
@@ -65,22 +34,16 @@ static void read_calls(const char *name, char *out, size_t size)
  * to `NAME.calls`; the result is the input. */
 static bool rig_open(struct harness_rig *g, const char *name)
 {
-    char *p = path_join(dir, "in.zarr");
-    mkdir_p(p, 0755);
-    free(p);
-    static const char zarray[] =
-        "{\"zarr_format\": 2, \"shape\": [4, 12], \"chunks\": [4, 4], \"dtype\": \"<i4\","
-        " \"compressor\": null, \"fill_value\": 0, \"order\": \"C\", \"filters\": null}";
-    write_file("in.zarr/.zarray", zarray, strlen(zarray));
+    scratch_zarray_i4(dir, "in.zarr", 4, 12, 4, 4);
     int32_t v[16];
     for (int c = 0; c < 3; c++) {
         char chunk[32];
         for (int i = 0; i < 16; i++)
             v[i] = 100 * c + i;
         snprintf(chunk, sizeof chunk, "in.zarr/0.%d", c);
-        write_file(chunk, v, sizeof v);
+        scratch_write_file(dir, chunk, v, sizeof v);
     }
-    write_file("rois.txt", "0:4, 0:4\n0:4, 4:8\n0:4, 8:12\n", 27);
+    scratch_write_file(dir, "rois.txt", "0:4, 0:4\n0:4, 4:8\n0:4, 8:12\n", 27);
     char ini[1024];
     snprintf(ini, sizeof ini,
              "[input]\npath = in.zarr\n[rois]\nfile = rois.txt\n[process]\n"
@@ -89,30 +52,16 @@ static bool rig_open(struct harness_rig *g, const char *name)
              "n=$((n+1)); done; fi; cat\n"
              "threads = 1\nreadahead = 0\n[cache]\ndir = cache-%s\n",
              name, name, name, name);
-    write_file("task.ini", ini, strlen(ini));
-    p = path_join(dir, "task.ini");
+    char *p = scratch_task_ini(dir, ini);
     bool ok = harness_rig_open(g, p);
     free(p);
     return ok;
 }
 
-static void open_start(struct harness_open *o, struct engine *e, uint64_t id)
-{
-    *o = (struct harness_open){.fd = -1};
-    pthread_mutex_init(&o->m, NULL);
-    pthread_cond_init(&o->cv, NULL);
-    engine_open_chunk(e, id, harness_on_open, o);
-}
-
 /* The open's error once it is answered, after a check of its first value (100 * chunk). */
 static int open_end(struct harness_open *o, uint64_t id)
 {
-    pthread_mutex_lock(&o->m);
-    while (!o->done)
-        pthread_cond_wait(&o->cv, &o->m);
-    pthread_mutex_unlock(&o->m);
-    pthread_mutex_destroy(&o->m);
-    pthread_cond_destroy(&o->cv);
+    harness_open_end(o);
     if (o->fd >= 0) {
         int32_t v = -1;
         CHECK_EQ_INT(pread(o->fd, &v, sizeof v, 0), (int)sizeof v);
@@ -147,15 +96,15 @@ static void test_withdrawn_chunk_is_not_made(void)
     if (!rig_open(&g, "drop"))
         return;
     struct harness_open a, b, c;
-    open_start(&a, g.e, 0);
-    wait_for_file("drop.started");
-    open_start(&b, g.e, 1);
-    open_start(&c, g.e, 2);
+    harness_open_start(&a, g.e, 0);
+    scratch_wait_for(dir, "drop.started");
+    harness_open_start(&b, g.e, 1);
+    harness_open_start(&c, g.e, 2);
     CHECK_EQ_INT(jobs_now(g.e), 3);
     CHECK(engine_withdraw_chunk(g.e, 1, harness_on_open, &b));
     CHECK_EQ_INT(jobs_now(g.e), 2);
     CHECK(!engine_withdraw_chunk(g.e, 1, harness_on_open, &b)); /* once */
-    write_file("drop.go", "", 0);
+    scratch_write_file(dir, "drop.go", "", 0);
     CHECK_EQ_INT(open_end(&a, 0), 0);
     CHECK_EQ_INT(open_end(&c, 2), 0);
     CHECK(!answered(&b));
@@ -166,7 +115,7 @@ static void test_withdrawn_chunk_is_not_made(void)
     CHECK(!engine_withdraw_chunk(g.e, 2, harness_on_open, &c)); /* answered already */
     pthread_mutex_destroy(&b.m);
     pthread_cond_destroy(&b.cv);
-    open_start(&b, g.e, 1);
+    harness_open_start(&b, g.e, 1);
     CHECK_EQ_INT(open_end(&b, 1), 0);
     CHECK_EQ_INT(g.t->proc->calls, 3);
     harness_rig_close(&g);
@@ -180,20 +129,20 @@ static void test_wanted_or_started_chunk_is_made(void)
     if (!rig_open(&g, "keep"))
         return;
     struct harness_open a, b1, b2;
-    open_start(&a, g.e, 0);
-    wait_for_file("keep.started");
-    open_start(&b1, g.e, 1);
-    open_start(&b2, g.e, 1);
+    harness_open_start(&a, g.e, 0);
+    scratch_wait_for(dir, "keep.started");
+    harness_open_start(&b1, g.e, 1);
+    harness_open_start(&b2, g.e, 1);
     CHECK(engine_withdraw_chunk(g.e, 1, harness_on_open, &b1));
     CHECK(engine_withdraw_chunk(g.e, 0, harness_on_open, &a)); /* ROI 0 runs */
     CHECK_EQ_INT(jobs_now(g.e), 2);
-    write_file("keep.go", "", 0);
+    scratch_write_file(dir, "keep.go", "", 0);
     CHECK_EQ_INT(open_end(&b2, 1), 0);
     CHECK(!answered(&a) && !answered(&b1));
     CHECK_EQ_INT(g.t->proc->calls, 2);
     /* chunk 0 was made all the same: served from the cache */
     struct harness_open again;
-    open_start(&again, g.e, 0);
+    harness_open_start(&again, g.e, 0);
     CHECK_EQ_INT(open_end(&again, 0), 0);
     CHECK_EQ_INT(g.t->proc->calls, 2);
     pthread_mutex_destroy(&a.m);
