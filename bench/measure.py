@@ -52,6 +52,20 @@ def make_image(path):
     return img
 
 
+def make_segmentation(d):
+    """The image (d/img.zarr) and the configuration d/seg.ini (its path) that segments its
+    channel 0 with builtin label per FOV and measures every object into the table feat."""
+    make_image(d / "img.zarr")
+    return C.write_config(d / "seg.ini", {
+        "input": {"path": d / "img.zarr", "channel": 0},
+        "rois": {"grid": f"{CH},{CH}"},
+        "process": {"builtin": "label", "param.value": VALUE},
+        "output": {"ome": "labels", "label_name": "nuclei", "dtype": "<u4"},
+        "labels": {"ids": "unique", "block": 100000},
+        "measure": {"table_name": "feat"},
+        "cache": {"dir": d / "cache"}})
+
+
 def read_table(m):
     ad = anndata.read_zarr(str(m.mnt / "tables" / "feat"))
     return ad.obs.index.astype(np.int64).to_numpy(), list(ad.var.index), np.asarray(ad.X)
@@ -60,15 +74,7 @@ def read_table(m):
 def main():
     info = C.machine()
     with C.scratch("measure") as d:
-        make_image(d / "img.zarr")
-        cfg = C.write_config(d / "seg.ini", {
-            "input": {"path": d / "img.zarr", "channel": 0},
-            "rois": {"grid": f"{CH},{CH}"},
-            "process": {"builtin": "label", "param.value": VALUE},
-            "output": {"ome": "labels", "label_name": "nuclei", "dtype": "<u4"},
-            "labels": {"ids": "unique", "block": 100000},
-            "measure": {"table_name": "feat"},
-            "cache": {"dir": d / "cache"}})
+        cfg = make_segmentation(d)
         # the label image on disk for the alternative (and the labels cached for "measure")
         with C.Mount(cfg, d / "mnt") as m:
             lab = zarr.open_array(str(m.mnt / "labels" / "nuclei" / "0"), mode="r")[:]

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import common as C
-from measure import CH, VALUE, make_image, read_table
+from measure import CH, make_segmentation, read_table
 
 REPS = int(os.environ.get("REPS", 3))
 
@@ -22,15 +22,7 @@ REPS = int(os.environ.get("REPS", 3))
 def main():
     info = C.machine()
     with C.binary_at("b843d25", "ROIFS_BASELINE") as base, C.scratch("measure_warm") as d:
-        make_image(d / "img.zarr")
-        cfg = C.write_config(d / "seg.ini", {
-            "input": {"path": d / "img.zarr", "channel": 0},
-            "rois": {"grid": f"{CH},{CH}"},
-            "process": {"builtin": "label", "param.value": VALUE},
-            "output": {"ome": "labels", "label_name": "nuclei", "dtype": "<u4"},
-            "labels": {"ids": "unique", "block": 100000},
-            "measure": {"table_name": "feat"},
-            "cache": {"dir": d / "cache"}})
+        cfg = make_segmentation(d)
         out, warm = {}, {"now": [], "before": []}
 
         def run(name, binary):
