@@ -193,6 +193,18 @@ static unsigned char *x_chunk(const struct table_row *rows, size_t n, size_t *le
     return buf;
 }
 
+/* n float64 values, little-endian (malloc'd, n * 8 bytes). */
+static unsigned char *f64_le(const double *v, size_t n)
+{
+    unsigned char *buf = xmalloc(n * 8 + 1);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &v[i], 8);
+        put_le(buf + i * 8, bits, 8);
+    }
+    return buf;
+}
+
 static unsigned char *label_chunk(const uint64_t *labels, size_t n, size_t *len)
 {
     unsigned char *buf = xmalloc(n * 8 + 1);
@@ -433,12 +445,7 @@ int table_encode_features(const struct table_spec *spec, const uint64_t *labels,
     int format = spec->zarr_format;
     add_group(&fl, format, "", table_attrs(spec));
     if (spec->backend == TABLE_ANNDATA) {
-        unsigned char *x = xmalloc(n * ncols * 8 + 1);
-        for (size_t i = 0; i < n * ncols; i++) {
-            uint64_t bits;
-            memcpy(&bits, &values[i], 8);
-            put_le(x + i * 8, bits, 8);
-        }
+        unsigned char *x = f64_le(values, n * ncols);
         uint64_t xshape[2] = {n, ncols};
         add_array(&fl, format, "X", ELEM_F64, 2, xshape, encoding("array", "0.2.0"), x,
                   n * ncols * 8);
@@ -694,12 +701,7 @@ int table_encode_concat_features(const struct table_spec *spec, const struct tab
     int format = spec->zarr_format;
     add_group(&fl, format, "", concat_attrs(spec));
     if (spec->backend == TABLE_ANNDATA) {
-        unsigned char *chunk = xmalloc(n * ncols * 8 + 1);
-        for (size_t i = 0; i < n * ncols; i++) {
-            uint64_t bits;
-            memcpy(&bits, &x[i], 8);
-            put_le(chunk + i * 8, bits, 8);
-        }
+        unsigned char *chunk = f64_le(x, n * ncols);
         uint64_t xshape[2] = {n, ncols};
         add_array(&fl, format, "X", ELEM_F64, 2, xshape, encoding("array", "0.2.0"), chunk,
                   n * ncols * 8);

@@ -183,13 +183,13 @@ bool otable_piece_read(struct otable *t, struct key128 key)
 /* The name of chunk id's partial as the input is now. A memo holds the signatures of one
  * input's storage files by their index: cmemo the label chunks' input's (the label image's
  * with [measure] labels), imemo the intensities'. */
-static struct key128 piece_key_memo(const struct otable *t, uint64_t id, const uint64_t *c0,
-                                    const uint64_t *ext, struct zarr_sigmemo *cmemo,
-                                    struct zarr_sigmemo *imemo)
+static struct key128 piece_key_memo(const struct task *k, struct measure *ms, uint64_t id,
+                                    const uint64_t *c0, const uint64_t *ext,
+                                    struct zarr_sigmemo *cmemo, struct zarr_sigmemo *imemo)
 {
     struct chunk_keys ck;
-    engine_chunk_keys_now(t->g.t, id, cmemo, &ck);
-    struct key128 key = measure_piece_key(t->ms, ck.chunk, c0, ext, imemo);
+    engine_chunk_keys_now(k, id, cmemo, &ck);
+    struct key128 key = measure_piece_key(ms, ck.chunk, c0, ext, imemo);
     chunk_keys_free(&ck);
     return key;
 }
@@ -198,7 +198,7 @@ struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const ui
                                    const uint64_t *ext)
 {
     struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
-    struct key128 key = piece_key_memo(t, id, c0, ext, cmemo, imemo);
+    struct key128 key = piece_key_memo(t->g.t, t->ms, id, c0, ext, cmemo, imemo);
     zarr_sigmemo_free(cmemo);
     zarr_sigmemo_free(imemo);
     return key;
@@ -249,7 +249,7 @@ void otable_start_measure(struct otable *t, engine_chunk_cb answered,
             continue;
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         engine_chunk_box(k, id, c0, c1, ext);
-        struct key128 key = piece_key_memo(t, id, c0, ext, cmemo, imemo);
+        struct key128 key = piece_key_memo(t->g.t, t->ms, id, c0, ext, cmemo, imemo);
         struct mstats piece;
         measure_stats_init(t->ms, &piece);
         char *path = piece_path(t, key);
@@ -325,10 +325,7 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
             continue;
         uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
         engine_chunk_box(k, id, c0, c1, ext);
-        struct chunk_keys ck;
-        engine_chunk_keys_now(k, id, cmemo, &ck); /* as piece_key_memo */
-        keep_name(keep, measure_piece_key(ms, ck.chunk, c0, ext, imemo));
-        chunk_keys_free(&ck);
+        keep_name(keep, piece_key_memo(k, ms, id, c0, ext, cmemo, imemo));
     }
     zarr_sigmemo_free(cmemo);
     zarr_sigmemo_free(imemo);

@@ -293,12 +293,7 @@ struct key128 measure_piece_key(struct measure *m, struct key128 chunk, const ui
 
 void measure_identity(struct measure *m, struct keyhash *h)
 {
-    key_add_str(h, "measure 1");
-    key_add_u64(h, m->features);
-    for (int c = 0; c < m->nch; c++)
-        key_add_u64(h, m->chan[c]);
-    for (size_t i = 0; i < m->ncols; i++)
-        key_add_str(h, m->cols[i]);
+    add_setup(m, h);
     const struct zarr_meta *in = zarr_input_meta(m->t->reader);
     uint64_t start[ROIFS_MAX_DIM] = {0}, sig = 0;
     if (m->features & MEASURE_INTENSITY)
