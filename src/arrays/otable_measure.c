@@ -194,6 +194,20 @@ static struct key128 piece_key_memo(const struct task *k, struct measure *ms, ui
     return key;
 }
 
+/* Label chunk id's partial's key as piece_key_memo, when the chunk is present (false: it is
+ * not, and has no partial). */
+static bool present_piece_key(const struct task *k, struct measure *ms, uint64_t id,
+                              struct zarr_sigmemo *cmemo, struct zarr_sigmemo *imemo,
+                              struct key128 *key)
+{
+    if (!task_chunk_present(k, id))
+        return false;
+    uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
+    engine_chunk_box(k, id, c0, c1, ext);
+    *key = piece_key_memo(k, ms, id, c0, ext, cmemo, imemo);
+    return true;
+}
+
 struct key128 otable_piece_key_now(const struct otable *t, uint64_t id, const uint64_t *c0,
                                    const uint64_t *ext)
 {
@@ -245,11 +259,9 @@ void otable_start_measure(struct otable *t, engine_chunk_cb answered,
         .t = t, .answered = answered, .asks = xmalloc((k->nchunks + 1) * sizeof *a.asks)};
     struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
-        if (!task_chunk_present(k, id))
+        struct key128 key;
+        if (!present_piece_key(k, t->ms, id, cmemo, imemo, &key))
             continue;
-        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-        engine_chunk_box(k, id, c0, c1, ext);
-        struct key128 key = piece_key_memo(t->g.t, t->ms, id, c0, ext, cmemo, imemo);
         struct mstats piece;
         measure_stats_init(t->ms, &piece);
         char *path = piece_path(t, key);
@@ -321,11 +333,9 @@ int otable_measure_names_now(const struct overlay_geometry *g, struct map *keep)
     }
     struct zarr_sigmemo *cmemo = zarr_sigmemo_new(), *imemo = zarr_sigmemo_new();
     for (uint64_t id = 0; id < k->nchunks; id++) {
-        if (!task_chunk_present(k, id))
-            continue;
-        uint64_t c0[ROIFS_MAX_DIM], c1[ROIFS_MAX_DIM], ext[ROIFS_MAX_DIM];
-        engine_chunk_box(k, id, c0, c1, ext);
-        keep_name(keep, piece_key_memo(k, ms, id, c0, ext, cmemo, imemo));
+        struct key128 key;
+        if (present_piece_key(k, ms, id, cmemo, imemo, &key))
+            keep_name(keep, key);
     }
     zarr_sigmemo_free(cmemo);
     zarr_sigmemo_free(imemo);
