@@ -70,3 +70,40 @@ def test_measure_knows_no_engine_nor_tree():
     bad = [f"{f.name}: {i}" for f in files for i in includes(f) if i.startswith(tuple(
         "../" + a for a in above))]
     assert bad == [], f"src/measure/ includes what is above it: {bad}"
+
+
+def defined(path):
+    """The functions path defines that other files can call (not static)."""
+    names = set()
+    for line in code(path).splitlines():
+        m = re.match(r"(?!static\b)[A-Za-z_][\w \*]*?\b(\w+)\(", line)
+        if m and not line.rstrip().endswith(";"):
+            names.add(m.group(1))
+    return names
+
+
+def test_the_array_set_and_the_table_call_one_way():
+    """src/arrays/'s pairs run one way (docs/design.md, src/arrays/): arrayset.c over
+    arrayset_plate.c over arrayset_state.c, and otable.c over otable_measure.c. A lower file
+    includes no header of a file above it and calls no function one defines (a lower piece
+    that must tell the upper one something is handed the upper one's callback)."""
+    arrays = SRC / "arrays"
+    above = {  # lower file: the files above it
+        "arrayset_state.c": ("arrayset.c", "arrayset_plate.c"),
+        "arrayset_state.h": ("arrayset.c", "arrayset_plate.c"),
+        "array.h": ("arrayset.c", "arrayset_plate.c", "arrayset_state.c"),
+        "arrayset_plate.c": ("arrayset.c",),
+        "arrayset_plate.h": ("arrayset.c",),
+        "otable_measure.c": ("otable.c",),
+        "otable_measure.h": ("otable.c",),
+    }
+    bad = []
+    for low, highs in above.items():
+        f = arrays / low
+        assert f.exists(), f
+        headers = {Path(h).with_suffix(".h").name for h in highs}
+        bad += [f"{low} includes {i}" for i in includes(f) if Path(i).name in headers]
+        calls = set(re.findall(r"\b(\w+)\s*\(", code(f)))
+        for h in highs:
+            bad += [f"{low} calls {n} of {h}" for n in sorted(calls & defined(arrays / h))]
+    assert bad == [], f"a lower file of src/arrays/ reaches a file above it: {bad}"
