@@ -105,7 +105,8 @@ static void (*fused_for(const struct dtype *in, const struct dtype *out,
     }
 }
 
-static void apply(enum builtin_int_op op, int64_t v, int64_t *x, size_t n)
+/* op with v over a block of n values, in place. */
+static void op_block(enum builtin_int_op op, int64_t v, int64_t *x, size_t n)
 {
     switch (op) {
     case BI_ADD:
@@ -143,7 +144,7 @@ bool builtin_int_run(enum builtin_int_op op, double value, const struct proc_req
     for (size_t off = 0; off < n; off += BLOCK_ELEMS) {
         size_t m = n - off < BLOCK_ELEMS ? n - off : BLOCK_ELEMS;
         dtype_to_int64(&rq->in_dtype, in + off * isz, buf, m);
-        apply(op, v, buf, m);
+        op_block(op, v, buf, m);
         dtype_from_int64(&rq->out_dtype, buf, out + off * osz, m);
     }
     return true;
