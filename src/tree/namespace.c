@@ -149,6 +149,17 @@ int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
     return i;
 }
 
+int ns_add_input(struct ns *ns, int parent, const char *name, const char *url, uint64_t size)
+{
+    wrlock(ns);
+    int i = add_entry(ns, parent, NS_INPUT, name);
+    ns->e[i].text = url;
+    ns->e[i].len = strlen(url);
+    ns->e[i].index = size;
+    unlock(ns);
+    return i;
+}
+
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
 {
     wrlock(ns);

@@ -1,0 +1,155 @@
+"""`ome = labels` mounted and served over a remote image (docs/remote.md, The label overlay):
+the input image's own files derived from its metadata (no listing), each chunk key's
+existence by one HEAD when its array's directory is first looked into; the whole tree equal,
+file by file, to the same task's over a local copy."""
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import mounted, run_roifs, write_config
+from remote_server import FaultProxy, headers_file, nginx
+from serving import served
+from test_remote import ome_root  # noqa: F401 (the fixture)
+
+
+def tree(mnt):
+    """{relative path: bytes} of every file under mnt but .roifs/, metadata parsed with the
+    provenance (which names the input) dropped."""
+    out = {}
+    for p in sorted(Path(mnt).rglob("*")):
+        rel = p.relative_to(mnt).as_posix()
+        if rel.startswith(".roifs") or not p.is_file():
+            continue
+        out[rel] = p.read_bytes()
+        if p.name in (".zattrs", "zarr.json"):
+            out[rel] = without_provenance(out[rel])
+    return out
+
+
+def without_provenance(text):
+    doc = json.loads(text)
+    doc.pop("roifs", None)
+    if isinstance(doc.get("attributes"), dict):
+        doc["attributes"].pop("roifs", None)
+    return doc
+
+
+def same_tree(ml, mr, s=None):
+    """The mounts ml (local) and mr (remote) present the same files (paths and bytes), and so
+    does the server s of the remote task; returns them."""
+    want, got = tree(ml.path), tree(mr.path)
+    assert (sorted(set(got) - set(want)), sorted(set(want) - set(got))) == ([], [])
+    for rel in want:
+        assert got[rel] == want[rel], rel
+    return want
+
+
+def served_tree(s, want):
+    for rel, body in want.items():
+        st, _, got_body = s.request("/" + rel)
+        assert st == 200, rel
+        assert (without_provenance(got_body) if isinstance(body, dict) else got_body) == body, rel
+
+
+def config(d, path, extra):
+    d.mkdir()
+    return write_config(d / "task.ini", {
+        "input": {"path": path, "level": 1, "channel": 0, **extra},
+        "rois": {"table": "FOV_ROI_table"},
+        "process": {"builtin": "add", "param.value": 1, "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+        "cache": {"dir": d / "cache"}})
+
+
+@pytest.mark.timeout(120)
+def test_ome_labels_mount_and_serve_of_a_remote_image_are_the_local_copy_s(
+        ome_root, tmp_path, roifs_bin):  # noqa: F811
+    """The mount of `ome = labels` over https://.../image presents exactly the files the same
+    task's mount over a local copy presents (paths and bytes: the image's levels, labels and
+    tables, and labels/seg computed), a chunk missing from the input (404) absent from both;
+    zarr-python reads the label image and the image through it; `serve` gives the same
+    files. No directory URL is ever requested and each chunk key is asked by HEAD at most
+    once per process."""
+    root0, image0 = ome_root
+    root = tmp_path / "data"
+    shutil.copytree(root0, root)
+    image = root / image0.relative_to(root0)
+    keys = sorted(p.relative_to(image).as_posix() for p in (image / "0").rglob("*")
+                  if p.is_file() and not p.name.startswith("."))
+    missing = keys[len(keys) // 2]  # a chunk of level 0 absent from the input: a 404
+    (image / missing).unlink()
+    for t in (image / "tables").glob("*_v3"):  # groups no metadata names: a remote image
+        shutil.rmtree(t)  # cannot show them (docs/remote.md)
+    local = config(tmp_path / "local", image, {})
+    with nginx(root, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        remote = config(tmp_path / "remote", f"{proxy.url}/{image.relative_to(root)}",
+                        {"headers_file": headers_file(tmp_path / "headers")})
+        r = run_roifs(roifs_bin, "check", remote)
+        assert r.returncode == 0 and "refused" not in r.stdout, r.stdout + r.stderr
+        with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
+                mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            first = len(proxy.requests)  # the mount's own start asked what it reads
+            want = same_tree(ml, mr)
+            assert missing not in want and keys[0] in want and len(want) > 40
+            assert "tables/FOV_ROI_table/obs/.zattrs" in want
+            assert [k for k in want if k.startswith("labels/seg/0/") and "zarr" not in k]
+            for arr in ("labels/seg/0", "labels/seg/1", "0", "1", "labels/nuclei/0"):
+                np.testing.assert_array_equal(zarr.open(str(mr.path / arr), "r")[...],
+                                              zarr.open(str(ml.path / arr), "r")[...])
+            heads = Counter(p for m, p, _ in proxy.requests[first:] if m == "HEAD")
+            assert len(heads) > 100 and set(heads.values()) == {1}, heads.most_common(3)
+        with served(roifs_bin, remote) as s:
+            served_tree(s, want)
+            assert s.request("/" + missing)[0] == 404
+        paths = [p for _, p, _ in proxy.requests]
+    log = (tmp_path / "nginx" / "access.log").read_text()
+    assert paths and not [p for p in paths if p.endswith("/")], paths  # never a listing
+    assert not [line for line in log.splitlines() if "/ HTTP" in line]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_ome_labels_mount_of_a_remote_image_with_a_masking_table(tmp_path, roifs_bin, version):
+    """OME-Zarr 0.4 (Zarr v2, chunk keys "1.2") and 0.5 (Zarr v3, keys "c/1/2"), the overlay's
+    masking table tables/seg_table added: the remote mount presents the local copy's files, a
+    missing chunk absent, and `serve` the same."""
+    from test_overlay import make_image, overlay_config
+    root = tmp_path / "data"
+    root.mkdir()
+    img, _ = make_image(root, version)
+    if version == "0.5":  # labels/old as a group of its own metadata (a named node)
+        (img / "labels" / "old" / "zarr.json").write_text(json.dumps({
+            "zarr_format": 3, "node_type": "group", "attributes": {"ome": {
+                "version": "0.5", "multiscales": [{"axes": [
+                    {"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+                    "datasets": [{"path": "0", "coordinateTransformations": [
+                        {"type": "scale", "scale": [0.5, 0.25]}]}]}]}}}))
+    else:  # its table an AnnData one, whose encoding names X
+        zarr.open_group(str(img / "tables" / "FOV_ROI_table")).attrs["encoding-type"] = "anndata"
+    missing = "0/c/1/1" if version == "0.5" else "0/1.1"
+    (img / missing).unlink()
+    (tmp_path / "local").mkdir()
+    (tmp_path / "remote").mkdir()
+    local = overlay_config(tmp_path / "local", img, table="seg_table")
+    with nginx(root, tmp_path / "nginx") as base:
+        remote = overlay_config(tmp_path / "remote", f"{base}/{img.name}", table="seg_table")
+        hf = headers_file(tmp_path / "headers")
+        remote.write_text(remote.read_text().replace("[input]\n", f"[input]\nheaders_file = {hf}\n"))
+        with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
+                mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            want = same_tree(ml, mr)
+            assert missing not in want and [k for k in want if k.startswith("tables/seg_table/")]
+            if version == "0.4":  # (zarr-python 2 reads no v3)
+                np.testing.assert_array_equal(
+                    zarr.open(str(mr.path / "labels/seg/0"), "r")[...],
+                    zarr.open(str(ml.path / "labels/seg/0"), "r")[...])
+        with served(roifs_bin, remote) as s:
+            served_tree(s, want)
+            assert s.request("/" + missing)[0] == 404
+    log = (tmp_path / "nginx" / "access.log").read_text()
+    assert "HTTP" in log and not [line for line in log.splitlines() if "/ HTTP" in line]
