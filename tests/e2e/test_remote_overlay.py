@@ -2,7 +2,9 @@
 the input image's own files derived from its metadata (no listing), each chunk key's
 existence by one HEAD when its array's directory is first looked into; the whole tree equal,
 file by file, to the same task's over a local copy."""
+import errno
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import mounted, run_roifs, write_config
+from conftest import mounted, run_roifs, wait_for, write_config
 from remote_server import FaultProxy, headers_file, nginx
 from serving import served
 from test_remote import ome_root  # noqa: F401 (the fixture)
@@ -153,3 +155,36 @@ def test_ome_labels_mount_of_a_remote_image_with_a_masking_table(tmp_path, roifs
             assert s.request("/" + missing)[0] == 404
     log = (tmp_path / "nginx" / "access.log").read_text()
     assert "HTTP" in log and not [line for line in log.splitlines() if "/ HTTP" in line]
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_head_or_get_of_an_input_file_fails_loudly_and_is_asked_again(
+        tmp_path, roifs_bin):
+    """A 403 to one chunk key's HEAD: the key is not listed that time (the log names the URL
+    and the status), and the next listing asks it again and shows it; a 403 to a file's GET:
+    its open is EIO, and the next open reads it. Every other file is served meanwhile."""
+    from test_overlay import make_image, overlay_config
+    root = tmp_path / "data"
+    root.mkdir()
+    img, _ = make_image(root, "0.4")
+    (tmp_path / "remote").mkdir()
+    with nginx(root, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        cfg = overlay_config(tmp_path / "remote", f"{proxy.url}/{img.name}")
+        hf = headers_file(tmp_path / "headers")
+        cfg.write_text(cfg.read_text().replace("[input]\n", f"[input]\nheaders_file = {hf}\n"))
+        # (a batch's failed request is asked once more alone: two 403s fail the key's look)
+        proxy.schedule(r"/1/0\.1$", "403", "403", method="HEAD")
+        proxy.schedule(r"/2/0\.0$", "403", method="GET")
+        with mounted(roifs_bin, cfg, tmp_path / "mnt") as m:
+            first = sorted(os.listdir(m.path / "1"))
+            assert "0.1" not in first and "0.0" in first and ".zarray" in first, first
+            wait_for(lambda: "/1/0.1" in m.log_text() and "403" in m.log_text(), 20,
+                     "the log naming the refused key")
+            assert "0.1" in os.listdir(m.path / "1")
+            assert (m.path / "1" / "0.1").read_bytes() == (img / "1" / "0.1").read_bytes()
+            with pytest.raises(OSError) as e:
+                (m.path / "2" / "0.0").read_bytes()
+            assert e.value.errno == errno.EIO
+            assert (m.path / "2" / "0.0").read_bytes() == (img / "2" / "0.0").read_bytes()
+            assert (m.path / "labels" / "seg" / "0" / "0.0").stat().st_size > 0
+        assert proxy.count(r"/1/0\.1$", "HEAD") == 3
