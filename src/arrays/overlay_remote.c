@@ -294,6 +294,35 @@ static int group_children(struct walk *w, const char *rel, const json_t *attrs, 
     return r;
 }
 
+/* The metadata of the node at url in format 3 (zarr.json) or 2 (.zarray, else .zgroup, and
+ * .zattrs when present): 0, -ENOENT when it has none, else the remote layer's error. */
+static int read_meta(const char *url, bool v3, char **meta, const char **meta_name,
+                     char **attrs_text, bool *array, struct errbuf *err)
+{
+    char *u;
+    *array = true;
+    *meta_name = v3 ? "zarr.json" : ".zarray";
+    int r = fetch(u = xasprintf("%s/%s", url, *meta_name), meta, err);
+    free(u);
+    if (r == -ENOENT && !v3) {
+        *array = false;
+        *meta_name = ".zgroup";
+        r = fetch(u = xasprintf("%s/.zgroup", url), meta, err);
+        free(u);
+    }
+    if (r == 0 && !v3) {
+        r = fetch(u = xasprintf("%s/.zattrs", url), attrs_text, err);
+        free(u);
+        if (r == -ENOENT)
+            r = 0;
+    }
+    if (r < 0) {
+        free(*meta);
+        *meta = NULL;
+    }
+    return r;
+}
+
 /* The node at rel (relative to the image; "" the image): its metadata files, then what they
  * name. -ENOENT when rel has no metadata. */
 static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
@@ -301,26 +330,17 @@ static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
     if (depth > RT_MAX_DEPTH)
         return 0;
     char *url = *rel ? xasprintf("%s/%s", w->base, rel) : xstrdup(w->base);
-    char *meta = NULL, *attrs_text = NULL, *u = NULL;
-    const char *meta_name = w->v3 ? "zarr.json" : ".zarray";
-    bool array = true;
-    int r = fetch(u = xasprintf("%s/%s", url, meta_name), &meta, err);
-    free(u);
-    if (r == -ENOENT && !w->v3) {
-        array = false;
-        meta_name = ".zgroup";
-        r = fetch(u = xasprintf("%s/.zgroup", url), &meta, err);
-        free(u);
-    }
-    if (r == 0 && !w->v3) {
-        r = fetch(u = xasprintf("%s/.zattrs", url), &attrs_text, err);
-        free(u);
-        if (r == -ENOENT)
-            r = 0;
+    char *meta = NULL, *attrs_text = NULL;
+    const char *meta_name;
+    bool array, v3 = w->v3; /* the image's format first, then the other (a table of its own) */
+    int r = read_meta(url, v3, &meta, &meta_name, &attrs_text, &array, err);
+    if (r == -ENOENT) {
+        v3 = !v3;
+        r = read_meta(url, v3, &meta, &meta_name, &attrs_text, &array, err);
     }
     json_t *doc = r == 0 ? json_loads(meta, 0, NULL) : NULL;
     json_t *attrs = attrs_text ? json_loads(attrs_text, 0, NULL) : NULL;
-    if (r == 0 && w->v3)
+    if (r == 0 && v3)
         array = json_string_value(json_object_get(doc, "node_type")) &&
                 strcmp(json_string_value(json_object_get(doc, "node_type")), "array") == 0;
     if (r == 0 && (!json_is_object(doc) || (attrs_text && !json_is_object(attrs))))
@@ -328,7 +348,7 @@ static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
                     attrs_text ? ".zattrs" : meta_name);
     struct rt_array a = {0};
     if (r == 0 && array)
-        r = array_grid(doc, w->v3, &a, url, err);
+        r = array_grid(doc, v3, &a, url, err);
     if (r < 0) {
         free(meta);
         free(attrs_text);
@@ -351,7 +371,7 @@ static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
         rt->a[rt->na] = a;
         ns_set_lazy(ns, dir, rt->na++);
     } else {
-        const json_t *at = w->v3 ? json_object_get(doc, "attributes") : attrs;
+        const json_t *at = v3 ? json_object_get(doc, "attributes") : attrs;
         const json_t *ome = json_object_get(at, "ome"); /* OME-Zarr 0.5 */
         r = group_children(w, rel, ome ? ome : at, depth, err);
         if (r == 0 && ome)
