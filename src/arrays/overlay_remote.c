@@ -26,8 +26,21 @@ struct rt_array {
     const char *zero; /* the key of a 0-d array */
     bool prefix_c;    /* v3 default encoding: "c" + sep first */
     uint64_t n;       /* keys */
-    uint8_t *state;   /* per key: 0 not asked yet (or the answer failed), 1 exists, 2 absent */
-    bool done;        /* every key answered */
+    uint8_t *state;   /* per key: 0 not asked yet (or the answer failed), 1 shown, 2 absent */
+    bool nested;      /* separator "/": a directory per index but the last */
+    int cdir;         /* nested with prefix_c: the entry of "c" once shown, else 0 */
+    int *dent[ROIFS_MAX_DIM]; /* nested: dent[m][prefix of m indices]: its directory's entry
+                                 once shown, else 0 (m = 1 .. ndim - 1) */
+};
+
+/* A directory of an array's keys, filled as it is looked into: the array's own (k = -1 with
+ * "c": its child "c"), else the one whose path fixes the first k indices to prefix p (nested),
+ * or that holds every key (flat, k = 0). */
+struct rt_dir {
+    size_t array;
+    int k;
+    uint64_t p;
+    int dir;
 };
 
 struct overlay_remote {
@@ -35,6 +48,8 @@ struct overlay_remote {
     pthread_mutex_t lock; /* the fills: one at a time, a second waits for the first */
     struct rt_array *a;
     size_t na;
+    struct rt_dir *d;
+    size_t nd;
     char **strs; /* the texts and URLs the tree's entries name */
     size_t nstrs;
 };
@@ -245,6 +260,8 @@ static char *chunk_key(const struct rt_array *a, uint64_t id)
 
 /* ---- the walk ---- */
 
+static void lazy_dir(struct overlay_remote *rt, size_t array, int k, uint64_t p, int dir);
+
 static int node(struct walk *w, const char *rel, int depth, struct errbuf *err);
 
 /* A file the group at rel names (not Zarr metadata): shown when its HEAD finds it. */
@@ -367,9 +384,15 @@ static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
         a.url = url;
         a.dir = dir;
         a.state = xcalloc(a.n ? a.n : 1, 1);
+        a.nested = a.sep == '/' && a.ndim > 0;
+        uint64_t prefixes = 1;
+        for (int m = 1; a.nested && m < a.ndim; m++) {
+            prefixes *= a.grid[m - 1];
+            a.dent[m] = xcalloc(prefixes ? prefixes : 1, sizeof **a.dent);
+        }
         rt->a = xrealloc(rt->a, (rt->na + 1) * sizeof *rt->a);
-        rt->a[rt->na] = a;
-        ns_set_lazy(ns, dir, rt->na++);
+        rt->a[rt->na++] = a;
+        lazy_dir(rt, rt->na - 1, a.nested && a.prefix_c ? -1 : 0, 0, dir);
     } else {
         const json_t *at = v3 ? json_object_get(doc, "attributes") : attrs;
         const json_t *ome = json_object_get(at, "ome"); /* OME-Zarr 0.5 */
@@ -385,59 +408,217 @@ static int node(struct walk *w, const char *rel, int depth, struct errbuf *err)
 
 /* ---- the fill ---- */
 
-/* Array index's chunk keys that exist, found by HEAD requests the first time its directory
- * is looked into; a key whose answer failed (not a 404) is asked again at the next look. */
-static void fill(void *ctx, uint64_t index)
+/* A directory of array's keys, filled when looked into. */
+static void lazy_dir(struct overlay_remote *rt, size_t array, int k, uint64_t p, int dir)
+{
+    rt->d = xrealloc(rt->d, (rt->nd + 1) * sizeof *rt->d);
+    rt->d[rt->nd] = (struct rt_dir){.array = array, .k = k, .p = p, .dir = dir};
+    ns_set_lazy(rt->ns, dir, rt->nd++);
+}
+
+/* Keys below a directory that fixes m indices: span(a, m) of them, from prefix * span. */
+static uint64_t span(const struct rt_array *a, int m)
+{
+    uint64_t n = 1;
+    for (int d = m; d < a->ndim; d++)
+        n *= a->grid[d];
+    return n;
+}
+
+/* The directory of a nested key's first m indices (prefix q), made when not shown yet. */
+static int prefix_dir(struct overlay_remote *rt, size_t ai, int m, uint64_t q, int parent,
+                      uint64_t index)
+{
+    struct rt_array *a = &rt->a[ai];
+    if (a->dent[m][q])
+        return a->dent[m][q];
+    char name[24];
+    snprintf(name, sizeof name, "%llu", (unsigned long long)index);
+    int dir = ns_add_dir(rt->ns, parent, name);
+    a->dent[m][q] = dir;
+    lazy_dir(rt, ai, m, q, dir);
+    return dir;
+}
+
+/* Key id exists (size bytes, URL url, kept): its file, and the directories of its path. */
+static void show_key(struct overlay_remote *rt, size_t ai, uint64_t id, char *url, uint64_t size)
+{
+    struct rt_array *a = &rt->a[ai];
+    a->state[id] = 1;
+    if (!a->nested) {
+        const char *base = strrchr(url, '/') + 1;
+        ns_add_input(rt->ns, a->dir, base, keep(rt, url), size);
+        return;
+    }
+    uint64_t idx[ROIFS_MAX_DIM], rest = id;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        idx[d] = rest % a->grid[d];
+        rest /= a->grid[d];
+    }
+    int dir = a->dir;
+    if (a->prefix_c) {
+        if (!a->cdir) {
+            a->cdir = ns_add_dir(rt->ns, a->dir, "c");
+            lazy_dir(rt, ai, 0, 0, a->cdir);
+        }
+        dir = a->cdir;
+    }
+    uint64_t q = 0;
+    for (int m = 1; m < a->ndim; m++) {
+        q = q * a->grid[m - 1] + idx[m - 1];
+        dir = prefix_dir(rt, ai, m, q, dir, idx[m - 1]);
+    }
+    char name[24];
+    snprintf(name, sizeof name, "%llu", (unsigned long long)idx[a->ndim - 1]);
+    ns_add_input(rt->ns, dir, name, keep(rt, url), size);
+}
+
+/* HEAD requests of keys ids[0..k) (at most REMOTE_BATCH_MAX, not asked yet): each that exists
+ * shown, each 404 absent. Returns how many failed otherwise (logged; asked again later). */
+static int ask(struct overlay_remote *rt, size_t ai, const uint64_t *ids, size_t k)
+{
+    struct rt_array *a = &rt->a[ai];
+    const char *urls[REMOTE_BATCH_MAX], *inm[REMOTE_BATCH_MAX] = {0};
+    struct remote_obj objs[REMOTE_BATCH_MAX];
+    int rcs[REMOTE_BATCH_MAX], failed = 0;
+    struct errbuf errs[REMOTE_BATCH_MAX];
+    memset(errs, 0, sizeof errs);
+    for (size_t i = 0; i < k; i++) {
+        char *key = chunk_key(a, ids[i]);
+        urls[i] = xasprintf("%s/%s", a->url, key);
+        free(key);
+    }
+    if (k)
+        remote_head_many(urls, inm, k, objs, rcs, errs);
+    for (size_t i = 0; i < k; i++) {
+        if (rcs[i] == 0 && objs[i].exists) {
+            show_key(rt, ai, ids[i], (char *)urls[i], objs[i].length);
+            continue;
+        }
+        if (rcs[i] == -ENOENT) {
+            a->state[ids[i]] = 2;
+        } else {
+            log_warn("%s", errs[i].msg);
+            failed++;
+        }
+        free((char *)urls[i]);
+    }
+    return failed;
+}
+
+/* Asks the keys of [lo, hi) not asked yet, in batches; with any, stops at the first batch that
+ * shows one (the first batch is the first key alone). -1 when some key could not be asked (a
+ * failure: asked again at the next look), else 1 when a key of the range is shown, 0 when none
+ * exists. */
+static int range(struct overlay_remote *rt, size_t ai, uint64_t lo, uint64_t hi, bool any)
+{
+    struct rt_array *a = &rt->a[ai];
+    bool shown = false, failed = false;
+    size_t batch = any ? 1 : REMOTE_BATCH_MAX; /* any: the first key alone, most often there */
+    for (uint64_t id = lo; id < hi; batch = REMOTE_BATCH_MAX) {
+        uint64_t ids[REMOTE_BATCH_MAX];
+        size_t k = 0;
+        for (; id < hi && k < batch; id++) {
+            if (a->state[id] == 1 && any)
+                return 1;
+            shown |= a->state[id] == 1;
+            if (a->state[id] == 0)
+                ids[k++] = id;
+        }
+        failed |= ask(rt, ai, ids, k) > 0;
+        for (size_t i = 0; i < k; i++)
+            shown |= a->state[ids[i]] == 1;
+        if (shown && any)
+            return 1;
+    }
+    return failed ? -1 : shown ? 1 : 0; /* (any: a key shown has returned 1) */
+}
+
+/* name as a canonical decimal below bound: 0 with *v, else -1. */
+static int index_of(const char *name, uint64_t bound, uint64_t *v)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 19 || (name[0] == '0' && n > 1) || strspn(name, "0123456789") != n)
+        return -1;
+    *v = strtoull(name, NULL, 10);
+    return *v < bound ? 0 : -1;
+}
+
+/* A flat key's id: 0, else -1 (not a key of the grid, or not in canonical form). */
+static int flat_id(const struct rt_array *a, const char *name, uint64_t *id)
+{
+    *id = 0;
+    if (a->ndim == 0)
+        return strcmp(name, a->zero) == 0 ? 0 : -1;
+    const char *p = name;
+    if (a->prefix_c) {
+        if (p[0] != 'c' || p[1] != a->sep)
+            return -1;
+        p += 2;
+    }
+    for (int d = 0; d < a->ndim; d++) {
+        const char *end = d + 1 < a->ndim ? strchr(p, a->sep) : p + strlen(p);
+        if (!end || (size_t)(end - p) >= 24)
+            return -1;
+        char part[24];
+        uint64_t v;
+        memcpy(part, p, (size_t)(end - p));
+        part[end - p] = '\0';
+        if (index_of(part, a->grid[d], &v) < 0)
+            return -1;
+        *id = *id * a->grid[d] + v;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* Directory d's entry name (NULL: every entry, for a listing), asked when not known yet.
+ * True when every entry of d is known (nothing failed). */
+static bool fill_dir(struct overlay_remote *rt, const struct rt_dir *d, const char *name)
+{
+    struct rt_array *a = &rt->a[d->array];
+    uint64_t v;
+    if (!a->nested) { /* every key in the array's directory */
+        if (!name)
+            return range(rt, d->array, 0, a->n, false) >= 0;
+        if (flat_id(a, name, &v) == 0)
+            range(rt, d->array, v, v + 1, false);
+        return false;
+    }
+    if (d->k < 0) { /* the array's directory: "c" */
+        if (!name || strcmp(name, "c") == 0)
+            return range(rt, d->array, 0, a->n, true) >= 0 && !name;
+        return false;
+    }
+    uint64_t lo = 0, hi = a->grid[d->k], child = span(a, d->k + 1);
+    if (name) {
+        if (index_of(name, a->grid[d->k], &v) < 0)
+            return false;
+        lo = v;
+        hi = v + 1;
+    }
+    bool known = true;
+    if (d->k == a->ndim - 1) /* the keys themselves */
+        known =
+            range(rt, d->array, d->p * a->grid[d->k] + lo, d->p * a->grid[d->k] + hi, false) >= 0;
+    else
+        for (uint64_t j = lo; j < hi; j++) {
+            uint64_t q = d->p * a->grid[d->k] + j;
+            if (!a->dent[d->k + 1][q])
+                known &= range(rt, d->array, q * child, (q + 1) * child, true) >= 0;
+        }
+    return known && !name;
+}
+
+/* ns_fill_fn: a look into the directory of lazy entry index (name: a lookup's; NULL: a
+ * listing). The directory is marked filled once a listing knew every entry. */
+static void fill(void *ctx, uint64_t index, const char *name)
 {
     struct overlay_remote *rt = ctx;
     pthread_mutex_lock(&rt->lock);
-    struct rt_array *a = &rt->a[index];
-    for (uint64_t id = 0; id < a->n && !a->done;) {
-        const char *urls[REMOTE_BATCH_MAX], *inm[REMOTE_BATCH_MAX] = {0};
-        char *keys[REMOTE_BATCH_MAX];
-        uint64_t ids[REMOTE_BATCH_MAX];
-        size_t k = 0;
-        for (; id < a->n && k < REMOTE_BATCH_MAX; id++) {
-            if (a->state[id])
-                continue;
-            keys[k] = chunk_key(a, id);
-            urls[k] = xasprintf("%s/%s", a->url, keys[k]);
-            ids[k++] = id;
-        }
-        struct remote_obj objs[REMOTE_BATCH_MAX];
-        int rcs[REMOTE_BATCH_MAX];
-        struct errbuf errs[REMOTE_BATCH_MAX];
-        memset(errs, 0, sizeof errs);
-        if (k)
-            remote_head_many(urls, inm, k, objs, rcs, errs);
-        for (size_t i = 0; i < k; i++) {
-            if (rcs[i] == 0 && objs[i].exists) {
-                a->state[ids[i]] = 1;
-                char *slash = strrchr(keys[i], '/');
-                int d = a->dir;
-                if (slash) {
-                    *slash = '\0';
-                    d = dir_at(rt->ns, a->dir, keys[i]);
-                }
-                ns_add_input(rt->ns, d, slash ? slash + 1 : keys[i], keep(rt, (char *)urls[i]),
-                             objs[i].length);
-                urls[i] = NULL;
-            } else if (rcs[i] == -ENOENT) {
-                a->state[ids[i]] = 2;
-            } else {
-                log_warn("%s", errs[i].msg);
-            }
-            free(keys[i]);
-            free((char *)urls[i]);
-        }
-    }
-    bool done = true;
-    for (uint64_t id = 0; id < a->n && done; id++)
-        done = a->state[id] != 0;
-    if (done && !a->done) {
-        a->done = true;
-        ns_filled(rt->ns, a->dir);
-    }
+    struct rt_dir d = rt->d[index];
+    if (fill_dir(rt, &d, name))
+        ns_filled(rt->ns, d.dir);
     pthread_mutex_unlock(&rt->lock);
 }
 
@@ -469,7 +650,10 @@ void overlay_remote_free(struct overlay_remote *rt)
     for (size_t i = 0; i < rt->na; i++) {
         free(rt->a[i].url);
         free(rt->a[i].state);
+        for (int m = 0; m < ROIFS_MAX_DIM; m++)
+            free(rt->a[i].dent[m]);
     }
+    free(rt->d);
     free(rt->a);
     for (size_t i = 0; i < rt->nstrs; i++)
         free(rt->strs[i]);

@@ -64,11 +64,13 @@ int ns_add_input(struct ns *ns, int parent, const char *name, const char *url, u
  * path holds at that moment, except hide (NULL: none) and the names of its own entries. */
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide);
 /* A directory whose entries its owner adds when it is first needed (a plate's image,
- * docs/plates.md): ns_lookup and ns_readdir in directory entry dir call fill(ctx, index)
- * first, until ns_filled(ns, dir). fill runs with the tree unlocked: it adds the entries with
- * ns_add_* (each addition locks the tree, which lookups elsewhere share meanwhile), and makes
- * concurrent calls for the same directory wait for the first one. */
-typedef void (*ns_fill_fn)(void *ctx, uint64_t index);
+ * docs/plates.md): ns_lookup and ns_readdir in directory entry dir call fill(ctx, index,
+ * name) first, until ns_filled(ns, dir); name is the name a lookup looks for (NULL: a listing,
+ * which needs every entry), so that a filler may add that entry alone and leave dir lazy. fill runs
+ * with the tree unlocked: it adds the entries with ns_add_* (each addition locks the tree, which
+ * lookups elsewhere share meanwhile), and makes concurrent calls for the same directory wait for
+ * the first one. */
+typedef void (*ns_fill_fn)(void *ctx, uint64_t index, const char *name);
 void ns_set_filler(struct ns *ns, ns_fill_fn fill, void *ctx);
 void ns_set_lazy(struct ns *ns, int dir, uint64_t index);
 void ns_filled(struct ns *ns, int dir);

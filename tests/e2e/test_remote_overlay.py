@@ -75,15 +75,16 @@ def test_ome_labels_mount_and_serve_of_a_remote_image_are_the_local_copy_s(
     task's mount over a local copy presents (paths and bytes: the image's levels, labels and
     tables, and labels/seg computed), a chunk missing from the input (404) absent from both;
     zarr-python reads the label image and the image through it; `serve` gives the same
-    files. No directory URL is ever requested and each chunk key is asked by HEAD at most
-    once per process."""
+    files. A chunk read by its path costs the HEADs of its key and of its path's directories'
+    first keys, not of the array's; no directory URL is ever requested and each chunk key is
+    asked by HEAD at most once per process."""
     root0, image0 = ome_root
     root = tmp_path / "data"
     shutil.copytree(root0, root)
     image = root / image0.relative_to(root0)
     keys = sorted(p.relative_to(image).as_posix() for p in (image / "0").rglob("*")
                   if p.is_file() and not p.name.startswith("."))
-    missing = keys[len(keys) // 2]  # a chunk of level 0 absent from the input: a 404
+    missing = keys[1]  # a chunk of level 0 absent from the input: a 404
     (image / missing).unlink()
     tables = zarr.open_group(str(image / "tables"))  # its Zarr v3 tables listed too: nodes
     tables.attrs["tables"] = tables.attrs["tables"] + ["FOV_ROI_table_v3", "nuclei_ROI_table_v3"]
@@ -96,6 +97,11 @@ def test_ome_labels_mount_and_serve_of_a_remote_image_are_the_local_copy_s(
         with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
                 mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
             first = len(proxy.requests)  # the mount's own start asked what it reads
+            # one chunk read by its path: its key and its path's first keys asked, no other
+            assert (mr.path / keys[-1]).read_bytes() == (image / keys[-1]).read_bytes()
+            level0 = [p for m, p, _ in proxy.requests[first:]
+                      if m == "HEAD" and p.startswith(f"/{image.relative_to(root)}/0/")]
+            assert 1 <= len(level0) <= 4, level0
             want = same_tree(ml, mr)
             assert missing not in want and keys[0] in want and len(want) > 40
             assert "tables/FOV_ROI_table/obs/.zattrs" in want
