@@ -109,10 +109,26 @@ struct names {
     size_t n;
 };
 
+/* A relative path of one or more names, none empty, "." or "..", and no more than a name's
+ * length each (a path the metadata names that would leave the node is not followed). */
+static bool is_relative_path(const char *s)
+{
+    if (!s || !*s)
+        return false;
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || len > 255 || (len == 1 && p[0] == '.') ||
+            (len == 2 && p[0] == '.' && p[1] == '.'))
+            return false;
+        if (!p[len])
+            return true;
+        p += len + 1;
+    }
+}
+
 static void name_add(struct names *ns, const char *s)
 {
-    if (!s || !*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || strstr(s, "/../") ||
-        strncmp(s, "../", 3) == 0 || s[0] == '/' || strstr(s, "//"))
+    if (!is_relative_path(s))
         return;
     for (size_t i = 0; i < ns->n; i++)
         if (strcmp(ns->v[i], s) == 0)

@@ -169,11 +169,16 @@ def test_a_failed_head_or_get_of_an_input_file_fails_loudly_and_is_asked_again(
         tmp_path, roifs_bin):
     """A 403 to one chunk key's HEAD: the key is not listed that time (the log names the URL
     and the status), and the next listing asks it again and shows it; a 403 to a file's GET:
-    its open is EIO, and the next open reads it. Every other file is served meanwhile."""
+    its open is EIO, and the next open reads it. Every other file is served meanwhile. Names
+    in the labels list that would leave the image ("../..", "a/./b", "/abs") are not asked."""
     from test_overlay import make_image, overlay_config
     root = tmp_path / "data"
     root.mkdir()
     img, _ = make_image(root, "0.4")
+    labels = zarr.open_group(str(img / "labels"))  # names that would leave the image: not followed
+    labels.attrs["labels"] = ["old", "../../secret", "a/./b", "/abs"]
+    (root / "secret").mkdir()
+    zarr.open_group(str(root / "secret"))
     (tmp_path / "remote").mkdir()
     with nginx(root, tmp_path / "nginx") as base, FaultProxy(base) as proxy:
         cfg = overlay_config(tmp_path / "remote", f"{proxy.url}/{img.name}")
@@ -195,3 +200,6 @@ def test_a_failed_head_or_get_of_an_input_file_fails_loudly_and_is_asked_again(
             assert (m.path / "2" / "0.0").read_bytes() == (img / "2" / "0.0").read_bytes()
             assert (m.path / "labels" / "seg" / "0" / "0.0").stat().st_size > 0
         assert proxy.count(r"/1/0\.1$", "HEAD") == 3
+        bad = [p for _, p, _ in proxy.requests
+               if "/./" in p or "/../" in p or "secret" in p or "//" in p]
+        assert proxy.requests and not bad, bad
