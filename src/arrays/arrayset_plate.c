@@ -218,8 +218,9 @@ static void fill_locked(struct arrayset *s, size_t k)
 }
 
 /* ns_fill_fn: the first look into image k's directory. */
-static void fill_image(void *ctx, uint64_t k)
+static void fill_image(void *ctx, uint64_t k, const char *name)
 {
+    (void)name; /* the image's directory is filled whole */
     struct arrayset *s = ctx;
     pthread_mutex_lock(&s->lazy);
     fill_locked(s, (size_t)k);

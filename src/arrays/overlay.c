@@ -12,6 +12,7 @@
 #include "../measure/measure.h"
 #include "../measure/mpython.h"
 #include "../nd.h"
+#include "overlay_remote.h"
 #include "upread.h"
 
 /* One level j of the label image. */
@@ -40,6 +41,7 @@ struct overlay {
     /* [measure] labels: the label image is the input's own, shown as it is; level k (a copy
      * of it) is not presented, only measured; there are no other levels */
     bool measured;
+    struct overlay_remote *remote; /* a remote image's tree at a mount (overlay_remote.h) */
 };
 
 /* ---- checks ---- */
@@ -581,6 +583,7 @@ void overlay_free(struct overlay *ov)
         json_decref(ov->lv[j].cts);
     }
     free(ov->lv);
+    overlay_remote_free(ov->remote);
     for (size_t i = 0; i < ov->nfiles; i++) {
         free(ov->files[i].path);
         free(ov->files[i].text);
@@ -621,15 +624,11 @@ struct engine *overlay_engine(const struct overlay *ov)
     return ov->engine_k;
 }
 
-int overlay_mountable(const struct overlay *ov, struct errbuf *err)
+int overlay_build_remote_tree(struct overlay *ov, struct ns *ns, int root, struct errbuf *err)
 {
-    if (!zarr_is_url(ov->dir)) /* docs/remote.md */
-        return 0;
-    return err_set(err, -EINVAL,
-                   "[output] ome = labels: a mount presents the input image's own files read "
-                   "through (its levels' chunks and every other file), which a remote input "
-                   "cannot list; warm, and export --into a local copy of the image, need no "
-                   "listing");
+    overlay_remote_free(ov->remote); /* (a tree is built once; never two at a time) */
+    ov->remote = NULL;
+    return overlay_remote_build(ov, ns, root, &ov->remote, err);
 }
 
 const char *overlay_image_dir(const struct overlay *ov)

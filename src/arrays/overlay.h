@@ -51,9 +51,10 @@ bool overlay_presents_levels(const struct overlay *ov);
 void overlay_set_engine(struct overlay *ov, struct engine *e);
 struct engine *overlay_engine(const struct overlay *ov);
 
-/* 0 when a mount (or serve) can present ov's tree; -EINVAL with err set for a remote input
- * image, whose own files cannot be listed (warm and export --into need no listing). */
-int overlay_mountable(const struct overlay *ov, struct errbuf *err);
+/* A remote image's own files (overlay_remote.h) below directory entry root of ns, after the
+ * overlay's entries; kept until overlay_free, which must come after the tree's. 0 or -errno
+ * with err set. */
+int overlay_build_remote_tree(struct overlay *ov, struct ns *ns, int root, struct errbuf *err);
 const char *overlay_image_dir(const struct overlay *ov);
 /* The path of level j's array, relative to the image group ("labels/NAME/0"). */
 const char *overlay_level_path(const struct overlay *ov, size_t array);

@@ -1,7 +1,8 @@
 /* overlay_tree.c: the tree of ome = labels (overlay.h): the input image group as it is at
  * each look (its directories mirrored, namespace.h: files added or removed while mounted are
- * seen), the overlay's metadata files in the place of the input's of the same path, the
- * label image's levels and the masking table. */
+ * seen; a remote image's derived from its metadata, overlay_remote.h), the overlay's
+ * metadata files in the place of the input's of the same path, the label image's levels and
+ * the masking table. */
 #include "overlay_tree.h"
 
 #include <stdlib.h>
@@ -51,16 +52,16 @@ static int dir_of(const struct overlay *ov, struct ns *ns, int root, const char 
     return dir;
 }
 
-int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
+int overlay_tree_build(struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
                        int array_base, uint64_t index_base, bool status, struct errbuf *err)
 {
-    int r = status ? overlay_mountable(ov, err) : 0;
-    if (r < 0)
-        return r;
+    int r = 0;
     /* the input image as it is now; not its .roifs, the status of the roifs mount it may be
-     * read from (a chained mount): this mount's own takes its place. A remote image (warm,
-     * export --into: no tree is read through) is not mirrored: it cannot be listed. */
-    if (!zarr_is_url(overlay_image_dir(ov)))
+     * read from (a chained mount): this mount's own takes its place. A remote image cannot
+     * be listed: a mount's (or serve's) tree of it is derived from its metadata once the
+     * overlay's entries are in (overlay_remote.h); warm and export --into read none of it. */
+    bool remote = zarr_is_url(overlay_image_dir(ov));
+    if (!remote)
         ns_mirror(ns, root, overlay_image_dir(ov), ".roifs");
     size_t nf;
     const struct overlay_file *f = overlay_files(ov, &nf);
@@ -77,8 +78,10 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
     for (size_t i = 0; overlay_presents_levels(ov) && i < overlay_narrays(ov) && r == 0; i++)
         r = ns_add_array(ns, dir_of(ov, ns, root, overlay_level_path(ov, i), true, NULL),
                          overlay_array_task(ov, i), array_base + (int)i, err);
-    if (!tab || r < 0)
+    if (r < 0)
         return r;
+    if (!tab)
+        return remote && status ? overlay_build_remote_tree(ov, ns, root, err) : 0;
     for (size_t i = 0; i < otable_nfiles(tab); i++) {
         char *rel = xasprintf("tables/%s/%s", otable_table_name(tab, i), otable_path(tab, i));
         const char *base;
@@ -86,5 +89,5 @@ int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struc
         ns_add_table(ns, dir, base, index_base + i);
         free(rel);
     }
-    return 0;
+    return remote && status ? overlay_build_remote_tree(ov, ns, root, err) : 0;
 }

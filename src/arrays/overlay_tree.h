@@ -12,8 +12,10 @@
 /* Fills ns below directory entry root (NS_ROOT: a new tree; a plate: the image's directory):
  * tab may be NULL (no table_name); status adds .roifs/status. The label levels' chunks name
  * the arrays as overlay.h numbers them plus array_base; the generated and table files' indices
- * are index_base plus their own. 0 or -errno with err set (too many chunks). */
-int overlay_tree_build(const struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
+ * are index_base plus their own. With status (a mount, serve) and a remote image, the image's
+ * own files come from its metadata (overlay_remote.h). 0 or -errno with err set (too many
+ * chunks, a remote metadata file that cannot be read). */
+int overlay_tree_build(struct overlay *ov, const struct otable *tab, struct ns *ns, int root,
                        int array_base, uint64_t index_base, bool status, struct errbuf *err);
 
 #endif

@@ -125,8 +125,7 @@ int cmd_check(int argc, char **argv)
         task_close(t);
         return r;
     }
-    struct errbuf unmountable = {{0}}; /* a remote image: warm and export --into only */
-    if (t->cfg.ome_labels) {           /* what the mount would refuse */
+    if (t->cfg.ome_labels) { /* what the mount would refuse */
         struct overlay *ov;
         struct errbuf err = {{0}};
         if (overlay_build(t, false, &ov, &err) < 0) {
@@ -134,13 +133,10 @@ int cmd_check(int argc, char **argv)
             task_close(t);
             return EXIT_USAGE;
         }
-        overlay_mountable(ov, &unmountable);
         overlay_free(ov);
     }
     char dt[8];
     printf("config:    %s\n", t->cfg.path);
-    if (*unmountable.msg)
-        printf("mount:     refused: %s\n", unmountable.msg);
     if (t->ome.is_group)
         printf("input:     %s (level %d: %s) ", t->cfg.input_path, t->ome.level, t->ome.array_path);
     else

@@ -129,7 +129,11 @@ static int node_attr(struct fs *fs, const struct ns_node *n, uint64_t ino, pid_t
         }
         break;
     }
-    case NS_INPUT: { /* the input file as it is: short-lived, it is not ours */
+    case NS_INPUT: {    /* the input file as it is: short-lived, it is not ours */
+        if (!n->live) { /* a remote image's file: its size as its HEAD (or metadata) gave */
+            st->st_size = n->chunk > INT64_MAX ? INT64_MAX : (off_t)n->chunk;
+            break;
+        }
         struct stat in;
         if ((r = input_stat(n->text, &in)) == 1) {
             st->st_size = in.st_size;

@@ -7,6 +7,7 @@
 #include "fs_internal.h"
 
 #include "../arrays/otable.h"
+#include "../arrays/overlay_remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -242,6 +243,32 @@ static int open_input_file(fuse_req_t req, const char *path, struct stat *st)
     return r < 0 ? r : fd;
 }
 
+/* A file of a remote input image (ome = labels): fetched whole at the open, each open its
+ * own GET through the remote layer (ranges, retries, TLS, headers_file); read from memory. */
+static void open_remote_input(fuse_req_t req, const struct ns_node *n, struct fuse_file_info *fi)
+{
+    struct fs *fs = fuse_req_userdata(req);
+    struct errbuf err = {{0}};
+    char *data = NULL;
+    size_t len = 0;
+    int r = overlay_remote_read(n->text, &data, &len, &err);
+    if (r < 0) {
+        if (r != -ENOENT)
+            log_warn("open: %s", err.msg);
+        fuse_reply_err(req, r == -ENOENT ? ENOENT : EIO);
+        return;
+    }
+    struct handle *h = handle_new(NS_META); /* read from its buffer */
+    h->buf = data;
+    h->len = len;
+    handle_add(fs, h);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->keep_cache = 1; /* fixed for the mount, as its size */
+    fi->noflush = 1;
+    if (fuse_reply_open(req, fi) == -ENOENT)
+        handle_free(fs, h);
+}
+
 /* A file of the input image, read through: with passthrough when the kernel allows (the
  * inode then serves that file's pages, as a chunk's), else READs from its fd. */
 static void open_input(fuse_req_t req, fuse_ino_t ino, const struct ns_node *n,
@@ -430,6 +457,10 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     if (n.kind == NS_CHUNK) {
         open_chunk(req, ino, &n, fi);
+        return;
+    }
+    if (n.kind == NS_INPUT && !n.live) {
+        open_remote_input(req, &n, fi);
         return;
     }
     if (n.kind == NS_INPUT) {

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../arrays/overlay_remote.h"
 #include "../task.h"
 #include "../util.h"
 
@@ -275,6 +276,24 @@ static enum MHD_Result send_input(struct server *srv, struct MHD_Connection *c, 
     return serve_fd(srv, c, fd, content_type(path), NULL);
 }
 
+/* A file of a remote input image read whole through the remote layer: 404 when it is gone,
+ * 502 when the server failed (the log names the URL and the status). */
+static enum MHD_Result send_remote_input(struct server *srv, struct MHD_Connection *c,
+                                         const char *src, const char *url)
+{
+    struct errbuf err = {{0}};
+    char *data = NULL;
+    size_t len = 0;
+    int r = overlay_remote_read(src, &data, &len, &err);
+    if (r == -ENOENT)
+        return serve_text(srv, c, MHD_HTTP_NOT_FOUND, "not found\n");
+    if (r < 0) {
+        log_warn("%s", err.msg);
+        return serve_text(srv, c, MHD_HTTP_BAD_GATEWAY, "the input could not be read\n");
+    }
+    return serve_buf(srv, c, data, len, content_type(url));
+}
+
 static char *status_text(struct server *srv, size_t *len)
 {
     json_t *doc = arrayset_status(srv->set);
@@ -348,6 +367,10 @@ static enum MHD_Result answer_node(struct sreq *q, const char *url)
         return serve_buf(srv, c, text, len, content_type(url));
     }
     case NS_INPUT: {
+        if (!q->node.live) { /* a remote image's file (ome = labels): its URL */
+            free(path);
+            return send_remote_input(srv, c, q->node.text, url);
+        }
         enum MHD_Result r = send_input(srv, c, path);
         free(path);
         return r;

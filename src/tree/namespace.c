@@ -149,6 +149,17 @@ int ns_add_file(struct ns *ns, int parent, const char *name, const char *text)
     return i;
 }
 
+int ns_add_input(struct ns *ns, int parent, const char *name, const char *url, uint64_t size)
+{
+    wrlock(ns);
+    int i = add_entry(ns, parent, NS_INPUT, name);
+    ns->e[i].text = url;
+    ns->e[i].len = strlen(url);
+    ns->e[i].index = size;
+    unlock(ns);
+    return i;
+}
+
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide)
 {
     wrlock(ns);
@@ -215,7 +226,7 @@ void ns_filled(struct ns *ns, int dir)
 
 /* Directory inode ino's entries, added by its owner first when they are added when first
  * needed (the tree not locked meanwhile). */
-static void fill_first(const struct ns *ns, uint64_t ino)
+static void fill_first(const struct ns *ns, uint64_t ino, const char *name)
 {
     if (!ns->fill)
         return;
@@ -224,7 +235,7 @@ static void fill_first(const struct ns *ns, uint64_t ino)
     uint64_t index = lazy ? ns->e[ino - 1].index : 0;
     unlock(ns);
     if (lazy)
-        ns->fill(ns->fill_ctx, index);
+        ns->fill(ns->fill_ctx, index, name);
 }
 
 int ns_add_array(struct ns *ns, int dir, const struct task *t, int array, struct errbuf *err)
@@ -546,7 +557,7 @@ static int lookup_locked(const struct ns *ns, uint64_t parent, const char *name,
 
 int ns_lookup(const struct ns *ns, uint64_t parent, const char *name, struct ns_node *out)
 {
-    fill_first(ns, parent);
+    fill_first(ns, parent, name);
     rdlock(ns);
     int r = lookup_locked(ns, parent, name, out);
     unlock(ns);
@@ -686,7 +697,7 @@ static int readdir_locked(const struct ns *ns, uint64_t ino, uint64_t off,
 int ns_readdir(const struct ns *ns, uint64_t ino, uint64_t off, struct live_listing **keep,
                ns_emit emit, void *ctx)
 {
-    fill_first(ns, ino);
+    fill_first(ns, ino, NULL);
     rdlock(ns);
     int r = readdir_locked(ns, ino, off, keep, emit, ctx);
     unlock(ns);

@@ -28,12 +28,13 @@ struct ns_node {
     enum ns_kind kind;
     uint64_t ino;
     const char *text; /* NS_META: the file's content; NS_INPUT and mirrored directories: the
-                         path in the file system */
+                         path in the file system (an NS_INPUT not live: its URL) */
     bool live;        /* found in a mirrored directory: it may be gone at the next look */
     bool mirrored;    /* a directory whose listing follows the file system */
     size_t len;
     int array;      /* NS_CHUNK and chunk directories: the array they belong to, else -1 */
-    uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE, NS_GEN: the file's index */
+    uint64_t chunk; /* NS_CHUNK: the chunk's linear id; NS_TABLE, NS_GEN: the file's index;
+                       an NS_INPUT not live (a remote file): its size */
     /* chunk directories and files: how many chunk indices their path holds, and the C-order
      * linear index of those indices (the chunk id at full depth); a directory found in a
      * mirrored one: its depth below the mirrored root (live.h) */
@@ -55,16 +56,21 @@ int ns_add_status(struct ns *ns, int parent, const char *name);
  * (its index in its owner's files). */
 int ns_add_table(struct ns *ns, int parent, const char *name, uint64_t index);
 int ns_add_generated(struct ns *ns, int parent, const char *name, uint64_t index);
+/* A file of a remote input read through (ome = labels of a remote image, docs/remote.md): an
+ * NS_INPUT entry that is not live, its text the URL (borrowed), its chunk its size. */
+int ns_add_input(struct ns *ns, int parent, const char *name, const char *url, uint64_t size);
 /* Makes directory entry dir mirror the directory at path (copied): after its own entries it
  * lists, and resolves, the regular files (as NS_INPUT) and directories (mirrored too) that
  * path holds at that moment, except hide (NULL: none) and the names of its own entries. */
 void ns_mirror(struct ns *ns, int dir, const char *path, const char *hide);
 /* A directory whose entries its owner adds when it is first needed (a plate's image,
- * docs/plates.md): ns_lookup and ns_readdir in directory entry dir call fill(ctx, index)
- * first, until ns_filled(ns, dir). fill runs with the tree unlocked: it adds the entries with
- * ns_add_* (each addition locks the tree, which lookups elsewhere share meanwhile), and makes
- * concurrent calls for the same directory wait for the first one. */
-typedef void (*ns_fill_fn)(void *ctx, uint64_t index);
+ * docs/plates.md): ns_lookup and ns_readdir in directory entry dir call fill(ctx, index,
+ * name) first, until ns_filled(ns, dir); name is the name a lookup looks for (NULL: a listing,
+ * which needs every entry), so that a filler may add that entry alone and leave dir lazy. fill runs
+ * with the tree unlocked: it adds the entries with ns_add_* (each addition locks the tree, which
+ * lookups elsewhere share meanwhile), and makes concurrent calls for the same directory wait for
+ * the first one. */
+typedef void (*ns_fill_fn)(void *ctx, uint64_t index, const char *name);
 void ns_set_filler(struct ns *ns, ns_fill_fn fill, void *ctx);
 void ns_set_lazy(struct ns *ns, int dir, uint64_t index);
 void ns_filled(struct ns *ns, int dir);
