@@ -1,9 +1,13 @@
 /* ptable.h: a plate's table (docs/plates.md, plate-level tables): MNT/tables/NAME, the
  * selected images' tables/NAME concatenated in plate order (wells, then each well's images),
  * with the string columns row, column, path_in_well, path_in_plate and acquisition_id and the
- * index PATH_IN_PLATE:LABEL (table_encode_concat). A request asks every image's table
- * (otable.h: each computed once, from the cache's record when it has one) and encodes the
- * concatenation of their rows; an image that failed to open has no rows in it. FUSE-free. */
+ * index PATH_IN_PLATE:LABEL (table_encode_concat). A request is made one image
+ * after another by a thread of the table's: image k held (ptable_hold: its engines started
+ * within [mount] images_open), its table asked (otable.h: each computed once, from the cache's
+ * record when it has one) and waited for, what the concatenation takes of it copied, the image
+ * let go; then image k + 1; the concatenation encoded at the end. So a plate's table holds one
+ * image at a time, however many the plate has. An image that failed to open has no rows in
+ * it. FUSE-free. */
 #ifndef ROIFS_PTABLE_H
 #define ROIFS_PTABLE_H
 
@@ -28,7 +32,17 @@ struct ptable_image {
  * backend; its file names known at once. 0 or -EINVAL. */
 int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
                struct ptable **out, struct errbuf *err);
+/* Waits for the request being made (the engines stopped before: it ends at once). */
 void ptable_free(struct ptable *p);
+/* How a request holds image k while it asks its table: get (opens and starts it; < 0: the
+ * image failed, no rows of it) and put (lets it go), on the table's thread, never a compute
+ * thread. Without one (the default) the images' tables are asked as they are. */
+struct ptable_hold {
+    int (*get)(void *ctx, size_t k);
+    void (*put)(void *ctx, size_t k);
+    void *ctx;
+};
+void ptable_set_hold(struct ptable *p, const struct ptable_hold *hold);
 /* An image opened after the table was made (a mount opens its images when first looked
  * into): its table's rows count in the size bound from now on. */
 void ptable_add_image(struct ptable *p, struct otable *table);
@@ -37,8 +51,10 @@ size_t ptable_nfiles(const struct ptable *p);
 const char *ptable_path(const struct ptable *p, size_t i);
 /* Exact once made, else an upper bound. */
 uint64_t ptable_size(struct ptable *p, size_t i, bool *exact);
-/* Makes the table from every image's table as it is now: cb(ctx, 0) once made, or cb(ctx,
- * -EIO) when an image's table failed (a later request tries again). */
+/* Makes the table from every image's table as it is now, one image after another: cb(ctx, 0)
+ * once made, or cb(ctx, -EIO) when an image's table failed (a later request tries again). cb
+ * runs on the table's thread. A request made while one is being made waits for the next round,
+ * which begins when that one ends and answers every request made meanwhile. */
 void ptable_request(struct ptable *p, otable_cb cb, void *ctx);
 /* After a cb(ctx, 0): a copy of file i of the latest table (malloc'd; NULL: no such file). */
 char *ptable_copy(struct ptable *p, size_t i, size_t *len);
