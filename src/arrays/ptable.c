@@ -141,13 +141,9 @@ static int take_image(struct ptable *p, size_t k, struct part *pt)
     int r = t ? ask_table(t) : 0;
     if (t && r == 0) {
         pt->have = true;
-        if (p->features) {
-            pt->n = otable_features(t, &pt->ids, &pt->vals);
-            const char *const *cols = otable_feature_columns(t, &pt->ncols);
-            pt->cols = xmalloc((pt->ncols ? pt->ncols : 1) * sizeof *pt->cols);
-            for (size_t j = 0; j < pt->ncols; j++)
-                pt->cols[j] = xstrdup(cols[j]);
-        } else
+        if (p->features)
+            pt->n = otable_features(t, &pt->ids, &pt->vals, &pt->cols, &pt->ncols);
+        else
             pt->rows = otable_rows(t, &pt->n);
     }
     if (p->hold.put)
@@ -243,10 +239,11 @@ void ptable_request(struct ptable *p, otable_cb cb, void *ctx)
     }
 }
 
-/* How many columns the images' feature tables have together (each name once). */
+/* How many columns the images' feature tables have together (each name once), with the
+ * Python function's at most. */
 static size_t union_columns(const struct ptable_image *images, size_t n)
 {
-    size_t nu = 0, cap = 0;
+    size_t nu = 0, cap = 0, py = 0;
     const char **u = NULL;
     for (size_t k = 0; k < n; k++) {
         size_t nc = 0;
@@ -262,9 +259,11 @@ static size_t union_columns(const struct ptable_image *images, size_t n)
                 u = xrealloc(u, (cap = cap ? 2 * cap : 16) * sizeof *u);
             u[nu++] = cols[j];
         }
+        size_t pyk = images[k].table ? otable_python_max_columns(images[k].table) : 0;
+        py = pyk > py ? pyk : py; /* the function's columns, the same in every image */
     }
     free(u);
-    return nu;
+    return nu + py;
 }
 
 int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,

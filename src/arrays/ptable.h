@@ -1,7 +1,8 @@
 /* ptable.h: a plate's table (docs/plates.md, plate-level tables): MNT/tables/NAME, the
  * selected images' tables/NAME concatenated in plate order (wells, then each well's images),
  * with the string columns row, column, path_in_well, path_in_plate and acquisition_id and the
- * index PATH_IN_PLATE:LABEL (table_encode_concat). A request is made one image
+ * index PATH_IN_PLATE:LABEL (table_encode_concat); with [measure], their feature tables with
+ * every column of the images' (the builtin and the Python ones). A request is made one image
  * after another by a thread of the table's: image k held (ptable_hold: its engines started
  * within [mount] images_open), its table asked (otable.h: each computed once, from the cache's
  * record when it has one) and waited for, what the concatenation takes of it copied, the image
