@@ -104,11 +104,9 @@ static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *
             .path_in_plate = p->path_in_plate,
             .text = {p->row, p->column, p->path_in_well, p->path_in_plate, p->acquisition_id}};
     }
-    int r = ptable_new(s->pimages, s->nimages, s->plate->format,
-                       c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA, &s->ptable, err);
-    if (r == 0)
-        ptable_set_hold(s->ptable, &(struct ptable_hold){ptable_get, ptable_put, s});
-    return r;
+    return ptable_new(s->pimages, s->nimages, s->plate->format,
+                      c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
+                      &(struct ptable_hold){ptable_get, ptable_put, s}, &s->ptable, err);
 }
 
 int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
@@ -575,8 +573,7 @@ void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
         return;
     }
     struct set_image *im = &s->images[k];
-    /* a failed image (its table has no engine to ask), or one that cannot start (logged) */
-    if (!im->n || !arrayset_plate_engine_get(s, im->first, true)) {
+    if (!im->n || !arrayset_plate_engine_get(s, im->first, true)) { /* failed, or not started */
         cb(ctx, -EIO);
         return;
     }
@@ -603,11 +600,13 @@ int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
     pthread_mutex_lock(&s->lazy);
     s->started = true;
     pthread_mutex_unlock(&s->lazy);
+    ptable_allow(s->ptable, true);
     return 0;
 }
 
 void arrayset_stop_plate(struct arrayset *s)
 {
+    ptable_allow(s->ptable, false); /* its engines asked: ptable_wait below when they are gone */
     pthread_mutex_lock(&s->lazy);
     s->started = false;
     s->nopen = 0;
@@ -626,6 +625,7 @@ void arrayset_stop_plate(struct arrayset *s)
                 overlay_set_engine(im->overlay, NULL);
         }
     }
+    ptable_wait(s->ptable);
 }
 
 void arrayset_close_plate(struct arrayset *s)

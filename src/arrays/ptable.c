@@ -24,8 +24,12 @@ struct ptable {
     struct ptable_hold hold;
     /* requests not answered yet: those of the round running, and those (pending) of the next */
     struct waiter *pending;
-    bool running;  /* the rounds' thread runs */
-    bool joinable; /* thread was started and not joined */
+    bool running;         /* the rounds' thread runs */
+    bool joinable;        /* thread was started and not joined */
+    pthread_cond_t ended; /* running went false (under m) */
+    /* held while an image is held and its table asked (issued, not waited for): ptable_allow */
+    pthread_mutex_t issue;
+    bool allowed;
     pthread_t thread;
 };
 
@@ -115,31 +119,34 @@ static void table_answered(void *ctx, int err)
     pthread_mutex_unlock(&a->m);
 }
 
-static int ask_table(struct otable *t)
+/* Image k's part: the image held (p->hold), its table asked and waited for, what the
+ * concatenation needs copied, the image let go. 0 (an image that cannot be opened or started
+ * has no rows) or -EIO (its table failed, or images may not be held: ptable_allow). */
+static int take_image(struct ptable *p, size_t k, struct part *pt)
 {
-    struct answer a = {.done = false};
+    pthread_mutex_lock(&p->issue);
+    if (!p->allowed) {
+        pthread_mutex_unlock(&p->issue);
+        return -EIO;
+    }
+    if (p->hold.get && p->hold.get(p->hold.ctx, k) < 0) {
+        pthread_mutex_unlock(&p->issue);
+        return 0;
+    }
+    struct otable *t = p->images[k].table; /* set when the image was opened (the hold) */
+    struct answer a = {.done = t == NULL};
     pthread_mutex_init(&a.m, NULL);
     pthread_cond_init(&a.cv, NULL);
-    otable_request(t, table_answered, &a);
+    if (t) /* its engines are asked before the lock goes: none is stopped meanwhile */
+        otable_request(t, table_answered, &a);
+    pthread_mutex_unlock(&p->issue);
     pthread_mutex_lock(&a.m);
     while (!a.done)
         pthread_cond_wait(&a.cv, &a.m);
     pthread_mutex_unlock(&a.m);
     pthread_cond_destroy(&a.cv);
     pthread_mutex_destroy(&a.m);
-    return a.err;
-}
-
-/* Image k's part: the image held (p->hold), its table asked and waited for, what the
- * concatenation needs copied, the image let go. 0 (an image that cannot be opened or started
- * has no rows) or -EIO (its table failed). */
-static int take_image(struct ptable *p, size_t k, struct part *pt)
-{
-    if (p->hold.get && p->hold.get(p->hold.ctx, k) < 0)
-        return 0;
-    struct otable *t = p->images[k].table; /* set when the image was opened (the hold) */
-    int r = t ? ask_table(t) : 0;
-    if (t && r == 0) {
+    if (t && a.err == 0) {
         pt->have = true;
         if (p->features)
             pt->n = otable_features(t, &pt->ids, &pt->vals, &pt->cols, &pt->ncols);
@@ -148,7 +155,7 @@ static int take_image(struct ptable *p, size_t k, struct part *pt)
     }
     if (p->hold.put)
         p->hold.put(p->hold.ctx, k);
-    return r < 0 ? -EIO : 0;
+    return a.err < 0 ? -EIO : 0;
 }
 
 /* One round: the images one after another, then the table encoded and kept. 0 or -EIO. */
@@ -189,6 +196,7 @@ static void *rounds_main(void *arg)
         p->pending = NULL;
         if (!w) {
             p->running = false;
+            pthread_cond_broadcast(&p->ended);
             pthread_mutex_unlock(&p->m);
             return NULL;
         }
@@ -203,9 +211,26 @@ static void *rounds_main(void *arg)
     }
 }
 
-void ptable_set_hold(struct ptable *p, const struct ptable_hold *hold)
+void ptable_allow(struct ptable *p, bool allow)
 {
-    p->hold = *hold;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->issue);
+    p->allowed = allow;
+    pthread_mutex_unlock(&p->issue);
+}
+
+void ptable_wait(struct ptable *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->m);
+    while (p->running)
+        pthread_cond_wait(&p->ended, &p->m);
+    if (p->joinable) /* it has ended or is ending, without m */
+        pthread_join(p->thread, NULL);
+    p->joinable = false;
+    pthread_mutex_unlock(&p->m);
 }
 
 void ptable_request(struct ptable *p, otable_cb cb, void *ctx)
@@ -267,9 +292,11 @@ static size_t union_columns(const struct ptable_image *images, size_t n)
 }
 
 int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
-               struct ptable **out, struct errbuf *err)
+               const struct ptable_hold *hold, struct ptable **out, struct errbuf *err)
 {
     struct ptable *p = xcalloc(1, sizeof *p);
+    if (hold)
+        p->hold = *hold;
     p->images = images;
     p->n = n;
     p->spec = (struct table_spec){.zarr_format = format, .backend = backend};
@@ -318,6 +345,9 @@ int ptable_new(const struct ptable_image *images, size_t n, int format, enum tab
         return r;
     }
     pthread_mutex_init(&p->m, NULL);
+    pthread_cond_init(&p->ended, NULL);
+    pthread_mutex_init(&p->issue, NULL);
+    p->allowed = true;
     *out = p;
     return 0;
 }
@@ -336,11 +366,9 @@ void ptable_free(struct ptable *p)
 {
     if (!p)
         return;
-    pthread_mutex_lock(&p->m);
-    bool joinable = p->joinable;
-    pthread_mutex_unlock(&p->m);
-    if (joinable) /* its rounds end: the engines are gone, their waiters failed */
-        pthread_join(p->thread, NULL);
+    ptable_wait(p); /* its rounds end: the engines are gone, their waiters failed */
+    pthread_cond_destroy(&p->ended);
+    pthread_mutex_destroy(&p->issue);
     table_files_free(&p->names);
     table_files_free(&p->files);
     pthread_mutex_destroy(&p->m);

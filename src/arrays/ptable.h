@@ -29,21 +29,29 @@ struct ptable_image {
     const char *text[5]; /* row, column, path_in_well, path_in_plate, acquisition_id */
 };
 
-/* The table of images[0..n) (borrowed, they must outlive it) in Zarr format `format` with
- * backend; its file names known at once. 0 or -EINVAL. */
-int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
-               struct ptable **out, struct errbuf *err);
-/* Waits for the request being made (the engines stopped before: it ends at once). */
-void ptable_free(struct ptable *p);
 /* How a request holds image k while it asks its table: get (opens and starts it; < 0: the
  * image failed, no rows of it) and put (lets it go), on the table's thread, never a compute
- * thread. Without one (the default) the images' tables are asked as they are. */
+ * thread. Without one the images' tables are asked as they are. */
 struct ptable_hold {
     int (*get)(void *ctx, size_t k);
     void (*put)(void *ctx, size_t k);
     void *ctx;
 };
-void ptable_set_hold(struct ptable *p, const struct ptable_hold *hold);
+
+/* The table of images[0..n) (borrowed, they must outlive it) in Zarr format `format` with
+ * backend, holding the images through hold (copied; NULL: none); its file names known at once.
+ * 0 or -EINVAL. */
+int ptable_new(const struct ptable_image *images, size_t n, int format, enum table_backend backend,
+               const struct ptable_hold *hold, struct ptable **out, struct errbuf *err);
+/* After ptable_wait's conditions (the engines stopped): the request being made ends at once. */
+void ptable_free(struct ptable *p);
+/* Whether requests may hold images (true at first; NULL p: nothing). false (before the engines
+ * stop) returns once no image's table is being asked, and a request being made then fails at
+ * its next image (-EIO); true again when they start again. */
+void ptable_allow(struct ptable *p, bool allow);
+/* Returns once no request is being made, every callback returned (after the engines stopped:
+ * at once). NULL p: nothing. */
+void ptable_wait(struct ptable *p);
 /* An image opened after the table was made (a mount opens its images when first looked
  * into): its table's rows count in the size bound from now on. */
 void ptable_add_image(struct ptable *p, struct otable *table);

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PY, mounted, run_roifs, write_config
+from conftest import PY, mounted, run_roifs, wait_for, write_config
 from test_overlay import THRESHOLD, files_of, make_image
 
 SCHEMAS = Path(os.environ.get("NGFF_SCHEMAS", "/work/shared/reference/ngff-schemas"))
@@ -842,3 +843,40 @@ def test_plate_table_holds_one_image_at_a_time(tmp_path, roifs_bin):
         got = got[list(want.columns)]
         pd.testing.assert_frame_equal(got, want, check_dtype=False)
         assert m.status()["images"]["open"] <= 2
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_the_plate_table_is_made(tmp_path, roifs_bin):
+    """SIGTERM of the daemon while the plate's table is made (its thread holding an image whose
+    ROIs run 2 s): the read fails with EIO, the daemon exits 0 within 15 s, its engines stopped
+    under the table's thread (ptable_allow, ptable_wait: no image held after the stop, every
+    answer given before the FUSE state goes; ASan checks it under ROIFS_BIN=build-asan)."""
+    plate, wells = wide_plate(tmp_path, 4)
+    (tmp_path / "slow.py").write_text(SLOW_LABEL.format(threshold=THRESHOLD)
+                                      .replace("time.sleep(0.03)", "time.sleep(2)"))
+    config = write_config(tmp_path / "p.ini", {
+        "input": {"path": plate},
+        "rois": {"grid": "32,32"},
+        "process": {"python": "slow.py:f", "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg",
+                   "table_name": "seg_table", "table_format": "csv"},
+        "mount": {"images_open": 2},
+        "cache": {"dir": tmp_path / "cache"}})
+    with mounted(roifs_bin, config, checked=False) as m:
+        got = {}
+
+        def read():
+            try:
+                got["data"] = (m.path / "tables/seg_table/table.csv").read_bytes()
+            except OSError as e:
+                got["errno"] = e.errno
+        reader = threading.Thread(target=read)
+        reader.start()
+        wait_for(lambda: m.status()["rois"].get("running", 0) > 0, 30, "a ROI of the table")
+        t0 = time.monotonic()
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(timeout=30) == 0, m.log_text()
+        assert time.monotonic() - t0 < 15, m.log_text()
+        reader.join(timeout=30)
+        assert not reader.is_alive()
+        assert got.get("errno") in (errno.EIO, errno.ENOTCONN), got
