@@ -68,6 +68,21 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
     }
 }
 
+static void fill_image(void *ctx, uint64_t k);
+
+/* ptable_hold's: image k opened, started and held (-ENOENT: it failed), and let go. */
+static int ptable_get(void *ctx, size_t k)
+{
+    struct arrayset *s = ctx;
+    fill_image(s, k); /* its n set under s->lazy, once */
+    return s->images[k].n && arrayset_plate_engine_get(s, s->images[k].first, true) ? 0 : -ENOENT;
+}
+
+static void ptable_put(void *ctx, size_t k)
+{
+    arrayset_plate_engine_put(ctx, ((struct arrayset *)ctx)->images[k].first);
+}
+
 /* table_name: the plate's table over every selected image's (a failed image has no rows);
  * refused when the plate has a table of that name. */
 static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *err)
@@ -90,7 +105,8 @@ static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *
             .text = {p->row, p->column, p->path_in_well, p->path_in_plate, p->acquisition_id}};
     }
     return ptable_new(s->pimages, s->nimages, s->plate->format,
-                      c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA, &s->ptable, err);
+                      c->table_format == 1 ? TABLE_CSV : TABLE_ANNDATA,
+                      &(struct ptable_hold){ptable_get, ptable_put, s}, &s->ptable, err);
 }
 
 int arrayset_open_plate(struct arrayset *s, const struct task *t, const struct engine_opts *eo,
@@ -533,21 +549,19 @@ void arrayset_plate_engine_put(struct arrayset *s, size_t i)
     pthread_mutex_unlock(&s->lazy);
 }
 
-/* A table request holding the images it needs until it is answered. */
+/* An image's table request holding its image until it is answered. */
 struct held_request {
     struct arrayset *s;
     void (*cb)(void *ctx, int err);
     void *ctx;
-    size_t *arrays, n; /* each held image's first array */
+    size_t array; /* the image's first array */
 };
 
 static void held_answered(void *ctx, int err)
 {
     struct held_request *h = ctx;
     h->cb(h->ctx, err);
-    for (size_t j = 0; j < h->n; j++)
-        arrayset_plate_engine_put(h->s, h->arrays[j]);
-    free(h->arrays);
+    arrayset_plate_engine_put(h->s, h->array);
     free(h);
 }
 
@@ -555,29 +569,18 @@ void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
                                   void (*cb)(void *ctx, int err), void *ctx)
 {
     size_t k = (size_t)(index >> ARRAYSET_FILE_BITS);
-    struct held_request *h = xcalloc(1, sizeof *h);
-    *h = (struct held_request){.s = s, .cb = cb, .ctx = ctx};
-    h->arrays = xcalloc(s->nimages + 1, sizeof *h->arrays);
-    bool failed = false;
-    if (k == s->nimages) /* the plate's: every image's table */
-        fill_every_image(s);
-    for (size_t j = 0; j < s->nimages; j++) { /* the image's, or every image's for the plate's */
-        struct set_image *im = &s->images[j];
-        if ((j != k && k != s->nimages) || im->error || !im->n)
-            continue;
-        if (arrayset_plate_engine_get(s, im->first, true))
-            h->arrays[h->n++] = im->first;
-        else
-            failed = failed || j == k;
-    }
-    if (failed) { /* the image could not start (logged) */
-        held_answered(h, -EIO);
+    if (k == s->nimages) { /* the plate's: one image held at a time (ptable_hold) */
+        ptable_request(s->ptable, cb, ctx);
         return;
     }
-    if (k == s->nimages)
-        ptable_request(s->ptable, held_answered, h);
-    else
-        otable_request(s->images[k].table, held_answered, h);
+    struct set_image *im = &s->images[k];
+    if (!im->n || !arrayset_plate_engine_get(s, im->first, true)) { /* failed, or not started */
+        cb(ctx, -EIO);
+        return;
+    }
+    struct held_request *h = xmalloc(sizeof *h);
+    *h = (struct held_request){.s = s, .cb = cb, .ctx = ctx, .array = im->first};
+    otable_request(im->table, held_answered, h);
 }
 
 uint64_t arrayset_plate_ptable_size(struct arrayset *s, uint64_t file, bool *exact)
@@ -598,11 +601,13 @@ int arrayset_start_plate(struct arrayset *s, struct errbuf *err)
     pthread_mutex_lock(&s->lazy);
     s->started = true;
     pthread_mutex_unlock(&s->lazy);
+    ptable_allow(s->ptable, true);
     return 0;
 }
 
 void arrayset_stop_plate(struct arrayset *s)
 {
+    ptable_allow(s->ptable, false); /* its engines asked: ptable_wait below when they are gone */
     pthread_mutex_lock(&s->lazy);
     s->started = false;
     s->nopen = 0;
@@ -621,6 +626,7 @@ void arrayset_stop_plate(struct arrayset *s)
                 overlay_set_engine(im->overlay, NULL);
         }
     }
+    ptable_wait(s->ptable);
 }
 
 void arrayset_close_plate(struct arrayset *s)

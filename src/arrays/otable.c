@@ -177,6 +177,39 @@ static struct table_row *record_read(const struct otable *t, size_t *n)
 
 /* ---- requests ---- */
 
+static void free_names(char **names, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        free(names[j]);
+    free(names);
+}
+
+/* [measure]: the feature table's columns (copies: the builtin ones, then with python those the
+ * function returned, as the table encodes them) and *vals (n rows of the builtin columns)
+ * widened to all of them; *ncols their number. The Python values are of the same objects in the
+ * same order (measure_encode_extra checked it). */
+static char **feature_rows(const struct otable *t, size_t n, size_t *ncols, double **vals)
+{
+    size_t nb = measure_ncols(t->ms), nx = t->py ? t->pyvals.ncols : 0, nc = nb + nx;
+    const char *const *builtin = measure_colnames(t->ms);
+    char **cols = xmalloc((nc ? nc : 1) * sizeof *cols);
+    for (size_t j = 0; j < nb; j++)
+        cols[j] = xstrdup(builtin[j]);
+    for (size_t j = 0; j < nx; j++)
+        cols[nb + j] = xstrdup(t->pyvals.names[j]);
+    *ncols = nc;
+    if (nx == 0)
+        return cols;
+    double *all = xmalloc((n ? n : 1) * (nc ? nc : 1) * sizeof *all);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(all + i * nc, *vals + i * nb, nb * sizeof *all);
+        memcpy(all + i * nc + nb, t->pyvals.vals + i * nx, nx * sizeof *all);
+    }
+    free(*vals);
+    *vals = all;
+    return cols;
+}
+
 /* Encodes rows (made from the label chunks of key) as the table, replacing the one before, and
  * answers every waiter. */
 static void finish(struct otable *t, struct table_row *rows, size_t n, struct key128 key, bool ok)
@@ -198,6 +231,10 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         log_error("%s: the %s table: %s", t->g.t->cfg.path, t->ms ? "feature" : "masking", err.msg);
         ok = false;
     }
+    size_t fncols = t->ms ? measure_ncols(t->ms) : 0;
+    char **fcols = NULL;
+    if (ok && t->ms) /* the rows a plate's table takes: every column of the image's */
+        fcols = feature_rows(t, fn, &fncols, &fvals);
     struct table_files mfiles = {0};
     if (ok && t->mask) {
         size_t nm;
@@ -235,6 +272,10 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
         double *fvals_was = t->fvals;
         t->fids = fids, t->fvals = fvals, t->fn = fn;
         fids = fids_was, fvals = fvals_was;
+        char **fcols_was = t->fcols;
+        size_t fncols_was = t->fncols;
+        t->fcols = fcols, t->fncols = fncols;
+        fcols = fcols_was, fncols = fcols_was ? fncols_was : 0;
         t->have_files = true;
         t->files_key = key;
     }
@@ -244,6 +285,7 @@ static void finish(struct otable *t, struct table_row *rows, size_t n, struct ke
     free(rows);
     free(fids);
     free(fvals);
+    free_names(fcols, fcols ? fncols : 0);
     if (ok)
         table_files_free(&files);
     table_files_free(&mfiles);
@@ -471,6 +513,7 @@ void otable_free(struct otable *t)
     free(t->rows);
     free(t->fids);
     free(t->fvals);
+    free_names(t->fcols, t->fcols ? t->fncols : 0);
     free(t);
 }
 
@@ -558,19 +601,28 @@ struct table_row *otable_rows(struct otable *t, size_t *n)
     return rows;
 }
 
-size_t otable_features(struct otable *t, uint64_t **ids, double **vals)
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals, char ***cols, size_t *ncols)
 {
-    size_t ncols = t->ms ? measure_ncols(t->ms) : 0;
     pthread_mutex_lock(&t->m);
-    size_t n = t->have_files ? t->fn : 0;
+    bool have = t->have_files && t->fcols;
+    size_t n = have ? t->fn : 0, nc = have ? t->fncols : 0;
     *ids = xmalloc((n ? n : 1) * sizeof **ids);
-    *vals = xmalloc((n ? n : 1) * (ncols ? ncols : 1) * sizeof **vals);
+    *vals = xmalloc((n ? n : 1) * (nc ? nc : 1) * sizeof **vals);
+    *cols = xmalloc((nc ? nc : 1) * sizeof **cols);
     if (n) {
         memcpy(*ids, t->fids, n * sizeof **ids);
-        memcpy(*vals, t->fvals, n * ncols * sizeof **vals);
+        memcpy(*vals, t->fvals, n * nc * sizeof **vals);
     }
+    for (size_t j = 0; j < nc; j++)
+        (*cols)[j] = xstrdup(t->fcols[j]);
+    *ncols = nc;
     pthread_mutex_unlock(&t->m);
     return n;
+}
+
+size_t otable_python_max_columns(const struct otable *t)
+{
+    return t->py ? MPY_MAX_COLS : 0;
 }
 
 const char *const *otable_feature_columns(const struct otable *t, size_t *ncols)

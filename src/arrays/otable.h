@@ -50,11 +50,15 @@ char *otable_copy(struct otable *t, size_t i, size_t *len);
 /* After a cb(ctx, 0): a copy of the latest table's rows (malloc'd, *n of them), for a plate's
  * table (docs/plates.md). */
 struct table_row *otable_rows(struct otable *t, size_t *n);
-/* [measure]: after a cb(ctx, 0), a copy of the latest feature table's rows: *ids (sorted) and
- * *vals (rows of otable_feature_columns' columns), malloc'd; returns how many. */
-size_t otable_features(struct otable *t, uint64_t **ids, double **vals);
-/* [measure]'s column names (*ncols of them, owned by t), or NULL without [measure]. */
+/* [measure]: after a cb(ctx, 0), a copy of the latest feature table's rows: *ids (sorted),
+ * *cols (*ncols names: the table's columns, the builtin ones then python's) and *vals (rows of
+ * those columns), all malloc'd (each name too); returns how many rows. */
+size_t otable_features(struct otable *t, uint64_t **ids, double **vals, char ***cols,
+                       size_t *ncols);
+/* [measure]'s builtin column names (*ncols of them, owned by t), or NULL without [measure]. */
 const char *const *otable_feature_columns(const struct otable *t, size_t *ncols);
+/* [measure] python: how many columns the function may add (0 without it). */
+size_t otable_python_max_columns(const struct otable *t);
 /* How many rows the table may have at most (the elements of the label image's level). */
 uint64_t otable_max_rows(const struct otable *t);
 /* How many times the rows were computed from the chunks, and read from the record. */

@@ -75,6 +75,8 @@ struct otable {
     uint64_t *fids;
     double *fvals;
     size_t fn;
+    char **fcols; /* fvals' columns: the builtin ones, then python's (fncols of them) */
+    size_t fncols;
 };
 
 /* A label chunk asked for: [measure] also names its partial's record. */

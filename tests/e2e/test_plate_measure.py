@@ -178,3 +178,46 @@ def test_plate_feature_table_of_images_naming_channels_differently(tmp_path, roi
     assert list(got.columns) == list(want.columns) + extra
     assert got["RFP-sum"].isna().sum() == len(frames[0]) + len(frames[1])
     pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
+
+
+FEAT = '''
+import numpy as np
+
+
+def measure(labels, intensity, obj):
+    m = labels == obj["label"]
+    return {"npix": int(m.sum()), "ch1_max": float(intensity[1][m].max()),
+            "ch0_mean": float(intensity[0][m].mean())}
+'''
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", ["csv", "anndata"])
+def test_plate_feature_table_has_the_python_features(tmp_path, roifs_bin, fmt):
+    """`[measure] python = feat.py:measure` on a plate: MNT/tables/feat has every column of the
+    images' tables, the builtin ones then the function's (npix, ch1_max, ch0_mean), each image's
+    rows with the values of its own table (on 29f608e the plate's table had only the builtin
+    columns)."""
+    plate, images = make_plate(tmp_path, "0.4", "fractal", channels=2)
+    (tmp_path / "feat.py").write_text(FEAT)
+    config = measure_config(tmp_path / "p.ini", plate, tmp_path / "cache", fmt)
+    config.write_text(config.read_text().replace("[measure]", "[measure]\npython = feat.py:measure"))
+    extra = ["row", "column", "path_in_well", "path_in_plate", "acquisition_id"]
+    with mounted(roifs_bin, config) as m:
+        got = plate_frame(m.path / "tables/feat", fmt, extra)
+        frames = []
+        for p in ORDER:
+            t = image_frame(m.path / p / "tables/feat", fmt)
+            assert len(t) >= 3 and list(t.columns[-3:]) == ["npix", "ch1_max", "ch0_mean"], \
+                (p, list(t.columns))
+            t.insert(0, "index", [f"{p}:{lab}" for lab in t["label"]])
+            row, col, in_well = p.split("/")
+            for k, v in zip(extra, (row, col, in_well, p, ACQ[p])):
+                t[k] = v
+            frames.append(t)
+        st = m.status()
+        assert st["images"]["failed"] == 0 and st["measure"]["failed"] == 0, st
+    want = pd.concat(frames, ignore_index=True)
+    assert list(got.columns) == list(want.columns)
+    assert (want["npix"] == want["area"]).all()  # the function's own values
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=0, atol=0)
