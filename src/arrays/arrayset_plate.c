@@ -68,13 +68,13 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
     }
 }
 
-static void fill_image(void *ctx, uint64_t k);
+static void fill_image(void *ctx, uint64_t k, const char *name);
 
 /* ptable_hold's: image k opened, started and held (-ENOENT: it failed), and let go. */
 static int ptable_get(void *ctx, size_t k)
 {
     struct arrayset *s = ctx;
-    fill_image(s, k); /* its n set under s->lazy, once */
+    fill_image(s, k, NULL); /* its n set under s->lazy, once */
     return s->images[k].n && arrayset_plate_engine_get(s, s->images[k].first, true) ? 0 : -ENOENT;
 }
 
