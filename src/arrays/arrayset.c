@@ -235,8 +235,11 @@ static void held_opened(void *ctx, int err, int fd, int flags)
 {
     struct held_open *h = ctx;
     held_unlist(h);
+    if (h->s->plate) /* answered: an image started meanwhile waits for this one to go */
+        arrayset_plate_engine_ending(h->s, h->i);
     h->cb(h->ctx, err, fd, flags);
-    arrayset_engine_put(h->s, h->i); /* the image may be closed from now on */
+    if (h->s->plate) /* the image may be closed from now on */
+        arrayset_plate_engine_put_ending(h->s, h->i);
     free(h);
 }
 
@@ -258,10 +261,12 @@ void arrayset_open_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk
     s->held = h;
     pthread_mutex_unlock(&s->lazy);
     /* held here too until engine_open_chunk returns: it may answer (held_opened lets the image
-     * go) and go on with read-ahead, while another open closes the idle image */
+     * go) and go on with read-ahead, while another open closes the idle image; a hold that
+     * waits on no other work (arrayset_plate_engine_ending) */
     arrayset_engine_get(s, i, false);
+    arrayset_plate_engine_ending(s, i);
     engine_open_chunk(e, id, held_opened, h);
-    arrayset_engine_put(s, i);
+    arrayset_plate_engine_put_ending(s, i);
 }
 
 bool arrayset_withdraw_chunk(struct arrayset *s, size_t i, uint64_t id, engine_chunk_cb cb,

@@ -92,10 +92,12 @@ static int open_ptable(struct arrayset *s, const struct task *t, struct errbuf *
     struct stat st;
     bool exists = lstat(mine, &st) == 0;
     free(mine);
-    if (exists)
-        return config_error(c, err, "output", "table_name",
-                            "[output] table_name: the plate %s has a table %s already",
+    if (exists && !s->overwrite) { /* export --into --overwrite replaces it */
+        const char *sec = c->measure_table_name ? "measure" : "output";
+        return config_error(c, err, sec, "table_name",
+                            "[%s] table_name: the plate %s has a table %s already", sec,
                             s->plate->dir, c->table_name);
+    }
     s->pimages = xcalloc(s->nimages, sizeof *s->pimages);
     for (size_t k = 0; k < s->nimages; k++) {
         const struct plate_image *p = s->images[k].pim;
@@ -469,10 +471,11 @@ static void close_image(struct arrayset *s, struct set_image *im)
 
 /* [mount] images_open: while as many images are open, the least recently used one that nobody
  * holds is closed; and so is it while IDLE_KEPT_OPEN images are idle. When every open image is
- * held, it waits up to 200 ms for one to be let go (an open is answered before its image is let
- * go, so a reader going from one image to the next comes here a moment before the image it read
- * is idle); then the bound is exceeded until the next image starts. Bounded, so never a deadlock
- * with a holder waiting on this thread. s->lazy held. */
+ * held, it waits for an image whose holds are all ending (arrayset_plate_engine_ending: an open
+ * answered, about to let go; a status read), for as long as that takes, since such holders wait
+ * on no other work; else up to 200 ms for one to be let go, then the bound is exceeded until
+ * the next image starts (bounded, so never a deadlock with a holder waiting on this thread).
+ * s->lazy held. */
 static void make_room(struct arrayset *s)
 {
     size_t bound = (size_t)s->plate_task->cfg.images_open;
@@ -480,16 +483,25 @@ static void make_room(struct arrayset *s)
     for (;;) {
         struct set_image *lru = NULL;
         size_t idle = 0;
+        size_t ending = 0; /* images whose holders are all letting go: idle in a moment */
         for (size_t k = 0; k < s->nimages; k++) {
             struct set_image *im = &s->images[k];
-            if (!im->n || !s->arrays[im->first].engine || im->uses)
+            if (!im->n || !s->arrays[im->first].engine)
                 continue;
+            if (im->uses) {
+                ending += im->uses == im->ending;
+                continue;
+            }
             idle++;
             if (!lru || im->last_use < lru->last_use)
                 lru = im;
         }
-        if (s->nopen < bound && idle < IDLE_KEPT_OPEN)
+        if (s->nopen < bound && idle + ending < IDLE_KEPT_OPEN)
             return;
+        if (!lru && ending) {
+            pthread_cond_wait(&s->let_go, &s->lazy);
+            continue;
+        }
         if (!lru && pthread_cond_timedwait(&s->let_go, &s->lazy, &until) == 0)
             continue;
         if (!lru)
@@ -541,11 +553,31 @@ struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool star
     return e;
 }
 
+static void put_locked(struct arrayset *s, struct set_image *im, bool ending)
+{
+    im->ending -= ending;
+    if (--im->uses == 0)
+        pthread_cond_broadcast(&s->let_go);
+}
+
 void arrayset_plate_engine_put(struct arrayset *s, size_t i)
 {
     pthread_mutex_lock(&s->lazy);
-    if (--s->images[s->arrays[i].image].uses == 0)
-        pthread_cond_broadcast(&s->let_go);
+    put_locked(s, &s->images[s->arrays[i].image], false);
+    pthread_mutex_unlock(&s->lazy);
+}
+
+void arrayset_plate_engine_ending(struct arrayset *s, size_t i)
+{
+    pthread_mutex_lock(&s->lazy);
+    s->images[s->arrays[i].image].ending++;
+    pthread_mutex_unlock(&s->lazy);
+}
+
+void arrayset_plate_engine_put_ending(struct arrayset *s, size_t i)
+{
+    pthread_mutex_lock(&s->lazy);
+    put_locked(s, &s->images[s->arrays[i].image], true);
     pthread_mutex_unlock(&s->lazy);
 }
 
@@ -560,8 +592,9 @@ struct held_request {
 static void held_answered(void *ctx, int err)
 {
     struct held_request *h = ctx;
+    arrayset_plate_engine_ending(h->s, h->array);
     h->cb(h->ctx, err);
-    arrayset_plate_engine_put(h->s, h->array);
+    arrayset_plate_engine_put_ending(h->s, h->array);
     free(h);
 }
 
@@ -674,127 +707,4 @@ char *arrayset_plate_generated(const struct arrayset *s, uint64_t index)
     if (k >= s->nimages || !s->images[k].overlay)
         return NULL;
     return overlay_file_now(s->images[k].overlay, (size_t)(index & ARRAYSET_FILE_MASK));
-}
-
-/* ---- status ---- */
-
-static void add_int(json_t *obj, const char *key, json_int_t v)
-{
-    json_t *was = json_object_get(obj, key);
-    json_object_set_new(obj, key, json_integer(json_integer_value(was) + v));
-}
-
-/* Adds the numbers of an engine's section ("rois", "chunks") into sum's. */
-static void add_counts(json_t *sum, json_t *doc, const char *section)
-{
-    json_t *from = json_object_get(doc, section), *to = json_object_get(sum, section);
-    if (!to)
-        json_object_set_new(sum, section, to = json_object());
-    const char *key;
-    json_t *v;
-    json_object_foreach(from, key, v)
-    {
-        if (json_is_integer(v))
-            add_int(to, key, json_integer_value(v));
-    }
-}
-
-/* [measure]: the images' counts summed (docs/plates.md), as one image's status has them. */
-static void add_measure_counts(struct arrayset *s, json_t *doc)
-{
-    struct otable_measure_counts sum = {0}, mc;
-    bool any = false;
-    for (size_t k = 0; k < s->nimages; k++) {
-        pthread_mutex_lock(&s->lazy); /* an image opened meanwhile (fill_locked) */
-        struct otable *table = s->images[k].table;
-        pthread_mutex_unlock(&s->lazy);
-        if (table && otable_measure_counts(table, &mc)) {
-            any = true;
-            sum.objects += mc.objects, sum.pieces += mc.pieces;
-            sum.pieces_recorded += mc.pieces_recorded, sum.failed += mc.failed;
-        }
-    }
-    if (any)
-        json_object_set_new(doc, "measure",
-                            json_pack("{s:I, s:I, s:I, s:I}", "objects", (json_int_t)sum.objects,
-                                      "pieces", (json_int_t)sum.pieces, "pieces_from_record",
-                                      (json_int_t)sum.pieces_recorded, "failed",
-                                      (json_int_t)sum.failed));
-}
-
-json_t *arrayset_plate_status(struct arrayset *s)
-{
-    json_t *doc = json_object(), *errors = json_array(), *failed = json_array(),
-           *wells = json_object();
-    json_object_set_new(doc, "rois", json_object());
-    json_object_set_new(doc, "chunks", json_object());
-    json_object_set_new(doc, "calls", json_integer(0));
-    size_t ready = 0, done = 0, nfailed = 0, open = 0, unread = 0;
-    for (size_t w = 0; w < s->plate->nwells; w++)
-        json_object_set_new(wells, s->plate->wells[w], json_pack("{s:{}}", "rois"));
-    for (size_t k = 0; k < s->nimages; k++) {
-        struct set_image *im = &s->images[k];
-        json_t *well = json_object_get(wells, im->pim->well);
-        struct engine *eng = NULL; /* held while its status is read: not closed meanwhile */
-        pthread_mutex_lock(&s->lazy);
-        bool opened = im->opened;
-        if (opened && !im->error && im->n && (eng = s->arrays[im->first].engine))
-            im->uses++;
-        /* closed since it was read: as its engine was then (close_image replaces it) */
-        json_t *closed = eng ? NULL : json_incref(im->closed_status);
-        pthread_mutex_unlock(&s->lazy);
-        if (!opened) { /* nothing looked into it yet: its ROIs are not known */
-            unread++;
-            add_int(well, "unread", 1);
-            continue;
-        }
-        if (im->error) {
-            nfailed++;
-            json_array_append_new(failed, json_pack("{s:s, s:s}", "path", im->pim->path_in_plate,
-                                                    "message", im->error));
-            continue;
-        }
-        ready++;
-        if (!eng && !closed) { /* not read yet: its ROIs, none known computed until it is */
-            json_int_t n = (json_int_t)im->task->rois.n;
-            json_t *e =
-                json_pack("{s:{s:I, s:I, s:I, s:I, s:I}}", "rois", "total", n, "pending", n,
-                          "running", (json_int_t)0, "done", (json_int_t)0, "failed", (json_int_t)0);
-            add_counts(doc, e, "rois");
-            add_counts(well, e, "rois");
-            json_decref(e);
-            continue;
-        }
-        json_t *e = eng ? engine_status(eng) : closed;
-        open += eng != NULL;
-        add_counts(doc, e, "rois");
-        add_counts(doc, e, "chunks");
-        add_counts(well, e, "rois");
-        add_int(doc, "calls", json_integer_value(json_object_get(e, "calls")));
-        json_t *rois = json_object_get(e, "rois");
-        if (json_integer_value(json_object_get(rois, "done")) ==
-            json_integer_value(json_object_get(rois, "total")))
-            done++;
-        size_t i;
-        json_t *er;
-        json_array_foreach(json_object_get(e, "errors"), i, er)
-        {
-            json_t *c = json_deep_copy(er);
-            json_object_set_new(c, "image", json_string(im->pim->path_in_plate));
-            json_array_append_new(errors, c);
-        }
-        json_decref(e);
-        if (eng)
-            arrayset_plate_engine_put(s, im->first);
-    }
-    json_object_set_new(doc, "errors", errors);
-    json_object_set_new(doc, "images",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "total", (json_int_t)s->nimages,
-                                  "ready", (json_int_t)ready, "done", (json_int_t)done, "failed",
-                                  (json_int_t)nfailed, "open", (json_int_t)open, "unread",
-                                  (json_int_t)unread));
-    json_object_set_new(doc, "failed_images", failed);
-    json_object_set_new(doc, "wells", wells);
-    add_measure_counts(s, doc);
-    return doc;
 }

@@ -14,6 +14,11 @@ int arrayset_start_plate(struct arrayset *s, struct errbuf *err);
 struct engine *arrayset_plate_engine(struct arrayset *s, size_t i, bool start);
 struct engine *arrayset_plate_engine_get(struct arrayset *s, size_t i, bool start);
 void arrayset_plate_engine_put(struct arrayset *s, size_t i);
+/* A hold on array i's image about to be let go without waiting on any other work (an answered
+ * open or table request calling back, a status read): an image started meanwhile waits for it
+ * rather than exceed images_open. Let go with arrayset_plate_engine_put_ending. */
+void arrayset_plate_engine_ending(struct arrayset *s, size_t i);
+void arrayset_plate_engine_put_ending(struct arrayset *s, size_t i);
 void arrayset_plate_table_request(struct arrayset *s, uint64_t index,
                                   void (*cb)(void *ctx, int err), void *ctx);
 void arrayset_stop_plate(struct arrayset *s);

@@ -34,6 +34,7 @@ struct set_image {
     struct pyramid *pyramid; /* ome = true: its computed image's levels */
     size_t first, n;         /* its arrays in the set */
     size_t uses;             /* holders of its engines (arrayset_engine_get) */
+    size_t ending;           /* of them, those letting go without waiting on other work */
     uint64_t last_use;       /* when it was last got, in s->clock ticks */
     char *error;             /* why it failed, or NULL */
     /* closed after it was read (make_room): its level k's status then, which the plate's

@@ -237,8 +237,9 @@ def test_export_into_plate_of_its_own_label_images(tmp_path, roifs_bin):
     export --into the plate itself writes every image's tables/feat (equal to the mount's and
     to regionprops over that image's cells) and the plate's tables/feat (the mount's), each
     listed, labels/cells and every label file untouched; into a copy of the plate it is refused
-    (the tables' region names the measured label images), as a taken name is, nothing written.
-    On main every form was refused (exit 2)."""
+    (the tables' region names the measured label images), as a taken name is, nothing written;
+    --overwrite writes it again (the plate's own table no longer refuses the opening). On main
+    every form was refused (exit 2)."""
     plate, images = make_plate(tmp_path, "0.4", "fractal", channels=2)
     refs = {p: add_cells(img) for p, img in images.items()}
     config = write_config(tmp_path / "p.ini", {
@@ -274,6 +275,10 @@ def test_export_into_plate_of_its_own_label_images(tmp_path, roifs_bin):
     before = snapshot(plate)
     r = run_roifs(roifs_bin, "export", "--into", plate, config, timeout=60)
     assert r.returncode == 2 and "already has a table 'feat'" in r.stderr, r.stderr
+    assert snapshot(plate) == before
+    # --overwrite into the plate itself, which has its plate table now: written again, the same
+    r = run_roifs(roifs_bin, "export", "--into", plate, "--overwrite", config, timeout=60)
+    assert r.returncode == 0, r.stderr
     assert snapshot(plate) == before
 
 
