@@ -115,7 +115,7 @@ def test_plate_feature_tables(tmp_path, roifs_bin, version, fmt):
                  for f in table.rglob("*") if f.is_file()}
         alone_frame = image_frame(table, fmt)
     assert sorted(alone) == sorted(files[p])
-    for rel in alone:  # the values: the partials' summation order may differ (1e-9, docs/measurements.md)
+    for rel in alone:  # the values: the partials' summation order may differ (measurements.md: 1e-9)
         if not rel.startswith("X/") and rel != "table.csv":
             assert without_provenance(alone[rel], rel) == without_provenance(files[p][rel], rel)
     mine = frames[ORDER.index(p)][list(alone_frame.columns)]
