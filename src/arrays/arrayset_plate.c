@@ -389,9 +389,9 @@ static int remote_image(void *ctx, const char *rel, int dir, struct errbuf *err)
             return image_dir_files(s, k, dir, err);
         }
     char *url = xasprintf("%s/%s", s->plate->dir, rel); /* not selected: read through */
-    int r = overlay_remote_add(s->remote, NULL, url, s->plate->format == 3, dir, err);
+    overlay_remote_lazy_image(s->remote, url, s->plate->format == 3, dir);
     free(url);
-    return r == -ENOENT ? 0 : r;
+    return 0;
 }
 
 /* A remote plate's mount: the plate's and its wells' files from their metadata, each

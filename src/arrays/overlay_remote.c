@@ -41,6 +41,8 @@ struct rt_dir {
     int k;
     uint64_t p;
     int dir;
+    const char *image; /* else: the URL of an image read through at the first look (kept) */
+    bool v3;           /* its format */
 };
 
 struct overlay_remote {
@@ -658,12 +660,20 @@ static bool fill_dir(struct overlay_remote *rt, const struct rt_dir *d, const ch
 
 /* ns_fill_fn: a look into the directory of lazy entry index (name: a lookup's; NULL: a
  * listing). The directory is marked filled once a listing knew every entry. */
+static int walk_from(struct walk *w, struct errbuf *err);
+
 static void fill(void *ctx, uint64_t index, const char *name)
 {
     struct overlay_remote *rt = ctx;
     pthread_mutex_lock(&rt->lock);
     struct rt_dir d = rt->d[index - rt->lazy_base];
-    if (fill_dir(rt, &d, name))
+    if (d.image) { /* once: what a failed walk found is shown, the log names its URL */
+        struct walk w = {.rt = rt, .base = d.image, .v3 = d.v3, .root = d.dir};
+        struct errbuf e = {{0}};
+        if (walk_from(&w, &e) < 0)
+            log_warn("%s", e.msg);
+        ns_filled(rt->ns, d.dir);
+    } else if (fill_dir(rt, &d, name))
         ns_filled(rt->ns, d.dir);
     pthread_mutex_unlock(&rt->lock);
 }
@@ -716,6 +726,15 @@ int overlay_remote_add(struct overlay_remote *rt, const struct overlay *ov, cons
     int r = walk_from(&w, err);
     pthread_mutex_unlock(&rt->lock);
     return r;
+}
+
+void overlay_remote_lazy_image(struct overlay_remote *rt, const char *url, bool v3, int dir)
+{
+    pthread_mutex_lock(&rt->lock);
+    rt->d = xrealloc(rt->d, (rt->nd + 1) * sizeof *rt->d);
+    rt->d[rt->nd] = (struct rt_dir){.dir = dir, .image = keep(rt, xstrdup(url)), .v3 = v3};
+    ns_set_lazy(rt->ns, dir, rt->lazy_base + rt->nd++);
+    pthread_mutex_unlock(&rt->lock);
 }
 
 void overlay_remote_fill(struct overlay_remote *rt, uint64_t index, const char *name)

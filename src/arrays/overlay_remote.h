@@ -40,6 +40,10 @@ int overlay_remote_plate(struct overlay_remote *rt, const char *url, bool v3,
  * thread (the fills of rt wait). 0, or -errno with err set. */
 int overlay_remote_add(struct overlay_remote *rt, const struct overlay *ov, const char *url,
                        bool v3, int root, struct errbuf *err);
+/* The image at url (format 3 when v3) read through below directory entry dir (all of it, as
+ * overlay_remote_add with ov NULL) when dir is first looked into; a walk that fails is
+ * logged (with the URL and the status) and what it found is shown. */
+void overlay_remote_lazy_image(struct overlay_remote *rt, const char *url, bool v3, int dir);
 /* A look into rt's lazy directory index (as ns gives it: lazy_base + its own; name: a
  * lookup's, NULL: a listing). */
 void overlay_remote_fill(struct overlay_remote *rt, uint64_t index, const char *name);

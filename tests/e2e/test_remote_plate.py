@@ -123,7 +123,8 @@ def test_ome_labels_mount_of_a_remote_plate_is_the_local_copy_s(tmp_path, roifs_
     wells' metadata, each selected image's files with labels/seg and tables/seg_table, the
     image not selected (B/03/1) read through, the plate's tables/seg_table; zarr-python reads
     the labels through it; `serve` gives the same files; no directory URL is requested; no
-    chunk key is asked at the mount's start and each at most once by the mount's HEADs."""
+    chunk key, nor anything of the image not selected, is asked at the mount's start; each key
+    at most once by the mount's HEADs."""
     from collections import Counter
     from serving import served
     from test_remote_overlay import same_tree, served_tree
@@ -139,6 +140,7 @@ def test_ome_labels_mount_of_a_remote_plate_is_the_local_copy_s(tmp_path, roifs_
                 mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
             before = len(proxy.requests)  # the mount's start: metadata, no chunk key
             assert not [p for m, p, _ in proxy.requests[:before] if CHUNK.search(p)]
+            assert not [p for _, p, _ in proxy.requests[:before] if "/B/03/1/" in p]
             want = same_tree(ml, mr)
             for rel in (".zattrs", "B/.zgroup", "C/05/.zattrs", "B/03/0/labels/seg/.zattrs",
                         "C/05/0/tables/seg_table/obs/.zattrs", "B/03/1/0/.zarray",
