@@ -537,11 +537,6 @@ static int open_plate(struct task *t, struct errbuf *err)
     if (c->watch)
         return config_error(c, err, "input", "watch",
                             "[input] watch: not supported with an HCS plate input");
-    if (c->ome_labels && remote_is_url(c->input_path)) /* docs/remote.md */
-        return config_error(c, err, "output", "ome",
-                            "[output] ome = labels presents the plate's own files read "
-                            "through, which a remote plate cannot list; use ome = true (a new "
-                            "plate of the computed images), or a local copy");
     struct errbuf e;
     int r = plate_open(c->input_path, c->wells, c->acquisition, &t->plate, &e);
     if (r < 0)

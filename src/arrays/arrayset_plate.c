@@ -12,6 +12,8 @@
 #include "../engine/turns.h"
 #include "../plate/plate.h"
 #include "arrayset_plate.h"
+#include "../zarr/zarr.h"
+#include "overlay_remote.h"
 #include "overlay_tree.h"
 #include "pyramid.h"
 
@@ -69,6 +71,9 @@ static void open_image(struct arrayset *s, size_t k, const struct engine_opts *e
 }
 
 static void fill_image(void *ctx, uint64_t k, const char *name);
+
+/* The lazy indices of a remote plate's array directories (an image's are its number). */
+#define REMOTE_LAZY (1ULL << 62)
 
 /* ptable_hold's: image k opened, started and held (-ENOENT: it failed), and let go. */
 static int ptable_get(void *ctx, size_t k)
@@ -190,10 +195,16 @@ static int image_files(struct arrayset *s, size_t k, int dir, struct errbuf *err
     if (!s->plate_task->cfg.ome) {
         if (!im->overlay) {
             failed_files(s, k, dir);
+            struct errbuf e; /* (the image failed already: what its metadata shows of it) */
+            if (s->remote)
+                overlay_remote_add(s->remote, NULL, im->pim->dir, v3, dir, &e);
             return 0;
         }
-        return overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
-                                  (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+        int r = overlay_tree_build(im->overlay, im->table, ns, dir, (int)im->first,
+                                   (uint64_t)k << ARRAYSET_FILE_BITS, false, err);
+        if (r == 0 && s->remote) /* its own files, from its metadata (docs/remote.md) */
+            r = overlay_remote_add(s->remote, im->overlay, im->pim->dir, v3, dir, err);
+        return r;
     }
     if (!im->pyramid) {
         uint64_t index = ((uint64_t)k << ARRAYSET_FILE_BITS) | ARRAYSET_FILE_MASK;
@@ -238,8 +249,11 @@ static void fill_locked(struct arrayset *s, size_t k)
 /* ns_fill_fn: the first look into image k's directory. */
 static void fill_image(void *ctx, uint64_t k, const char *name)
 {
-    (void)name; /* the image's directory is filled whole */
     struct arrayset *s = ctx;
+    if (k & REMOTE_LAZY) { /* a remote plate's array directory (overlay_remote.h) */
+        overlay_remote_fill(s->remote, k, name);
+        return;
+    }
     pthread_mutex_lock(&s->lazy);
     fill_locked(s, (size_t)k);
     pthread_mutex_unlock(&s->lazy);
@@ -364,20 +378,66 @@ static int new_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
     return 0;
 }
 
+/* overlay_remote_image_fn: a well's image of a remote plate (ctx: the images placed). */
+static int remote_image(void *ctx, const char *rel, int dir, struct errbuf *err)
+{
+    struct arrayset *s = ((void **)ctx)[0];
+    bool *placed = ((void **)ctx)[1];
+    for (size_t k = 0; k < s->nimages; k++)
+        if (!placed[k] && strcmp(s->images[k].pim->path_in_plate, rel) == 0) {
+            placed[k] = true;
+            return image_dir_files(s, k, dir, err);
+        }
+    char *url = xasprintf("%s/%s", s->plate->dir, rel); /* not selected: read through */
+    overlay_remote_lazy_image(s->remote, url, s->plate->format == 3, dir);
+    free(url);
+    return 0;
+}
+
+/* A remote plate's mount: the plate's and its wells' files from their metadata, each
+ * selected image's directory filled when first looked into (docs/remote.md). */
+static int remote_plate_tree(struct arrayset *s, struct errbuf *err)
+{
+    s->remote = overlay_remote_new(s->tree, REMOTE_LAZY);
+    bool *placed = xcalloc(s->nimages, sizeof *placed);
+    void *ctx[2] = {s, placed};
+    int r = overlay_remote_plate(s->remote, s->plate->dir, s->plate->format == 3, remote_image, ctx,
+                                 err);
+    for (size_t k = 0; k < s->nimages && r == 0; k++) /* a well that did not list it */
+        if (!placed[k] && *s->images[k].pim->path_in_well)
+            r = image_dir_files(s, k, image_dir(s, s->images[k].pim), err);
+    free(placed);
+    return r;
+}
+
+static int plate_tree_rest(struct arrayset *s, bool status, bool placed, struct errbuf *err);
+
 int arrayset_plate_tree(struct arrayset *s, bool status, struct errbuf *err)
 {
     ns_set_filler(s->tree, fill_image, s);
     if (s->plate_task->cfg.ome)
         return new_plate_tree(s, status, err);
     struct ns *ns = s->tree;
+    if (zarr_is_url(s->plate->dir) && status) /* a mount, serve; warm and export read none */
+    {
+        int r = remote_plate_tree(s, err);
+        return r < 0 ? r : plate_tree_rest(s, status, true, err);
+    }
     ns_mirror(ns, NS_ROOT, s->plate->dir, ".roifs");
+    return plate_tree_rest(s, status, false, err);
+}
+
+/* The tree's status, the plate's table and (unless placed already) each image's files. */
+static int plate_tree_rest(struct arrayset *s, bool status, bool placed, struct errbuf *err)
+{
+    struct ns *ns = s->tree;
     if (status)
         ns_add_status(ns, ns_add_dir(ns, NS_ROOT, ".roifs"), "status");
     if (s->ptable)
         ptable_tree(s);
     for (size_t k = 0; k < s->nimages; k++) {
         struct set_image *im = &s->images[k];
-        if (!*im->pim->path_in_well) /* a missing well: nothing of it to add to */
+        if (!*im->pim->path_in_well || placed) /* a missing well: nothing of it to add to */
             continue;
         int r = image_dir_files(s, k, image_dir(s, im->pim), err);
         if (r < 0)
@@ -666,6 +726,7 @@ void arrayset_close_plate(struct arrayset *s)
 {
     ptable_free(s->ptable);
     free(s->pimages);
+    overlay_remote_free(s->remote);
     if (s->images)
         pthread_mutex_destroy(&s->lazy);
     pthread_cond_destroy(&s->let_go);

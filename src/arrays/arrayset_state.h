@@ -22,6 +22,7 @@
 #define ARRAYSET_FILE_BITS 32
 #define ARRAYSET_FILE_MASK ((1ULL << ARRAYSET_FILE_BITS) - 1)
 
+struct overlay_remote;
 struct plate;
 struct plate_image;
 
@@ -67,10 +68,11 @@ struct arrayset {
     uint64_t clock;               /* ticks of arrayset_engine_get */
     struct plate_file *new_files; /* ome = true: the new plate's group files */
     size_t nnew_files;
-    struct engine_opts eo;  /* a plate: each image's engine options */
-    bool lazy_images;       /* a plate mount: images opened when first looked into */
-    struct turns *turns;    /* a plate: its threads, shared by the images' engines */
-    struct held_open *held; /* a plate: opens not answered yet (under lazy), to withdraw */
+    struct engine_opts eo;         /* a plate: each image's engine options */
+    bool lazy_images;              /* a plate mount: images opened when first looked into */
+    struct turns *turns;           /* a plate: its threads, shared by the images' engines */
+    struct held_open *held;        /* a plate: opens not answered yet (under lazy), to withdraw */
+    struct overlay_remote *remote; /* a remote plate's mount: its files (overlay_remote.h) */
 };
 
 /* Appends array a to the set. */

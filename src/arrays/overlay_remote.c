@@ -41,6 +41,8 @@ struct rt_dir {
     int k;
     uint64_t p;
     int dir;
+    const char *image; /* else: the URL of an image read through at the first look (kept) */
+    bool v3;           /* its format */
 };
 
 struct overlay_remote {
@@ -52,6 +54,7 @@ struct overlay_remote {
     size_t nd;
     char **strs; /* the texts and URLs the tree's entries name */
     size_t nstrs;
+    uint64_t lazy_base; /* its lazy directories' indices: lazy_base + their own */
 };
 
 struct walk {
@@ -60,6 +63,8 @@ struct walk {
     const char *base; /* the image's URL */
     bool v3;
     int root;
+    overlay_remote_image_fn image; /* a plate's walk: each well's image given to it */
+    void *ctx;
 };
 
 static const char *keep(struct overlay_remote *rt, char *s)
@@ -145,10 +150,26 @@ static void names_of_list(struct names *ns, const json_t *list)
 
 /* What attrs (a group's attributes) names below the group: the multiscales' datasets, the
  * labels and tables lists (an image: its labels and tables groups), an AnnData element's
- * parts by its encoding-type; *files the files an ngio table of another backend keeps
+ * parts by its encoding-type (none, with a table's "type" or "table_version": its X);
+ * *files the files an ngio table of another backend keeps
  * (table.csv, table.parquet). A "dict" element (uns, obsm, ...) names nothing. */
-static void group_names(const json_t *attrs, struct names *out, struct names *files)
+static void group_names(const json_t *attrs, struct names *out, struct names *files,
+                        struct names *images)
 {
+    const json_t *wells = json_object_get(json_object_get(attrs, "plate"), "wells");
+    for (size_t i = 0; images && i < json_array_size(wells); i++) {
+        const char *path = json_string_value(json_object_get(json_array_get(wells, i), "path"));
+        if (is_relative_path(path) && strchr(path, '/')) { /* its row's group first */
+            char *row = xstrdup(path);
+            *strchr(row, '/') = '\0';
+            name_add(out, row);
+            free(row);
+        }
+        name_add(out, path);
+    }
+    const json_t *ims = json_object_get(json_object_get(attrs, "well"), "images");
+    for (size_t i = 0; images && i < json_array_size(ims); i++)
+        name_add(images, json_string_value(json_object_get(json_array_get(ims, i), "path")));
     const char *backend = json_string_value(json_object_get(attrs, "backend"));
     if (backend && (strcmp(backend, "csv") == 0 || strcmp(backend, "parquet") == 0)) {
         char *f = xasprintf("table.%s", backend);
@@ -171,8 +192,11 @@ static void group_names(const json_t *attrs, struct names *out, struct names *fi
     static const char *const anndata[] = {"X",    "obs",  "var",    "obsm", "varm",
                                           "obsp", "varp", "layers", "uns",  "raw"};
     static const char *const sparse[] = {"data", "indices", "indptr"};
-    if (!enc)
+    if (!enc) { /* a table without encodings (an ngio ROI table): its X, which roifs reads */
+        if (json_object_get(attrs, "table_version") || json_object_get(attrs, "type"))
+            name_add(out, "X");
         return;
+    }
     if (strcmp(enc, "anndata") == 0 || strcmp(enc, "raw") == 0) {
         for (size_t i = 0; i < sizeof anndata / sizeof *anndata; i++)
             name_add(out, anndata[i]);
@@ -304,9 +328,17 @@ static int file_child(struct walk *w, const char *rel, const char *name, struct 
 static int group_children(struct walk *w, const char *rel, const json_t *attrs, int depth,
                           struct errbuf *err)
 {
-    struct names names = {0}, files = {0};
-    group_names(attrs, &names, &files);
+    struct names names = {0}, files = {0}, images = {0};
+    group_names(attrs, &names, &files, w->image ? &images : NULL);
     int r = 0;
+    for (size_t i = 0; i < images.n && r == 0; i++) { /* a well's: the plate's to fill */
+        char *child = xasprintf("%s/%s", rel, images.v[i]);
+        r = w->image(w->ctx, child, dir_at(w->rt->ns, w->root, child), err);
+        free(child);
+    }
+    for (size_t i = 0; i < images.n; i++)
+        free(images.v[i]);
+    free(images.v);
     for (size_t i = 0; i < files.n && r == 0; i++)
         r = file_child(w, rel, files.v[i], err);
     for (size_t i = 0; i < files.n; i++)
@@ -314,7 +346,7 @@ static int group_children(struct walk *w, const char *rel, const json_t *attrs, 
     free(files.v);
     for (size_t i = 0; i < names.n && r == 0; i++) {
         char *child = *rel ? xasprintf("%s/%s", rel, names.v[i]) : xstrdup(names.v[i]);
-        if (!overlay_owns(w->ov, child) && strcmp(child, ".roifs") != 0) {
+        if (!(w->ov && overlay_owns(w->ov, child)) && strcmp(child, ".roifs") != 0) {
             r = node(w, child, depth + 1, err);
             if (r == -ENOENT) /* named, not there: nothing shown, as a local image would */
                 r = 0;
@@ -429,7 +461,7 @@ static void lazy_dir(struct overlay_remote *rt, size_t array, int k, uint64_t p,
 {
     rt->d = xrealloc(rt->d, (rt->nd + 1) * sizeof *rt->d);
     rt->d[rt->nd] = (struct rt_dir){.array = array, .k = k, .p = p, .dir = dir};
-    ns_set_lazy(rt->ns, dir, rt->nd++);
+    ns_set_lazy(rt->ns, dir, rt->lazy_base + rt->nd++);
 }
 
 /* Keys below a directory that fixes m indices: span(a, m) of them, from prefix * span. */
@@ -628,22 +660,35 @@ static bool fill_dir(struct overlay_remote *rt, const struct rt_dir *d, const ch
 
 /* ns_fill_fn: a look into the directory of lazy entry index (name: a lookup's; NULL: a
  * listing). The directory is marked filled once a listing knew every entry. */
+static int walk_from(struct walk *w, struct errbuf *err);
+
 static void fill(void *ctx, uint64_t index, const char *name)
 {
     struct overlay_remote *rt = ctx;
     pthread_mutex_lock(&rt->lock);
-    struct rt_dir d = rt->d[index];
-    if (fill_dir(rt, &d, name))
+    struct rt_dir d = rt->d[index - rt->lazy_base];
+    if (d.image) { /* once: what a failed walk found is shown, the log names its URL */
+        struct walk w = {.rt = rt, .base = d.image, .v3 = d.v3, .root = d.dir};
+        struct errbuf e = {{0}};
+        if (walk_from(&w, &e) < 0)
+            log_warn("%s", e.msg);
+        ns_filled(rt->ns, d.dir);
+    } else if (fill_dir(rt, &d, name))
         ns_filled(rt->ns, d.dir);
     pthread_mutex_unlock(&rt->lock);
+}
+
+/* The walk of the node at url below root (w's other fields set by the caller). */
+static int walk_from(struct walk *w, struct errbuf *err)
+{
+    int r = node(w, "", 0, err);
+    return r == -ENOENT ? err_set(err, -ENOENT, "%s: no group metadata", w->base) : r;
 }
 
 int overlay_remote_build(const struct overlay *ov, struct ns *ns, int root,
                          struct overlay_remote **out, struct errbuf *err)
 {
-    struct overlay_remote *rt = xcalloc(1, sizeof *rt);
-    rt->ns = ns;
-    pthread_mutex_init(&rt->lock, NULL);
+    struct overlay_remote *rt = overlay_remote_new(ns, 0);
     const struct task *t = overlay_array_task(ov, 0);
     struct walk w = {.rt = rt,
                      .ov = ov,
@@ -651,12 +696,50 @@ int overlay_remote_build(const struct overlay *ov, struct ns *ns, int root,
                      .v3 = t->in_meta->format == 3,
                      .root = root};
     *out = rt;
-    int r = node(&w, "", 0, err);
-    if (r == -ENOENT)
-        r = err_set(err, -ENOENT, "%s: no group metadata", w.base);
+    int r = walk_from(&w, err);
     if (r == 0)
         ns_set_filler(ns, fill, rt);
     return r;
+}
+
+struct overlay_remote *overlay_remote_new(struct ns *ns, uint64_t lazy_base)
+{
+    struct overlay_remote *rt = xcalloc(1, sizeof *rt);
+    rt->ns = ns;
+    rt->lazy_base = lazy_base;
+    pthread_mutex_init(&rt->lock, NULL);
+    return rt;
+}
+
+int overlay_remote_plate(struct overlay_remote *rt, const char *url, bool v3,
+                         overlay_remote_image_fn image, void *ctx, struct errbuf *err)
+{
+    struct walk w = {.rt = rt, .base = url, .v3 = v3, .root = NS_ROOT, .image = image, .ctx = ctx};
+    return walk_from(&w, err);
+}
+
+int overlay_remote_add(struct overlay_remote *rt, const struct overlay *ov, const char *url,
+                       bool v3, int root, struct errbuf *err)
+{
+    struct walk w = {.rt = rt, .ov = ov, .base = url, .v3 = v3, .root = root};
+    pthread_mutex_lock(&rt->lock);
+    int r = walk_from(&w, err);
+    pthread_mutex_unlock(&rt->lock);
+    return r;
+}
+
+void overlay_remote_lazy_image(struct overlay_remote *rt, const char *url, bool v3, int dir)
+{
+    pthread_mutex_lock(&rt->lock);
+    rt->d = xrealloc(rt->d, (rt->nd + 1) * sizeof *rt->d);
+    rt->d[rt->nd] = (struct rt_dir){.dir = dir, .image = keep(rt, xstrdup(url)), .v3 = v3};
+    ns_set_lazy(rt->ns, dir, rt->lazy_base + rt->nd++);
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void overlay_remote_fill(struct overlay_remote *rt, uint64_t index, const char *name)
+{
+    fill(rt, index, name);
 }
 
 void overlay_remote_free(struct overlay_remote *rt)

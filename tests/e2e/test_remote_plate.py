@@ -4,8 +4,8 @@ counts every request: the plate's and the selected wells' metadata name the imag
 is listed and nothing outside the needed objects is asked for; each selected image's computed
 image (`ome = true`, mounted and exported; ROIs from a grid, or from each image's own ROI
 table named bare) equals the same task's over the local plate; a 404 on one well's image
-fails that image alone (EIO) while the other is served; `ome = labels` is refused, naming
-why."""
+fails that image alone (EIO) while the other is served; `ome = labels` presents the plate's
+own files derived from its metadata, as over the local copy."""
 import errno
 import re
 
@@ -113,12 +113,47 @@ def test_404_on_one_wells_image_fails_that_image_only(tmp_path, roifs_bin):
         assert "/plate.zarr/C/05/0" in st["failed_images"][0]["message"], st["failed_images"]
 
 
-def test_labels_of_a_remote_plate_is_refused(tmp_path, roifs_bin):
-    """`ome = labels` presents the plate's own files, read through: that needs a listing."""
+CHUNK = re.compile(r"/\d+(\.\d+)+$")  # a chunk key (of a 2-d array: the fixture's)
+
+
+@pytest.mark.timeout(120)
+def test_ome_labels_mount_of_a_remote_plate_is_the_local_copy_s(tmp_path, roifs_bin):
+    """`ome = labels` mounted over https://.../plate.zarr presents exactly the files the same
+    task's mount over the local plate presents (paths and bytes): the plate's, its rows' and
+    wells' metadata, each selected image's files with labels/seg and tables/seg_table, the
+    image not selected (B/03/1) read through, the plate's tables/seg_table; zarr-python reads
+    the labels through it; `serve` gives the same files; no directory URL is requested; no
+    chunk key, nor anything of the image not selected, is asked at the mount's start; each key
+    at most once by the mount's HEADs."""
+    from collections import Counter
+    from serving import served
+    from test_remote_overlay import same_tree, served_tree
     plate, _ = make_plate(tmp_path / "data", "0.4", "fractal")
-    with nginx(tmp_path / "data", tmp_path / "nginx") as base:
-        cfg = plate_config(tmp_path / "p.ini", f"{base}/plate.zarr", tmp_path / "cache",
-                           headers_file=headers_file(tmp_path / "headers"))
-        r = run_roifs(roifs_bin, "check", cfg)
-        assert r.returncode == 2 and "ome = labels" in r.stderr and "cannot list" in r.stderr, \
-            r.stderr
+    local = plate_config(tmp_path / "local.ini", plate, tmp_path / "cache-local", acquisition=0)
+    with nginx(tmp_path / "data", tmp_path / "nginx") as base, FaultProxy(base) as proxy:
+        remote = plate_config(tmp_path / "remote.ini", f"{proxy.url}/plate.zarr",
+                              tmp_path / "cache-remote", acquisition=0,
+                              headers_file=headers_file(tmp_path / "headers"))
+        r = run_roifs(roifs_bin, "check", remote)
+        assert r.returncode == 0, r.stderr + r.stdout
+        with mounted(roifs_bin, local, tmp_path / "mnt_local") as ml, \
+                mounted(roifs_bin, remote, tmp_path / "mnt_remote") as mr:
+            before = len(proxy.requests)  # the mount's start: metadata, no chunk key
+            assert not [p for m, p, _ in proxy.requests[:before] if CHUNK.search(p)]
+            assert not [p for _, p, _ in proxy.requests[:before] if "/B/03/1/" in p]
+            want = same_tree(ml, mr)
+            for rel in (".zattrs", "B/.zgroup", "C/05/.zattrs", "B/03/0/labels/seg/.zattrs",
+                        "C/05/0/tables/seg_table/obs/.zattrs", "B/03/1/0/.zarray",
+                        "tables/seg_table/.zattrs", "B/03/0/0/1.2", "B/03/1/0/0.0"):
+                assert rel in want, rel
+            for image in IMAGES:
+                got = zarr.open(str(mr.path / image / "labels/seg/0"), mode="r")[:]
+                exp = zarr.open(str(ml.path / image / "labels/seg/0"), mode="r")[:]
+                assert got.any() and np.array_equal(got, exp), image
+        mount_requests = list(proxy.requests)  # (serve's reader asks its own: freshness)
+        with served(roifs_bin, remote) as s:  # the same tree, over HTTP
+            served_tree(s, want)
+        paths = [p for _, p, _ in proxy.requests]
+        assert paths and not [p for p in paths if p.endswith("/")], paths  # never a listing
+        heads = Counter(p for m, p, _ in mount_requests if m == "HEAD" and CHUNK.search(p))
+        assert heads and max(heads.values()) == 1, heads.most_common(3)
