@@ -790,6 +790,21 @@ def f(block, roi):
 """
 
 
+def slow_table_plate(tmp_path, plate, grid, sleep):
+    """The configuration of the plate's labels and csv table under `[mount] images_open = 2`,
+    a Python processor's ROIs (a grid) each sleeping `sleep` seconds."""
+    (tmp_path / "slow.py").write_text(SLOW_LABEL.format(threshold=THRESHOLD)
+                                      .replace("time.sleep(0.03)", f"time.sleep({sleep})"))
+    return write_config(tmp_path / "p.ini", {
+        "input": {"path": plate},
+        "rois": {"grid": grid},
+        "process": {"python": "slow.py:f", "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg",
+                   "table_name": "seg_table", "table_format": "csv"},
+        "mount": {"images_open": 2},
+        "cache": {"dir": tmp_path / "cache"}})
+
+
 @pytest.mark.timeout(120)
 def test_plate_table_holds_one_image_at_a_time(tmp_path, roifs_bin):
     """The plate's table of eight images with `[mount] images_open = 2` is made one image after
@@ -800,15 +815,7 @@ def test_plate_table_holds_one_image_at_a_time(tmp_path, roifs_bin):
     sees the images come and go."""
     import pandas as pd
     plate, wells = wide_plate(tmp_path, 8)
-    (tmp_path / "slow.py").write_text(SLOW_LABEL.format(threshold=THRESHOLD))
-    config = write_config(tmp_path / "p.ini", {
-        "input": {"path": plate},
-        "rois": {"grid": "16,16"},
-        "process": {"python": "slow.py:f", "threads": 2},
-        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg",
-                   "table_name": "seg_table", "table_format": "csv"},
-        "mount": {"images_open": 2},
-        "cache": {"dir": tmp_path / "cache"}})
+    config = slow_table_plate(tmp_path, plate, "16,16", 0.03)
     with mounted(roifs_bin, config) as m:
         seen, done = [], threading.Event()
 
@@ -852,16 +859,7 @@ def test_sigterm_while_the_plate_table_is_made(tmp_path, roifs_bin):
     under the table's thread (ptable_allow, ptable_wait: no image held after the stop, every
     answer given before the FUSE state goes; ASan checks it under ROIFS_BIN=build-asan)."""
     plate, wells = wide_plate(tmp_path, 4)
-    (tmp_path / "slow.py").write_text(SLOW_LABEL.format(threshold=THRESHOLD)
-                                      .replace("time.sleep(0.03)", "time.sleep(2)"))
-    config = write_config(tmp_path / "p.ini", {
-        "input": {"path": plate},
-        "rois": {"grid": "32,32"},
-        "process": {"python": "slow.py:f", "threads": 2},
-        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg",
-                   "table_name": "seg_table", "table_format": "csv"},
-        "mount": {"images_open": 2},
-        "cache": {"dir": tmp_path / "cache"}})
+    config = slow_table_plate(tmp_path, plate, "32,32", 2)
     with mounted(roifs_bin, config, checked=False) as m:
         got = {}
 

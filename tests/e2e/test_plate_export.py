@@ -20,6 +20,20 @@ def snapshot(root):
     return {f: (root / f).read_bytes() for f in files_of(root)}
 
 
+def refused_then_overwritten(roifs_bin, dest, config, taken, same=True):
+    """export --into dest again: refused (exit 2, the message naming the taken name) with
+    nothing written; then with --overwrite, written again: the same files (and with same, the
+    same bytes)."""
+    before = snapshot(dest)
+    r = run_roifs(roifs_bin, "export", "--into", dest, config, timeout=60)
+    assert r.returncode == 2 and taken in r.stderr, r.stderr
+    assert snapshot(dest) == before
+    r = run_roifs(roifs_bin, "export", "--into", dest, "--overwrite", config, timeout=60)
+    assert r.returncode == 0, r.stderr
+    after = snapshot(dest)
+    assert after == before if same else sorted(after) == sorted(before)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("version", ["0.4", "0.5"])
 def test_export_into_plate_writes_what_the_mount_presents(tmp_path, roifs_bin, version):
@@ -54,13 +68,7 @@ def test_export_into_plate_writes_what_the_mount_presents(tmp_path, roifs_bin, v
             z = zarr.open_group(str(dest / p / "labels/seg"), mode="r")
             assert z["0"].shape[-2:] == zarr.open(str(dest / p / "0"), mode="r").shape[-2:]
             assert z["0"][:].max() > 0, p
-    before = snapshot(dest)
-    r = run_roifs(roifs_bin, "export", "--into", dest, config, timeout=60)
-    assert r.returncode == 2 and "already has a label 'seg'" in r.stderr, r.stderr
-    assert snapshot(dest) == before
-    r = run_roifs(roifs_bin, "export", "--into", dest, "--overwrite", config, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert snapshot(dest) == before
+    refused_then_overwritten(roifs_bin, dest, config, "already has a label 'seg'")
 
 
 @pytest.mark.timeout(120)
@@ -192,13 +200,7 @@ def test_export_into_plate_of_measured_labels(tmp_path, roifs_bin, version, fmt,
     assert attrs(dest / "tables/feat", version)["type"] == "feature_table"
     validate(attrs(dest, version), version, "plate")
     assert not list(dest.rglob(".roifs-*"))
-    before = snapshot(dest)
-    r = run_roifs(roifs_bin, "export", "--into", dest, config, timeout=60)
-    assert r.returncode == 2 and "already has a label 'seg'" in r.stderr, r.stderr
-    assert snapshot(dest) == before
-    r = run_roifs(roifs_bin, "export", "--into", dest, "--overwrite", config, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert sorted(snapshot(dest)) == sorted(before)
+    refused_then_overwritten(roifs_bin, dest, config, "already has a label 'seg'", same=False)
     # --wells B/03 into another copy: its two images' additions, the plate's table of their rows
     narrow = tmp_path / "narrow.zarr"
     shutil.copytree(plate, narrow)
@@ -272,14 +274,8 @@ def test_export_into_plate_of_its_own_label_images(tmp_path, roifs_bin):
     validate(attrs(plate, "0.4"), "0.4", "plate")
     assert {f: b for f, b in snapshot(plate).items() if "/labels/" in f} == labels_before
     assert not list(plate.rglob(".roifs-*"))
-    before = snapshot(plate)
-    r = run_roifs(roifs_bin, "export", "--into", plate, config, timeout=60)
-    assert r.returncode == 2 and "already has a table 'feat'" in r.stderr, r.stderr
-    assert snapshot(plate) == before
     # --overwrite into the plate itself, which has its plate table now: written again, the same
-    r = run_roifs(roifs_bin, "export", "--into", plate, "--overwrite", config, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert snapshot(plate) == before
+    refused_then_overwritten(roifs_bin, plate, config, "already has a table 'feat'")
 
 
 @pytest.mark.timeout(120)

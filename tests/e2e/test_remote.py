@@ -190,6 +190,18 @@ def label_files(image):
     return out
 
 
+def labels_config(d, path, extra):
+    """An `ome = labels` task (the builtin add over level 1's FOV ROIs) in the new directory d,
+    over path (a local image or its URL), extra keys added to [input]."""
+    d.mkdir()
+    return write_config(d / "task.ini", {
+        "input": {"path": path, "level": 1, "channel": 0, **extra},
+        "rois": {"table": "FOV_ROI_table"},
+        "process": {"builtin": "add", "param.value": 1, "threads": 2},
+        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
+        "cache": {"dir": d / "cache"}})
+
+
 def test_ome_labels_of_a_remote_image(ome_root, tmp_path, roifs_bin):
     """`ome = labels` needs no listing to make the label image (the image's metadata, its
     levels' arrays and labels/.zattrs are named by metadata): `warm` and `export --into` a
@@ -198,16 +210,7 @@ def test_ome_labels_of_a_remote_image(ome_root, tmp_path, roifs_bin):
     metadata: test_remote_overlay.py); `clean` takes it."""
     root, image = ome_root
     rel = image.relative_to(root)
-
-    def cfg(d, path, extra):
-        d.mkdir()
-        return write_config(d / "task.ini", {
-            "input": {"path": path, "level": 1, "channel": 0, **extra},
-            "rois": {"table": "FOV_ROI_table"},
-            "process": {"builtin": "add", "param.value": 1, "threads": 2},
-            "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
-            "cache": {"dir": d / "cache"}})
-
+    cfg = labels_config
     local = cfg(tmp_path / "local", image, {})
     into_local = tmp_path / "into_local"
     shutil.copytree(image, into_local)

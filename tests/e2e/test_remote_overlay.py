@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import mounted, run_roifs, wait_for, write_config
+from conftest import mounted, run_roifs, wait_for
 from remote_server import FaultProxy, headers_file, nginx
 from serving import served
-from test_remote import ome_root  # noqa: F401 (the fixture)
+from test_remote import labels_config, ome_root  # noqa: F401 (the fixture)
 
 
 def tree(mnt):
@@ -58,14 +58,7 @@ def served_tree(s, want):
         assert (without_provenance(got_body) if isinstance(body, dict) else got_body) == body, rel
 
 
-def config(d, path, extra):
-    d.mkdir()
-    return write_config(d / "task.ini", {
-        "input": {"path": path, "level": 1, "channel": 0, **extra},
-        "rois": {"table": "FOV_ROI_table"},
-        "process": {"builtin": "add", "param.value": 1, "threads": 2},
-        "output": {"ome": "labels", "dtype": "<u4", "label_name": "seg"},
-        "cache": {"dir": d / "cache"}})
+config = labels_config  # the same task as test_remote.py's
 
 
 @pytest.mark.timeout(120)
